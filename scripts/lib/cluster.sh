@@ -1,0 +1,241 @@
+# shellcheck shell=bash
+#
+# scripts/lib/cluster.sh: a throwaway PostgreSQL 15 cluster that preloads shape_sync.
+#
+# Source this file, then:
+#
+#   trap cluster_stop EXIT          # always tear the cluster down, also on Ctrl-C
+#   cluster_start [HTTP_PORT]       # HTTP_PORT: fixed port, or empty to pick a free one from 3000 up
+#   cluster_psql -c 'SELECT 1'      # psql -X -q -v ON_ERROR_STOP=1 against the cluster
+#   cluster_reload                  # pg_ctl reload (SIGHUP GUCs)
+#   cluster_stop                    # pg_ctl stop -m fast, remove the temp dir; safe to call twice
+#
+# The cluster lives in a fresh temp dir under /tmp: data in DIR/data, server log in
+# DIR/postgres.log, the Unix socket in DIR itself (listen_addresses='' so PostgreSQL opens no
+# TCP port; the shape_sync worker listens on HTTP_PORT on localhost). initdb refuses to run as
+# root, so as root the server runs as the system user `shapesync` (created when missing).
+#
+# cluster_start exports:
+#   PGHOST PGPORT PGUSER=postgres PGDATABASE=postgres   libpq: psql, pg_regress, pg_prove, node pg
+#   SHAPE_SYNC_URL=http://localhost:HTTP_PORT             the Shape API
+#   SHAPE_SYNC_HTTP_PORT                                  HTTP_PORT alone
+#   SHAPE_SYNC_PGDATA  SHAPE_SYNC_LOG  SHAPE_SYNC_PG_BINDIR
+# A child process (a test script) that sources this file may call cluster_reload on the
+# parent's cluster through these, or cluster_start a second cluster of its own.
+#
+# Knobs (environment, read by cluster_start):
+#   SHAPE_SYNC_EXTRA_CONF      extra postgresql.conf lines, newline separated, appended last
+#                              (so they override the defaults below)
+#   SHAPE_SYNC_PRELOAD         shared_preload_libraries (default shape_sync; '' for a plain
+#                              cluster, for debugging the harness itself)
+#   SHAPE_SYNC_HEALTH_TIMEOUT  seconds to wait for GET /v1/health to answer 200 (default 30;
+#                              0 skips the wait)
+#   PG_CONFIG / PG_BINDIR      which PostgreSQL to use (default: pg_config on PATH)
+
+SHAPE_SYNC_PG_OS_USER=${SHAPE_SYNC_PG_OS_USER:-shapesync}
+
+_cluster_say() { printf '[cluster] %s\n' "$*" >&2; }
+
+_cluster_bindir() {
+	if [[ -n ${PG_BINDIR:-} ]]; then
+		printf '%s\n' "$PG_BINDIR"
+	else
+		"${PG_CONFIG:-pg_config}" --bindir
+	fi
+}
+
+# Runs a command as the OS user that owns the cluster, from / so that a private working
+# directory (say /root) does not get in the way.
+_cluster_as_pg() {
+	if [[ $(id -u) -eq 0 ]]; then
+		(cd / && runuser -u "$SHAPE_SYNC_PG_OS_USER" -- "$@")
+	else
+		(cd / && "$@")
+	fi
+}
+
+# Succeeds when something listens on TCP port $1 (any address, IPv4 or IPv6).
+cluster_port_in_use() {
+	local port=$1
+	if command -v ss >/dev/null 2>&1; then
+		[[ -n $(ss -Htln "sport = :$port" 2>/dev/null) ]]
+	else
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null ||
+			(exec 3<>"/dev/tcp/::1/$port") 2>/dev/null
+	fi
+}
+
+# Prints the first port from $1 upward on which nothing listens.
+cluster_free_port() {
+	local port=$1 last=$(($1 + 1000))
+	while ((port < last)); do
+		if ! cluster_port_in_use "$port"; then
+			printf '%s\n' "$port"
+			return 0
+		fi
+		port=$((port + 1))
+	done
+	_cluster_say "no free TCP port in $1..$last"
+	return 1
+}
+
+_cluster_postmaster_alive() {
+	local pid
+	[[ -r $SHAPE_SYNC_PGDATA/postmaster.pid ]] || return 1
+	pid=$(head -n 1 "$SHAPE_SYNC_PGDATA/postmaster.pid" 2>/dev/null) || return 1
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null
+}
+
+_cluster_fail() {
+	_cluster_say "$*"
+	if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
+		_cluster_say "last lines of $SHAPE_SYNC_LOG:"
+		tail -n 60 "$SHAPE_SYNC_LOG" >&2 || true
+	fi
+	return 1
+}
+
+cluster_start() {
+	local want_http_port=${1:-}
+	local bindir dir data pgport http_port line code deadline
+
+	if [[ -n ${_SHAPE_SYNC_CLUSTER_DIR:-} ]]; then
+		_cluster_say "a cluster is already running in $_SHAPE_SYNC_CLUSTER_DIR"
+		return 1
+	fi
+
+	bindir=$(_cluster_bindir) || { _cluster_say "pg_config not found (run scripts/install-deps.sh)"; return 1; }
+	[[ -x $bindir/initdb && -x $bindir/pg_ctl ]] ||
+		{ _cluster_say "no initdb/pg_ctl in $bindir (is postgresql-15 installed?)"; return 1; }
+	command -v curl >/dev/null 2>&1 || { _cluster_say "curl is missing"; return 1; }
+
+	if [[ $(id -u) -eq 0 ]] && ! id -u "$SHAPE_SYNC_PG_OS_USER" >/dev/null 2>&1; then
+		_cluster_say "creating system user $SHAPE_SYNC_PG_OS_USER to run PostgreSQL (initdb refuses root)"
+		useradd --system --create-home --shell /bin/bash "$SHAPE_SYNC_PG_OS_USER" || return 1
+	fi
+
+	# Under /tmp, not $TMPDIR: the PostgreSQL user must reach it, and a Unix socket path
+	# must stay under 108 bytes.
+	# (Every step checks its status: callers run this in `if`, where set -e does not apply.)
+	dir=$(mktemp -d /tmp/shape_sync.XXXXXXXX) || return 1
+	_SHAPE_SYNC_CLUSTER_DIR=$dir  # not exported: a child may run a cluster of its own
+	export SHAPE_SYNC_PG_BINDIR=$bindir
+	chmod 755 "$dir" || return 1
+	if [[ $(id -u) -eq 0 ]]; then
+		chown "$SHAPE_SYNC_PG_OS_USER:" "$dir" || return 1
+	fi
+	data=$dir/data
+	export SHAPE_SYNC_PGDATA=$data
+	export SHAPE_SYNC_LOG=$dir/postgres.log
+
+	if ! _cluster_as_pg "$bindir/initdb" -D "$data" -U postgres -A trust --no-sync -E UTF8 \
+		--locale=C.UTF-8 >"$dir/initdb.log" 2>&1; then
+		_cluster_say "initdb with --locale=C.UTF-8 failed; retrying with --locale=C"
+		_cluster_as_pg rm -rf "$data"
+		if ! _cluster_as_pg "$bindir/initdb" -D "$data" -U postgres -A trust --no-sync -E UTF8 \
+			--locale=C >"$dir/initdb.log" 2>&1; then
+			cat "$dir/initdb.log" >&2
+			_cluster_say "initdb failed"
+			return 1
+		fi
+	fi
+
+	pgport=$(cluster_free_port "${SHAPE_SYNC_PG_PORT_FROM:-55432}") || return 1
+	if [[ -n $want_http_port ]]; then
+		if cluster_port_in_use "$want_http_port"; then
+			_cluster_say "HTTP port $want_http_port is already in use"
+			return 1
+		fi
+		http_port=$want_http_port
+	else
+		http_port=$(cluster_free_port "${SHAPE_SYNC_HTTP_PORT_FROM:-3000}") || return 1
+	fi
+
+	{
+		printf '\n# --- added by scripts/lib/cluster.sh ---\n'
+		printf "listen_addresses = ''\n"
+		printf "unix_socket_directories = '%s'\n" "$dir"
+		printf 'port = %s\n' "$pgport"
+		printf "shared_preload_libraries = '%s'\n" "${SHAPE_SYNC_PRELOAD-shape_sync}"
+		printf 'wal_level = logical\n'
+		printf 'max_replication_slots = 10\n'
+		printf 'max_wal_senders = 10\n'
+		printf 'max_worker_processes = 32\n'
+		printf 'shape_sync.port = %s\n' "$http_port"
+		printf "shape_sync.listen_addresses = 'localhost'\n"
+		printf "shape_sync.database = 'postgres'\n"
+		printf "shape_sync.log_memory = '256MB'\n"
+		printf 'log_min_messages = info\n'
+		printf 'logging_collector = off\n'
+		if [[ -n ${SHAPE_SYNC_EXTRA_CONF:-} ]]; then
+			printf '# --- SHAPE_SYNC_EXTRA_CONF ---\n'
+			while IFS= read -r line; do
+				printf '%s\n' "$line"
+			done <<<"$SHAPE_SYNC_EXTRA_CONF"
+		fi
+	} | _cluster_as_pg tee -a "$data/postgresql.conf" >/dev/null || return 1
+
+	_cluster_say "starting PostgreSQL in $dir (socket port $pgport, HTTP port $http_port)"
+	if ! _cluster_as_pg "$bindir/pg_ctl" -D "$data" -l "$SHAPE_SYNC_LOG" -w -t 60 start >"$dir/pg_ctl.log" 2>&1; then
+		cat "$dir/pg_ctl.log" >&2
+		_cluster_fail "pg_ctl start failed"
+		return 1
+	fi
+
+	export PGHOST=$dir PGPORT=$pgport PGUSER=postgres PGDATABASE=postgres
+	export SHAPE_SYNC_HTTP_PORT=$http_port
+	export SHAPE_SYNC_URL=http://localhost:$http_port
+
+	if [[ ${SHAPE_SYNC_HEALTH_TIMEOUT:-30} == 0 ]]; then
+		return 0
+	fi
+	deadline=$((SECONDS + ${SHAPE_SYNC_HEALTH_TIMEOUT:-30}))
+	while :; do
+		code=$(curl -sS -o "$dir/health.json" -w '%{http_code}' --max-time 2 \
+			"$SHAPE_SYNC_URL/v1/health" 2>/dev/null) || code=000
+		if [[ $code == 200 ]]; then
+			_cluster_say "shape_sync is up: $SHAPE_SYNC_URL/v1/health -> $(head -c 200 "$dir/health.json")"
+			return 0
+		fi
+		if ! _cluster_postmaster_alive; then
+			_cluster_fail "PostgreSQL exited while waiting for $SHAPE_SYNC_URL/v1/health"
+			return 1
+		fi
+		if ((SECONDS >= deadline)); then
+			_cluster_fail "timed out after ${SHAPE_SYNC_HEALTH_TIMEOUT:-30}s waiting for" \
+				"$SHAPE_SYNC_URL/v1/health to answer 200 (last status: $code)"
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+cluster_psql() {
+	"${SHAPE_SYNC_PG_BINDIR:-$(_cluster_bindir)}/psql" -X -q -v ON_ERROR_STOP=1 "$@"
+}
+
+cluster_reload() {
+	[[ -n ${SHAPE_SYNC_PGDATA:-} ]] || { _cluster_say "no cluster running"; return 1; }
+	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" reload >/dev/null
+}
+
+cluster_stop() {
+	local dir=${_SHAPE_SYNC_CLUSTER_DIR:-} pid
+	[[ -n $dir ]] || return 0
+	if [[ -f $dir/data/postmaster.pid ]]; then
+		if ! _cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop \
+			>/dev/null 2>&1; then
+			_cluster_say "fast shutdown failed; stopping immediately"
+			_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/data" -m immediate -w -t 30 stop \
+				>/dev/null 2>&1 || true
+			pid=$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null) || pid=
+			if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+				kill -KILL "$pid" 2>/dev/null || true
+			fi
+		fi
+	fi
+	rm -rf "$dir"
+	unset _SHAPE_SYNC_CLUSTER_DIR SHAPE_SYNC_PGDATA SHAPE_SYNC_LOG SHAPE_SYNC_URL SHAPE_SYNC_HTTP_PORT
+	unset PGHOST PGPORT PGDATABASE
+	return 0
+}

@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+#
+# scripts/test.sh: build shape_sync and run every test suite; what CI runs (.ci/run).
+#
+#   1. scripts/install-deps.sh
+#   2. make clean && make (warnings are errors), make install (sudo when not root)
+#   3. stages, each counting tests passed/failed; a failing stage does not stop the others:
+#        unit         make -C test/unit check              (no PostgreSQL server needed)
+#        regress      make installcheck (pg_regress)       against a throwaway cluster
+#        tap          pg_prove test/tap/*.sql              in a fresh database tap_tests
+#        http         node --test test/http/               with the cluster's env exported
+#        integration  every executable test/integration/*.sh, one test each
+#   4. stop the cluster; the last line printed is "N passed, M failed".
+#
+# Exits non-zero when anything failed or when no test ran. Logs land in log/ (git-ignored):
+# one per stage, plus postgres.log, the server log of the run.
+#
+# Environment: PG_CONFIG (which PostgreSQL), SHAPE_SYNC_SKIP_APT=1 (see install-deps.sh),
+# SHAPE_SYNC_EXTRA_CONF (extra postgresql.conf lines, see scripts/lib/cluster.sh).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=scripts/lib/cluster.sh
+source "$ROOT/scripts/lib/cluster.sh"
+
+PG_CONFIG=${PG_CONFIG:-pg_config}
+export PG_CONFIG
+LOG_DIR=$ROOT/log
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+	SUDO=(sudo)
+fi
+
+TOTAL_PASSED=0
+TOTAL_FAILED=0
+SUMMARY=()  # one line per stage
+STAGE_PID=
+
+say() { printf '\n==> %s\n' "$*"; }
+
+# record STAGE PASSED FAILED [NOTE]
+record() {
+	TOTAL_PASSED=$((TOTAL_PASSED + $2))
+	TOTAL_FAILED=$((TOTAL_FAILED + $3))
+	SUMMARY+=("$(printf '%-12s %4d passed, %4d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")")
+}
+
+skip() {
+	SUMMARY+=("$(printf '%-12s skipped: %s' "$1" "$2")")
+	printf 'skipped: %s\n' "$2"
+}
+
+# run_logged LOG LIMIT_S CMD...: runs CMD with its output shown and saved to LOG, killed (with
+# everything it started) after LIMIT_S seconds. Returns CMD's status (124: timed out).
+run_logged() {
+	local log=$1 limit=$2 fd tee_pid rc=0 i
+	shift 2
+	exec {fd}> >(tee "$log")
+	tee_pid=$!
+	# timeout puts the command in its own process group and kills that whole group.
+	timeout -k 15 "$limit" "$@" </dev/null >&"$fd" 2>&1 &
+	STAGE_PID=$!
+	wait "$STAGE_PID" || rc=$?
+	STAGE_PID=
+	exec {fd}>&-
+	# Let tee drain; a stray grandchild still holding the pipe must not hang the run.
+	for ((i = 0; i < 100; i++)); do
+		kill -0 "$tee_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill "$tee_pid" 2>/dev/null || true
+	wait "$tee_pid" 2>/dev/null || true
+	if ((rc == 124)); then
+		printf '!! timed out after %ss: %s\n' "$limit" "$*" | tee -a "$log"
+	fi
+	return "$rc"
+}
+
+# last_match REGEX FILE: the last line of FILE matching the extended REGEX, or nothing.
+last_match() {
+	grep -E -- "$1" "$2" 2>/dev/null | tail -n 1 || true
+}
+
+# shellcheck disable=SC2317  # trap handlers: reached through trap
+on_signal() {
+	trap - INT TERM
+	printf '\n!! interrupted\n' >&2
+	if [[ -n $STAGE_PID ]]; then
+		kill -TERM "$STAGE_PID" 2>/dev/null || true
+	fi
+	exit "$1"
+}
+
+# shellcheck disable=SC2317
+on_exit() {
+	local rc=$?
+	cluster_stop
+	exit "$rc"
+}
+
+trap on_exit EXIT
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+
+# --- dependencies and build -----------------------------------------------------------------
+
+say "installing dependencies"
+bash "$ROOT/scripts/install-deps.sh"
+
+say "building (make clean && make)"
+BUILD_OK=1
+# PGXS's clean removes log/ too, so the logs of this run start after it.
+make clean || BUILD_OK=0
+rm -rf "$LOG_DIR"
+mkdir -p "$LOG_DIR"
+if ((BUILD_OK)) && ! run_logged "$LOG_DIR/build.log" 900 make; then
+	BUILD_OK=0
+fi
+if ((BUILD_OK)); then
+	say "installing (make install)"
+	if ! "${SUDO[@]}" make install PG_CONFIG="$(command -v "$PG_CONFIG")" 2>&1 | tee -a "$LOG_DIR/build.log"; then
+		BUILD_OK=0
+	fi
+fi
+if ((BUILD_OK)); then
+	SUMMARY+=("$(printf '%-12s ok' build)")
+else
+	record build 0 1 "build or install failed, see log/build.log"
+fi
+
+# --- a. C unit tests --------------------------------------------------------------------------
+
+say "stage unit: make -C test/unit check"
+if [[ ! -f test/unit/Makefile ]]; then
+	echo "test/unit/Makefile does not exist"
+	record unit 0 1 "test/unit/Makefile missing"
+else
+	rc=0
+	run_logged "$LOG_DIR/unit.log" 900 make -C test/unit check || rc=$?
+	line=$(last_match 'unit: [0-9]+ passed, [0-9]+ failed' "$LOG_DIR/unit.log")
+	if [[ $line =~ unit:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed ]]; then
+		p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+		if ((rc != 0 && f == 0)); then
+			record unit "$p" 1 "make exited $rc"
+		else
+			record unit "$p" "$f"
+		fi
+	else
+		record unit 0 1 "no 'unit: N passed, M failed' line; make exited $rc"
+	fi
+fi
+
+# --- b. the cluster -------------------------------------------------------------------------
+
+CLUSTER_OK=0
+if ((BUILD_OK)); then
+	say "starting a throwaway cluster with shape_sync preloaded"
+	if cluster_start ""; then
+		CLUSTER_OK=1
+		printf 'PGHOST=%s PGPORT=%s SHAPE_SYNC_URL=%s\n' "$PGHOST" "$PGPORT" "$SHAPE_SYNC_URL"
+	else
+		record cluster 0 1 "cluster_start failed"
+	fi
+fi
+
+cluster_needed() {
+	if ((CLUSTER_OK)); then
+		return 0
+	fi
+	skip "$1" "no cluster (build or cluster start failed)"
+	return 1
+}
+
+# --- c. pg_regress --------------------------------------------------------------------------
+
+say "stage regress: make installcheck"
+shopt -s nullglob
+regress_sql=(sql/*.sql)
+shopt -u nullglob
+if ((${#regress_sql[@]} == 0)); then
+	skip regress "no sql/*.sql"
+elif cluster_needed regress; then
+	rm -f regression.diffs regression.out
+	rc=0
+	run_logged "$LOG_DIR/regress.log" 900 make installcheck PG_CONFIG="$PG_CONFIG" \
+		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres || rc=$?
+	log=$LOG_DIR/regress.log
+	# Per-test lines (PG 15): "test foo ... ok  12 ms", "     foo ... FAILED  30 ms".
+	p=$(grep -cE '\.\.\. +ok( |$)' "$log" || true)
+	f=$(grep -cE '\.\.\. +FAILED( |$)' "$log" || true)
+	# The summary, when present, is authoritative: "All 5 tests passed." / "2 of 5 tests failed."
+	if [[ $(last_match 'All [0-9]+ tests passed' "$log") =~ All\ ([0-9]+)\ tests ]]; then
+		p=${BASH_REMATCH[1]} f=0
+	elif [[ $(last_match '[0-9]+ of [0-9]+ tests failed' "$log") =~ ([0-9]+)\ of\ ([0-9]+)\ tests ]]; then
+		f=${BASH_REMATCH[1]} p=$((BASH_REMATCH[2] - BASH_REMATCH[1]))
+	fi
+	if ((rc != 0 && f == 0)); then
+		record regress "$p" 1 "make installcheck exited $rc"
+	else
+		record regress "$p" "$f"
+	fi
+	if [[ -f regression.diffs ]]; then
+		cp regression.diffs "$LOG_DIR/regression.diffs"
+		if ((rc != 0 || f != 0)); then
+			echo "--- regression.diffs (first 400 lines; all in log/regression.diffs) ---"
+			head -n 400 regression.diffs
+		fi
+	fi
+fi
+
+# --- d. pgTAP -------------------------------------------------------------------------------
+
+say "stage tap: pg_prove test/tap/*.sql"
+shopt -s nullglob
+tap_files=(test/tap/*.sql)
+shopt -u nullglob
+if ((${#tap_files[@]} == 0)); then
+	skip tap "no test/tap/*.sql"
+elif cluster_needed tap; then
+	rc=0
+	{
+		cluster_psql -d postgres -c 'DROP DATABASE IF EXISTS tap_tests' &&
+			cluster_psql -d postgres -c 'CREATE DATABASE tap_tests' &&
+			cluster_psql -d tap_tests -c 'CREATE EXTENSION pgtap'
+	} >"$LOG_DIR/tap-setup.log" 2>&1 || rc=$?
+	if ((rc != 0)); then
+		cat "$LOG_DIR/tap-setup.log"
+		record tap 0 1 "could not create database tap_tests with pgtap"
+	else
+		run_logged "$LOG_DIR/tap.log" 600 pg_prove --psql-bin "$SHAPE_SYNC_PG_BINDIR/psql" \
+			-h "$PGHOST" -p "$PGPORT" -U postgres -d tap_tests "${tap_files[@]}" || rc=$?
+		log=$LOG_DIR/tap.log
+		t=0 f=0
+		if [[ $(last_match '^Files=[0-9]+, Tests=[0-9]+' "$log") =~ Tests=([0-9]+) ]]; then
+			t=${BASH_REMATCH[1]}
+		fi
+		# Summary report lines: "test/tap/x.sql (Wstat: 0 Tests: 30 Failed: 2)"
+		while read -r n; do
+			f=$((f + n))
+		done < <(grep -oE 'Tests: [0-9]+ Failed: [0-9]+\)' "$log" | grep -oE '[0-9]+\)$' | tr -d ')' || true)
+		result=$(last_match '^Result: ' "$log")
+		if [[ $result != "Result: PASS" || $rc -ne 0 ]] && ((f == 0)); then
+			f=1
+		fi
+		p=$((t > f ? t - f : 0))
+		record tap "$p" "$f" "${result:-no Result line}"
+	fi
+fi
+
+# --- e. HTTP tests (node) -------------------------------------------------------------------
+
+say "stage http: node --test test/http/"
+if [[ ! -d test/http ]] || [[ -z $(find test/http -name node_modules -prune -o -type f \
+	\( -name '*.js' -o -name '*.mjs' -o -name '*.cjs' \) -print 2>/dev/null | head -n 1) ]]; then
+	skip http "no JavaScript files in test/http"
+elif cluster_needed http; then
+	rc=0
+	run_logged "$LOG_DIR/http.log" 1800 node --test --test-concurrency=1 --test-reporter=tap \
+		test/http/ || rc=$?
+	log=$LOG_DIR/http.log
+	p=0 f=0 c=0
+	[[ $(last_match '^# pass [0-9]+$' "$log") =~ ([0-9]+)$ ]] && p=${BASH_REMATCH[1]}
+	[[ $(last_match '^# fail [0-9]+$' "$log") =~ ([0-9]+)$ ]] && f=${BASH_REMATCH[1]}
+	[[ $(last_match '^# cancelled [0-9]+$' "$log") =~ ([0-9]+)$ ]] && c=${BASH_REMATCH[1]}
+	f=$((f + c))
+	note=
+	if ((c)); then
+		note="$c cancelled"
+	fi
+	if ((rc != 0 && f == 0)); then
+		record http "$p" 1 "node exited $rc"
+	else
+		record http "$p" "$f" "$note"
+	fi
+fi
+
+# --- f. integration scripts -----------------------------------------------------------------
+
+say "stage integration: test/integration/*.sh"
+shopt -s nullglob
+integration=(test/integration/*.sh)
+shopt -u nullglob
+if ((${#integration[@]} == 0)); then
+	skip integration "no test/integration/*.sh"
+elif cluster_needed integration; then
+	p=0 f=0
+	for script in "${integration[@]}"; do
+		if [[ ! -x $script ]]; then
+			echo "note: $script is not executable; not run"
+			continue
+		fi
+		name=$(basename "$script" .sh)
+		echo "--- $script"
+		rc=0
+		run_logged "$LOG_DIR/integration-$name.log" 900 "$script" || rc=$?
+		if [[ -s $LOG_DIR/integration-$name.log && -n $(tail -c 1 "$LOG_DIR/integration-$name.log") ]]; then
+			echo  # the script's output did not end with a newline
+		fi
+		if ((rc == 0)); then
+			echo "ok: $script"
+			p=$((p + 1))
+		else
+			echo "FAILED ($rc): $script"
+			f=$((f + 1))
+		fi
+	done
+	record integration "$p" "$f"
+fi
+
+# --- teardown and summary -------------------------------------------------------------------
+
+if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
+	cp "$SHAPE_SYNC_LOG" "$LOG_DIR/postgres.log" 2>/dev/null || true
+	if ((TOTAL_FAILED)); then
+		say "server log, last 100 lines (all of it in log/postgres.log)"
+		tail -n 100 "$SHAPE_SYNC_LOG" || true
+	fi
+fi
+cluster_stop
+
+say "summary"
+printf '%s\n' "${SUMMARY[@]}"
+if ((TOTAL_PASSED + TOTAL_FAILED == 0)); then
+	echo "no test ran"
+fi
+echo
+printf '%d passed, %d failed\n' "$TOTAL_PASSED" "$TOTAL_FAILED"
+if ((TOTAL_FAILED != 0 || TOTAL_PASSED == 0)); then
+	exit 1
+fi
+exit 0

@@ -1,0 +1,97 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_internal.h
+ *		State shared by the files of the HTTP server.
+ *
+ * IDENTIFICATION
+ *	  src/net/http_internal.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef HTTP_INTERNAL_H
+#define HTTP_INTERNAL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "http_server.h"
+#include "request_parse.h"
+
+#define HTTP_MAX_DAEMONS	8
+#define SERVER_NAME			"shape_sync/0.1.0"
+
+typedef struct ShapeConn ShapeConn;
+
+/* The parked connections of one shape, woken when its log grows. */
+typedef struct ShapeWaitList
+{
+	pthread_mutex_t lock;
+	ShapeConn  *head;			/* guarded by lock */
+} ShapeWaitList;
+
+struct HttpServer
+{
+	struct MHD_Daemon *daemons[HTTP_MAX_DAEMONS];
+	int			ndaemons;
+	ShapeTable *shapes;
+	RequestQueue *queue;
+	size_t		write_piece_size;
+	ShapeWaitList *waits;		/* one per shape slot */
+	_Atomic int cache_max_age;
+	_Atomic int cache_stale_age;
+	_Atomic bool stopping;		/* set once, by http_server_stop */
+};
+
+typedef enum ShapeConnPhase
+{
+	CONN_NEW,					/* first call: nothing done yet */
+	CONN_RESOLVING,				/* suspended; the main thread has the request */
+	CONN_RESOLVED,				/* the shape is known (and pinned) */
+	CONN_WAITING,				/* suspended on the shape's wait list */
+	CONN_RESPONDED				/* a response is queued */
+} ShapeConnPhase;
+
+/* The body of a shape response, produced piece by piece. */
+typedef struct BodyCursor
+{
+	uint64_t	pos;			/* next record */
+	uint64_t	end;			/* end of the last record to send */
+	uint32_t	rec_len;		/* payload bytes of the current record */
+	uint32_t	rec_sent;		/* ... already sent */
+	bool		in_record;
+	bool		opened;			/* "[" sent */
+	bool		any;			/* a message was sent (commas) */
+	bool		tail_sent;		/* up-to-date and "]" sent */
+	char		tail[192];		/* ",{up-to-date...}]" or "]" */
+	size_t		tail_len;
+	size_t		tail_off;
+} BodyCursor;
+
+/* Per-request state for /v1/shape, owned by the connection. */
+struct ShapeConn
+{
+	HttpServer *server;
+	struct MHD_Connection *connection;
+	ShapeConnPhase phase;
+	bool		head_only;		/* HEAD request */
+	ShapeQuery	query;
+	ShapeRequest request;		/* hand-off to the main thread */
+	bool		pinned;			/* holds request.result.slot's log */
+	ShapeConn  *wait_next;		/* ShapeWaitList link */
+	BodyCursor	body;
+};
+
+/* shape_serve.c */
+extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
+								   ShapeConn *sc);
+extern void shape_conn_free(ShapeConn *sc);
+
+/* http_server.c: responses common to every route */
+extern void http_add_cors_headers(struct MHD_Response *response,
+								  struct MHD_Connection *connection);
+extern enum MHD_Result http_respond_json(struct MHD_Connection *connection,
+										 unsigned status, const char *body,
+										 bool cors);
+
+#endif							/* HTTP_INTERNAL_H */

@@ -1,0 +1,531 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_server.c
+ *		The libmicrohttpd server: daemons, routing and request life cycle.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.
+ *
+ * One daemon listens on each configured address, each with an internal pool
+ * of epoll threads and suspend/resume enabled; a request that must wait
+ * (for the main thread to resolve its shape, or for a log to grow) is
+ * suspended, so a parked client holds a socket but no thread.  The daemons
+ * are started with every signal blocked, so that PostgreSQL's handlers only
+ * ever run on the main thread.
+ *
+ * Routing is a handful of fixed paths; /v1/shape is served by
+ * shape_serve.c.  Everything a request owns hangs off its ShapeConn, which
+ * the completion callback frees on every ending: done, client abort, error
+ * or daemon shutdown.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - A ShapeConn is touched by the thread that owns its connection, except
+ *   while suspended: then the main thread owns `request` (RESOLVING), or
+ *   the connection sits on its shape's wait list (WAITING).
+ * - Each wait list is guarded by its mutex.  A connection checks the log
+ *   and suspends itself under that mutex, and a waker empties the list
+ *   under it and resumes outside it, so no wakeup is lost and no
+ *   connection is resumed twice.
+ * - `stopping` is set once by the main thread before it drains the request
+ *   queue and the wait lists; a connection that sees it under a wait-list
+ *   mutex answers 503 instead of parking, so nothing is left suspended when
+ *   the daemons stop.
+ * - cache_max_age and cache_stale_age are atomics the main thread updates
+ *   on SIGHUP.
+ *
+ * IDENTIFICATION
+ *	  src/net/http_server.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "http_server.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "http_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "json_text.h"
+#include "thread_log.h"
+
+/* con_cls of requests that own nothing */
+static char http_plain_request;
+
+static const char *const http_expose_headers =
+"electric-cursor,electric-handle,electric-has-data,electric-offset,"
+"electric-schema,electric-up-to-date,electric-internal-known-error,"
+"retry-after";
+
+void
+http_add_cors_headers(struct MHD_Response *response, struct MHD_Connection *connection)
+{
+	const char *origin = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+													 "Origin");
+
+	MHD_add_response_header(response, "access-control-allow-origin",
+							origin && origin[0] ? origin : "*");
+	MHD_add_response_header(response, "access-control-expose-headers",
+							http_expose_headers);
+	MHD_add_response_header(response, "access-control-allow-methods",
+							"GET, POST, HEAD, DELETE, OPTIONS");
+	if (origin && origin[0])
+		MHD_add_response_header(response, "vary", "origin");
+}
+
+/* Queues a JSON response; errors (>= 400) are never cached. */
+enum MHD_Result
+http_respond_json(struct MHD_Connection *connection, unsigned status,
+				  const char *body, bool cors)
+{
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	if (body == NULL)
+		body = "{\"error\":\"Internal server error\"}";
+	response = MHD_create_response_from_buffer(strlen(body), (void *) body,
+											   MHD_RESPMEM_MUST_COPY);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	if (status >= 400)
+	{
+		MHD_add_response_header(response, "cache-control", "no-store");
+		MHD_add_response_header(response, "surrogate-control", "no-store");
+	}
+	if (cors)
+		http_add_cors_headers(response, connection);
+	ret = MHD_queue_response(connection, status, response);
+	MHD_destroy_response(response);
+	return ret;
+}
+
+static enum MHD_Result
+http_respond_text(struct MHD_Connection *connection, unsigned status, const char *text)
+{
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	response = MHD_create_response_from_buffer(strlen(text), (void *) text,
+											   MHD_RESPMEM_PERSISTENT);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "content-type", "text/plain; charset=utf-8");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	ret = MHD_queue_response(connection, status, response);
+	MHD_destroy_response(response);
+	return ret;
+}
+
+/* OPTIONS /v1/shape: the CORS preflight. */
+static enum MHD_Result
+http_respond_preflight(struct MHD_Connection *connection)
+{
+	struct MHD_Response *response;
+	const char *requested;
+	char		allowed[64] = "";
+	enum MHD_Result ret;
+
+	response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	if (response == NULL)
+		return MHD_NO;
+	http_add_cors_headers(response, connection);
+	MHD_add_response_header(response, "access-control-max-age", "86400");
+	requested = MHD_lookup_connection_value(connection, MHD_HEADER_KIND,
+											"Access-Control-Request-Headers");
+	if (requested != NULL)
+	{
+		if (strcasestr(requested, "if-none-match"))
+			strcat(allowed, "if-none-match");
+		if (strcasestr(requested, "traceparent"))
+			strcat(allowed, allowed[0] ? ",traceparent" : "traceparent");
+		if (allowed[0])
+			MHD_add_response_header(response, "access-control-allow-headers", allowed);
+	}
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	ret = MHD_queue_response(connection, MHD_HTTP_NO_CONTENT, response);
+	MHD_destroy_response(response);
+	return ret;
+}
+
+static enum MHD_Result
+http_access(void *cls, struct MHD_Connection *connection, const char *url,
+			const char *method, const char *version, const char *upload_data,
+			size_t *upload_data_size, void **con_cls)
+{
+	HttpServer *server = cls;
+	bool		is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
+	bool		is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+	bool		shape_route = strcmp(url, "/v1/shape") == 0;
+
+	if (*con_cls == NULL)
+	{
+		if (shape_route && (is_get || is_head))
+		{
+			ShapeConn  *sc = calloc(1, sizeof(ShapeConn));
+
+			if (sc == NULL)
+				return MHD_NO;
+			sc->server = server;
+			sc->connection = connection;
+			sc->head_only = is_head;
+			sc->request.owner = sc;
+			sc->request.result.slot = SHAPE_NO_SLOT;
+			*con_cls = sc;
+		}
+		else
+			*con_cls = &http_plain_request;
+		return MHD_YES;
+	}
+
+	/* request bodies are not used by any route; discard them */
+	if (*upload_data_size != 0)
+	{
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+
+	if (*con_cls != &http_plain_request)
+		return shape_serve(server, connection, (ShapeConn *) *con_cls);
+
+	if (shape_route)
+	{
+		if (strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0)
+			return http_respond_preflight(connection);
+		if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
+			return http_respond_json(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
+									 "{\"message\":\"DELETE not allowed\"}", true);
+		if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
+			return http_respond_json(connection, MHD_HTTP_BAD_REQUEST,
+									 "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
+									 "[\"subset snapshots are not supported by this server\"]}}",
+									 true);
+		return http_respond_json(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
+								 "{\"message\":\"method not allowed\"}", true);
+	}
+	if (strcmp(url, "/v1/health") == 0 && (is_get || is_head))
+	{
+		struct MHD_Response *response;
+		static const char body[] = "{\"status\":\"active\"}";
+		enum MHD_Result ret;
+
+		response = MHD_create_response_from_buffer(sizeof(body) - 1, (void *) body,
+												   MHD_RESPMEM_PERSISTENT);
+		if (response == NULL)
+			return MHD_NO;
+		MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");
+		MHD_add_response_header(response, "cache-control",
+								"no-cache, no-store, must-revalidate");
+		MHD_add_response_header(response, "electric-server", SERVER_NAME);
+		ret = MHD_queue_response(connection, MHD_HTTP_OK, response);
+		MHD_destroy_response(response);
+		return ret;
+	}
+	if (strcmp(url, "/") == 0 && (is_get || is_head))
+		return http_respond_text(connection, MHD_HTTP_OK, "");
+	return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
+}
+
+static void
+http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
+			   enum MHD_RequestTerminationCode toe)
+{
+	if (*con_cls != NULL && *con_cls != &http_plain_request)
+		shape_conn_free((ShapeConn *) *con_cls);
+	*con_cls = NULL;
+}
+
+static void
+http_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	thread_log_v(THREAD_LOG_LOG, fmt, ap);
+}
+
+/*
+ * libmicrohttpd calls this on an internal inconsistency it cannot recover
+ * from; returning would corrupt its state.  Log where PostgreSQL's log
+ * collector will see it, then abort.
+ */
+static void
+http_mhd_panic(void *cls, const char *file, unsigned int line, const char *reason)
+{
+	fprintf(stderr, "shape_sync: libmicrohttpd panic at %s:%u: %s\n",
+			file ? file : "?", line, reason ? reason : "?");
+	abort();
+}
+
+/* Resolves the listen address list into socket addresses (at most `max`). */
+static int
+http_resolve_addresses(const char *list, int port, struct sockaddr_storage *out,
+					   socklen_t *lens, bool *dual_stack, int max,
+					   char *err, size_t errlen)
+{
+	char	   *copy = strdup(list);
+	char	   *save = NULL;
+	int			n = 0;
+
+	*dual_stack = false;
+	if (copy == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+	{
+		struct addrinfo hints = {0};
+		struct addrinfo *res = NULL;
+		char		portstr[16];
+		int			rc;
+
+		while (*tok == ' ')
+			tok++;
+		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
+			*--e = '\0';
+		if (*tok == '\0')
+			continue;
+		if (strcmp(tok, "*") == 0)
+		{
+			*dual_stack = true;
+			continue;
+		}
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+		snprintf(portstr, sizeof(portstr), "%d", port);
+		rc = getaddrinfo(tok, portstr, &hints, &res);
+		if (rc != 0)
+		{
+			snprintf(err, errlen, "could not resolve listen address \"%s\": %s",
+					 tok, gai_strerror(rc));
+			free(copy);
+			return -1;
+		}
+		for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+		{
+			bool		dup = false;
+
+			for (int i = 0; i < n; i++)
+				if (lens[i] == ai->ai_addrlen &&
+					memcmp(&out[i], ai->ai_addr, ai->ai_addrlen) == 0)
+					dup = true;
+			if (dup)
+				continue;
+			if (n == max)
+			{
+				snprintf(err, errlen, "too many listen addresses (at most %d)", max);
+				freeaddrinfo(res);
+				free(copy);
+				return -1;
+			}
+			memcpy(&out[n], ai->ai_addr, ai->ai_addrlen);
+			lens[n] = ai->ai_addrlen;
+			n++;
+		}
+		freeaddrinfo(res);
+	}
+	free(copy);
+	if (n == 0 && !*dual_stack)
+	{
+		snprintf(err, errlen, "no listen address configured");
+		return -1;
+	}
+	return n;
+}
+
+static struct MHD_Daemon *
+http_start_daemon(HttpServer *server, const HttpServerOptions *options,
+				  const struct sockaddr *addr, bool ipv6, bool dual_stack,
+				  unsigned threads, unsigned limit)
+{
+	unsigned	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+		MHD_USE_ERROR_LOG;
+	struct MHD_OptionItem opts[12];
+	int			i = 0;
+
+	if (ipv6)
+		flags |= MHD_USE_IPv6;
+	if (dual_stack)
+		flags |= MHD_USE_DUAL_STACK;
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_THREAD_POOL_SIZE, threads, NULL};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
+	/* room for one write piece plus headers and the request */
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	(intptr_t) (options->write_piece_size + 64 * 1024), NULL};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
+	(intptr_t) http_completed, server};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_EXTERNAL_LOGGER,
+	(intptr_t) http_mhd_log, server};
+	if (addr != NULL)
+		opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, (void *) addr};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};
+
+	return MHD_start_daemon(flags, (uint16_t) options->port, NULL, NULL,
+							http_access, server,
+							MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+}
+
+HttpServer *
+http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *settings,
+				  char *err, size_t errlen)
+{
+	HttpServer *server;
+	struct sockaddr_storage addrs[HTTP_MAX_DAEMONS];
+	socklen_t	lens[HTTP_MAX_DAEMONS];
+	bool		dual_stack;
+	int			naddrs;
+	int			ndaemons;
+	unsigned	threads;
+	sigset_t	all;
+	sigset_t	old;
+
+	naddrs = http_resolve_addresses(options->listen_addresses, options->port,
+									addrs, lens, &dual_stack, HTTP_MAX_DAEMONS - 1,
+									err, errlen);
+	if (naddrs < 0)
+		return NULL;
+	ndaemons = dual_stack ? 1 : naddrs;
+	threads = (unsigned) (options->threads / ndaemons);
+	if (threads < 1)
+		threads = 1;
+
+	server = calloc(1, sizeof(HttpServer));
+	if (server == NULL)
+	{
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	server->shapes = options->shapes;
+	server->queue = options->queue;
+	server->write_piece_size = options->write_piece_size;
+	server->waits = calloc(options->shapes->nslots, sizeof(ShapeWaitList));
+	if (server->waits == NULL)
+	{
+		free(server);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (uint32_t i = 0; i < options->shapes->nslots; i++)
+		pthread_mutex_init(&server->waits[i].lock, NULL);
+	atomic_init(&server->stopping, false);
+	http_server_apply_settings(server, settings);
+	MHD_set_panic_func(http_mhd_panic, NULL);
+
+	/* threads inherit the creator's mask: keep every signal off them */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	for (int i = 0; i < ndaemons; i++)
+	{
+		const struct sockaddr *addr = dual_stack ? NULL : (struct sockaddr *) &addrs[i];
+		bool		ipv6 = dual_stack || addrs[i].ss_family == AF_INET6;
+		struct MHD_Daemon *d;
+
+		d = http_start_daemon(server, options, addr, ipv6, dual_stack, threads,
+							  options->connection_limit / (unsigned) ndaemons);
+		if (d == NULL && dual_stack)
+			d = http_start_daemon(server, options, NULL, false, false, threads,
+								  options->connection_limit);
+		if (d == NULL)
+		{
+			char		host[INET6_ADDRSTRLEN] = "*";
+
+			if (!dual_stack)
+			{
+				if (addrs[i].ss_family == AF_INET6)
+					inet_ntop(AF_INET6, &((struct sockaddr_in6 *) &addrs[i])->sin6_addr,
+							  host, sizeof(host));
+				else
+					inet_ntop(AF_INET, &((struct sockaddr_in *) &addrs[i])->sin_addr,
+							  host, sizeof(host));
+			}
+			snprintf(err, errlen, "could not listen on %s port %d: %s",
+					 host, options->port, strerror(errno));
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			http_server_stop(server);
+			return NULL;
+		}
+		server->daemons[server->ndaemons++] = d;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return server;
+}
+
+void
+http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settings)
+{
+	atomic_store(&server->cache_max_age, settings->cache_max_age);
+	atomic_store(&server->cache_stale_age, settings->cache_stale_age);
+}
+
+void
+http_server_wake_shape(HttpServer *server, uint32_t slot)
+{
+	ShapeWaitList *wl;
+	ShapeConn  *list;
+
+	if (slot >= server->shapes->nslots)
+		return;
+	wl = &server->waits[slot];
+	pthread_mutex_lock(&wl->lock);
+	list = wl->head;
+	wl->head = NULL;
+	pthread_mutex_unlock(&wl->lock);
+
+	while (list != NULL)
+	{
+		ShapeConn  *next = list->wait_next;
+
+		list->wait_next = NULL;
+		MHD_resume_connection(list->connection);
+		list = next;
+	}
+}
+
+void
+http_server_wake_all(HttpServer *server)
+{
+	for (uint32_t i = 0; i < server->shapes->nslots; i++)
+		http_server_wake_shape(server, i);
+}
+
+void
+http_server_stop(HttpServer *server)
+{
+	ShapeRequest *pending;
+
+	if (server == NULL)
+		return;
+	atomic_store(&server->stopping, true);
+
+	/* requests the main thread will never resolve now */
+	pending = request_queue_close(server->queue);
+	while (pending != NULL)
+	{
+		ShapeRequest *next = pending->next;
+
+		pending->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		pending->done(pending);
+		pending = next;
+	}
+	http_server_wake_all(server);
+
+	for (int i = 0; i < server->ndaemons; i++)
+		MHD_stop_daemon(server->daemons[i]);
+	for (uint32_t i = 0; i < server->shapes->nslots; i++)
+		pthread_mutex_destroy(&server->waits[i].lock);
+	free(server->waits);
+	free(server);
+}

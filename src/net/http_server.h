@@ -1,0 +1,63 @@
+/*-------------------------------------------------------------------------
+ *
+ * http_server.h
+ *		The libmicrohttpd server: start, stop, wake waiters, settings.
+ *
+ * The PostgreSQL side calls these from the worker's main thread only.
+ *
+ * IDENTIFICATION
+ *	  src/net/http_server.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef HTTP_SERVER_H
+#define HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "request_queue.h"
+#include "shape_table.h"
+
+typedef struct HttpServer HttpServer;
+
+typedef struct HttpServerOptions
+{
+	const char *listen_addresses;	/* "localhost", "*", or a comma list */
+	int			port;
+	int			threads;		/* worker threads in all */
+	unsigned	connection_limit;
+	size_t		write_piece_size;	/* bytes per socket write, at most */
+	ShapeTable *shapes;
+	RequestQueue *queue;
+} HttpServerOptions;
+
+/* Settings the main thread may change while the server runs (SIGHUP). */
+typedef struct HttpRuntimeSettings
+{
+	int			cache_max_age;	/* seconds */
+	int			cache_stale_age;	/* seconds */
+} HttpRuntimeSettings;
+
+/*
+ * Starts the daemons with every signal blocked in their threads.  Returns
+ * NULL and a message in err on failure.
+ */
+extern HttpServer *http_server_start(const HttpServerOptions *options,
+									 const HttpRuntimeSettings *settings,
+									 char *err, size_t errlen);
+
+/* Answers pending and parked requests, then stops and joins all threads. */
+extern void http_server_stop(HttpServer *server);
+
+extern void http_server_apply_settings(HttpServer *server,
+									   const HttpRuntimeSettings *settings);
+
+/* Resumes the connections waiting for this shape's log to grow. */
+extern void http_server_wake_shape(HttpServer *server, uint32_t slot);
+
+/* Resumes every parked connection (the shape table changed wholesale). */
+extern void http_server_wake_all(HttpServer *server);
+
+#endif							/* HTTP_SERVER_H */

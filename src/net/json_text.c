@@ -1,0 +1,168 @@
+/*-------------------------------------------------------------------------
+ *
+ * json_text.c
+ *		A growable text buffer with JSON string escaping.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.  The HTTP side only writes small JSON documents (error bodies
+ * and control messages); row messages are encoded once, by the PostgreSQL
+ * side, when they enter a shape log.
+ *
+ * IDENTIFICATION
+ *	  src/net/json_text.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "json_text.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "json_text.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void
+json_buf_init(JsonBuf *buf)
+{
+	buf->data = NULL;
+	buf->len = 0;
+	buf->cap = 0;
+	buf->failed = false;
+}
+
+static bool
+json_buf_reserve(JsonBuf *buf, size_t more)
+{
+	size_t		want = buf->len + more + 1;
+	char	   *grown;
+
+	if (buf->failed)
+		return false;
+	if (want <= buf->cap)
+		return true;
+	if (want < 2 * buf->cap)
+		want = 2 * buf->cap;
+	if (want < 256)
+		want = 256;
+	grown = realloc(buf->data, want);
+	if (grown == NULL)
+	{
+		buf->failed = true;
+		return false;
+	}
+	buf->data = grown;
+	buf->cap = want;
+	return true;
+}
+
+void
+json_buf_put(JsonBuf *buf, const char *s, size_t n)
+{
+	if (!json_buf_reserve(buf, n))
+		return;
+	memcpy(buf->data + buf->len, s, n);
+	buf->len += n;
+	buf->data[buf->len] = '\0';
+}
+
+void
+json_buf_puts(JsonBuf *buf, const char *s)
+{
+	json_buf_put(buf, s, strlen(s));
+}
+
+void
+json_buf_putc(JsonBuf *buf, char c)
+{
+	json_buf_put(buf, &c, 1);
+}
+
+void
+json_buf_printf(JsonBuf *buf, const char *fmt,...)
+{
+	char		small[256];
+	va_list		ap;
+	int			n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(small, sizeof(small), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t) n < sizeof(small))
+	{
+		json_buf_put(buf, small, (size_t) n);
+		return;
+	}
+	if (!json_buf_reserve(buf, (size_t) n))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf->data + buf->len, (size_t) n + 1, fmt, ap);
+	va_end(ap);
+	buf->len += (size_t) n;
+}
+
+/* Appends s as a JSON string literal, quotes included. */
+void
+json_buf_put_string(JsonBuf *buf, const char *s)
+{
+	json_buf_putc(buf, '"');
+	for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+	{
+		switch (*p)
+		{
+			case '"':
+				json_buf_puts(buf, "\\\"");
+				break;
+			case '\\':
+				json_buf_puts(buf, "\\\\");
+				break;
+			case '\n':
+				json_buf_puts(buf, "\\n");
+				break;
+			case '\r':
+				json_buf_puts(buf, "\\r");
+				break;
+			case '\t':
+				json_buf_puts(buf, "\\t");
+				break;
+			default:
+				if (*p < 0x20)
+					json_buf_printf(buf, "\\u%04x", *p);
+				else
+					json_buf_putc(buf, (char) *p);
+		}
+	}
+	json_buf_putc(buf, '"');
+}
+
+char *
+json_buf_finish(JsonBuf *buf)
+{
+	if (buf->failed)
+	{
+		free(buf->data);
+		buf->data = NULL;
+		return NULL;
+	}
+	if (buf->data == NULL)
+		return strdup("");
+	return buf->data;
+}
+
+char *
+json_message_body(const char *key, const char *message)
+{
+	JsonBuf		out;
+
+	json_buf_init(&out);
+	json_buf_putc(&out, '{');
+	json_buf_put_string(&out, key);
+	json_buf_putc(&out, ':');
+	json_buf_put_string(&out, message);
+	json_buf_putc(&out, '}');
+	return json_buf_finish(&out);
+}

@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * json_text.h
+ *		A growable text buffer with JSON string escaping.
+ *
+ * IDENTIFICATION
+ *	  src/net/json_text.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JSON_TEXT_H
+#define JSON_TEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct JsonBuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+	bool		failed;			/* an allocation failed; finish returns NULL */
+} JsonBuf;
+
+extern void json_buf_init(JsonBuf *buf);
+extern void json_buf_put(JsonBuf *buf, const char *s, size_t n);
+extern void json_buf_puts(JsonBuf *buf, const char *s);
+extern void json_buf_putc(JsonBuf *buf, char c);
+extern void json_buf_printf(JsonBuf *buf, const char *fmt,...)
+			__attribute__((format(printf, 2, 3)));
+extern void json_buf_put_string(JsonBuf *buf, const char *s);
+extern char *json_buf_finish(JsonBuf *buf);
+
+/* {"message":"<msg>"}-style bodies, malloc'd; NULL when out of memory. */
+extern char *json_message_body(const char *key, const char *message);
+
+#endif							/* JSON_TEXT_H */

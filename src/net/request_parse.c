@@ -1,0 +1,428 @@
+/*-------------------------------------------------------------------------
+ *
+ * request_parse.c
+ *		Parsing and validation of GET /v1/shape query parameters.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.
+ *
+ * Everything a client sends passes through here before anything else looks
+ * at it, so every function is total over its input: arbitrary bytes give
+ * either a parsed value or an error message, never a crash or an unbounded
+ * allocation (identifiers are capped at 63 bytes, params at REQ_MAX_PARAMS).
+ * The rules and messages follow Electric's API so that the official client
+ * sees the errors it expects.  The where clause is not parsed here: only
+ * PostgreSQL's parser, on the main thread, decides what it means.
+ *
+ * IDENTIFICATION
+ *	  src/net/request_parse.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "request_parse.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "request_parse.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_text.h"
+
+void
+request_errors_add(RequestErrors *errs, const char *field, const char *fmt,...)
+{
+	va_list		ap;
+	RequestError *e;
+
+	if (errs->count >= REQ_MAX_ERRORS)
+		return;
+	e = &errs->items[errs->count++];
+	e->field = field;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Renders the errors grouped by field, in first-seen field order:
+ * {"message":"Invalid request","errors":{"f":["m1","m2"],...}}
+ */
+char *
+request_errors_json(const RequestErrors *errs)
+{
+	JsonBuf		out;
+
+	json_buf_init(&out);
+	json_buf_puts(&out, "{\"message\":\"Invalid request\",\"errors\":{");
+	for (int i = 0; i < errs->count; i++)
+	{
+		bool		seen = false;
+		bool		first = true;
+
+		for (int j = 0; j < i; j++)
+			if (strcmp(errs->items[j].field, errs->items[i].field) == 0)
+				seen = true;
+		if (seen)
+			continue;
+		if (i > 0)
+			json_buf_putc(&out, ',');
+		json_buf_put_string(&out, errs->items[i].field);
+		json_buf_puts(&out, ":[");
+		for (int j = i; j < errs->count; j++)
+		{
+			if (strcmp(errs->items[j].field, errs->items[i].field) != 0)
+				continue;
+			if (!first)
+				json_buf_putc(&out, ',');
+			first = false;
+			json_buf_put_string(&out, errs->items[j].message);
+		}
+		json_buf_putc(&out, ']');
+	}
+	json_buf_puts(&out, "}}");
+	return json_buf_finish(&out);
+}
+
+/* ---------------------------------------------------------- identifiers */
+
+static bool
+is_ident_start(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
+}
+
+static bool
+is_ident_char(unsigned char c)
+{
+	return is_ident_start(c) || (c >= '0' && c <= '9') || c == '$';
+}
+
+/*
+ * Parses one identifier at *p, stopping at `stop` (or the end); stores a
+ * malloc'd copy in *out and advances *p past it.
+ */
+static bool
+parse_identifier(const char **p, char stop, char **out, char *err, size_t errlen)
+{
+	const char *s = *p;
+	char		buf[REQ_IDENT_MAX + 1];
+	size_t		n = 0;
+
+	if (*s == '"')
+	{
+		for (s++;; s++)
+		{
+			if (*s == '\0')
+			{
+				snprintf(err, errlen, "Invalid identifier: unterminated quoted identifier");
+				return false;
+			}
+			if (*s == '"')
+			{
+				if (s[1] != '"')
+					break;
+				s++;
+			}
+			if (n == REQ_IDENT_MAX)
+			{
+				snprintf(err, errlen, "Identifier is too long: at most %d bytes are allowed",
+						 REQ_IDENT_MAX);
+				return false;
+			}
+			buf[n++] = *s;
+		}
+		s++;					/* closing quote */
+		if (n == 0)
+		{
+			snprintf(err, errlen, "Invalid zero-length delimited identifier");
+			return false;
+		}
+	}
+	else
+	{
+		if (!is_ident_start((unsigned char) *s))
+		{
+			if (*s == '\0' || *s == stop)
+				snprintf(err, errlen, "Invalid zero-length delimited identifier");
+			else
+				snprintf(err, errlen,
+						 "Invalid unquoted identifier: \"%c\" is not allowed here; quote names with special characters",
+						 *s);
+			return false;
+		}
+		for (; is_ident_char((unsigned char) *s); s++)
+		{
+			if (n == REQ_IDENT_MAX)
+			{
+				snprintf(err, errlen, "Identifier is too long: at most %d bytes are allowed",
+						 REQ_IDENT_MAX);
+				return false;
+			}
+			buf[n++] = (*s >= 'A' && *s <= 'Z') ? (char) (*s - 'A' + 'a') : *s;
+		}
+	}
+	if (*s != '\0' && *s != stop)
+	{
+		snprintf(err, errlen,
+				 "Invalid identifier: unexpected \"%c\"; quote names with special characters",
+				 *s);
+		return false;
+	}
+	buf[n] = '\0';
+	*out = strdup(buf);
+	*p = s;
+	return true;
+}
+
+/* "name" or "schema.name", with PostgreSQL's quoting rules. */
+bool
+parse_table_name(const char *text, char **schema, char **table,
+				 char *err, size_t errlen)
+{
+	const char *p = text;
+	char	   *first = NULL;
+	char	   *second = NULL;
+
+	*schema = *table = NULL;
+	if (!parse_identifier(&p, '.', &first, err, errlen))
+		return false;
+	if (*p == '.')
+	{
+		p++;
+		if (!parse_identifier(&p, '.', &second, err, errlen))
+		{
+			free(first);
+			return false;
+		}
+		if (*p != '\0')
+		{
+			snprintf(err, errlen, "Invalid table name: expected \"table\" or \"schema.table\"");
+			free(first);
+			free(second);
+			return false;
+		}
+		*schema = first;
+		*table = second;
+		return true;
+	}
+	*table = first;
+	return true;
+}
+
+/* A comma-separated list of identifiers. */
+bool
+parse_column_list(const char *text, char ***columns, int *ncolumns,
+				  char *err, size_t errlen)
+{
+	const char *p = text;
+	char	  **list = NULL;
+	int			n = 0;
+
+	for (;;)
+	{
+		char	   *name;
+
+		if (!parse_identifier(&p, ',', &name, err, errlen))
+			goto fail;
+		if (n % 16 == 0)
+		{
+			char	  **grown = realloc(list, (size_t) (n + 16) * sizeof(char *));
+
+			if (grown == NULL)
+			{
+				free(name);
+				snprintf(err, errlen, "out of memory");
+				goto fail;
+			}
+			list = grown;
+		}
+		list[n++] = name;
+		if (n > 1600)
+		{
+			snprintf(err, errlen, "Too many columns: a table has at most 1600");
+			goto fail;
+		}
+		if (*p == '\0')
+			break;
+		p++;					/* the comma */
+	}
+	*columns = list;
+	*ncolumns = n;
+	return true;
+
+fail:
+	for (int i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+	*columns = NULL;
+	*ncolumns = 0;
+	return false;
+}
+
+/* ------------------------------------------------------------- the query */
+
+/* Electric: any value other than "false" turns a flag on. */
+static bool
+flag_value(const char *value)
+{
+	return value == NULL || strcmp(value, "false") != 0;
+}
+
+/* "params[N]" with 1 <= N <= REQ_MAX_PARAMS; 0 when the key is not one. */
+static int
+param_index(const char *key)
+{
+	const char *p = key + strlen("params[");
+	int			n = 0;
+
+	if (strncmp(key, "params[", 7) != 0 || *p < '1' || *p > '9')
+		return 0;
+	for (; *p >= '0' && *p <= '9'; p++)
+	{
+		n = n * 10 + (*p - '0');
+		if (n > REQ_MAX_PARAMS)
+			return -1;
+	}
+	return (p[0] == ']' && p[1] == '\0') ? n : 0;
+}
+
+static void
+replace_string(char **slot, const char *value)
+{
+	free(*slot);
+	*slot = strdup(value ? value : "");
+}
+
+void
+shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, const char *value)
+{
+	char		err[200];
+	int			pidx;
+
+	if (value == NULL)
+		value = "";
+
+	if (strcmp(key, "table") == 0)
+	{
+		free(q->def.schema);
+		free(q->def.table);
+		q->def.schema = q->def.table = NULL;
+		q->has_table = value[0] != '\0';
+		if (q->has_table &&
+			!parse_table_name(value, &q->def.schema, &q->def.table, err, sizeof(err)))
+			request_errors_add(errs, "table", "%s", err);
+	}
+	else if (strcmp(key, "offset") == 0)
+	{
+		q->has_offset = true;
+		q->offset_now = strcmp(value, "now") == 0;
+		if (!q->offset_now && !log_offset_parse(value, &q->offset))
+			request_errors_add(errs, "offset", "has invalid format");
+	}
+	else if (strcmp(key, "handle") == 0)
+		replace_string(&q->handle, value);
+	else if (strcmp(key, "live") == 0)
+		q->live = flag_value(value);
+	else if (strcmp(key, "live_sse") == 0 || strcmp(key, "experimental_live_sse") == 0)
+		q->live_sse = q->live_sse || flag_value(value);
+	else if (strcmp(key, "cursor") == 0)
+		replace_string(&q->cursor, value);
+	else if (strcmp(key, "where") == 0)
+		replace_string(&q->def.where, value);
+	else if (strcmp(key, "columns") == 0)
+	{
+		for (int i = 0; i < q->def.ncolumns; i++)
+			free(q->def.columns[i]);
+		free(q->def.columns);
+		q->def.columns = NULL;
+		q->def.ncolumns = 0;
+		if (!parse_column_list(value, &q->def.columns, &q->def.ncolumns, err, sizeof(err)))
+			request_errors_add(errs, "columns", "%s", err);
+	}
+	else if (strcmp(key, "replica") == 0)
+	{
+		if (strcmp(value, "full") == 0)
+			q->def.replica_full = true;
+		else if (strcmp(value, "default") == 0)
+			q->def.replica_full = false;
+		else
+			request_errors_add(errs, "replica", "is invalid");
+	}
+	else if (strcmp(key, "log") == 0)
+	{
+		if (strcmp(value, "changes_only") == 0)
+			q->def.changes_only = true;
+		else if (strcmp(value, "full") == 0)
+			q->def.changes_only = false;
+		else
+			request_errors_add(errs, "log", "is invalid");
+	}
+	else if (strncmp(key, "subset__", 8) == 0)
+	{
+		/* the client's where_expr/order_by_expr echoes carry no request */
+		if (strcmp(key, "subset__where_expr") != 0 &&
+			strcmp(key, "subset__order_by_expr") != 0)
+			q->subset = true;
+	}
+	else if ((pidx = param_index(key)) != 0)
+	{
+		if (pidx < 0)
+		{
+			request_errors_add(errs, "params", "at most %d parameters are supported",
+							   REQ_MAX_PARAMS);
+			return;
+		}
+		if (pidx > q->def.nparams)
+		{
+			char	  **grown = realloc(q->def.params, (size_t) pidx * sizeof(char *));
+
+			if (grown == NULL)
+				return;
+			for (int i = q->def.nparams; i < pidx; i++)
+				grown[i] = NULL;
+			q->def.params = grown;
+			q->def.nparams = pidx;
+		}
+		replace_string(&q->def.params[pidx - 1], value);
+	}
+	/* anything else is ignored, as Electric does */
+}
+
+void
+shape_query_finish(ShapeQuery *q, RequestErrors *errs)
+{
+	bool		initial = !q->has_offset || q->offset_now ||
+		log_offset_is_before_all(q->offset);
+
+	if (!q->has_table)
+		request_errors_add(errs, "table", "can't be blank");
+	if (!q->has_offset)
+		request_errors_add(errs, "offset", "can't be blank");
+	if (q->has_offset && initial)
+	{
+		/* a handle sent with -1 or now is dropped, not checked */
+		free(q->handle);
+		q->handle = NULL;
+	}
+	else if (q->has_offset && (q->handle == NULL || q->handle[0] == '\0'))
+		request_errors_add(errs, "handle", "can't be blank when offset != -1");
+	if (q->live && q->has_offset && q->offset_now)
+		request_errors_add(errs, "live", "can't be true when offset is 'now'");
+	else if (q->live && q->has_offset && log_offset_is_before_all(q->offset))
+		request_errors_add(errs, "live", "can't be true when offset == -1");
+	if (q->live_sse && !q->live)
+		request_errors_add(errs, "live_sse", "can't be true unless live is also true");
+}
+
+void
+shape_query_free(ShapeQuery *q)
+{
+	shape_definition_free(&q->def);
+	free(q->handle);
+	free(q->cursor);
+	q->handle = q->cursor = NULL;
+}

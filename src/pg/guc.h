@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * guc.h
+ *		The shape_sync.* configuration parameters.
+ *
+ * IDENTIFICATION
+ *	  src/pg/guc.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_SYNC_GUC_H
+#define SHAPE_SYNC_GUC_H
+
+extern int	shape_sync_port;
+extern char *shape_sync_listen_addresses;
+extern char *shape_sync_database;
+extern int	shape_sync_http_threads;
+extern int	shape_sync_max_connections;
+extern int	shape_sync_chunk_bytes_threshold;	/* bytes */
+extern int	shape_sync_log_memory;	/* MB */
+extern int	shape_sync_max_shapes;
+extern int	shape_sync_max_snapshot_workers;
+extern int	shape_sync_write_piece_size;	/* kB */
+extern int	shape_sync_cache_max_age;	/* s */
+extern int	shape_sync_cache_stale_age; /* s */
+
+extern void shape_sync_define_gucs(void);
+
+#endif							/* SHAPE_SYNC_GUC_H */

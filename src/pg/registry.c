@@ -1,0 +1,452 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.c
+ *		The main thread's map from shape definitions to shapes.
+ *
+ * The main thread resolves every shape request: it validates the
+ * definition (shape_def.c), and either finds the shape that has the same
+ * identity or creates one, with a fresh handle, and queues its snapshot.
+ * Identical definitions therefore share one handle, and handles are never
+ * reused (shape_table_new_handle).
+ *
+ * The map lives in the main worker's memory, one entry per shape slot, and
+ * is searched linearly by identity hash: a few thousand comparisons of
+ * 64-bit integers per request.  XXX: a hash table once max_shapes grows
+ * past tens of thousands.
+ *
+ * Snapshots start in FIFO order, at most shape_sync.max_snapshot_workers at
+ * a time.  A worker that ends without finishing its shape fails it.  A
+ * failed shape stays in the map for FAILED_SHAPE_RETENTION so that clients
+ * asking again get the error at once instead of a new snapshot attempt;
+ * then it is retired and the next request tries afresh.
+ *
+ * When the worker (re)starts, shapes left in shared memory by its previous
+ * life are retired: their clients get 409 and refetch.
+ *
+ * IDENTIFICATION
+ *	  src/pg/registry.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdatomic.h>
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/dsm.h"
+#include "utils/json.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "registry.h"
+#include "shape_def.h"
+#include "shared_state.h"
+#include "snapshot.h"
+
+#define FAILED_SHAPE_RETENTION_MS	10000
+
+typedef struct RegistryEntry
+{
+	bool		in_use;
+	uint64		identity_hash;
+	char	   *identity;
+	uint32		generation;
+	ShapeSpec	spec;
+	char	   *schema_json;
+	bool		launched;		/* a snapshot worker was started */
+	BackgroundWorkerHandle *worker;
+	dsm_segment *definition;
+	TimestampTz queued_at;		/* for FIFO launching */
+	TimestampTz failed_at;		/* 0 until seen FAILED */
+} RegistryEntry;
+
+static RegistryEntry *reg_entries;
+static MemoryContext reg_context;
+static bool reg_warned_no_worker = false;
+
+static ShapeTable *
+reg_table(void)
+{
+	return shape_sync_shared->table;
+}
+
+/* Frees an entry's memory; the slot itself is retired by the caller. */
+static void
+reg_forget(uint32 slot)
+{
+	RegistryEntry *e = &reg_entries[slot];
+
+	if (e->definition)
+		dsm_detach(e->definition);
+	if (e->worker)
+		pfree(e->worker);
+	if (e->identity)
+		pfree(e->identity);
+	if (e->schema_json)
+		pfree(e->schema_json);
+	if (e->spec.columns)
+		pfree(e->spec.columns);
+	if (e->spec.where_sql)
+		pfree(e->spec.where_sql);
+	memset(e, 0, sizeof(*e));
+}
+
+void
+registry_start(void)
+{
+	ShapeTable *table = reg_table();
+
+	reg_context = AllocSetContextCreate(TopMemoryContext, "shape_sync registry",
+										ALLOCSET_DEFAULT_SIZES);
+	reg_entries = MemoryContextAllocZero(reg_context,
+										 sizeof(RegistryEntry) * table->nslots);
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeState	state = shape_table_state(table, i);
+
+		if (state != SHAPE_FREE && state != SHAPE_RETIRED)
+			shape_table_retire(table, i);
+	}
+}
+
+void
+registry_stop(void)
+{
+	/* shapes stay in shared memory; the next start retires them */
+	reg_entries = NULL;
+}
+
+/* ------------------------------------------------------------ resolving */
+
+static char *
+reg_malloc_string(const char *s)
+{
+	char	   *copy = strdup(s);
+
+	if (copy == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return copy;
+}
+
+/* {"message":"Invalid request","errors":{"<field>":["<message>"]}} */
+static char *
+reg_error_json(const char *field, const char *message)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"message\":\"Invalid request\",\"errors\":{");
+	escape_json(&buf, field);
+	appendStringInfoString(&buf, ":[");
+	escape_json(&buf, message);
+	appendStringInfoString(&buf, "]}}");
+	return buf.data;
+}
+
+/* Byte offset of the (1-based) character position `pos` in `text`. */
+static int
+reg_byte_position(const char *text, int pos)
+{
+	int			bytes = 0;
+
+	for (int c = 1; c < pos && text[bytes] != '\0'; c++)
+		bytes += pg_mblen(text + bytes);
+	return bytes;
+}
+
+/* Turns a caught validation error into the response the client gets. */
+static void
+reg_reject(ShapeRequest *req, ErrorData *edata)
+{
+	const char *field = shape_def_error_field;
+	char	   *message;
+
+	if (field == NULL)
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "{\"message\":");
+		escape_json(&buf, edata->message ? edata->message : "internal error");
+		appendStringInfoChar(&buf, '}');
+		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		req->result.error_json = reg_malloc_string(buf.data);
+		ereport(LOG,
+				(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
+		return;
+	}
+	if (shape_def_http_message[0] != '\0')
+		message = pstrdup(shape_def_http_message);
+	else if (strcmp(field, "where") == 0 && edata->internalpos > 0 && edata->internalquery)
+		message = psprintf("At location %d: %s",
+						   reg_byte_position(edata->internalquery, edata->internalpos),
+						   edata->message);
+	else
+		message = pstrdup(edata->message);
+	req->result.status = SHAPE_RESOLVE_INVALID;
+	req->result.error_json = reg_malloc_string(reg_error_json(field, message));
+}
+
+static int32
+reg_find(uint64 hash, const char *identity)
+{
+	ShapeTable *table = reg_table();
+
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		RegistryEntry *e = &reg_entries[i];
+
+		if (e->in_use && e->identity_hash == hash && strcmp(e->identity, identity) == 0)
+			return (int32) i;
+	}
+	return -1;
+}
+
+static void
+reg_copy_spec(ShapeSpec *dst, const ShapeSpec *src)
+{
+	dst->relid = src->relid;
+	dst->flags = src->flags;
+	dst->ncolumns = src->ncolumns;
+	dst->columns = palloc(sizeof(AttrNumber) * Max(src->ncolumns, 1));
+	memcpy(dst->columns, src->columns, sizeof(AttrNumber) * src->ncolumns);
+	dst->where_sql = src->where_sql ? pstrdup(src->where_sql) : NULL;
+}
+
+static int64
+reg_unix_us(void)
+{
+	return GetCurrentTimestamp() +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
+/* Claims a slot for a new shape and queues its snapshot; -1 when full. */
+static int32
+reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
+{
+	ShapeTable *table = reg_table();
+	uint32		slot = shape_table_claim(table);
+	ShapeSlot  *s;
+	RegistryEntry *e;
+	ShapeRelation *rel;
+	MemoryContext old;
+
+	if (slot == SHAPE_NO_SLOT)
+		return -1;
+	s = &table->slots[slot];
+	e = &reg_entries[slot];
+
+	rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
+	old = MemoryContextSwitchTo(reg_context);
+	e->in_use = true;
+	e->identity_hash = hash;
+	e->identity = pstrdup(identity);
+	e->generation = atomic_load(&s->generation);
+	reg_copy_spec(&e->spec, spec);
+	e->schema_json = shape_schema_json(rel);
+	e->queued_at = GetCurrentTimestamp();
+	MemoryContextSwitchTo(old);
+
+	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
+						   s->handle);
+	strlcpy(s->relation, shape_quoted_relation(rel), sizeof(s->relation));
+	strlcpy(s->where_preview, spec->where_sql ? spec->where_sql : "",
+			sizeof(s->where_preview));
+	s->relid = spec->relid;
+	s->flags = spec->flags;
+	s->created_at_us = reg_unix_us();
+	slog_init(&s->log);
+	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
+	ereport(DEBUG1,
+			(errmsg_internal("shape %s created for %s", s->handle, s->relation)));
+	return (int32) slot;
+}
+
+static void
+reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
+{
+	ShapeTable *table = reg_table();
+	char	   *identity = shape_identity(spec);
+	uint64		hash = hash_bytes_extended((const unsigned char *) identity,
+										   strlen(identity), 0);
+	int32		slot = reg_find(hash, identity);
+	RegistryEntry *e;
+
+	if (slot < 0)
+		slot = reg_create(spec, identity, hash);
+	if (slot < 0)
+	{
+		char	   *msg = psprintf("{\"message\":\"The server holds as many shapes as \\\"shape_sync.max_shapes\\\" (%d) allows, please retry later\"}",
+								   shape_sync_max_shapes);
+
+		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		req->result.error_json = reg_malloc_string(msg);
+		return;
+	}
+	e = &reg_entries[slot];
+	req->result.status = SHAPE_RESOLVE_OK;
+	req->result.slot = (uint32) slot;
+	req->result.generation = e->generation;
+	strlcpy(req->result.handle, table->slots[slot].handle, sizeof(req->result.handle));
+	req->result.schema_json = reg_malloc_string(e->schema_json);
+}
+
+/*
+ * Resolves one request: fills req->result.  Runs inside a transaction on
+ * the main thread; validation errors are caught in a subtransaction and
+ * become the client's 400.
+ */
+void
+registry_resolve(ShapeRequest *req)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	ShapeSpec	spec;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		shape_def_validate(&req->def, &spec);
+		reg_resolve_valid(req, &spec);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		shape_resolution_free(&req->result);
+		reg_reject(req, edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+/* ---------------------------------------------------------- maintenance */
+
+static int
+reg_running_workers(void)
+{
+	ShapeTable *table = reg_table();
+	int			n = 0;
+
+	for (uint32 i = 0; i < table->nslots; i++)
+		if (reg_entries[i].worker != NULL)
+			n++;
+	return n;
+}
+
+/*
+ * Starts queued snapshots, notices finished and failed ones, and retires
+ * failed shapes whose retention passed.  Main thread, outside transactions.
+ */
+void
+registry_maintain(void)
+{
+	ShapeTable *table = reg_table();
+	TimestampTz now = GetCurrentTimestamp();
+	int			running;
+
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		RegistryEntry *e = &reg_entries[i];
+		ShapeState	state;
+		pid_t		pid;
+
+		if (!e->in_use)
+			continue;
+		state = shape_table_state(table, i);
+		if (e->worker != NULL &&
+			GetBackgroundWorkerPid(e->worker, &pid) == BGWH_STOPPED)
+		{
+			pfree(e->worker);
+			e->worker = NULL;
+			dsm_detach(e->definition);
+			e->definition = NULL;
+			if (state == SHAPE_SNAPSHOTTING)
+			{
+				/* it died without a word (killed, or out of memory) */
+				ShapeSlot  *s = &table->slots[i];
+
+				s->error_status = 500;
+				strlcpy(s->error, "The snapshot worker exited unexpectedly, please retry",
+						sizeof(s->error));
+				shape_table_set_state(table, i, SHAPE_FAILED);
+				shape_table_mark_dirty(table, i);
+				state = SHAPE_FAILED;
+			}
+		}
+		if (state == SHAPE_FAILED && e->failed_at == 0)
+		{
+			e->failed_at = now;
+			ereport(WARNING,
+					(errmsg("shape %s on %s failed: %s", table->slots[i].handle,
+							table->slots[i].relation, table->slots[i].error)));
+		}
+		if (state == SHAPE_FAILED && e->worker == NULL &&
+			TimestampDifferenceExceeds(e->failed_at, now, FAILED_SHAPE_RETENTION_MS))
+		{
+			reg_forget(i);
+			shape_table_retire(table, i);
+		}
+	}
+
+	/* launch queued snapshots, oldest first */
+	running = reg_running_workers();
+	while (running < shape_sync_max_snapshot_workers)
+	{
+		int32		next = -1;
+		RegistryEntry *e;
+
+		for (uint32 i = 0; i < table->nslots; i++)
+		{
+			RegistryEntry *c = &reg_entries[i];
+
+			if (c->in_use && !c->launched &&
+				shape_table_state(table, i) == SHAPE_SNAPSHOTTING &&
+				(next < 0 || c->queued_at < reg_entries[next].queued_at))
+				next = (int32) i;
+		}
+		if (next < 0)
+			break;
+		e = &reg_entries[next];
+		{
+			MemoryContext old = MemoryContextSwitchTo(reg_context);
+
+			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec,
+										shape_sync_chunk_bytes_threshold, &e->definition);
+			MemoryContextSwitchTo(old);
+		}
+		if (e->worker == NULL)
+		{
+			if (!reg_warned_no_worker)
+				ereport(WARNING,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("no background worker slot is free for a shape snapshot"),
+						 errhint("Consider increasing the configuration parameter \"%s\".",
+								 "max_worker_processes")));
+			reg_warned_no_worker = true;
+			break;
+		}
+		reg_warned_no_worker = false;
+		e->launched = true;
+		running++;
+	}
+}

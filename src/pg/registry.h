@@ -1,0 +1,21 @@
+/*-------------------------------------------------------------------------
+ *
+ * registry.h
+ *		The main thread's map from shape definitions to shapes.
+ *
+ * IDENTIFICATION
+ *	  src/pg/registry.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REGISTRY_H
+#define REGISTRY_H
+
+#include "request_queue.h"
+
+extern void registry_start(void);
+extern void registry_resolve(ShapeRequest *req);
+extern void registry_maintain(void);
+extern void registry_stop(void);
+
+#endif							/* REGISTRY_H */

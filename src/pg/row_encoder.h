@@ -1,0 +1,53 @@
+/*-------------------------------------------------------------------------
+ *
+ * row_encoder.h
+ *		Rows to Electric JSON change messages, encoded once.
+ *
+ * IDENTIFICATION
+ *	  src/pg/row_encoder.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ROW_ENCODER_H
+#define ROW_ENCODER_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/guc.h"
+
+#include "shape_def.h"
+
+typedef struct RowEncoderColumn
+{
+	AttrNumber	attnum;
+	char	   *json_name;		/* the column name as a JSON string, quoted */
+	FmgrInfo	output;
+} RowEncoderColumn;
+
+typedef struct RowEncoder
+{
+	const ShapeRelation *rel;
+	RowEncoderColumn *values;	/* the selected columns */
+	RowEncoderColumn *keys;		/* the key columns, in key order */
+	char	   *key_prefix;		/* "schema"."table" as it starts each key */
+	char	   *insert_headers; /* ,"headers":{...}} of a snapshot row */
+	StringInfoData key;			/* scratch for the raw key */
+	MemoryContext row_context;	/* reset after every row */
+} RowEncoder;
+
+extern void row_encoder_init(RowEncoder *enc, const ShapeRelation *rel);
+
+/*
+ * Appends the snapshot message of one row to `out`.  `values` and `nulls`
+ * are indexed by attnum - 1 and must hold the selected and key columns.
+ */
+extern void row_encoder_snapshot_row(RowEncoder *enc, const Datum *values,
+									 const bool *nulls, StringInfo out);
+
+/* Sets the display settings Electric uses for values, for this session. */
+extern void row_encoder_set_display_settings(GucContext context, GucSource source,
+											 GucAction action);
+
+#endif							/* ROW_ENCODER_H */

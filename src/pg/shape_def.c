@@ -1,0 +1,642 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_def.c
+ *		Validation of shape definitions against the catalog.
+ *
+ * A client's shape definition (table, where, params, columns, replica) is
+ * turned here into a ShapeSpec: the relation's OID, the selected column
+ * numbers, and the where clause as an analysed expression tree, deparsed
+ * back to SQL with its parameters bound as typed constants.  The client's
+ * text is only ever given to PostgreSQL's parser, as the where clause of
+ * "SELECT 1 WHERE <where>"; the statement must come back as exactly that
+ * shape, and the snapshot query is later built from the deparsed tree, so
+ * no client text is spliced into SQL.
+ *
+ * The where clause is limited like a publication row filter, because it
+ * will also be evaluated on decoded tuples: built-in immutable functions
+ * and operators only, no subqueries, aggregates, window functions,
+ * set-returning functions or system columns.
+ *
+ * Failures are ordinary ereport(ERROR)s, so the SQL function
+ * validate_shape() reports them the PostgreSQL way.  The HTTP path catches
+ * them and needs two more facts, kept in shape_def_error_field and
+ * shape_def_http_message: which request field failed, and, where Electric's
+ * clients expect a particular sentence, that sentence.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shape_def.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/catalog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_coerce.h"
+#include "parser/parse_collate.h"
+#include "parser/parse_expr.h"
+#include "parser/parse_node.h"
+#include "parser/parse_param.h"
+#include "parser/parse_relation.h"
+#include "parser/parser.h"
+#include "rewrite/rewriteManip.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/ruleutils.h"
+#include "utils/syscache.h"
+
+#include "shape_def.h"
+#include "shape_table.h"
+
+#define WHERE_PREFIX "SELECT 1 WHERE "
+
+const char *shape_def_error_field = NULL;
+char		shape_def_http_message[512];
+
+/* Records the field and Electric's wording for the error about to be raised. */
+static void
+sdef_failing(const char *field, const char *http_message)
+{
+	shape_def_error_field = field;
+	if (http_message)
+		strlcpy(shape_def_http_message, http_message, sizeof(shape_def_http_message));
+	else
+		shape_def_http_message[0] = '\0';
+}
+
+/* ---------------------------------------------------------------- names */
+
+static int
+sdef_column_name_cmp(const void *a, const void *b)
+{
+	const ShapeColumn *ca = a;
+	const ShapeColumn *cb = b;
+
+	return strcmp(ca->name, cb->name);
+}
+
+/*
+ * Describes the relation and the selected columns (all when ncolumns is 0).
+ * The key is the primary key, or every column by name when there is none.
+ * The caller holds a lock on the relation.
+ */
+ShapeRelation *
+shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
+{
+	ShapeRelation *sr = palloc0(sizeof(ShapeRelation));
+	Relation	rel = table_open(relid, AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			pkoid = RelationGetPrimaryKeyIndex(rel);
+	int			n = 0;
+
+	sr->relid = relid;
+	sr->natts = desc->natts;
+	sr->schema = get_namespace_name(RelationGetNamespace(rel));
+	sr->table = pstrdup(RelationGetRelationName(rel));
+	sr->columns = palloc0(sizeof(ShapeColumn) * Max(desc->natts, 1));
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		ShapeColumn *col;
+		bool		selected = ncolumns == 0;
+
+		if (att->attisdropped)
+			continue;
+		for (int j = 0; j < ncolumns && !selected; j++)
+			selected = columns[j] == att->attnum;
+		if (!selected)
+			continue;
+		col = &sr->columns[n++];
+		col->attnum = att->attnum;
+		col->name = pstrdup(NameStr(att->attname));
+		col->typid = att->atttypid;
+		col->typmod = att->atttypmod;
+		col->ndims = att->attndims;
+		if (col->ndims == 0 && OidIsValid(get_element_type(att->atttypid)))
+			col->ndims = 1;
+		col->not_null = att->attnotnull;
+		col->key_index = -1;
+	}
+	sr->ncolumns = n;
+
+	if (OidIsValid(pkoid))
+	{
+		Relation	idx = index_open(pkoid, AccessShareLock);
+		int			nkeys = idx->rd_index->indnkeyatts;
+
+		sr->has_pk = true;
+		sr->nkeys = nkeys;
+		sr->keys = palloc(sizeof(AttrNumber) * nkeys);
+		for (int k = 0; k < nkeys; k++)
+		{
+			sr->keys[k] = idx->rd_index->indkey.values[k];
+			for (int c = 0; c < sr->ncolumns; c++)
+				if (sr->columns[c].attnum == sr->keys[k])
+					sr->columns[c].key_index = k;
+		}
+		index_close(idx, AccessShareLock);
+	}
+	else
+	{
+		/* no primary key: every column, ordered by name, is the key */
+		ShapeColumn *all = palloc(sizeof(ShapeColumn) * Max(desc->natts, 1));
+		int			nall = 0;
+
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (att->attisdropped)
+				continue;
+			all[nall].attnum = att->attnum;
+			all[nall].name = NameStr(att->attname);
+			nall++;
+		}
+		qsort(all, nall, sizeof(ShapeColumn), sdef_column_name_cmp);
+		sr->nkeys = nall;
+		sr->keys = palloc(sizeof(AttrNumber) * Max(nall, 1));
+		for (int k = 0; k < nall; k++)
+			sr->keys[k] = all[k].attnum;
+		pfree(all);
+	}
+	table_close(rel, AccessShareLock);
+	return sr;
+}
+
+/* "schema"."table", each part quoted the PostgreSQL way. */
+char *
+shape_quoted_relation(const ShapeRelation *rel)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '"');
+	for (const char *p = rel->schema; *p; p++)
+	{
+		if (*p == '"')
+			appendStringInfoChar(&buf, '"');
+		appendStringInfoChar(&buf, *p);
+	}
+	appendStringInfoString(&buf, "\".\"");
+	for (const char *p = rel->table; *p; p++)
+	{
+		if (*p == '"')
+			appendStringInfoChar(&buf, '"');
+		appendStringInfoChar(&buf, *p);
+	}
+	appendStringInfoChar(&buf, '"');
+	return buf.data;
+}
+
+/* --------------------------------------------------------- where clause */
+
+typedef struct SdefParams
+{
+	const ShapeDefinition *def;
+	Oid		   *types;
+	int			ntypes;
+} SdefParams;
+
+/* Replaces each $n with a constant of the type the parser inferred. */
+static Node *
+sdef_bind_params(Node *node, SdefParams *params)
+{
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, Param) && ((Param *) node)->paramkind == PARAM_EXTERN)
+	{
+		Param	   *param = (Param *) node;
+		int			i = param->paramid - 1;
+		Oid			type = param->paramtype;
+		Oid			input;
+		Oid			ioparam;
+		int16		typlen;
+		bool		typbyval;
+		Datum		value;
+		char		msg[128];
+
+		if (i < 0 || i >= params->def->nparams || params->def->params[i] == NULL)
+		{
+			snprintf(msg, sizeof(msg), "Parameter $%d was not provided", i + 1);
+			sdef_failing("params", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_PARAMETER),
+					 errmsg("there is no value for parameter $%d", i + 1),
+					 errhint("Pass the value as params[%d].", i + 1)));
+		}
+		if (type == UNKNOWNOID || !OidIsValid(type))
+			type = TEXTOID;
+		sdef_failing("params", NULL);
+		getTypeInputInfo(type, &input, &ioparam);
+		get_typlenbyval(type, &typlen, &typbyval);
+		value = OidInputFunctionCall(input, params->def->params[i], ioparam, -1);
+		sdef_failing("where", NULL);
+		return (Node *) makeConst(type, -1, param->paramcollid, typlen, value,
+								  false, typbyval);
+	}
+	return expression_tree_mutator(node, sdef_bind_params, params);
+}
+
+static bool
+sdef_user_function(Oid funcid, void *context)
+{
+	return funcid >= FirstNormalObjectId;
+}
+
+/* Rejects what a row filter on decoded tuples cannot evaluate. */
+static bool
+sdef_check_node(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var) && ((Var *) node)->varattno <= 0)
+	{
+		sdef_failing("where", "System columns and whole-row references are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("system columns and whole-row references are not allowed in a shape's where clause")));
+	}
+	if (check_functions_in_node(node, sdef_user_function, NULL))
+	{
+		sdef_failing("where", "User-defined functions, operators and types are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("user-defined functions, operators and types are not allowed in a shape's where clause"),
+				 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
+	}
+	return expression_tree_walker(node, sdef_check_node, context);
+}
+
+typedef struct SdefErrorContext
+{
+	const char *query;
+} SdefErrorContext;
+
+/* Reports parse positions against the internal query, as SPI does. */
+static void
+sdef_where_error_callback(void *arg)
+{
+	SdefErrorContext *ctx = arg;
+	int			pos = geterrposition();
+
+	if (pos > 0)
+	{
+		errposition(0);
+		internalerrposition(pos);
+		internalerrquery(ctx->query);
+	}
+}
+
+/*
+ * Parses and analyses the where clause against `rel`, binds the parameters
+ * and returns the clause deparsed to SQL.
+ */
+static char *
+sdef_where(const ShapeDefinition *def, Relation rel)
+{
+	StringInfoData sql;
+	List	   *raw;
+	RawStmt    *stmt;
+	SelectStmt *select;
+	ParseState *pstate;
+	ParseNamespaceItem *nsitem;
+	Node	   *expr;
+	SdefParams	params;
+	ErrorContextCallback errcb;
+	SdefErrorContext errctx;
+
+	sdef_failing("where", NULL);
+	initStringInfo(&sql);
+	appendStringInfoString(&sql, WHERE_PREFIX);
+	appendStringInfoString(&sql, def->where);
+
+	errctx.query = sql.data;
+	errcb.callback = sdef_where_error_callback;
+	errcb.arg = &errctx;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+
+	raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
+	stmt = list_length(raw) == 1 ? linitial_node(RawStmt, raw) : NULL;
+	select = stmt && IsA(stmt->stmt, SelectStmt) ? (SelectStmt *) stmt->stmt : NULL;
+	if (select == NULL || select->op != SETOP_NONE || select->whereClause == NULL ||
+		list_length(select->targetList) != 1 || select->fromClause != NIL ||
+		select->groupClause != NIL || select->havingClause != NULL ||
+		select->windowClause != NIL || select->sortClause != NIL ||
+		select->limitCount != NULL || select->limitOffset != NULL ||
+		select->lockingClause != NIL || select->withClause != NULL ||
+		select->distinctClause != NIL || select->intoClause != NULL ||
+		select->valuesLists != NIL)
+	{
+		sdef_failing("where", "Invalid where clause: it must be a single boolean expression");
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("a shape's where clause must be a single boolean expression"),
+				 errdetail("The where clause may not contain further clauses or statements.")));
+	}
+
+	pstate = make_parsestate(NULL);
+	pstate->p_sourcetext = sql.data;
+	params.def = def;
+	params.ntypes = def->nparams;
+	params.types = def->nparams > 0 ? palloc0(sizeof(Oid) * def->nparams) : NULL;
+	setup_parse_variable_parameters(pstate, &params.types, &params.ntypes);
+	nsitem = addRangeTableEntryForRelation(pstate, rel, AccessShareLock, NULL, false, false);
+	addNSItemToQuery(pstate, nsitem, false, true, true);
+
+	expr = transformExpr(pstate, select->whereClause, EXPR_KIND_WHERE);
+	expr = coerce_to_boolean(pstate, expr, "WHERE");
+	assign_expr_collations(pstate, expr);
+
+	if (checkExprHasSubLink(expr))
+	{
+		sdef_failing("where", "Subqueries are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("subqueries are not allowed in a shape's where clause")));
+	}
+	if (expression_returns_set(expr))
+	{
+		sdef_failing("where", "Set-returning functions are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-returning functions are not allowed in a shape's where clause")));
+	}
+	sdef_check_node(expr, NULL);
+	expr = sdef_bind_params(expr, &params);
+	if (contain_mutable_functions(expr))
+	{
+		sdef_failing("where", "Only immutable functions and operators are allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("only immutable functions and operators are allowed in a shape's where clause"),
+				 errdetail("Rows must match or not match the same way whenever the clause is evaluated.")));
+	}
+
+	error_context_stack = errcb.previous;
+	free_parsestate(pstate);
+	return deparse_expression(expr,
+							  deparse_context_for(RelationGetRelationName(rel),
+												  RelationGetRelid(rel)),
+							  false, false);
+}
+
+/* ---------------------------------------------------------- validation */
+
+static int
+sdef_attnum_cmp(const void *a, const void *b)
+{
+	return (int) *(const AttrNumber *) a - (int) *(const AttrNumber *) b;
+}
+
+/* Resolves the selected column names to attnums and checks the key. */
+static void
+sdef_columns(const ShapeDefinition *def, Relation rel, ShapeSpec *spec)
+{
+	StringInfoData missing;
+	StringInfoData msg;
+	AttrNumber *attnums;
+	Oid			pkoid;
+	int			n = 0;
+
+	sdef_failing("columns", NULL);
+	initStringInfo(&missing);
+	attnums = palloc(sizeof(AttrNumber) * def->ncolumns);
+	for (int i = 0; i < def->ncolumns; i++)
+	{
+		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), def->columns[i]);
+		bool		dup = false;
+
+		if (attnum == InvalidAttrNumber || attnum < 0)
+		{
+			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", def->columns[i]);
+			continue;
+		}
+		for (int j = 0; j < n; j++)
+			dup = dup || attnums[j] == attnum;
+		if (!dup)
+			attnums[n++] = attnum;
+	}
+	if (missing.len > 0)
+	{
+		initStringInfo(&msg);
+		appendStringInfo(&msg, "The following columns are not found on the table: %s",
+						 missing.data);
+		sdef_failing("columns", msg.data);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("columns not found in table \"%s\": %s",
+						RelationGetRelationName(rel), missing.data)));
+	}
+
+	pkoid = RelationGetPrimaryKeyIndex(rel);
+	if (OidIsValid(pkoid))
+	{
+		Relation	idx = index_open(pkoid, AccessShareLock);
+
+		for (int k = 0; k < idx->rd_index->indnkeyatts; k++)
+		{
+			AttrNumber	key = idx->rd_index->indkey.values[k];
+			bool		found = false;
+
+			for (int j = 0; j < n; j++)
+				found = found || attnums[j] == key;
+			if (!found)
+				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+								 get_attname(RelationGetRelid(rel), key, false));
+		}
+		index_close(idx, AccessShareLock);
+	}
+	if (missing.len > 0)
+	{
+		initStringInfo(&msg);
+		appendStringInfo(&msg,
+						 "The list of columns must include all primary key columns, missing: %s",
+						 missing.data);
+		sdef_failing("columns", msg.data);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a shape's columns must include every primary key column"),
+				 errdetail("Missing: %s.", missing.data)));
+	}
+	qsort(attnums, n, sizeof(AttrNumber), sdef_attnum_cmp);
+	spec->ncolumns = n;
+	spec->columns = attnums;
+}
+
+/*
+ * Validates a client's shape definition and fills `spec`.  Raises an ERROR
+ * with shape_def_error_field set when the definition is invalid.  Must run
+ * in a transaction.
+ */
+void
+shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec)
+{
+	const char *schema = def->schema ? def->schema : "public";
+	Oid			relid;
+	Relation	rel;
+
+	memset(spec, 0, sizeof(*spec));
+	sdef_failing("table", NULL);
+	if (def->table == NULL || def->table[0] == '\0')
+	{
+		sdef_failing("table", "can't be blank");
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a shape needs a table")));
+	}
+	relid = RangeVarGetRelid(makeRangeVar(pstrdup(schema), pstrdup(def->table), -1),
+							 AccessShareLock, true);
+	if (!OidIsValid(relid))
+	{
+		char		msg[512];
+
+		snprintf(msg, sizeof(msg),
+				 "Table \"%s\".\"%s\" does not exist. If the table name contains capitals or special characters you must quote it.",
+				 schema, def->table);
+		sdef_failing("table", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"%s.%s\" does not exist", schema, def->table),
+				 errhint("If the table name contains capitals or special characters you must quote it.")));
+	}
+	rel = table_open(relid, AccessShareLock);
+	if (rel->rd_rel->relkind != RELKIND_RELATION || IsCatalogRelation(rel))
+	{
+		char		msg[512];
+
+		snprintf(msg, sizeof(msg),
+				 "Table \"%s\".\"%s\" cannot be synced: only ordinary user tables can be",
+				 schema, def->table);
+		sdef_failing("table", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("\"%s.%s\" is not an ordinary user table", schema, def->table),
+				 errdetail("Shapes can be defined on ordinary tables only; views, partitioned tables and system catalogs are not supported.")));
+	}
+	spec->relid = relid;
+	spec->flags = (def->replica_full ? SHAPE_FLAG_REPLICA_FULL : 0) |
+		(def->changes_only ? SHAPE_FLAG_CHANGES_ONLY : 0);
+	if (def->ncolumns > 0)
+		sdef_columns(def, rel, spec);
+	if (def->where != NULL && def->where[0] != '\0')
+		spec->where_sql = sdef_where(def, rel);
+	table_close(rel, NoLock);
+	shape_def_error_field = NULL;
+}
+
+/* ----------------------------------------------------- electric-schema */
+
+static void
+sdef_schema_modifiers(StringInfo buf, const ShapeColumn *col)
+{
+	Oid			base = col->ndims > 0 ? get_element_type(col->typid) : col->typid;
+	int32		typmod = col->typmod;
+
+	if (!OidIsValid(base))
+		base = col->typid;
+	if (typmod < 0)
+		return;
+	switch (base)
+	{
+		case VARCHAROID:
+		case TEXTOID:
+			appendStringInfo(buf, ",\"max_length\":%d", typmod - VARHDRSZ);
+			break;
+		case BPCHAROID:
+			appendStringInfo(buf, ",\"length\":%d", typmod - VARHDRSZ);
+			break;
+		case BITOID:
+		case VARBITOID:
+			appendStringInfo(buf, ",\"length\":%d", typmod);
+			break;
+		case TIMEOID:
+		case TIMETZOID:
+		case TIMESTAMPOID:
+		case TIMESTAMPTZOID:
+		case INTERVALOID:
+			appendStringInfo(buf, ",\"precision\":%d", typmod & 0xFFFF);
+			break;
+		case NUMERICOID:
+			appendStringInfo(buf, ",\"precision\":%d,\"scale\":%d",
+							 ((typmod - VARHDRSZ) >> 16) & 0xFFFF,
+							 ((((typmod - VARHDRSZ) & 0x7FF) ^ 1024) - 1024));
+			break;
+		default:
+			appendStringInfo(buf, ",\"type_mod\":%d", typmod);
+	}
+}
+
+/* pg_type.typname, unqualified, as Electric reports types. */
+static const char *
+sdef_type_name(Oid type)
+{
+	HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+	char	   *name;
+
+	if (!HeapTupleIsValid(tup))
+		return "unknown";
+	name = pstrdup(NameStr(((Form_pg_type) GETSTRUCT(tup))->typname));
+	ReleaseSysCache(tup);
+	return name;
+}
+
+/* The electric-schema header: each selected column's type and flags. */
+char *
+shape_schema_json(const ShapeRelation *rel)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 0; i < rel->ncolumns; i++)
+	{
+		const ShapeColumn *col = &rel->columns[i];
+		Oid			type = col->typid;
+
+		if (col->ndims > 0 && OidIsValid(get_element_type(type)))
+			type = get_element_type(type);
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		escape_json(&buf, col->name);
+		appendStringInfoString(&buf, ":{\"type\":");
+		escape_json(&buf, sdef_type_name(type));
+		if (col->ndims > 0)
+			appendStringInfo(&buf, ",\"dims\":%d", col->ndims);
+		if (col->key_index >= 0 && rel->has_pk)
+			appendStringInfo(&buf, ",\"pk_index\":%d", col->key_index);
+		if (col->not_null)
+			appendStringInfoString(&buf, ",\"not_null\":true");
+		sdef_schema_modifiers(&buf, col);
+		appendStringInfoChar(&buf, '}');
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/* The text two definitions share exactly when they are the same shape. */
+char *
+shape_identity(const ShapeSpec *spec)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%u|%u|", spec->relid, spec->flags);
+	for (int i = 0; i < spec->ncolumns; i++)
+		appendStringInfo(&buf, "%d,", spec->columns[i]);
+	appendStringInfo(&buf, "|%s", spec->where_sql ? spec->where_sql : "");
+	return buf.data;
+}

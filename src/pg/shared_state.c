@@ -1,0 +1,107 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared_state.c
+ *		shape_sync's shared memory: sizing, creation, attaching.
+ *
+ * One ShmemInitStruct region holds, in order: ShapeSyncShared, the shape
+ * table (src/shm/shape_table.c) and the log arena (src/shm/shape_log.c),
+ * sized by shape_sync.max_shapes and shape_sync.log_memory.  The region is
+ * mapped at the same address in every process of the cluster (they all
+ * fork from the postmaster), so the pointers stored inside it are valid
+ * everywhere, and the HTTP threads of the main worker read it directly.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - The region is laid out once, in the postmaster's shmem_startup_hook,
+ *   under AddinShmemInitLock, before any other process exists.
+ * - worker_latch is written by the main worker (at start and exit) and
+ *   read by snapshot workers to wake it; an atomic, since they race.
+ * - Everything else has its own notes: shape_table.c and shape_log.c.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shared_state.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+
+#include "guc.h"
+#include "shared_state.h"
+
+ShapeSyncShared *shape_sync_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+sstate_size(void)
+{
+	Size		size = MAXALIGN(sizeof(ShapeSyncShared));
+
+	size = add_size(size, MAXALIGN(shape_table_size((uint32) shape_sync_max_shapes)));
+	size = add_size(size, slog_arena_size((uint64) shape_sync_log_memory * 1024 * 1024));
+	return size;
+}
+
+static void
+sstate_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sstate_size());
+}
+
+static void
+sstate_shmem_startup(void)
+{
+	bool		found;
+	Size		size = sstate_size();
+	char	   *base;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	base = ShmemInitStruct("shape_sync", size, &found);
+	shape_sync_shared = (ShapeSyncShared *) base;
+	if (!found)
+	{
+		Size		table_size = MAXALIGN(shape_table_size((uint32) shape_sync_max_shapes));
+		char	   *table_mem = base + MAXALIGN(sizeof(ShapeSyncShared));
+		char	   *arena_mem = table_mem + table_size;
+		ShapeLogArena *arena;
+
+		atomic_init(&shape_sync_shared->worker_latch, 0);
+		arena = slog_arena_init(arena_mem, size - (arena_mem - base));
+		shape_sync_shared->table = shape_table_init(table_mem,
+													(uint32) shape_sync_max_shapes,
+													arena);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void
+shape_sync_shmem_install_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = sstate_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = sstate_shmem_startup;
+}
+
+void
+shape_sync_wake_worker(void)
+{
+	Latch	   *latch;
+
+	if (shape_sync_shared == NULL)
+		return;
+	latch = (Latch *) atomic_load(&shape_sync_shared->worker_latch);
+	if (latch != NULL)
+		SetLatch(latch);
+}

@@ -1,0 +1,35 @@
+/*-------------------------------------------------------------------------
+ *
+ * shared_state.h
+ *		shape_sync's shared memory, as PostgreSQL processes see it.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shared_state.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHARED_STATE_H
+#define SHARED_STATE_H
+
+#include "postgres.h"
+
+#include <stdatomic.h>
+
+#include "storage/latch.h"
+
+#include "shape_table.h"
+
+typedef struct ShapeSyncShared
+{
+	_Atomic uintptr_t worker_latch;	/* Latch * of the main worker, or 0 */
+	ShapeTable *table;			/* shapes and their logs */
+} ShapeSyncShared;
+
+extern ShapeSyncShared *shape_sync_shared;
+
+extern void shape_sync_shmem_install_hooks(void);
+
+/* Wakes the main worker, if it runs; any process may call it. */
+extern void shape_sync_wake_worker(void);
+
+#endif							/* SHARED_STATE_H */

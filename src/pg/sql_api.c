@@ -1,0 +1,280 @@
+/*-------------------------------------------------------------------------
+ *
+ * sql_api.c
+ *		SQL functions: validate and preview shapes, inspect the server.
+ *
+ * validate_shape() and encode_rows() run the very code the HTTP path runs
+ * (shape_def.c, snapshot.c, row_encoder.c) in the caller's backend, so a
+ * definition can be checked, and its messages seen, from psql.  The other
+ * functions read shared memory without locks, as the HTTP threads do.
+ *
+ * In SQL, names follow PostgreSQL's own rules (the table argument is a
+ * possibly qualified name, the columns a comma-separated list), so the
+ * same identifiers are written the same way as in the HTTP API.
+ *
+ * IDENTIFICATION
+ *	  src/pg/sql_api.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdatomic.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "row_encoder.h"
+#include "shape_def.h"
+#include "shared_state.h"
+#include "snapshot.h"
+
+PG_FUNCTION_INFO_V1(shape_sync_validate_shape);
+PG_FUNCTION_INFO_V1(shape_sync_encode_rows);
+PG_FUNCTION_INFO_V1(shape_sync_list_shapes);
+PG_FUNCTION_INFO_V1(shape_sync_log_memory_usage);
+
+/* Builds a ShapeDefinition from SQL arguments (palloc'd). */
+static void
+sql_definition(FunctionCallInfo fcinfo, ShapeDefinition *def, bool with_replica)
+{
+	List	   *names;
+
+	memset(def, 0, sizeof(*def));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("a shape needs a table")));
+	names = textToQualifiedNameList(PG_GETARG_TEXT_PP(0));
+	if (list_length(names) == 1)
+		def->table = strVal(linitial(names));
+	else if (list_length(names) == 2)
+	{
+		def->schema = strVal(linitial(names));
+		def->table = strVal(lsecond(names));
+	}
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("improper table name: \"%s\"", text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errhint("Write the table as \"name\" or \"schema.name\".")));
+
+	if (!PG_ARGISNULL(1))
+		def->where = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	if (!PG_ARGISNULL(2))
+	{
+		ArrayType  *arr = PG_GETARG_ARRAYTYPE_P(2);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		if (ARR_NDIM(arr) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("params must be a one-dimensional array")));
+		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+		def->nparams = n;
+		def->params = palloc0(sizeof(char *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			def->params[i] = nulls[i] ? NULL : TextDatumGetCString(elems[i]);
+	}
+
+	if (!PG_ARGISNULL(3))
+	{
+		char	   *raw = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		List	   *cols;
+		ListCell   *lc;
+		int			i = 0;
+
+		if (!SplitIdentifierString(raw, ',', &cols) || cols == NIL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid column list: \"%s\"",
+							text_to_cstring(PG_GETARG_TEXT_PP(3))),
+					 errhint("List column names separated by commas; quote names with special characters.")));
+		def->ncolumns = list_length(cols);
+		def->columns = palloc(sizeof(char *) * def->ncolumns);
+		foreach(lc, cols)
+			def->columns[i++] = (char *) lfirst(lc);
+	}
+
+	if (with_replica && !PG_ARGISNULL(4))
+	{
+		char	   *replica = text_to_cstring(PG_GETARG_TEXT_PP(4));
+
+		if (strcmp(replica, "full") == 0)
+			def->replica_full = true;
+		else if (strcmp(replica, "default") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid replica mode: \"%s\"", replica),
+					 errhint("Use \"default\" or \"full\".")));
+	}
+}
+
+Datum
+shape_sync_validate_shape(PG_FUNCTION_ARGS)
+{
+	ShapeDefinition def;
+	ShapeSpec	spec;
+	ShapeRelation *rel;
+	StringInfoData buf;
+
+	sql_definition(fcinfo, &def, true);
+	shape_def_validate(&def, &spec);
+	rel = shape_relation_load(spec.relid, spec.ncolumns, spec.columns);
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"relation\":");
+	escape_json(&buf, shape_quoted_relation(rel));
+	appendStringInfoString(&buf, ",\"columns\":[");
+	for (int i = 0; i < rel->ncolumns; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		escape_json(&buf, rel->columns[i].name);
+	}
+	appendStringInfoString(&buf, "],\"where\":");
+	if (spec.where_sql)
+		escape_json(&buf, spec.where_sql);
+	else
+		appendStringInfoString(&buf, "null");
+	appendStringInfo(&buf, ",\"replica\":\"%s\",\"schema\":%s}",
+					 def.replica_full ? "full" : "default", shape_schema_json(rel));
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+static void
+sql_emit_row(void *arg, const char *message, int len)
+{
+	ReturnSetInfo *rsinfo = arg;
+	Datum		value = PointerGetDatum(cstring_to_text_with_len(message, len));
+	bool		isnull = false;
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &value, &isnull);
+}
+
+Datum
+shape_sync_encode_rows(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ShapeDefinition def;
+	ShapeSpec	spec;
+	int			nestlevel;
+
+	sql_definition(fcinfo, &def, false);
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	shape_def_validate(&def, &spec);
+
+	nestlevel = NewGUCNestLevel();
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	snapshot_scan(&spec, sql_emit_row, rsinfo);
+	SPI_finish();
+	AtEOXact_GUC(true, nestlevel);
+	return (Datum) 0;
+}
+
+static const char *
+sql_state_name(ShapeState state)
+{
+	switch (state)
+	{
+		case SHAPE_FREE:
+			return "free";
+		case SHAPE_SNAPSHOTTING:
+			return "snapshotting";
+		case SHAPE_READY:
+			return "ready";
+		case SHAPE_FAILED:
+			return "failed";
+		case SHAPE_RETIRED:
+			return "retired";
+	}
+	return "unknown";
+}
+
+static void
+sql_require_shared(void)
+{
+	if (shape_sync_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shape_sync's shared memory is not available"),
+				 errhint("Add shape_sync to \"shared_preload_libraries\" and restart the server.")));
+}
+
+Datum
+shape_sync_list_shapes(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ShapeTable *table;
+
+	sql_require_shared();
+	table = shape_sync_shared->table;
+	InitMaterializedSRF(fcinfo, 0);
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeSlot  *s = &table->slots[i];
+		ShapeState	state = shape_table_state(table, i);
+		SlogPublished pub;
+		Datum		values[12];
+		bool		nulls[12] = {0};
+		uint64		pins;
+
+		if (state == SHAPE_FREE || state == SHAPE_RETIRED)
+			continue;
+		slog_read_published(&s->log, &pub);
+		pins = atomic_load(&s->pins) & ~SHAPE_PIN_RETIRED;
+		values[0] = CStringGetTextDatum(s->handle);
+		values[1] = CStringGetTextDatum(s->relation);
+		if (s->where_preview[0])
+			values[2] = CStringGetTextDatum(s->where_preview);
+		else
+			nulls[2] = true;
+		values[3] = CStringGetTextDatum((s->flags & SHAPE_FLAG_REPLICA_FULL) ? "full" : "default");
+		values[4] = CStringGetTextDatum(sql_state_name(state));
+		values[5] = Int64GetDatum((int64) atomic_load(&s->snapshot_rows));
+		values[6] = Int64GetDatum((int64) atomic_load(&s->snapshot_ms));
+		values[7] = Int64GetDatum((int64) pub.data_end);
+		values[8] = Int32GetDatum((int32) pub.chunk_count);
+		values[9] = Int32GetDatum((int32) pins);
+		values[10] = TimestampTzGetDatum(time_t_to_timestamptz(s->created_at_us / 1000000) +
+										 s->created_at_us % 1000000);
+		if (state == SHAPE_FAILED)
+			values[11] = CStringGetTextDatum(s->error);
+		else
+			nulls[11] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+Datum
+shape_sync_log_memory_usage(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[3];
+	bool		nulls[3] = {0};
+	ShapeLogArena *arena;
+
+	sql_require_shared();
+	arena = shape_sync_shared->table->arena;
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	values[0] = Int64GetDatum((int64) arena->nblocks * SLOG_BLOCK_SIZE);
+	values[1] = Int64GetDatum((int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE);
+	values[2] = Int32GetDatum(SLOG_BLOCK_SIZE);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}

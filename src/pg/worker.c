@@ -1,0 +1,215 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *		The shape_sync background worker: its main thread and main loop.
+ *
+ * The main thread is the only thread of the worker that calls PostgreSQL.
+ * It starts the HTTP server (whose threads never call PostgreSQL), then
+ * waits on one WaitEventSet for three things:
+ *
+ *	- its latch: set by signals (SIGHUP, SIGTERM), by snapshot workers when
+ *	  a shape log grows, and by the postmaster when a snapshot worker ends;
+ *	- the request queue's eventfd: HTTP threads need a shape resolved;
+ *	- postmaster death, which ends the worker.
+ *
+ * Each iteration resolves queued requests in one transaction, lets the
+ * registry start and reap snapshot workers, and resumes the connections
+ * parked on shapes whose logs changed: O(shapes changed), whatever the
+ * number of waiting clients.
+ *
+ * SIGTERM only sets a flag (SignalHandlerForShutdownRequest); the loop
+ * then leaves, and the HTTP server is stopped from a before_shmem_exit
+ * callback, which also runs when the worker exits through an ERROR or
+ * FATAL, so no thread ever outlives the worker's shared memory.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#include "guc.h"
+#include "http_server.h"
+#include "registry.h"
+#include "shared_state.h"
+#include "thread_log.h"
+
+PGDLLEXPORT void shape_sync_worker_main(Datum arg);
+
+static HttpServer *worker_http = NULL;
+static RequestQueue worker_queue;
+
+static void
+worker_emit_thread_log(ThreadLogLevel level, const char *line)
+{
+	int			elevel = level == THREAD_LOG_WARNING ? WARNING :
+		level == THREAD_LOG_LOG ? LOG : DEBUG1;
+
+	ereport(elevel, (errmsg("shape_sync http: %s", line)));
+}
+
+static void
+worker_drain_thread_log(void)
+{
+	unsigned	dropped;
+
+	thread_log_drain(worker_emit_thread_log);
+	dropped = thread_log_dropped();
+	if (dropped > 0)
+		ereport(LOG,
+				(errmsg("shape_sync dropped %u log lines from HTTP threads", dropped)));
+}
+
+static HttpRuntimeSettings
+worker_runtime_settings(void)
+{
+	HttpRuntimeSettings settings;
+
+	settings.cache_max_age = shape_sync_cache_max_age;
+	settings.cache_stale_age = shape_sync_cache_stale_age;
+	return settings;
+}
+
+/* Stops the HTTP threads; runs on every exit path of the worker. */
+static void
+worker_shutdown(int code, Datum arg)
+{
+	if (worker_http != NULL)
+	{
+		http_server_stop(worker_http);
+		worker_http = NULL;
+		request_queue_destroy(&worker_queue);
+	}
+	thread_log_drain(worker_emit_thread_log);
+	atomic_store(&shape_sync_shared->worker_latch, 0);
+	registry_stop();
+}
+
+/* Resolves every queued shape request, then hands each answer back. */
+static void
+worker_resolve_requests(void)
+{
+	ShapeRequest *list = request_queue_take_all(&worker_queue);
+
+	if (list == NULL)
+		return;
+	pgstat_report_activity(STATE_RUNNING, "resolving shape requests");
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	for (ShapeRequest *req = list; req != NULL; req = req->next)
+		registry_resolve(req);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	/* only now that the catalog work committed may the clients go on */
+	while (list != NULL)
+	{
+		ShapeRequest *next = list->next;
+
+		list->done(list);
+		list = next;
+	}
+}
+
+/* Resumes the connections parked on shapes whose logs changed. */
+static void
+worker_wake_changed_shapes(void)
+{
+	uint32		slots[256];
+	uint32		n;
+
+	do
+	{
+		n = shape_table_take_dirty(shape_sync_shared->table, slots, lengthof(slots));
+		for (uint32 i = 0; i < n; i++)
+			http_server_wake_shape(worker_http, slots[i]);
+	} while (n == lengthof(slots));
+}
+
+void
+shape_sync_worker_main(Datum arg)
+{
+	HttpServerOptions options;
+	HttpRuntimeSettings settings;
+	WaitEventSet *events;
+	char		err[256];
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(shape_sync_database, NULL, 0);
+	pgstat_report_appname("shape_sync");
+
+	registry_start();
+	if (request_queue_init(&worker_queue) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create eventfd: %m")));
+
+	memset(&options, 0, sizeof(options));
+	options.listen_addresses = shape_sync_listen_addresses;
+	options.port = shape_sync_port;
+	options.threads = shape_sync_http_threads;
+	options.connection_limit = (unsigned) shape_sync_max_connections;
+	options.write_piece_size = (size_t) shape_sync_write_piece_size * 1024;
+	options.shapes = shape_sync_shared->table;
+	options.queue = &worker_queue;
+	settings = worker_runtime_settings();
+
+	before_shmem_exit(worker_shutdown, 0);
+	worker_http = http_server_start(&options, &settings, err, sizeof(err));
+	if (worker_http == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("shape_sync could not start its HTTP server: %s", err),
+				 errhint("Check \"%s\" and \"%s\"; another process may use the port.",
+						 "shape_sync.listen_addresses", "shape_sync.port")));
+	atomic_store(&shape_sync_shared->worker_latch, (uintptr_t) MyLatch);
+	ereport(LOG,
+			(errmsg("shape_sync serving database \"%s\" on %s port %d",
+					shape_sync_database, shape_sync_listen_addresses, shape_sync_port)));
+
+	events = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(events, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(events, WL_SOCKET_READABLE, worker_queue.wake_fd, NULL, NULL);
+
+	while (!ShutdownRequestPending)
+	{
+		WaitEvent	fired[3];
+
+		(void) WaitEventSetWait(events, 1000, fired, lengthof(fired), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			settings = worker_runtime_settings();
+			http_server_apply_settings(worker_http, &settings);
+		}
+		worker_resolve_requests();
+		registry_maintain();
+		worker_wake_changed_shapes();
+		worker_drain_thread_log();
+	}
+
+	ereport(LOG, (errmsg("shape_sync shutting down")));
+	proc_exit(0);
+}

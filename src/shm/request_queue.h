@@ -1,0 +1,87 @@
+/*-------------------------------------------------------------------------
+ *
+ * request_queue.h
+ *		Shape requests that HTTP threads hand to the worker's main thread.
+ *
+ * Resolving a shape definition needs the catalog, which only the main
+ * thread may touch.  An HTTP thread fills a ShapeRequest, suspends its
+ * connection and pushes the request; the main thread resolves it, fills in
+ * the result and calls `done`, which resumes the connection.  Neither side
+ * ever waits for the other.
+ *
+ * IDENTIFICATION
+ *	  src/shm/request_queue.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REQUEST_QUEUE_H
+#define REQUEST_QUEUE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shape_table.h"
+
+/* A shape definition as the client wrote it; strings are malloc'd. */
+typedef struct ShapeDefinition
+{
+	char	   *schema;			/* unquoted; NULL means "public" */
+	char	   *table;			/* unquoted */
+	char	   *where;			/* NULL when absent */
+	char	  **params;			/* params[i] binds $(i+1); entries may be NULL */
+	int			nparams;
+	char	  **columns;		/* unquoted names; NULL means all columns */
+	int			ncolumns;
+	bool		replica_full;
+	bool		changes_only;
+} ShapeDefinition;
+
+typedef enum ShapeResolveStatus
+{
+	SHAPE_RESOLVE_OK = 0,
+	SHAPE_RESOLVE_INVALID,		/* 400: `error_json` holds the body */
+	SHAPE_RESOLVE_UNAVAILABLE	/* 503: `error_json` holds the body */
+} ShapeResolveStatus;
+
+/* The main thread's answer. */
+typedef struct ShapeResolution
+{
+	ShapeResolveStatus status;
+	char	   *error_json;		/* malloc'd, for errors */
+	char	   *schema_json;	/* malloc'd electric-schema, on success */
+	uint32_t	slot;
+	uint32_t	generation;
+	char		handle[SHAPE_HANDLE_LEN];
+} ShapeResolution;
+
+typedef struct ShapeRequest ShapeRequest;
+
+struct ShapeRequest
+{
+	ShapeRequest *next;			/* queue link, owned by the queue */
+	ShapeDefinition def;		/* written by the HTTP thread before push */
+	ShapeResolution result;		/* written by the main thread before done() */
+	void		(*done) (ShapeRequest *req);	/* called once, by the resolver */
+	void	   *owner;			/* the HTTP side's context */
+};
+
+typedef struct RequestQueue
+{
+	pthread_mutex_t lock;
+	ShapeRequest *head;			/* FIFO, guarded by lock */
+	ShapeRequest *tail;
+	int			wake_fd;		/* eventfd the main thread waits on */
+	bool		closed;			/* guarded by lock: push refuses once set */
+} RequestQueue;
+
+extern int	request_queue_init(RequestQueue *queue);
+extern void request_queue_destroy(RequestQueue *queue);
+extern bool request_queue_push(RequestQueue *queue, ShapeRequest *req);
+extern ShapeRequest *request_queue_take_all(RequestQueue *queue);
+extern ShapeRequest *request_queue_close(RequestQueue *queue);
+
+extern void shape_definition_free(ShapeDefinition *def);
+extern void shape_resolution_free(ShapeResolution *res);
+
+#endif							/* REQUEST_QUEUE_H */

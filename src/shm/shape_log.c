@@ -1,0 +1,493 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_log.c
+ *		The per-shape log of pre-encoded messages, in shared memory.
+ *
+ * A shape's log is the byte sequence a client is sent, minus framing: each
+ * record is one Electric JSON message, encoded once when it is appended and
+ * copied out as is for every client that reads it.  Records carry their
+ * offset in a small header, and closed chunks are listed in an index so that
+ * a request for "everything after offset O" finds its first byte with a
+ * binary search over chunks and, at worst, a scan of one chunk's headers.
+ *
+ * Memory comes from one arena of fixed-size blocks (SLOG_BLOCK_SIZE), sized
+ * by shape_sync.log_memory and shared by all shapes.  A log is a sequence of
+ * blocks reached through a two-level directory (data_dirs[] in the log, each
+ * naming a block of block numbers), so a log position maps to a block in
+ * O(1) and a log never needs contiguous memory.  Records may straddle
+ * blocks; readers copy out piecewise.  The chunk index lives in its own
+ * blocks (index_blocks[]).  Free blocks sit on a lock-free stack whose links
+ * live outside the blocks, in arena->next[], so that a popped block's
+ * contents never race with a stale reader of its link.
+ *
+ * Nothing here calls PostgreSQL: the writer is a PostgreSQL process (the
+ * snapshot worker, later the decoder), the readers are HTTP threads, and
+ * standalone tests drive both.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - Exactly one writer per log at a time.  The writer-private fields
+ *   (write_pos, chunk_start, open_chunk_bytes, chunk_count, blocks_held,
+ *   and the contents of directory and index blocks at or past what is
+ *   published) are touched by that writer only.  A log changes writer only
+ *   through the shape's state transitions (see shape_table.c), which are
+ *   release/acquire pairs.
+ * - The published state (pub_*) is guarded by the seqlock `seq`: the writer
+ *   makes it odd, stores the fields, and makes it even with a release store;
+ *   a reader retries until it sees the same even value before and after.
+ * - Record bytes, directory entries and index entries below the published
+ *   bounds are written before the publishing release store and never again,
+ *   so a reader that acquired the published state may read them without a
+ *   lock.  data_dirs[] and index_blocks[] are atomics only because readers
+ *   load them while the writer fills later entries.
+ * - Blocks return to the arena only through slog_release, which the caller
+ *   runs when no reader can still hold the log (the pin protocol of
+ *   shape_table.c guarantees it).
+ * - The free stack head packs an ABA tag with the block number and changes
+ *   by CAS; pops acquire, pushes release, so a block's previous life
+ *   happens-before its next one.
+ *
+ * IDENTIFICATION
+ *	  src/shm/shape_log.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "shape_log.c is shared by threads and must not include postgres.h"
+#endif
+
+#include "shape_log.h"
+
+#include <string.h>
+
+#define relaxed memory_order_relaxed
+#define acquire memory_order_acquire
+#define release memory_order_release
+
+static inline char *
+slog_block(const ShapeLogArena *arena, uint32_t block)
+{
+	return (char *) arena + arena->blocks_offset + (size_t) block * SLOG_BLOCK_SIZE;
+}
+
+/* ---------------------------------------------------------------- arena */
+
+size_t
+slog_arena_size(uint64_t bytes)
+{
+	uint64_t	nblocks = bytes / SLOG_BLOCK_SIZE;
+	size_t		header = sizeof(ShapeLogArena) + nblocks * sizeof(_Atomic uint32_t);
+
+	header = (header + SLOG_BLOCK_SIZE - 1) & ~((size_t) SLOG_BLOCK_SIZE - 1);
+	/* one extra block of slack lets slog_arena_init align block 0 */
+	return header + (nblocks + 1) * SLOG_BLOCK_SIZE;
+}
+
+/*
+ * Lays out an arena in `mem` (size from slog_arena_size) with every block
+ * free.  Block 0 is aligned to SLOG_BLOCK_SIZE relative to `mem`.
+ */
+ShapeLogArena *
+slog_arena_init(void *mem, size_t size)
+{
+	ShapeLogArena *arena = mem;
+	uint64_t	nblocks = 0;
+	size_t		header;
+
+	/* find the largest block count whose header and blocks fit */
+	nblocks = size / SLOG_BLOCK_SIZE;
+	for (;;)
+	{
+		header = sizeof(ShapeLogArena) + nblocks * sizeof(_Atomic uint32_t);
+		header = (header + SLOG_BLOCK_SIZE - 1) & ~((size_t) SLOG_BLOCK_SIZE - 1);
+		if (nblocks == 0 || header + nblocks * SLOG_BLOCK_SIZE <= size)
+			break;
+		nblocks--;
+	}
+	if (nblocks >= SLOG_NO_BLOCK)
+		nblocks = SLOG_NO_BLOCK - 1;
+
+	arena->nblocks = (uint32_t) nblocks;
+	arena->pad = 0;
+	arena->blocks_offset = header;
+	for (uint32_t i = 0; i < arena->nblocks; i++)
+		atomic_init(&arena->next[i], i + 1 < arena->nblocks ? i + 1 : SLOG_NO_BLOCK);
+	atomic_init(&arena->free_head, arena->nblocks > 0 ? 0 : SLOG_NO_BLOCK);
+	atomic_init(&arena->free_count, arena->nblocks);
+	return arena;
+}
+
+uint32_t
+slog_arena_free_blocks(const ShapeLogArena *arena)
+{
+	return atomic_load_explicit(&arena->free_count, relaxed);
+}
+
+static uint32_t
+slog_block_pop(ShapeLogArena *arena)
+{
+	uint64_t	head = atomic_load_explicit(&arena->free_head, acquire);
+
+	for (;;)
+	{
+		uint32_t	block = (uint32_t) head;
+		uint64_t	next;
+
+		if (block == SLOG_NO_BLOCK)
+			return SLOG_NO_BLOCK;
+		next = ((head >> 32) + 1) << 32 |
+			atomic_load_explicit(&arena->next[block], relaxed);
+		if (atomic_compare_exchange_weak_explicit(&arena->free_head, &head, next,
+												  memory_order_acq_rel, acquire))
+		{
+			atomic_fetch_sub_explicit(&arena->free_count, 1, relaxed);
+			return block;
+		}
+	}
+}
+
+static void
+slog_block_push(ShapeLogArena *arena, uint32_t block)
+{
+	uint64_t	head = atomic_load_explicit(&arena->free_head, relaxed);
+	uint64_t	next;
+
+	do
+	{
+		atomic_store_explicit(&arena->next[block], (uint32_t) head, relaxed);
+		next = ((head >> 32) + 1) << 32 | block;
+	} while (!atomic_compare_exchange_weak_explicit(&arena->free_head, &head, next,
+													release, relaxed));
+	atomic_fetch_add_explicit(&arena->free_count, 1, relaxed);
+}
+
+/* --------------------------------------------------------------- writer */
+
+void
+slog_init(ShapeLog *log)
+{
+	atomic_init(&log->seq, 0);
+	atomic_init(&log->pub_data_end, 0);
+	atomic_init(&log->pub_chunk_count, 0);
+	atomic_init(&log->pub_flags, 0);
+	atomic_init(&log->pub_last_tx, LOG_OFFSET_BEFORE_ALL.tx);
+	atomic_init(&log->pub_last_op, LOG_OFFSET_BEFORE_ALL.op);
+	for (int i = 0; i < SLOG_DATA_DIRS; i++)
+		atomic_init(&log->data_dirs[i], SLOG_NO_BLOCK);
+	for (int i = 0; i < SLOG_INDEX_BLOCKS; i++)
+		atomic_init(&log->index_blocks[i], SLOG_NO_BLOCK);
+	log->write_pos = 0;
+	log->chunk_start = 0;
+	log->open_chunk_bytes = 0;
+	log->chunk_count = 0;
+	log->blocks_held = 0;
+}
+
+/* The data block holding `pos`, or SLOG_NO_BLOCK if none was attached. */
+static uint32_t
+slog_data_block(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos)
+{
+	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
+	uint32_t	dir = atomic_load_explicit(&log->data_dirs[nth / SLOG_DIR_FANOUT], relaxed);
+
+	if (dir == SLOG_NO_BLOCK)
+		return SLOG_NO_BLOCK;
+	return ((const uint32_t *) slog_block(arena, dir))[nth % SLOG_DIR_FANOUT];
+}
+
+/*
+ * Makes sure a data block is attached for every position below `end`.
+ * Blocks holding bytes below write_pos are attached already; past it, a
+ * directory entry may still hold a block from an append that failed, which
+ * is reused.
+ */
+static SlogResult
+slog_reserve(ShapeLogArena *arena, ShapeLog *log, uint64_t end)
+{
+	uint64_t	have = log->write_pos == 0 ? 0 :
+		(log->write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE;
+	uint64_t	need = (end + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE;
+
+	if (end > SLOG_MAX_DATA_BYTES)
+		return SLOG_TOO_LARGE;
+	for (uint64_t nth = have; nth < need; nth++)
+	{
+		uint64_t	d = nth / SLOG_DIR_FANOUT;
+		uint32_t	dir = atomic_load_explicit(&log->data_dirs[d], relaxed);
+		uint32_t   *entries;
+		uint32_t	block;
+
+		if (dir == SLOG_NO_BLOCK)
+		{
+			dir = slog_block_pop(arena);
+			if (dir == SLOG_NO_BLOCK)
+				return SLOG_FULL;
+			log->blocks_held++;
+			entries = (uint32_t *) slog_block(arena, dir);
+			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+				entries[i] = SLOG_NO_BLOCK;
+			atomic_store_explicit(&log->data_dirs[d], dir, relaxed);
+		}
+		entries = (uint32_t *) slog_block(arena, dir);
+		if (entries[nth % SLOG_DIR_FANOUT] != SLOG_NO_BLOCK)
+			continue;			/* left over from a record that did not fit */
+		block = slog_block_pop(arena);
+		if (block == SLOG_NO_BLOCK)
+			return SLOG_FULL;
+		log->blocks_held++;
+		entries[nth % SLOG_DIR_FANOUT] = block;
+	}
+	return SLOG_OK;
+}
+
+/* Copies n bytes into the log at pos; the blocks must be reserved. */
+static void
+slog_copy_in(ShapeLogArena *arena, ShapeLog *log, uint64_t pos,
+			 const char *src, size_t n)
+{
+	while (n > 0)
+	{
+		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
+		size_t		step = n < in_block ? n : in_block;
+
+		memcpy(slog_block(arena, slog_data_block(arena, log, pos)) +
+			   pos % SLOG_BLOCK_SIZE, src, step);
+		pos += step;
+		src += step;
+		n -= step;
+	}
+}
+
+/*
+ * Appends one record.  Nothing becomes visible to readers until
+ * slog_publish.  On failure the log is unchanged (blocks it attached stay
+ * attached and are reused by the next append, or freed with the log).
+ */
+SlogResult
+slog_append(ShapeLogArena *arena, ShapeLog *log, LogOffset offset,
+			uint32_t kind, const char *payload, uint32_t len)
+{
+	SlogRecordHeader hdr;
+	uint64_t	span = slog_record_span(len);
+	SlogResult	res;
+
+	res = slog_reserve(arena, log, log->write_pos + span);
+	if (res != SLOG_OK)
+		return res;
+	hdr.len = len;
+	hdr.kind = kind;
+	hdr.tx = offset.tx;
+	hdr.op = offset.op;
+	slog_copy_in(arena, log, log->write_pos, (const char *) &hdr, sizeof(hdr));
+	slog_copy_in(arena, log, log->write_pos + sizeof(hdr), payload, len);
+	log->write_pos += span;
+	log->open_chunk_bytes += len;
+	return SLOG_OK;
+}
+
+static SlogChunk *
+slog_chunk_at(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i)
+{
+	uint32_t	block = atomic_load_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
+											 relaxed);
+
+	return (SlogChunk *) slog_block(arena, block) + i % SLOG_CHUNKS_PER_BLOCK;
+}
+
+/* Closes the open chunk at the current write position, ending at `end`. */
+SlogResult
+slog_close_chunk(ShapeLogArena *arena, ShapeLog *log, LogOffset end)
+{
+	uint32_t	i = log->chunk_count;
+	SlogChunk  *chunk;
+
+	if (i >= SLOG_MAX_CHUNKS)
+		return SLOG_TOO_LARGE;
+	if (i % SLOG_CHUNKS_PER_BLOCK == 0 &&
+		atomic_load_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
+							 relaxed) == SLOG_NO_BLOCK)
+	{
+		uint32_t	block = slog_block_pop(arena);
+
+		if (block == SLOG_NO_BLOCK)
+			return SLOG_FULL;
+		log->blocks_held++;
+		atomic_store_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
+							  block, relaxed);
+	}
+	chunk = slog_chunk_at(arena, log, i);
+	chunk->start_pos = log->chunk_start;
+	chunk->end_pos = log->write_pos;
+	chunk->end_tx = end.tx;
+	chunk->end_op = end.op;
+	log->chunk_count = i + 1;
+	log->chunk_start = log->write_pos;
+	log->open_chunk_bytes = 0;
+	return SLOG_OK;
+}
+
+/* Makes every appended record and closed chunk visible to readers. */
+void
+slog_publish(ShapeLog *log, LogOffset last, uint32_t flags)
+{
+	uint64_t	seq = atomic_load_explicit(&log->seq, relaxed);
+
+	atomic_store_explicit(&log->seq, seq + 1, relaxed);
+	atomic_thread_fence(release);
+	atomic_store_explicit(&log->pub_data_end, log->write_pos, relaxed);
+	atomic_store_explicit(&log->pub_chunk_count, log->chunk_count, relaxed);
+	atomic_store_explicit(&log->pub_flags, flags, relaxed);
+	atomic_store_explicit(&log->pub_last_tx, last.tx, relaxed);
+	atomic_store_explicit(&log->pub_last_op, last.op, relaxed);
+	atomic_store_explicit(&log->seq, seq + 2, release);
+}
+
+/*
+ * Returns every block of the log to the arena and resets it.  The caller
+ * guarantees that no writer or reader uses the log any more.
+ */
+void
+slog_release(ShapeLogArena *arena, ShapeLog *log)
+{
+	for (int d = 0; d < SLOG_DATA_DIRS; d++)
+	{
+		uint32_t	dir = atomic_load_explicit(&log->data_dirs[d], relaxed);
+		const uint32_t *entries;
+
+		if (dir == SLOG_NO_BLOCK)
+			continue;
+		entries = (const uint32_t *) slog_block(arena, dir);
+		for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+			if (entries[i] != SLOG_NO_BLOCK)
+				slog_block_push(arena, entries[i]);
+		slog_block_push(arena, dir);
+	}
+	for (int i = 0; i < SLOG_INDEX_BLOCKS; i++)
+	{
+		uint32_t	block = atomic_load_explicit(&log->index_blocks[i], relaxed);
+
+		if (block != SLOG_NO_BLOCK)
+			slog_block_push(arena, block);
+	}
+	slog_init(log);
+}
+
+/* -------------------------------------------------------------- readers */
+
+void
+slog_read_published(const ShapeLog *log, SlogPublished *out)
+{
+	for (;;)
+	{
+		uint64_t	before = atomic_load_explicit(&log->seq, acquire);
+
+		if (before & 1)
+			continue;
+		out->data_end = atomic_load_explicit(&log->pub_data_end, relaxed);
+		out->chunk_count = atomic_load_explicit(&log->pub_chunk_count, relaxed);
+		out->flags = atomic_load_explicit(&log->pub_flags, relaxed);
+		out->last.tx = atomic_load_explicit(&log->pub_last_tx, relaxed);
+		out->last.op = atomic_load_explicit(&log->pub_last_op, relaxed);
+		atomic_thread_fence(acquire);
+		if (atomic_load_explicit(&log->seq, relaxed) == before)
+			return;
+	}
+}
+
+void
+slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos,
+			  char *dst, size_t n)
+{
+	while (n > 0)
+	{
+		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
+		size_t		step = n < in_block ? n : in_block;
+
+		memcpy(dst, slog_block(arena, slog_data_block(arena, log, pos)) +
+			   pos % SLOG_BLOCK_SIZE, step);
+		pos += step;
+		dst += step;
+		n -= step;
+	}
+}
+
+void
+slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
+				 uint64_t pos, SlogRecordHeader *hdr)
+{
+	slog_copy_out(arena, log, pos, (char *) hdr, sizeof(*hdr));
+}
+
+static LogOffset
+slog_chunk_end(const SlogChunk *chunk)
+{
+	LogOffset	o = {chunk->end_tx, chunk->end_op};
+
+	return o;
+}
+
+/*
+ * Finds what a request for "everything after `after`" is sent: the records
+ * of the chunk holding the first record after `after` (or of the open tail
+ * once the snapshot is done), minus those at or before `after`.  Reads
+ * entries after offset O are exclusive of O, as in Electric.
+ */
+void
+slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
+			const SlogPublished *pub, LogOffset after, SlogRange *range)
+{
+	uint32_t	lo = 0;
+	uint32_t	hi = pub->chunk_count;
+	uint64_t	pos;
+
+	memset(range, 0, sizeof(*range));
+
+	/* first closed chunk whose end is past `after` */
+	while (lo < hi)
+	{
+		uint32_t	mid = lo + (hi - lo) / 2;
+
+		if (log_offset_cmp(slog_chunk_end(slog_chunk_at(arena, log, mid)), after) > 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+
+	if (lo < pub->chunk_count)
+	{
+		const SlogChunk *chunk = slog_chunk_at(arena, log, lo);
+
+		range->start = chunk->start_pos;
+		range->end = chunk->end_pos;
+		range->chunk_end = slog_chunk_end(chunk);
+	}
+	else if (pub->flags & SLOG_SNAPSHOT_DONE)
+	{
+		range->start = pub->chunk_count == 0 ? 0 :
+			slog_chunk_at(arena, log, pub->chunk_count - 1)->end_pos;
+		range->end = pub->data_end;
+		range->chunk_end = pub->last;
+		range->beyond_end = log_offset_cmp(after, pub->last) > 0;
+	}
+	else
+		return;					/* the chunk is still being written */
+
+	range->ready = true;
+	if (log_offset_is_before_all(after))
+		return;
+
+	/* skip records at or before `after` (only for mid-chunk offsets) */
+	for (pos = range->start; pos < range->end;)
+	{
+		SlogRecordHeader hdr;
+		LogOffset	o;
+
+		slog_read_header(arena, log, pos, &hdr);
+		o.tx = hdr.tx;
+		o.op = hdr.op;
+		if (log_offset_cmp(o, after) > 0)
+			break;
+		pos += slog_record_span(hdr.len);
+	}
+	range->start = pos;
+}

@@ -1,0 +1,148 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_log.h
+ *		The per-shape log of pre-encoded messages, in shared memory.
+ *
+ * See shape_log.c for the layout and the notes on synchronization.
+ *
+ * IDENTIFICATION
+ *	  src/shm/shape_log.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_LOG_H
+#define SHAPE_LOG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log_offset.h"
+
+#define SLOG_BLOCK_SIZE			32768u
+#define SLOG_NO_BLOCK			UINT32_MAX
+#define SLOG_DIR_FANOUT			(SLOG_BLOCK_SIZE / sizeof(uint32_t))
+#define SLOG_DATA_DIRS			32
+#define SLOG_MAX_DATA_BYTES \
+	((uint64_t) SLOG_DATA_DIRS * SLOG_DIR_FANOUT * SLOG_BLOCK_SIZE)
+#define SLOG_INDEX_BLOCKS		64
+#define SLOG_CHUNKS_PER_BLOCK	(SLOG_BLOCK_SIZE / sizeof(SlogChunk))
+#define SLOG_MAX_CHUNKS			(SLOG_INDEX_BLOCKS * SLOG_CHUNKS_PER_BLOCK)
+
+/* Kinds of record; a reader serves both, the kind is for inspection. */
+#define SLOG_RECORD_CHANGE		1
+#define SLOG_RECORD_CONTROL		2
+
+/* Bits of the published flags word. */
+#define SLOG_SNAPSHOT_DONE		0x1
+
+typedef enum SlogResult
+{
+	SLOG_OK = 0,
+	SLOG_FULL,					/* the arena has no free block left */
+	SLOG_TOO_LARGE				/* the shape hit its per-shape size cap */
+} SlogResult;
+
+/* Every record starts with this header; the payload follows, padded to 8. */
+typedef struct SlogRecordHeader
+{
+	uint32_t	len;			/* payload bytes */
+	uint32_t	kind;			/* SLOG_RECORD_* */
+	int64_t		tx;				/* the record's offset ... */
+	uint64_t	op;				/* ... as (tx, op) */
+} SlogRecordHeader;
+
+/* One closed chunk: records in [start_pos, end_pos) ending at `end`. */
+typedef struct SlogChunk
+{
+	uint64_t	start_pos;
+	uint64_t	end_pos;
+	int64_t		end_tx;
+	uint64_t	end_op;
+} SlogChunk;
+
+/* The free-block pool that all shape logs share. */
+typedef struct ShapeLogArena
+{
+	uint32_t	nblocks;		/* fixed at creation */
+	uint32_t	pad;
+	uint64_t	blocks_offset;	/* from the arena's start to block 0 */
+	_Atomic uint64_t free_head; /* (ABA tag << 32) | first free block */
+	_Atomic uint32_t free_count;
+	_Atomic uint32_t next[];	/* free-list links, one per block */
+} ShapeLogArena;
+
+/* A consistent copy of what the writer has published. */
+typedef struct SlogPublished
+{
+	uint64_t	data_end;		/* bytes of complete records */
+	uint32_t	chunk_count;	/* closed chunks */
+	uint32_t	flags;			/* SLOG_SNAPSHOT_DONE */
+	LogOffset	last;			/* offset of the last record */
+} SlogPublished;
+
+typedef struct ShapeLog
+{
+	/* Published state, guarded by the seqlock `seq`. */
+	_Atomic uint64_t seq;		/* odd while the writer updates */
+	_Atomic uint64_t pub_data_end;
+	_Atomic uint32_t pub_chunk_count;
+	_Atomic uint32_t pub_flags;
+	_Atomic int64_t pub_last_tx;
+	_Atomic uint64_t pub_last_op;
+
+	/* Block directories: set by the writer before the range is published. */
+	_Atomic uint32_t data_dirs[SLOG_DATA_DIRS];
+	_Atomic uint32_t index_blocks[SLOG_INDEX_BLOCKS];
+
+	/* Writer-private: only the current writer reads or writes these. */
+	uint64_t	write_pos;		/* end of complete records */
+	uint64_t	chunk_start;	/* start of the open chunk */
+	uint64_t	open_chunk_bytes;	/* payload bytes in the open chunk */
+	uint32_t	chunk_count;	/* closed chunks */
+	uint32_t	blocks_held;	/* blocks this log owns (data, dirs, index) */
+} ShapeLog;
+
+/* The part of a log that one response covers. */
+typedef struct SlogRange
+{
+	bool		ready;			/* false: wait for the writer */
+	bool		beyond_end;		/* the request is past the last offset */
+	uint64_t	start;			/* first record to send */
+	uint64_t	end;			/* end of the last record to send */
+	LogOffset	chunk_end;		/* the response's electric-offset */
+} SlogRange;
+
+/* Arena */
+extern size_t slog_arena_size(uint64_t bytes);
+extern ShapeLogArena *slog_arena_init(void *mem, size_t size);
+extern uint32_t slog_arena_free_blocks(const ShapeLogArena *arena);
+
+/* Writer (one at a time per log) */
+extern void slog_init(ShapeLog *log);
+extern SlogResult slog_append(ShapeLogArena *arena, ShapeLog *log,
+							  LogOffset offset, uint32_t kind,
+							  const char *payload, uint32_t len);
+extern SlogResult slog_close_chunk(ShapeLogArena *arena, ShapeLog *log,
+								   LogOffset end);
+extern void slog_publish(ShapeLog *log, LogOffset last, uint32_t flags);
+extern void slog_release(ShapeLogArena *arena, ShapeLog *log);
+
+/* Readers (any thread or process, no lock) */
+extern void slog_read_published(const ShapeLog *log, SlogPublished *out);
+extern void slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
+						const SlogPublished *pub, LogOffset after,
+						SlogRange *range);
+extern void slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
+							 uint64_t pos, SlogRecordHeader *hdr);
+extern void slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
+						  uint64_t pos, char *dst, size_t n);
+
+static inline uint64_t
+slog_record_span(uint32_t len)
+{
+	return (sizeof(SlogRecordHeader) + (uint64_t) len + 7) & ~(uint64_t) 7;
+}
+
+#endif							/* SHAPE_LOG_H */

@@ -1,0 +1,249 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_table.c
+ *		The table of shapes in shared memory: slots, pins and handles.
+ *
+ * A shape lives in a slot for its whole life.  The main thread of the
+ * shape_sync worker claims a free slot when it creates a shape, fills in the
+ * descriptive fields, and moves it to SNAPSHOTTING; the snapshot worker
+ * writes the log and moves it to READY or FAILED; the main thread retires it
+ * when the shape is dropped or the worker restarts.  A retired slot's log
+ * blocks go back to the arena when its last reader unpins, and only then
+ * does the slot become FREE again.
+ *
+ * A reader names a shape by (slot, generation).  Pinning checks the
+ * generation after taking the pin, so a reader that raced with the slot's
+ * reuse notices and backs off; it can never read a log that a newer shape
+ * owns.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - `state` is written with release stores and read with acquire loads.
+ *   The descriptive fields (handle, relation, where_preview, relid, flags,
+ *   created_at_us) are written by the main thread while the slot is FREE
+ *   and unpinned, before the release store that leaves FREE; readers read
+ *   them only after an acquire load of a non-FREE state.  `error` is
+ *   written by the snapshot worker before its release store of FAILED.
+ * - `pins` counts readers; its top bit marks a retired slot.  Pinning is a
+ *   CAS that fails once the bit is set.  Exactly one party frees the log:
+ *   the retirer if there were no pins, else the unpinner that brings the
+ *   count to zero.  Freeing resets the log, then release-stores FREE.
+ * - `generation` changes only in shape_table_claim, on a FREE slot, by the
+ *   main thread (the only claimer).
+ * - `dirty` bits are set with fetch_or by writers and cleared with exchange
+ *   by the main thread; a set bit only means "look at this slot".
+ * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
+ *
+ * IDENTIFICATION
+ *	  src/shm/shape_table.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "shape_table.c is shared by threads and must not include postgres.h"
+#endif
+
+#include "shape_table.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DIRTY_WORDS(n)	(((n) + 63) / 64)
+
+size_t
+shape_table_size(uint32_t nslots)
+{
+	return sizeof(ShapeTable) + DIRTY_WORDS(nslots) * sizeof(uint64_t) +
+		64 + (size_t) nslots * sizeof(ShapeSlot);
+}
+
+ShapeTable *
+shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
+{
+	ShapeTable *table = mem;
+	char	   *p = (char *) mem + sizeof(ShapeTable);
+
+	table->nslots = nslots;
+	table->pad = 0;
+	atomic_init(&table->last_handle_us, 0);
+	atomic_init(&table->last_seen_lsn, 0);
+	table->arena = arena;
+	table->dirty = (_Atomic uint64_t *) p;
+	for (uint32_t i = 0; i < DIRTY_WORDS(nslots); i++)
+		atomic_init(&table->dirty[i], 0);
+	p += DIRTY_WORDS(nslots) * sizeof(uint64_t);
+	p = (char *) (((uintptr_t) p + 63) & ~(uintptr_t) 63);
+	table->slots = (ShapeSlot *) p;
+	for (uint32_t i = 0; i < nslots; i++)
+	{
+		ShapeSlot  *s = &table->slots[i];
+
+		memset(s, 0, sizeof(*s));
+		atomic_init(&s->state, SHAPE_FREE);
+		atomic_init(&s->generation, 0);
+		atomic_init(&s->pins, SHAPE_PIN_RETIRED);	/* unpinnable while free */
+		slog_init(&s->log);
+	}
+	return table;
+}
+
+/*
+ * Claims a FREE slot for a new shape and returns its index, or SHAPE_NO_SLOT.
+ * Main thread only.  The slot's generation is new; the caller fills in the
+ * descriptive fields and then sets the state to SNAPSHOTTING.
+ */
+uint32_t
+shape_table_claim(ShapeTable *table)
+{
+	for (uint32_t i = 0; i < table->nslots; i++)
+	{
+		ShapeSlot  *s = &table->slots[i];
+
+		if (atomic_load_explicit(&s->state, memory_order_acquire) != SHAPE_FREE)
+			continue;
+		atomic_fetch_add_explicit(&s->generation, 1, memory_order_relaxed);
+		s->snapshot_rows = 0;
+		s->snapshot_ms = 0;
+		s->error[0] = '\0';
+		atomic_store_explicit(&s->pins, 0, memory_order_release);
+		return i;
+	}
+	return SHAPE_NO_SLOT;
+}
+
+static void
+shape_table_free(ShapeTable *table, ShapeSlot *s)
+{
+	slog_release(table->arena, &s->log);
+	atomic_store_explicit(&s->state, SHAPE_FREE, memory_order_release);
+}
+
+/*
+ * Retires a shape: new pins fail from now on, and the log is freed when the
+ * last existing pin goes.  Main thread only; at most once per claim.
+ */
+void
+shape_table_retire(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint64_t	prev;
+
+	atomic_store_explicit(&s->state, SHAPE_RETIRED, memory_order_release);
+	prev = atomic_fetch_or_explicit(&s->pins, SHAPE_PIN_RETIRED, memory_order_acq_rel);
+	if (prev == 0)
+		shape_table_free(table, s);
+}
+
+bool
+shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation)
+{
+	ShapeSlot  *s;
+	uint64_t	pins;
+
+	if (slot >= table->nslots)
+		return false;
+	s = &table->slots[slot];
+	pins = atomic_load_explicit(&s->pins, memory_order_relaxed);
+	do
+	{
+		if (pins & SHAPE_PIN_RETIRED)
+			return false;
+	} while (!atomic_compare_exchange_weak_explicit(&s->pins, &pins, pins + 1,
+													memory_order_acquire,
+													memory_order_relaxed));
+	if (atomic_load_explicit(&s->generation, memory_order_relaxed) != generation)
+	{
+		shape_table_unpin(table, slot);
+		return false;
+	}
+	return true;
+}
+
+void
+shape_table_unpin(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint64_t	prev = atomic_fetch_sub_explicit(&s->pins, 1, memory_order_acq_rel);
+
+	if (prev == (SHAPE_PIN_RETIRED | 1))
+		shape_table_free(table, s);
+}
+
+ShapeState
+shape_table_state(const ShapeTable *table, uint32_t slot)
+{
+	return (ShapeState) atomic_load_explicit(&table->slots[slot].state,
+											 memory_order_acquire);
+}
+
+void
+shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state)
+{
+	atomic_store_explicit(&table->slots[slot].state, state, memory_order_release);
+}
+
+void
+shape_table_mark_dirty(ShapeTable *table, uint32_t slot)
+{
+	atomic_fetch_or_explicit(&table->dirty[slot / 64], (uint64_t) 1 << (slot % 64),
+							 memory_order_release);
+}
+
+/*
+ * Collects up to `max` dirty slots into `slots`, clearing their marks, and
+ * returns how many.  Marks past `max` stay set for the next call.
+ */
+uint32_t
+shape_table_take_dirty(ShapeTable *table, uint32_t *slots, uint32_t max)
+{
+	uint32_t	n = 0;
+
+	for (uint32_t w = 0; w < DIRTY_WORDS(table->nslots); w++)
+	{
+		uint64_t	bits;
+
+		if (atomic_load_explicit(&table->dirty[w], memory_order_relaxed) == 0)
+			continue;
+		bits = atomic_exchange_explicit(&table->dirty[w], 0, memory_order_acquire);
+		while (bits != 0)
+		{
+			int			b = __builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			if (n == max)
+			{
+				atomic_fetch_or_explicit(&table->dirty[w], (uint64_t) 1 << b,
+										 memory_order_relaxed);
+				continue;
+			}
+			slots[n++] = w * 64 + (uint32_t) b;
+		}
+	}
+	return n;
+}
+
+void
+shape_table_new_handle(ShapeTable *table, uint32_t hash, int64_t now_us, char *out)
+{
+	int64_t		last = atomic_load_explicit(&table->last_handle_us, memory_order_relaxed);
+	int64_t		next;
+
+	do
+		next = now_us > last ? now_us : last + 1;
+	while (!atomic_compare_exchange_weak_explicit(&table->last_handle_us, &last, next,
+												  memory_order_relaxed,
+												  memory_order_relaxed));
+	snprintf(out, SHAPE_HANDLE_LEN, "%u-%lld", hash, (long long) next);
+}
+
+void
+shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
+{
+	uint64_t	cur = atomic_load_explicit(&table->last_seen_lsn, memory_order_relaxed);
+
+	while (cur < lsn &&
+		   !atomic_compare_exchange_weak_explicit(&table->last_seen_lsn, &cur, lsn,
+												  memory_order_relaxed,
+												  memory_order_relaxed))
+		;
+}

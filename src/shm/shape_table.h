@@ -1,0 +1,102 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_table.h
+ *		The table of shapes in shared memory: slots, pins and handles.
+ *
+ * See shape_table.c for the slot life cycle and the notes on
+ * synchronization.
+ *
+ * IDENTIFICATION
+ *	  src/shm/shape_table.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_TABLE_H
+#define SHAPE_TABLE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shape_log.h"
+
+#define SHAPE_HANDLE_LEN		48
+#define SHAPE_RELATION_LEN		272		/* "schema"."table", quoted */
+#define SHAPE_WHERE_PREVIEW_LEN 512
+#define SHAPE_ERROR_LEN			512
+#define SHAPE_NO_SLOT			UINT32_MAX
+
+typedef enum ShapeState
+{
+	SHAPE_FREE = 0,				/* unused; may be claimed by the main thread */
+	SHAPE_SNAPSHOTTING,			/* the snapshot worker writes the log */
+	SHAPE_READY,				/* snapshot done; the log is complete */
+	SHAPE_FAILED,				/* the snapshot failed; `error` says why */
+	SHAPE_RETIRED				/* dropped; blocks go back at the last unpin */
+} ShapeState;
+
+typedef struct ShapeSlot
+{
+	_Atomic uint32_t state;		/* ShapeState; release-stored */
+	_Atomic uint32_t generation;	/* bumped each time the slot is claimed */
+	_Atomic uint64_t pins;		/* readers holding the log | SHAPE_PIN_RETIRED */
+
+	/* Set by the main thread before the state leaves SHAPE_FREE. */
+	char		handle[SHAPE_HANDLE_LEN];
+	char		relation[SHAPE_RELATION_LEN];
+	char		where_preview[SHAPE_WHERE_PREVIEW_LEN];
+	uint32_t	relid;
+	uint32_t	flags;			/* SHAPE_FLAG_* */
+	int64_t		created_at_us;	/* Unix epoch, microseconds */
+
+	/* Set by the snapshot worker. */
+	_Atomic uint64_t snapshot_rows;
+	_Atomic int64_t snapshot_ms;
+	uint32_t	error_status;	/* HTTP status for FAILED: 400 or 503 */
+	char		error[SHAPE_ERROR_LEN];	/* valid once state is FAILED */
+
+	ShapeLog	log;
+} ShapeSlot;
+
+#define SHAPE_FLAG_REPLICA_FULL		0x1
+#define SHAPE_FLAG_CHANGES_ONLY		0x2
+
+#define SHAPE_PIN_RETIRED		((uint64_t) 1 << 63)
+
+typedef struct ShapeTable
+{
+	uint32_t	nslots;
+	uint32_t	pad;
+	_Atomic int64_t last_handle_us; /* handles never repeat */
+	_Atomic uint64_t last_seen_lsn; /* newest LSN the server knows about */
+	ShapeLogArena *arena;		/* valid in every process of the cluster */
+	_Atomic uint64_t *dirty;	/* one bit per slot: log changed */
+	ShapeSlot  *slots;
+} ShapeTable;
+
+extern size_t shape_table_size(uint32_t nslots);
+extern ShapeTable *shape_table_init(void *mem, uint32_t nslots,
+									ShapeLogArena *arena);
+
+/* Main thread: claim and retire slots. */
+extern uint32_t shape_table_claim(ShapeTable *table);
+extern void shape_table_retire(ShapeTable *table, uint32_t slot);
+
+/* Anyone: hold a slot's log while reading it. */
+extern bool shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation);
+extern void shape_table_unpin(ShapeTable *table, uint32_t slot);
+extern ShapeState shape_table_state(const ShapeTable *table, uint32_t slot);
+extern void shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state);
+
+/* Writers mark a changed log; the main thread collects the marks. */
+extern void shape_table_mark_dirty(ShapeTable *table, uint32_t slot);
+extern uint32_t shape_table_take_dirty(ShapeTable *table, uint32_t *slots,
+									   uint32_t max);
+
+/* A fresh handle "<hash>-<unix microseconds>", never repeated. */
+extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
+								   int64_t now_us, char *out);
+
+extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
+
+#endif							/* SHAPE_TABLE_H */

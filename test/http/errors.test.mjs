@@ -1,0 +1,196 @@
+// Validation errors, 409 must-refetch, and the not-yet-available live mode.
+
+import { after, before, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+
+import { closePool, createTable, dropTable, fetchShape, uniqueTable } from './helpers.mjs'
+
+after(closePool)
+
+// Checks a 400 "Invalid request" response and returns its errors object.
+function assertInvalid(res, label) {
+  assert.equal(res.status, 400, `${label}: status (body ${res.text})`)
+  assert.match(res.headers.get('content-type') ?? '', /^application\/json/, `${label}: content-type`)
+  assert.equal(res.headers.get('cache-control'), 'no-store', `${label}: cache-control`)
+  assert.equal(res.headers.get('access-control-allow-origin'), '*', `${label}: CORS on errors`)
+  assert.equal(typeof res.body, 'object', `${label}: JSON body (got ${res.text})`)
+  assert.deepEqual(Object.keys(res.body).sort(), ['errors', 'message'], `${label}: body keys (${res.text})`)
+  assert.equal(res.body.message, 'Invalid request', `${label}: message`)
+  return res.body.errors
+}
+
+function assertExactErrors(res, errors, label) {
+  const got = assertInvalid(res, label)
+  assert.deepEqual(got, errors, `${label}: errors`)
+}
+
+// One error on `field`: an array of one non-empty string (wording is ours).
+function assertFieldError(res, field, label) {
+  const errors = assertInvalid(res, label)
+  assert.deepEqual(Object.keys(errors), [field], `${label}: only errors.${field} (${res.text})`)
+  assert.ok(Array.isArray(errors[field]) && errors[field].length === 1, `${label}: errors.${field} has one message`)
+  assert.equal(typeof errors[field][0], 'string', `${label}: message is a string`)
+  assert.ok(errors[field][0].length > 0, `${label}: message is not empty`)
+  return errors[field][0]
+}
+
+describe('errors', () => {
+  const table = uniqueTable('err')
+  const other = uniqueTable('errother')
+
+  before(async () => {
+    await createTable([
+      `CREATE TABLE public.${table} (id int4 PRIMARY KEY, title text, n int4)`,
+      `INSERT INTO public.${table} VALUES (1, 'a', 1), (2, 'b', 2)`,
+      `CREATE TABLE public.${other} (id int4 PRIMARY KEY, v int4)`,
+    ])
+  })
+
+  after(async () => {
+    await dropTable(table)
+    await dropTable(other)
+  })
+
+  it('missing table', async () => {
+    const res = await fetchShape({ offset: '-1' })
+    assertExactErrors(res, { table: ["can't be blank"] }, 'missing table')
+  })
+
+  it('nonexistent table', async () => {
+    const res = await fetchShape({ table: 'nonexistent', offset: '-1' })
+    assertExactErrors(
+      res,
+      {
+        table: [
+          'Table "public"."nonexistent" does not exist. If the table name contains capitals or special characters you must quote it.',
+        ],
+      },
+      'nonexistent table',
+    )
+  })
+
+  it('missing offset', async () => {
+    const res = await fetchShape({ table })
+    assertExactErrors(res, { offset: ["can't be blank"] }, 'missing offset')
+  })
+
+  it('badly formatted offsets', async () => {
+    for (const offset of ['1_2_3', '10', '0_-1', '-2', 'abc', '10_32.1', '1_2 ', '_1', '1_']) {
+      const res = await fetchShape({ table, offset })
+      assertExactErrors(res, { offset: ['has invalid format'] }, `offset=${JSON.stringify(offset)}`)
+    }
+  })
+
+  it('offset != -1 without a handle', async () => {
+    const res = await fetchShape({ table, offset: '0_0' })
+    assertExactErrors(res, { handle: ["can't be blank when offset != -1"] }, 'offset=0_0 without handle')
+  })
+
+  it('live with offset=-1', async () => {
+    const res = await fetchShape({ table, offset: '-1', live: 'true' })
+    assertExactErrors(res, { live: ["can't be true when offset == -1"] }, 'live=true&offset=-1')
+  })
+
+  it('where syntax error gives the PostgreSQL message with its location', async () => {
+    const res = await fetchShape({ table, offset: '-1', where: '1 x 1' })
+    assertExactErrors(res, { where: ['At location 17: syntax error at or near "x"'] }, 'where=1 x 1')
+  })
+
+  it('columns without the primary key', async () => {
+    const res = await fetchShape({ table, offset: '-1', columns: 'title' })
+    assertExactErrors(
+      res,
+      { columns: ['The list of columns must include all primary key columns, missing: id'] },
+      'columns=title',
+    )
+  })
+
+  it('columns with an unknown column', async () => {
+    const res = await fetchShape({ table, offset: '-1', columns: 'id,invalid' })
+    assertExactErrors(
+      res,
+      { columns: ['The following columns are not found on the table: invalid'] },
+      'columns=id,invalid',
+    )
+  })
+
+  it('where clauses a shape cannot use', async () => {
+    const cases = [
+      ['subquery', `id IN (SELECT 1)`],
+      ['aggregate', `count(*) > 0`],
+      ['volatile function', `random() > 0.5`],
+      ['unknown column', `nope = 1`],
+      ['not boolean', `id + 1`],
+    ]
+    for (const [label, where] of cases) {
+      const res = await fetchShape({ table, offset: '-1', where })
+      assertFieldError(res, 'where', `where ${label}: ${where}`)
+    }
+  })
+
+  it('replica=bogus', async () => {
+    const res = await fetchShape({ table, offset: '-1', replica: 'bogus' })
+    const errors = assertInvalid(res, 'replica=bogus')
+    assert.ok(Array.isArray(errors.replica) && errors.replica.length > 0, `errors.replica: ${res.text}`)
+    for (const m of errors.replica) assert.ok(typeof m === 'string' && m.length > 0, 'errors.replica messages')
+  })
+
+  it('a handle that does not match the definition answers 409 must-refetch with the real handle', async () => {
+    const init = await fetchShape({ table, offset: '-1' })
+    assert.equal(init.status, 200, init.text)
+    const real = init.headers.get('electric-handle')
+    assert.ok(real)
+
+    for (const bad of ['nonexistent-handle', `${real}x`]) {
+      const res = await fetchShape({ table, offset: '0_0', handle: bad })
+      assert.equal(res.status, 409, `handle ${bad}: status (body ${res.text})`)
+      assert.deepEqual(res.body, [{ headers: { control: 'must-refetch' } }], `handle ${bad}: body`)
+      assert.equal(res.headers.get('electric-handle'), real, `handle ${bad}: electric-handle is the shape's handle`)
+      assert.match(res.headers.get('content-type') ?? '', /^application\/json/, 'content-type')
+      assert.equal(res.headers.get('cache-control'), 'public, max-age=60, must-revalidate', '409 cache-control')
+    }
+
+    // The handle of another shape (same table, another where) is a mismatch too.
+    const whereShape = await fetchShape({ table, offset: '-1', where: 'id > 1' })
+    assert.equal(whereShape.status, 200, whereShape.text)
+    const whereHandle = whereShape.headers.get('electric-handle')
+    assert.notEqual(whereHandle, real)
+    const res = await fetchShape({ table, offset: '0_0', handle: whereHandle })
+    assert.equal(res.status, 409, res.text)
+    assert.equal(res.headers.get('electric-handle'), real)
+    const back = await fetchShape({ table, offset: '0_0', handle: real, where: 'id > 1' })
+    assert.equal(back.status, 409, back.text)
+    assert.equal(back.headers.get('electric-handle'), whereHandle)
+
+    // The handle of a shape on another table.
+    const otherShape = await fetchShape({ table: other, offset: '-1' })
+    assert.equal(otherShape.status, 200, otherShape.text)
+    const cross = await fetchShape({ table, offset: '0_0', handle: otherShape.headers.get('electric-handle') })
+    assert.equal(cross.status, 409, cross.text)
+    assert.equal(cross.headers.get('electric-handle'), real)
+  })
+
+  it('a 409 for a definition seen for the first time creates the shape', async () => {
+    const t = uniqueTable('errnew')
+    await createTable([`CREATE TABLE public.${t} (id int4 PRIMARY KEY)`, `INSERT INTO public.${t} VALUES (1)`])
+    try {
+      const res = await fetchShape({ table: t, offset: '0_0', handle: 'nonexistent-handle' })
+      assert.equal(res.status, 409, res.text)
+      const h = res.headers.get('electric-handle')
+      assert.ok(h, 'the 409 names a fresh handle')
+      const init = await fetchShape({ table: t, offset: '-1', handle: h })
+      assert.equal(init.status, 200, init.text)
+      assert.equal(init.headers.get('electric-handle'), h, 'offset=-1 finds the shape the 409 created')
+    } finally {
+      await dropTable(t)
+    }
+  })
+
+  it('live mode is not available yet: live=true with a valid handle answers 400', async () => {
+    const init = await fetchShape({ table, offset: '-1' })
+    assert.equal(init.status, 200, init.text)
+    const handle = init.headers.get('electric-handle')
+    const res = await fetchShape({ table, offset: '0_0', handle, live: 'true', cursor: '' })
+    assertFieldError(res, 'live', 'live=true')
+  })
+})

@@ -1,0 +1,116 @@
+-- test/tap/01_schema.sql: what CREATE EXTENSION shape_sync makes, and the GUCs _PG_init defines.
+-- Run by scripts/test.sh with pg_prove, in a database where pgtap is installed.
+BEGIN;
+CREATE EXTENSION IF NOT EXISTS shape_sync;
+
+SELECT plan(49);
+
+-- The extension and its schema --------------------------------------------------------------
+
+SELECT has_schema('shape_sync');
+SELECT has_extension('shape_sync', 'shape_sync', 'extension shape_sync is installed in schema shape_sync');
+SELECT is(
+    (SELECT extrelocatable FROM pg_extension WHERE extname = 'shape_sync'),
+    false,
+    'extension shape_sync is not relocatable');
+SELECT is(
+    (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'shape_sync'),
+    'shape_sync',
+    'extension shape_sync lives in schema shape_sync');
+
+-- Functions: argument and return types --------------------------------------------------------
+
+SELECT has_function('shape_sync', 'validate_shape', ARRAY['text', 'text', 'text[]', 'text', 'text']);
+SELECT function_returns('shape_sync', 'validate_shape', ARRAY['text', 'text', 'text[]', 'text', 'text'], 'jsonb');
+SELECT function_lang_is('shape_sync', 'validate_shape', ARRAY['text', 'text', 'text[]', 'text', 'text'], 'c');
+
+SELECT has_function('shape_sync', 'encode_rows', ARRAY['text', 'text', 'text[]', 'text']);
+SELECT function_returns('shape_sync', 'encode_rows', ARRAY['text', 'text', 'text[]', 'text'], 'setof text');
+SELECT function_lang_is('shape_sync', 'encode_rows', ARRAY['text', 'text', 'text[]', 'text'], 'c');
+
+SELECT has_function('shape_sync', 'list_shapes', ARRAY[]::name[]);
+SELECT function_returns('shape_sync', 'list_shapes', ARRAY[]::name[], 'setof record');
+
+SELECT has_function('shape_sync', 'log_memory', ARRAY[]::name[]);
+SELECT function_returns('shape_sync', 'log_memory', ARRAY[]::name[], 'record');
+
+-- The shapes view ---------------------------------------------------------------------------
+
+SELECT has_view('shape_sync', 'shapes', 'view shape_sync.shapes exists');
+SELECT is(
+    ARRAY(SELECT attname::text
+            FROM pg_attribute
+           WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0 AND NOT attisdropped
+           ORDER BY attnum),
+    ARRAY['handle', 'relation', 'where', 'replica', 'state', 'snapshot_rows', 'snapshot_ms',
+          'log_bytes', 'chunks', 'readers', 'created_at', 'error'],
+    'view shape_sync.shapes has the expected columns, in order');
+SELECT col_type_is('shape_sync', 'shapes', 'handle', 'text',
+                   'shape_sync.shapes.handle is text');
+SELECT col_type_is('shape_sync', 'shapes', 'snapshot_rows', 'bigint',
+                   'shape_sync.shapes.snapshot_rows is bigint');
+SELECT col_type_is('shape_sync', 'shapes', 'log_bytes', 'bigint',
+                   'shape_sync.shapes.log_bytes is bigint');
+SELECT col_type_is('shape_sync', 'shapes', 'chunks', 'integer',
+                   'shape_sync.shapes.chunks is integer');
+SELECT col_type_is('shape_sync', 'shapes', 'created_at', 'timestamp with time zone',
+                   'shape_sync.shapes.created_at is timestamp with time zone');
+
+-- Behaviour a superuser sees ------------------------------------------------------------------
+
+SELECT throws_ok(
+    $$SELECT shape_sync.validate_shape('no_such_table')$$,
+    '42P01', NULL,
+    'validate_shape of a table that does not exist raises undefined_table');
+
+SELECT cmp_ok((SELECT total_bytes FROM shape_sync.log_memory()), '>', 0::bigint,
+              'log_memory(): total_bytes > 0');
+SELECT is((SELECT block_size FROM shape_sync.log_memory()), 32768,
+          'log_memory(): block_size is 32 kB');
+SELECT ok((SELECT free_bytes BETWEEN 0 AND total_bytes FROM shape_sync.log_memory()),
+          'log_memory(): 0 <= free_bytes <= total_bytes');
+
+-- GUCs: defined, with the right context (postmaster: needs a restart; sighup: reloadable) ------
+
+SELECT ok(current_setting(name, true) IS NOT NULL,
+          format('GUC %s is defined', name))
+  FROM unnest(ARRAY['shape_sync.port', 'shape_sync.database', 'shape_sync.listen_addresses',
+                    'shape_sync.http_threads', 'shape_sync.chunk_bytes_threshold',
+                    'shape_sync.log_memory', 'shape_sync.max_snapshot_workers',
+                    'shape_sync.write_piece_size', 'shape_sync.cache_max_age',
+                    'shape_sync.cache_stale_age']) AS name
+ ORDER BY name;
+
+SELECT is(s.context, v.context, format('GUC %s has context %s', v.name, v.context))
+  FROM (VALUES ('shape_sync.port', 'postmaster'),
+               ('shape_sync.listen_addresses', 'postmaster'),
+               ('shape_sync.database', 'postmaster'),
+               ('shape_sync.http_threads', 'postmaster'),
+               ('shape_sync.log_memory', 'postmaster'),
+               ('shape_sync.max_snapshot_workers', 'postmaster'),
+               ('shape_sync.write_piece_size', 'postmaster'),
+               ('shape_sync.chunk_bytes_threshold', 'sighup'),
+               ('shape_sync.cache_max_age', 'sighup'),
+               ('shape_sync.cache_stale_age', 'sighup')) AS v(name, context)
+  LEFT JOIN pg_settings AS s USING (name)
+ ORDER BY v.name;
+
+-- Defaults and units: boot_val, the compiled-in default, whatever the test cluster sets.
+SELECT is(s.boot_val || ' ' || coalesce(s.unit, '(no unit)'), v.expected,
+          format('GUC %s defaults to %s', v.name, v.expected))
+  FROM (VALUES ('shape_sync.write_piece_size', '256 kB'),
+               ('shape_sync.cache_max_age', '60 s'),
+               ('shape_sync.cache_stale_age', '300 s')) AS v(name, expected)
+  LEFT JOIN pg_settings AS s USING (name)
+ ORDER BY v.name;
+
+-- The chunk threshold is a size: 10 MB whichever memory unit the GUC is declared in.
+SELECT is(
+    (SELECT boot_val::bigint * CASE unit WHEN 'B' THEN 1 WHEN 'kB' THEN 1024 WHEN '8kB' THEN 8192
+                                         WHEN 'MB' THEN 1024 * 1024 END
+       FROM pg_settings WHERE name = 'shape_sync.chunk_bytes_threshold'),
+    10::bigint * 1024 * 1024,
+    'GUC shape_sync.chunk_bytes_threshold defaults to 10 MB');
+
+SELECT * FROM finish();
+ROLLBACK;
