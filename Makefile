@@ -36,7 +36,7 @@ EXTRA_CLEAN  = test/unit/build bench/out
 # No JIT bitcode: nothing here benefits from inlining into JIT-compiled
 # expressions, and it would compile the thread-side files with PostgreSQL's
 # flags.
-with_llvm    = no
+override with_llvm = no
 
 PG_CONFIG   ?= pg_config
 PGXS        := $(shell $(PG_CONFIG) --pgxs)

@@ -359,6 +359,8 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 		flags |= MHD_USE_IPv6;
 	if (dual_stack)
 		flags |= MHD_USE_DUAL_STACK;
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_EXTERNAL_LOGGER,
+	(intptr_t) http_mhd_log, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_THREAD_POOL_SIZE, threads, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
 	/* room for one write piece plus headers and the request */
@@ -367,8 +369,6 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
 	(intptr_t) http_completed, server};
-	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_EXTERNAL_LOGGER,
-	(intptr_t) http_mhd_log, server};
 	if (addr != NULL)
 		opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, (void *) addr};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};

@@ -470,6 +470,8 @@ shape_after_resolve(ShapeConn *sc)
 				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,
 										   res->error_json, 5);
 			return shape_respond_unavailable(sc, "the server is not ready, please retry", 5);
+		case SHAPE_RESOLVE_FAILED:
+			return shape_respond_error(sc, res->error_status, res->error_json, 10);
 		case SHAPE_RESOLVE_OK:
 			break;
 	}

@@ -16,9 +16,10 @@
  *
  * Snapshots start in FIFO order, at most shape_sync.max_snapshot_workers at
  * a time.  A worker that ends without finishing its shape fails it.  A
- * failed shape stays in the map for FAILED_SHAPE_RETENTION so that clients
- * asking again get the error at once instead of a new snapshot attempt;
- * then it is retired and the next request tries afresh.
+ * failed shape is retired at once, so its memory goes back to the arena as
+ * soon as its last reader lets go, but the failure is remembered for
+ * FAILED_SHAPE_RETENTION: clients asking for the same definition meanwhile
+ * get the error at once instead of starting another doomed snapshot.
  *
  * When the worker (re)starts, shapes left in shared memory by its previous
  * life are retired: their clients get 409 and refetch.
@@ -64,10 +65,20 @@ typedef struct RegistryEntry
 	BackgroundWorkerHandle *worker;
 	dsm_segment *definition;
 	TimestampTz queued_at;		/* for FIFO launching */
-	TimestampTz failed_at;		/* 0 until seen FAILED */
 } RegistryEntry;
 
+/* A definition whose snapshot failed recently. */
+typedef struct RegistryFailure
+{
+	uint64		identity_hash;
+	char	   *identity;
+	unsigned	status;			/* HTTP status */
+	char	   *body;			/* JSON error body */
+	TimestampTz failed_at;
+} RegistryFailure;
+
 static RegistryEntry *reg_entries;
+static List *reg_failures = NIL;
 static MemoryContext reg_context;
 static bool reg_warned_no_worker = false;
 
@@ -121,6 +132,7 @@ registry_stop(void)
 {
 	/* shapes stay in shared memory; the next start retires them */
 	reg_entries = NULL;
+	reg_failures = NIL;
 }
 
 /* ------------------------------------------------------------ resolving */
@@ -280,7 +292,20 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 										   strlen(identity), 0);
 	int32		slot = reg_find(hash, identity);
 	RegistryEntry *e;
+	ListCell   *lc;
 
+	foreach(lc, reg_failures)
+	{
+		RegistryFailure *f = lfirst(lc);
+
+		if (f->identity_hash == hash && strcmp(f->identity, identity) == 0)
+		{
+			req->result.status = SHAPE_RESOLVE_FAILED;
+			req->result.error_status = f->status;
+			req->result.error_json = reg_malloc_string(f->body);
+			return;
+		}
+	}
 	if (slot < 0)
 		slot = reg_create(spec, identity, hash);
 	if (slot < 0)
@@ -354,8 +379,40 @@ reg_running_workers(void)
 }
 
 /*
+ * Retires a failed shape, remembering its error for new requests, and
+ * logs the failure.
+ */
+static void
+reg_remember_failure(uint32 slot, TimestampTz now)
+{
+	ShapeTable *table = reg_table();
+	ShapeSlot  *s = &table->slots[slot];
+	RegistryEntry *e = &reg_entries[slot];
+	MemoryContext old = MemoryContextSwitchTo(reg_context);
+	RegistryFailure *f = palloc(sizeof(RegistryFailure));
+	StringInfoData body;
+
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"message\":");
+	escape_json(&body, s->error);
+	appendStringInfoChar(&body, '}');
+	f->identity_hash = e->identity_hash;
+	f->identity = pstrdup(e->identity);
+	f->status = s->error_status ? s->error_status : 500;
+	f->body = body.data;
+	f->failed_at = now;
+	reg_failures = lappend(reg_failures, f);
+	MemoryContextSwitchTo(old);
+
+	ereport(WARNING,
+			(errmsg("shape %s on %s failed: %s", s->handle, s->relation, s->error)));
+	reg_forget(slot);
+	shape_table_retire(table, slot);
+}
+
+/*
  * Starts queued snapshots, notices finished and failed ones, and retires
- * failed shapes whose retention passed.  Main thread, outside transactions.
+ * failed shapes.  Main thread, outside transactions.
  */
 void
 registry_maintain(void)
@@ -363,6 +420,7 @@ registry_maintain(void)
 	ShapeTable *table = reg_table();
 	TimestampTz now = GetCurrentTimestamp();
 	int			running;
+	ListCell   *lc;
 
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
@@ -393,18 +451,21 @@ registry_maintain(void)
 				state = SHAPE_FAILED;
 			}
 		}
-		if (state == SHAPE_FAILED && e->failed_at == 0)
+		if (state == SHAPE_FAILED && e->worker == NULL)
+			reg_remember_failure(i, now);
+	}
+
+	/* forget failures older than the retention */
+	foreach(lc, reg_failures)
+	{
+		RegistryFailure *f = lfirst(lc);
+
+		if (TimestampDifferenceExceeds(f->failed_at, now, FAILED_SHAPE_RETENTION_MS))
 		{
-			e->failed_at = now;
-			ereport(WARNING,
-					(errmsg("shape %s on %s failed: %s", table->slots[i].handle,
-							table->slots[i].relation, table->slots[i].error)));
-		}
-		if (state == SHAPE_FAILED && e->worker == NULL &&
-			TimestampDifferenceExceeds(e->failed_at, now, FAILED_SHAPE_RETENTION_MS))
-		{
-			reg_forget(i);
-			shape_table_retire(table, i);
+			pfree(f->identity);
+			pfree(f->body);
+			pfree(f);
+			reg_failures = foreach_delete_current(reg_failures, lc);
 		}
 	}
 

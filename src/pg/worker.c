@@ -211,5 +211,11 @@ shape_sync_worker_main(Datum arg)
 	}
 
 	ereport(LOG, (errmsg("shape_sync shutting down")));
-	proc_exit(0);
+
+	/*
+	 * Exit code 1 asks the postmaster to start the worker again after
+	 * bgw_restart_time, which it does unless the whole server is shutting
+	 * down: pg_terminate_backend() on the worker restarts the service.
+	 */
+	proc_exit(1);
 }

@@ -41,7 +41,9 @@ typedef enum ShapeResolveStatus
 {
 	SHAPE_RESOLVE_OK = 0,
 	SHAPE_RESOLVE_INVALID,		/* 400: `error_json` holds the body */
-	SHAPE_RESOLVE_UNAVAILABLE	/* 503: `error_json` holds the body */
+	SHAPE_RESOLVE_UNAVAILABLE,	/* 503: `error_json` holds the body */
+	SHAPE_RESOLVE_FAILED		/* the shape's snapshot failed just now:
+								 * `error_status` and `error_json` */
 } ShapeResolveStatus;
 
 /* The main thread's answer. */
@@ -49,6 +51,7 @@ typedef struct ShapeResolution
 {
 	ShapeResolveStatus status;
 	char	   *error_json;		/* malloc'd, for errors */
+	unsigned	error_status;	/* HTTP status, for SHAPE_RESOLVE_FAILED */
 	char	   *schema_json;	/* malloc'd electric-schema, on success */
 	uint32_t	slot;
 	uint32_t	generation;

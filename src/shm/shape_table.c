@@ -120,7 +120,9 @@ shape_table_free(ShapeTable *table, ShapeSlot *s)
 
 /*
  * Retires a shape: new pins fail from now on, and the log is freed when the
- * last existing pin goes.  Main thread only; at most once per claim.
+ * last existing pin goes.  A FAILED shape stays FAILED meanwhile, so that
+ * its remaining readers still report the failure.  Main thread only; at
+ * most once per claim.
  */
 void
 shape_table_retire(ShapeTable *table, uint32_t slot)
@@ -128,7 +130,8 @@ shape_table_retire(ShapeTable *table, uint32_t slot)
 	ShapeSlot  *s = &table->slots[slot];
 	uint64_t	prev;
 
-	atomic_store_explicit(&s->state, SHAPE_RETIRED, memory_order_release);
+	if (atomic_load_explicit(&s->state, memory_order_acquire) != SHAPE_FAILED)
+		atomic_store_explicit(&s->state, SHAPE_RETIRED, memory_order_release);
 	prev = atomic_fetch_or_explicit(&s->pins, SHAPE_PIN_RETIRED, memory_order_acq_rel);
 	if (prev == 0)
 		shape_table_free(table, s);

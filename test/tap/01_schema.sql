@@ -31,8 +31,8 @@ SELECT function_lang_is('shape_sync', 'encode_rows', ARRAY['text', 'text', 'text
 SELECT has_function('shape_sync', 'list_shapes', ARRAY[]::name[]);
 SELECT function_returns('shape_sync', 'list_shapes', ARRAY[]::name[], 'setof record');
 
-SELECT has_function('shape_sync', 'log_memory', ARRAY[]::name[]);
-SELECT function_returns('shape_sync', 'log_memory', ARRAY[]::name[], 'record');
+SELECT has_function('shape_sync', 'log_memory_usage', ARRAY[]::name[]);
+SELECT function_returns('shape_sync', 'log_memory_usage', ARRAY[]::name[], 'record');
 
 -- The shapes view ---------------------------------------------------------------------------
 
@@ -63,12 +63,12 @@ SELECT throws_ok(
     '42P01', NULL,
     'validate_shape of a table that does not exist raises undefined_table');
 
-SELECT cmp_ok((SELECT total_bytes FROM shape_sync.log_memory()), '>', 0::bigint,
-              'log_memory(): total_bytes > 0');
-SELECT is((SELECT block_size FROM shape_sync.log_memory()), 32768,
-          'log_memory(): block_size is 32 kB');
-SELECT ok((SELECT free_bytes BETWEEN 0 AND total_bytes FROM shape_sync.log_memory()),
-          'log_memory(): 0 <= free_bytes <= total_bytes');
+SELECT cmp_ok((SELECT total_bytes FROM shape_sync.log_memory_usage()), '>', 0::bigint,
+              'log_memory_usage(): total_bytes > 0');
+SELECT is((SELECT block_size FROM shape_sync.log_memory_usage()), 32768,
+          'log_memory_usage(): block_size is 32 kB');
+SELECT ok((SELECT free_bytes BETWEEN 0 AND total_bytes FROM shape_sync.log_memory_usage()),
+          'log_memory_usage(): 0 <= free_bytes <= total_bytes');
 
 -- GUCs: defined, with the right context (postmaster: needs a restart; sighup: reloadable) ------
 
@@ -87,7 +87,7 @@ SELECT is(s.context, v.context, format('GUC %s has context %s', v.name, v.contex
                ('shape_sync.database', 'postmaster'),
                ('shape_sync.http_threads', 'postmaster'),
                ('shape_sync.log_memory', 'postmaster'),
-               ('shape_sync.max_snapshot_workers', 'postmaster'),
+               ('shape_sync.max_snapshot_workers', 'sighup'),
                ('shape_sync.write_piece_size', 'postmaster'),
                ('shape_sync.chunk_bytes_threshold', 'sighup'),
                ('shape_sync.cache_max_age', 'sighup'),

@@ -14,7 +14,7 @@ GRANT EXECUTE ON FUNCTION
     shape_sync.validate_shape(text, text, text[], text, text),
     shape_sync.encode_rows(text, text, text[], text),
     shape_sync.list_shapes(),
-    shape_sync.log_memory()
+    shape_sync.log_memory_usage()
   TO shape_sync_tap_reader;
 GRANT SELECT ON shape_sync.shapes TO shape_sync_tap_reader;
 
@@ -29,7 +29,7 @@ SELECT function_privs_are('shape_sync', 'encode_rows', ARRAY['text', 'text', 'te
                           'shape_sync_tap_nobody', ARRAY[]::name[]);
 SELECT function_privs_are('shape_sync', 'list_shapes', ARRAY[]::name[],
                           'shape_sync_tap_nobody', ARRAY[]::name[]);
-SELECT function_privs_are('shape_sync', 'log_memory', ARRAY[]::name[],
+SELECT function_privs_are('shape_sync', 'log_memory_usage', ARRAY[]::name[],
                           'shape_sync_tap_nobody', ARRAY[]::name[]);
 SELECT table_privs_are('shape_sync', 'shapes', 'shape_sync_tap_nobody', ARRAY[]::name[]);
 
@@ -59,7 +59,7 @@ SELECT ok(NOT has_function_privilege('shape_sync_tap_nobody', f, 'EXECUTE'),
   FROM unnest(ARRAY['shape_sync.validate_shape(text, text, text[], text, text)',
                     'shape_sync.encode_rows(text, text, text[], text)',
                     'shape_sync.list_shapes()',
-                    'shape_sync.log_memory()']) AS f;
+                    'shape_sync.log_memory_usage()']) AS f;
 SELECT ok(NOT has_table_privilege('shape_sync_tap_nobody', 'shape_sync.shapes', 'SELECT'),
           'shape_sync_tap_nobody cannot select from shape_sync.shapes');
 
@@ -67,8 +67,8 @@ SELECT ok(NOT has_table_privilege('shape_sync_tap_nobody', 'shape_sync.shapes', 
 SET LOCAL ROLE shape_sync_tap_nobody;
 SELECT throws_ok('SELECT * FROM shape_sync.shapes', '42501', NULL,
                  'shape_sync_tap_nobody: reading shape_sync.shapes is refused');
-SELECT throws_ok('SELECT * FROM shape_sync.log_memory()', '42501', NULL,
-                 'shape_sync_tap_nobody: calling shape_sync.log_memory() is refused');
+SELECT throws_ok('SELECT * FROM shape_sync.log_memory_usage()', '42501', NULL,
+                 'shape_sync_tap_nobody: calling shape_sync.log_memory_usage() is refused');
 RESET ROLE;
 
 -- A role granted EXECUTE / SELECT explicitly ------------------------------------------------
@@ -79,15 +79,15 @@ SELECT function_privs_are('shape_sync', 'encode_rows', ARRAY['text', 'text', 'te
                           'shape_sync_tap_reader', ARRAY['EXECUTE']::name[]);
 SELECT function_privs_are('shape_sync', 'list_shapes', ARRAY[]::name[],
                           'shape_sync_tap_reader', ARRAY['EXECUTE']::name[]);
-SELECT function_privs_are('shape_sync', 'log_memory', ARRAY[]::name[],
+SELECT function_privs_are('shape_sync', 'log_memory_usage', ARRAY[]::name[],
                           'shape_sync_tap_reader', ARRAY['EXECUTE']::name[]);
 SELECT table_privs_are('shape_sync', 'shapes', 'shape_sync_tap_reader', ARRAY['SELECT']::name[]);
 
 SET LOCAL ROLE shape_sync_tap_reader;
 SELECT lives_ok('SELECT count(*) FROM shape_sync.shapes',
                 'shape_sync_tap_reader: reading shape_sync.shapes works');
-SELECT lives_ok('SELECT * FROM shape_sync.log_memory()',
-                'shape_sync_tap_reader: calling shape_sync.log_memory() works');
+SELECT lives_ok('SELECT * FROM shape_sync.log_memory_usage()',
+                'shape_sync_tap_reader: calling shape_sync.log_memory_usage() works');
 RESET ROLE;
 
 SELECT * FROM finish();

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+#
+# A shape larger than shape_sync.log_memory is refused with an error that
+# names the GUC, its memory goes back to the arena, and other shapes keep
+# working.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+trap cluster_stop EXIT
+
+SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '2MB'" cluster_start "$(cluster_free_port 4200)"
+cluster_psql <<'SQL'
+CREATE TABLE big (id int PRIMARY KEY, payload text);
+INSERT INTO big SELECT g, repeat('x', 1000) FROM generate_series(1, 5000) g;
+CREATE TABLE small (id int PRIMARY KEY, name text);
+INSERT INTO small VALUES (1, 'one'), (2, 'two');
+SQL
+pid_before=$(worker_pid)
+total=$(cluster_psql -At -c 'SELECT total_bytes FROM shape_sync.log_memory_usage()' 2>/dev/null ||
+	{ cluster_psql -q -c 'CREATE EXTENSION shape_sync'; cluster_psql -At -c 'SELECT total_bytes FROM shape_sync.log_memory_usage()'; })
+
+body=$(mktemp)
+status=$(curl -s -o "$body" -w '%{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1")
+expect_eq "a shape larger than the log memory is refused with 400" 400 "$status"
+expect_match "the error names shape_sync.log_memory" 'shape_sync\.log_memory' "$(cat "$body")"
+expect_match "the error is Electric-style JSON" '^\{"message":"' "$(cat "$body")"
+
+start=$SECONDS
+status=$(curl -s -o "$body" -w '%{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1")
+expect_eq "asking again at once gets the same error" 400 "$status"
+check "without a new snapshot (answered in under 1 s)" test $((SECONDS - start)) -le 1
+
+free_is_total() {
+	[[ $(cluster_psql -At -c 'SELECT free_bytes FROM shape_sync.log_memory_usage()') == "$total" ]]
+}
+check "the failed shape's memory goes back to the arena" wait_for 10 free_is_total
+
+status=$(curl -s -o "$body" -w '%{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=small&offset=-1")
+expect_eq "a small shape is still served" 200 "$status"
+expect_match "with its rows" '"value":\{"id":"2","name":"two"\}' "$(cat "$body")"
+expect_eq "the worker did not restart" "$pid_before" "$(worker_pid)"
+expect_match "the failure is logged as a WARNING" 'WARNING:  shape .* failed: shape is too large' "$(cat "$SHAPE_SYNC_LOG")"
+rm -f "$body"
+finish
