@@ -51,12 +51,14 @@
 #include "parser/parser.h"
 #include "rewrite/rewriteManip.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
 
+#include "row_encoder.h"
 #include "shape_def.h"
 #include "shape_table.h"
 
@@ -228,7 +230,16 @@ sdef_bind_params(Node *node, SdefParams *params)
 		Datum		value;
 		char		msg[128];
 
-		if (i < 0 || i >= params->def->nparams || params->def->params[i] == NULL)
+		if (i >= 0 && i < params->def->nparams && params->def->params[i] == NULL)
+		{
+			snprintf(msg, sizeof(msg), "Parameter $%d is null; use IS NULL in the where clause instead", i + 1);
+			sdef_failing("params", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("parameter $%d of a shape's where clause is null", i + 1),
+					 errhint("Write IS NULL in the where clause instead of binding a null value.")));
+		}
+		if (i < 0 || i >= params->def->nparams)
 		{
 			snprintf(msg, sizeof(msg), "Parameter $%d was not provided", i + 1);
 			sdef_failing("params", msg);
@@ -271,11 +282,21 @@ sdef_check_node(Node *node, void *context)
 	}
 	if (check_functions_in_node(node, sdef_user_function, NULL))
 	{
-		sdef_failing("where", "User-defined functions, operators and types are not allowed in where clauses");
+		sdef_failing("where", "User-defined functions and operators are not allowed in where clauses");
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("user-defined functions, operators and types are not allowed in a shape's where clause"),
+				 errmsg("user-defined functions and operators are not allowed in a shape's where clause"),
 				 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
+	}
+	if (IsA(node, CoerceToDomain) &&
+		((CoerceToDomain *) node)->resulttype >= FirstNormalObjectId)
+	{
+		/* a domain's CHECK constraints may call any function */
+		sdef_failing("where", "Casts to user-defined domains are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("casts to user-defined domains are not allowed in a shape's where clause"),
+				 errdetail("A domain's check constraints may call functions that are not safe while decoding the WAL.")));
 	}
 	return expression_tree_walker(node, sdef_check_node, context);
 }
@@ -411,17 +432,28 @@ sdef_columns(const ShapeDefinition *def, Relation rel, ShapeSpec *spec)
 	AttrNumber *attnums;
 	Oid			pkoid;
 	int			n = 0;
+	const char *sdef_first_missing = NULL;
 
 	sdef_failing("columns", NULL);
 	initStringInfo(&missing);
 	attnums = palloc(sizeof(AttrNumber) * def->ncolumns);
 	for (int i = 0; i < def->ncolumns; i++)
 	{
-		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), def->columns[i]);
+		AttrNumber	attnum;
 		bool		dup = false;
 
+		if (def->columns[i] == NULL || def->columns[i][0] == '\0')
+		{
+			sdef_failing("columns", "Invalid zero-length delimited identifier");
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_NAME),
+					 errmsg("zero-length column name in a shape's column list")));
+		}
+		attnum = get_attnum(RelationGetRelid(rel), def->columns[i]);
 		if (attnum == InvalidAttrNumber || attnum < 0)
 		{
+			if (missing.len == 0)
+				sdef_first_missing = def->columns[i];
 			appendStringInfo(&missing, "%s%s", missing.len ? ", " : "", def->columns[i]);
 			continue;
 		}
@@ -438,8 +470,9 @@ sdef_columns(const ShapeDefinition *def, Relation rel, ShapeSpec *spec)
 		sdef_failing("columns", msg.data);
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_COLUMN),
-				 errmsg("columns not found in table \"%s\": %s",
-						RelationGetRelationName(rel), missing.data)));
+				 errmsg("column \"%s\" of relation \"%s\" does not exist",
+						sdef_first_missing, RelationGetRelationName(rel)),
+				 errdetail("Columns not found: %s.", missing.data)));
 	}
 
 	pkoid = RelationGetPrimaryKeyIndex(rel);
@@ -533,7 +566,18 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec)
 	if (def->ncolumns > 0)
 		sdef_columns(def, rel, spec);
 	if (def->where != NULL && def->where[0] != '\0')
+	{
+		/*
+		 * Parameters are read, and constants deparsed, under Electric's
+		 * display settings, whatever the session's: the clause then means the
+		 * same in the snapshot worker and the decoder, which use them too.
+		 */
+		int			nestlevel = NewGUCNestLevel();
+
+		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
 		spec->where_sql = sdef_where(def, rel);
+		AtEOXact_GUC(true, nestlevel);
+	}
 	table_close(rel, NoLock);
 	shape_def_error_field = NULL;
 }

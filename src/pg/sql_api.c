@@ -80,7 +80,7 @@ sql_definition(FunctionCallInfo fcinfo, ShapeDefinition *def, bool with_replica)
 
 		if (ARR_NDIM(arr) > 1)
 			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("params must be a one-dimensional array")));
 		deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 		def->nparams = n;

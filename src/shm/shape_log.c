@@ -79,13 +79,12 @@ slog_arena_size(uint64_t bytes)
 	size_t		header = sizeof(ShapeLogArena) + nblocks * sizeof(_Atomic uint32_t);
 
 	header = (header + SLOG_BLOCK_SIZE - 1) & ~((size_t) SLOG_BLOCK_SIZE - 1);
-	/* one extra block of slack lets slog_arena_init align block 0 */
-	return header + (nblocks + 1) * SLOG_BLOCK_SIZE;
+	return header + nblocks * SLOG_BLOCK_SIZE;
 }
 
 /*
  * Lays out an arena in `mem` (size from slog_arena_size) with every block
- * free.  Block 0 is aligned to SLOG_BLOCK_SIZE relative to `mem`.
+ * free.  Block 0 starts at a multiple of SLOG_BLOCK_SIZE from `mem`.
  */
 ShapeLogArena *
 slog_arena_init(void *mem, size_t size)
