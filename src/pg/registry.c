@@ -48,6 +48,7 @@
 #include "guc.h"
 #include "registry.h"
 #include "shape_def.h"
+#include "shape_stream.h"
 #include "shared_state.h"
 #include "snapshot.h"
 
@@ -94,6 +95,7 @@ reg_forget(uint32 slot)
 {
 	RegistryEntry *e = &reg_entries[slot];
 
+	shape_stream_remove(slot);
 	if (e->definition)
 		dsm_detach(e->definition);
 	if (e->worker)
@@ -106,6 +108,8 @@ reg_forget(uint32 slot)
 		pfree(e->spec.columns);
 	if (e->spec.where_sql)
 		pfree(e->spec.where_sql);
+	if (e->spec.where_tree)
+		pfree(e->spec.where_tree);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -232,6 +236,7 @@ reg_copy_spec(ShapeSpec *dst, const ShapeSpec *src)
 	dst->columns = palloc(sizeof(AttrNumber) * Max(src->ncolumns, 1));
 	memcpy(dst->columns, src->columns, sizeof(AttrNumber) * src->ncolumns);
 	dst->where_sql = src->where_sql ? pstrdup(src->where_sql) : NULL;
+	dst->where_tree = src->where_tree ? pstrdup(src->where_tree) : NULL;
 }
 
 static int64
@@ -267,6 +272,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	e->schema_json = shape_schema_json(rel);
 	e->queued_at = GetCurrentTimestamp();
 	MemoryContextSwitchTo(old);
+	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
 
 	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
 						   s->handle);
@@ -408,6 +414,22 @@ reg_remember_failure(uint32 slot, TimestampTz now)
 			(errmsg("shape %s on %s failed: %s", s->handle, s->relation, s->error)));
 	reg_forget(slot);
 	shape_table_retire(table, slot);
+}
+
+/*
+ * Rotates a shape: it is retired, and its clients get 409 must-refetch and
+ * start over with a new shape for the same definition.
+ */
+void
+registry_rotate(uint32 slot)
+{
+	ShapeTable *table = reg_table();
+
+	if (reg_entries == NULL || !reg_entries[slot].in_use)
+		return;
+	reg_forget(slot);
+	shape_table_retire(table, slot);
+	shape_table_mark_dirty(table, slot);
 }
 
 /*

@@ -16,6 +16,7 @@
 extern void registry_start(void);
 extern void registry_resolve(ShapeRequest *req);
 extern void registry_maintain(void);
+extern void registry_rotate(uint32_t slot);
 extern void registry_stop(void);
 
 #endif							/* REGISTRY_H */

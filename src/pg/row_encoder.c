@@ -76,12 +76,14 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 	enc->key_prefix = shape_quoted_relation(rel);
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, ",\"headers\":{\"operation\":\"insert\",\"relation\":[");
+	appendStringInfoChar(&buf, '[');
 	escape_json(&buf, rel->schema);
 	appendStringInfoChar(&buf, ',');
 	escape_json(&buf, rel->table);
-	appendStringInfoString(&buf, "]}}");
-	enc->insert_headers = buf.data;
+	appendStringInfoChar(&buf, ']');
+	enc->relation_json = buf.data;
+	enc->insert_headers = psprintf(",\"headers\":{\"operation\":\"insert\",\"relation\":%s}}",
+								   enc->relation_json);
 
 	initStringInfo(&enc->key);
 	enc->row_context = AllocSetContextCreate(CurrentMemoryContext,
@@ -95,13 +97,10 @@ renc_output(RowEncoderColumn *col, Datum value)
 	return OutputFunctionCall(&col->output, value);
 }
 
-void
-row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls,
-						 StringInfo out)
+/* Builds the key of the row in `values` into enc->key. */
+static void
+renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 {
-	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
-
-	/* key */
 	resetStringInfo(&enc->key);
 	appendStringInfoString(&enc->key, enc->key_prefix);
 	for (int i = 0; i < enc->rel->nkeys; i++)
@@ -123,30 +122,154 @@ row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls
 		}
 		appendStringInfoChar(&enc->key, '"');
 	}
+}
+
+char *
+row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls)
+{
+	char	   *key;
+
+	renc_key(enc, values, nulls);
+	key = pstrdup(enc->key.data);
+	MemoryContextReset(enc->row_context);
+	return key;
+}
+
+/* Appends "name":value for one column. */
+static void
+renc_value(StringInfo out, RowEncoderColumn *col, const char *text, bool *first)
+{
+	if (!*first)
+		appendStringInfoChar(out, ',');
+	*first = false;
+	appendStringInfoString(out, col->json_name);
+	appendStringInfoChar(out, ':');
+	if (text == NULL)
+		appendStringInfoString(out, "null");
+	else
+		escape_json(out, text);
+}
+
+static const char *
+renc_text(RowEncoderColumn *col, const Datum *values, const bool *nulls)
+{
+	int			idx = col->attnum - 1;
+
+	return nulls[idx] ? NULL : renc_output(col, values[idx]);
+}
+
+static bool
+renc_same(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+void
+row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls,
+						 StringInfo out)
+{
+	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	bool		first = true;
+
+	renc_key(enc, values, nulls);
 	appendStringInfoString(out, "{\"key\":");
 	escape_json(out, enc->key.data);
-
-	/* value */
 	appendStringInfoString(out, ",\"value\":{");
 	for (int i = 0; i < enc->rel->ncolumns; i++)
-	{
-		RowEncoderColumn *col = &enc->values[i];
-		int			idx = col->attnum - 1;
-
-		if (i > 0)
-			appendStringInfoChar(out, ',');
-		appendStringInfoString(out, col->json_name);
-		appendStringInfoChar(out, ':');
-		if (nulls[idx])
-			appendStringInfoString(out, "null");
-		else
-			escape_json(out, renc_output(col, values[idx]));
-	}
+		renc_value(out, &enc->values[i], renc_text(&enc->values[i], values, nulls), &first);
 	appendStringInfoChar(out, '}');
 	appendStringInfoString(out, enc->insert_headers);
 
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(enc->row_context);
+}
+
+/*
+ * Appends the message of a replicated change, without its last two closing
+ * braces: the caller ends it with "}}" or ",\"last\":true}}" once it knows
+ * whether the message is the transaction's last for this shape.
+ *
+ * insert: the full row.  update: with replica full, the full new row plus
+ * the old values of the changed columns; with replica default, the key
+ * columns plus the changed ones.  delete: the full old row, or its key
+ * columns.  Returns false, appending nothing, for an update that changes
+ * none of the shape's columns.
+ */
+bool
+row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, StringInfo out)
+{
+	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	bool		is_delete = strcmp(ch->operation, "delete") == 0;
+	bool		is_update = strcmp(ch->operation, "update") == 0;
+	const Datum *row_values = is_delete ? ch->old_values : ch->new_values;
+	const bool *row_nulls = is_delete ? ch->old_nulls : ch->new_nulls;
+	int			start = out->len;
+	bool		changed = false;
+	bool		first = true;
+
+	renc_key(enc, row_values, row_nulls);
+	appendStringInfoString(out, "{\"key\":");
+	escape_json(out, enc->key.data);
+	appendStringInfoString(out, ",\"value\":{");
+	for (int i = 0; i < enc->rel->ncolumns; i++)
+	{
+		RowEncoderColumn *col = &enc->values[i];
+		const char *text = renc_text(col, row_values, row_nulls);
+		bool		include = !is_update && (replica_full || !is_delete ||
+											 enc->rel->columns[i].key_index >= 0);
+
+		if (is_update)
+		{
+			bool		differs = ch->old_values == NULL ||
+				!renc_same(text, renc_text(col, ch->old_values, ch->old_nulls));
+
+			changed = changed || differs;
+			include = replica_full || differs || enc->rel->columns[i].key_index >= 0;
+		}
+		if (include)
+			renc_value(out, col, text, &first);
+	}
+	appendStringInfoChar(out, '}');
+	if (is_update && !changed)
+	{
+		out->len = start;
+		out->data[start] = '\0';
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(enc->row_context);
+		return false;
+	}
+	if (is_update && replica_full && ch->old_values != NULL)
+	{
+		first = true;
+		appendStringInfoString(out, ",\"old_value\":{");
+		for (int i = 0; i < enc->rel->ncolumns; i++)
+		{
+			RowEncoderColumn *col = &enc->values[i];
+			const char *was = renc_text(col, ch->old_values, ch->old_nulls);
+
+			if (!renc_same(was, renc_text(col, ch->new_values, ch->new_nulls)))
+				renc_value(out, col, was, &first);
+		}
+		appendStringInfoChar(out, '}');
+	}
+	appendStringInfo(out, ",\"headers\":{\"operation\":\"%s\",\"relation\":%s",
+					 ch->operation, enc->relation_json);
+	if (ch->key_change_to)
+	{
+		appendStringInfoString(out, ",\"key_change_to\":");
+		escape_json(out, ch->key_change_to);
+	}
+	if (ch->key_change_from)
+	{
+		appendStringInfoString(out, ",\"key_change_from\":");
+		escape_json(out, ch->key_change_from);
+	}
+	appendStringInfo(out, ",\"lsn\":\"" UINT64_FORMAT "\",\"op_position\":" UINT64_FORMAT
+					 ",\"txids\":[%u]",
+					 ch->lsn, ch->op_position, ch->xid);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(enc->row_context);
+	return true;
 }
 
 void

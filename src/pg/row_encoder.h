@@ -32,6 +32,7 @@ typedef struct RowEncoder
 	RowEncoderColumn *values;	/* the selected columns */
 	RowEncoderColumn *keys;		/* the key columns, in key order */
 	char	   *key_prefix;		/* "schema"."table" as it starts each key */
+	char	   *relation_json;	/* ["schema","table"] */
 	char	   *insert_headers; /* ,"headers":{...}} of a snapshot row */
 	StringInfoData key;			/* scratch for the raw key */
 	MemoryContext row_context;	/* reset after every row */
@@ -45,6 +46,25 @@ extern void row_encoder_init(RowEncoder *enc, const ShapeRelation *rel);
  */
 extern void row_encoder_snapshot_row(RowEncoder *enc, const Datum *values,
 									 const bool *nulls, StringInfo out);
+
+/* A replicated change, as the decoder hands it to the encoder. */
+typedef struct RowChange
+{
+	const char *operation;		/* "insert", "update" or "delete" */
+	const Datum *new_values;	/* insert, update; by attnum - 1 */
+	const bool *new_nulls;
+	const Datum *old_values;	/* delete, and update when known */
+	const bool *old_nulls;
+	uint64		lsn;			/* the transaction's commit LSN */
+	uint64		op_position;
+	uint32		xid;
+	const char *key_change_to;	/* the delete half of a key change */
+	const char *key_change_from;	/* the insert half of a key change */
+} RowChange;
+
+extern bool row_encoder_change(RowEncoder *enc, const RowChange *change,
+							   bool replica_full, StringInfo out);
+extern char *row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls);
 
 /* Sets the display settings Electric uses for values, for this session. */
 extern void row_encoder_set_display_settings(GucContext context, GucSource source,

@@ -171,7 +171,12 @@ shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 		sr->nkeys = nall;
 		sr->keys = palloc(sizeof(AttrNumber) * Max(nall, 1));
 		for (int k = 0; k < nall; k++)
+		{
 			sr->keys[k] = all[k].attnum;
+			for (int c = 0; c < sr->ncolumns; c++)
+				if (sr->columns[c].attnum == sr->keys[k])
+					sr->columns[c].key_index = k;
+		}
 		pfree(all);
 	}
 	table_close(rel, AccessShareLock);
@@ -322,11 +327,12 @@ sdef_where_error_callback(void *arg)
 }
 
 /*
- * Parses and analyses the where clause against `rel`, binds the parameters
- * and returns the clause deparsed to SQL.
+ * Parses and analyses the where clause against `rel` and binds the
+ * parameters; returns the clause deparsed to SQL in *sql and as a node tree
+ * (nodeToString) in *tree.
  */
-static char *
-sdef_where(const ShapeDefinition *def, Relation rel)
+static void
+sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree)
 {
 	StringInfoData sql;
 	List	   *raw;
@@ -409,10 +415,11 @@ sdef_where(const ShapeDefinition *def, Relation rel)
 
 	error_context_stack = errcb.previous;
 	free_parsestate(pstate);
-	return deparse_expression(expr,
-							  deparse_context_for(RelationGetRelationName(rel),
-												  RelationGetRelid(rel)),
-							  false, false);
+	*tree = nodeToString(expr);
+	*sql_out = deparse_expression(expr,
+								  deparse_context_for(RelationGetRelationName(rel),
+													  RelationGetRelid(rel)),
+								  false, false);
 }
 
 /* ---------------------------------------------------------- validation */
@@ -575,7 +582,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec)
 		int			nestlevel = NewGUCNestLevel();
 
 		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
-		spec->where_sql = sdef_where(def, rel);
+		sdef_where(def, rel, &spec->where_sql, &spec->where_tree);
 		AtEOXact_GUC(true, nestlevel);
 	}
 	table_close(rel, NoLock);

@@ -56,6 +56,7 @@ typedef struct ShapeSpec
 	int			ncolumns;
 	AttrNumber *columns;		/* selected attnums, ascending */
 	char	   *where_sql;		/* deparsed, parameters bound; NULL if none */
+	char	   *where_tree;		/* the same, as nodeToString(); NULL if none */
 } ShapeSpec;
 
 /*

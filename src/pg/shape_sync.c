@@ -24,6 +24,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
@@ -34,6 +35,18 @@
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
+
+/*
+ * Runs in every backend: a transaction that wrote something has committed,
+ * so the worker may have WAL to decode.  Waking it here, rather than
+ * having it poll, keeps polling out of the commit-to-client latency.
+ */
+static void
+shape_sync_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT && TransactionIdIsValid(GetTopTransactionIdIfAny()))
+		shape_sync_wake_worker();
+}
 
 void
 _PG_init(void)
@@ -50,6 +63,7 @@ _PG_init(void)
 
 	shape_sync_define_gucs();
 	shape_sync_shmem_install_hooks();
+	RegisterXactCallback(shape_sync_xact_callback, NULL);
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

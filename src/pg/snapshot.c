@@ -29,7 +29,9 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -41,6 +43,7 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -314,6 +317,45 @@ snap_end_message(StringInfo buf, const char *snapshot)
 	appendStringInfoString(buf, "]}}");
 }
 
+/*
+ * Shapes need the old row of every update and delete, to tell rows moving
+ * out of a where clause and to send old values: set REPLICA IDENTITY FULL
+ * on the table, as Electric does, in a transaction of its own that commits
+ * before the snapshot is taken, so that every change the snapshot does not
+ * see is logged in full.
+ */
+static void
+snap_ensure_replica_identity_full(Oid relid)
+{
+	Relation	rel;
+	char		ident;
+	char	   *name;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	rel = table_open(relid, AccessShareLock);
+	ident = rel->rd_rel->relreplident;
+	name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
+	table_close(rel, AccessShareLock);
+	if (ident != REPLICA_IDENTITY_FULL)
+	{
+		pgstat_report_activity(STATE_RUNNING, "setting REPLICA IDENTITY FULL for a shape");
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (SPI_execute(psprintf("ALTER TABLE ONLY %s REPLICA IDENTITY FULL", name),
+						false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "could not set REPLICA IDENTITY FULL on %s", name);
+		ereport(LOG,
+				(errmsg("shape_sync set REPLICA IDENTITY FULL on table %s", name),
+				 errdetail("Shapes need the old values of updated and deleted rows.")));
+		SPI_finish();
+		PopActiveSnapshot();
+	}
+	CommitTransactionCommand();
+}
+
 /* Runs at exit, whatever the path: fail an unfinished shape, drop the pin. */
 static void
 snap_on_exit(int code, Datum arg)
@@ -373,6 +415,8 @@ shape_sync_snapshot_main(Datum arg)
 		pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns);
 	writer.threshold = def->chunk_threshold;
 	dsm_detach(seg);
+
+	snap_ensure_replica_identity_full(spec.relid);
 
 	pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
 	SetCurrentStatementStartTimestamp();

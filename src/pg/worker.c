@@ -41,9 +41,11 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "decoder.h"
 #include "guc.h"
 #include "http_server.h"
 #include "registry.h"
+#include "shape_stream.h"
 #include "shared_state.h"
 #include "thread_log.h"
 
@@ -95,6 +97,7 @@ worker_shutdown(int code, Datum arg)
 	}
 	thread_log_drain(worker_emit_thread_log);
 	atomic_store(&shape_sync_shared->worker_latch, 0);
+	decoder_stop();
 	registry_stop();
 }
 
@@ -148,6 +151,7 @@ shape_sync_worker_main(Datum arg)
 	HttpRuntimeSettings settings;
 	WaitEventSet *events;
 	char		err[256];
+	bool		more_wal = false;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -156,6 +160,7 @@ shape_sync_worker_main(Datum arg)
 	pgstat_report_appname("shape_sync");
 
 	registry_start();
+	decoder_start();
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
@@ -192,8 +197,9 @@ shape_sync_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		WaitEvent	fired[3];
+		long		timeout = more_wal ? 0 : decoder_wal_pending() ? 2 : 1000;
 
-		(void) WaitEventSetWait(events, 1000, fired, lengthof(fired), PG_WAIT_EXTENSION);
+		(void) WaitEventSetWait(events, timeout, fired, lengthof(fired), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
@@ -206,6 +212,8 @@ shape_sync_worker_main(Datum arg)
 		}
 		worker_resolve_requests();
 		registry_maintain();
+		shape_stream_maintain();
+		more_wal = decoder_step();
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
 	}

@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ *
+ * decoder.c
+ *		In-process logical decoding of the WAL, on the worker's main thread.
+ *
+ * The worker owns a persistent logical replication slot, shape_sync_<db
+ * oid>, created on its first start, and decodes the WAL itself with the
+ * recipe of pg_logical_slot_get_changes(): a decoding context over the
+ * extension's own output plugin (output_plugin.c, in this library), an
+ * XLogReadRecord loop up to the flushed end of the WAL, and a confirmation
+ * of the slot's position after each batch, so that WAL does not pile up.
+ * Decoding runs outside any transaction; the reorder buffer opens its own
+ * for catalog access.
+ *
+ * Reads never wait: the page reader is read_local_xlog_page_no_wait, and a
+ * record not yet completely flushed ends the batch.  The main loop decodes
+ * whenever its latch is set, and every backend sets it when a transaction
+ * that wrote anything commits (shape_sync.c registers that callback), so
+ * a commit reaches the shape logs without a polling delay.  The worker's
+ * shapes are rebuilt (retired) when it restarts, so confirming the
+ * decoded position right away loses nothing.
+ *
+ * PostgreSQL 15.20 only lets a slot use the output plugins listed in
+ * output_plugin_libraries.  The worker trusts its own library for its own
+ * process by adding it to that list with a process-local override; other
+ * sessions (pg_logical_slot_get_changes() on a second slot) need the
+ * operator to list shape_sync there, and get PostgreSQL's error, which
+ * says so, until then.
+ *
+ * IDENTIFICATION
+ *	  src/pg/decoder.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "access/xlogreader.h"
+#include "access/xlogutils.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "replication/decode.h"
+#include "replication/logical.h"
+#include "replication/slot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/varlena.h"
+
+#include "decoder.h"
+
+#define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
+
+static LogicalDecodingContext *dec_ctx = NULL;
+static ReadLocalXLogPageNoWaitPrivate dec_page_private;
+static char dec_marker;			/* output_writer_private of the worker */
+
+bool
+decoder_is_worker_context(struct LogicalDecodingContext *ctx)
+{
+	return ctx->output_writer_private == &dec_marker;
+}
+
+/*
+ * The decoding context keeps itself in reader->private_data, while
+ * read_local_xlog_page_no_wait keeps its end-of-WAL flag there: lend it
+ * that field for the duration of the call.
+ */
+static int
+dec_page_read(XLogReaderState *state, XLogRecPtr target_page, int req_len,
+			  XLogRecPtr target_rec, char *cur_page)
+{
+	void	   *saved = state->private_data;
+	int			n;
+
+	state->private_data = &dec_page_private;
+	n = read_local_xlog_page_no_wait(state, target_page, req_len, target_rec, cur_page);
+	state->private_data = saved;
+	return n;
+}
+
+/* Lets this process use its own library as an output plugin (PG 15.20+). */
+static void
+dec_trust_own_plugin(void)
+{
+	const char *list = GetConfigOption("output_plugin_libraries", true, false);
+	char	   *copy;
+	List	   *names;
+	ListCell   *lc;
+
+	if (list == NULL)
+		return;					/* a server without the restriction */
+	copy = pstrdup(list);
+	if (!SplitIdentifierString(copy, ',', &names))
+		names = NIL;
+	foreach(lc, names)
+		if (strcmp(lfirst(lc), "shape_sync") == 0)
+			return;
+	(void) set_config_option("output_plugin_libraries",
+							 list[0] ? psprintf("%s, shape_sync", list) : "shape_sync",
+							 PGC_SIGHUP, PGC_S_OVERRIDE, GUC_ACTION_SET, true,
+							 ERROR, false);
+}
+
+static void
+dec_slot_name(char *name)
+{
+	snprintf(name, NAMEDATALEN, "shape_sync_%u", MyDatabaseId);
+}
+
+/* Creates the worker's slot, the first time. */
+static void
+dec_create_slot(const char *name)
+{
+	LogicalDecodingContext *ctx;
+
+	ereport(LOG,
+			(errmsg("shape_sync is creating replication slot \"%s\"", name),
+			 errdetail("This waits for transactions running now to finish.")));
+	StartTransactionCommand();
+	CheckSlotPermissions();
+	CheckLogicalDecodingRequirements();
+	ReplicationSlotCreate(name, true, RS_EPHEMERAL, false);
+	ctx = CreateInitDecodingContext("shape_sync", NIL, false, InvalidXLogRecPtr,
+									XL_ROUTINE(.page_read = read_local_xlog_page,
+											   .segment_open = wal_segment_open,
+											   .segment_close = wal_segment_close),
+									NULL, NULL, NULL);
+	DecodingContextFindStartpoint(ctx);
+	FreeDecodingContext(ctx);
+	ReplicationSlotPersist();
+	ReplicationSlotRelease();
+	CommitTransactionCommand();
+}
+
+void
+decoder_start(void)
+{
+	char		name[NAMEDATALEN];
+
+	if (wal_level < WAL_LEVEL_LOGICAL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shape_sync requires \"wal_level\" to be \"logical\""),
+				 errhint("Set \"wal_level\" to \"logical\" and restart the server.")));
+	dec_trust_own_plugin();
+	dec_slot_name(name);
+	if (SearchNamedReplicationSlot(name, true) == NULL)
+		dec_create_slot(name);
+
+	ReplicationSlotAcquire(name, true);
+	dec_ctx = CreateDecodingContext(InvalidXLogRecPtr, NIL, false,
+									XL_ROUTINE(.page_read = dec_page_read,
+											   .segment_open = wal_segment_open,
+											   .segment_close = wal_segment_close),
+									NULL, NULL, NULL);
+	dec_ctx->output_writer_private = &dec_marker;
+	XLogBeginRead(dec_ctx->reader, MyReplicationSlot->data.restart_lsn);
+	ereport(LOG,
+			(errmsg("shape_sync decoding from slot \"%s\" at %X/%X", name,
+					LSN_FORMAT_ARGS(MyReplicationSlot->data.confirmed_flush))));
+}
+
+/*
+ * Decodes what has been flushed, for at most DECODER_BATCH_MS.  Returns
+ * true when it stopped before the flushed end (there is more to read).
+ */
+bool
+decoder_step(void)
+{
+	XLogRecPtr	flushed = GetFlushRecPtr(NULL);
+	TimestampTz start = GetCurrentTimestamp();
+	bool		progress = false;
+	int			n = 0;
+
+	if (dec_ctx == NULL)
+		return false;
+	while (dec_ctx->reader->EndRecPtr < flushed)
+	{
+		char	   *errm = NULL;
+		XLogRecord *record;
+
+		dec_page_private.end_of_wal = false;
+		record = XLogReadRecord(dec_ctx->reader, &errm);
+		if (errm)
+			elog(ERROR, "could not read WAL for logical decoding: %s", errm);
+		if (record == NULL)
+			break;				/* the rest is not flushed yet */
+		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
+		progress = true;
+		if (++n % 256 == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), DECODER_BATCH_MS))
+				break;
+		}
+	}
+	if (progress)
+	{
+		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
+		ReplicationSlotMarkDirty();
+	}
+	return dec_ctx->reader->EndRecPtr < flushed && progress;
+}
+
+/* Whether WAL has been written that is not flushed yet (async commits). */
+bool
+decoder_wal_pending(void)
+{
+	return dec_ctx != NULL && GetXLogInsertRecPtr() > dec_ctx->reader->EndRecPtr;
+}
+
+void
+decoder_stop(void)
+{
+	if (dec_ctx == NULL)
+		return;
+	FreeDecodingContext(dec_ctx);
+	dec_ctx = NULL;
+	if (MyReplicationSlot != NULL)
+		ReplicationSlotRelease();
+}

@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * decoder.h
+ *		In-process logical decoding of the WAL, on the worker's main thread.
+ *
+ * IDENTIFICATION
+ *	  src/pg/decoder.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_SYNC_DECODER_H
+#define SHAPE_SYNC_DECODER_H
+
+#include "postgres.h"
+
+struct LogicalDecodingContext;
+
+extern void decoder_start(void);
+extern bool decoder_step(void);
+extern bool decoder_wal_pending(void);
+extern void decoder_stop(void);
+extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
+
+#endif							/* SHAPE_SYNC_DECODER_H */

@@ -1,0 +1,809 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream.c
+ *		Decoded changes into shape logs: matching, stitching, appending.
+ *
+ * The output plugin hands every decoded change of a table that has shapes
+ * to shape_stream_change().  For each shape of the table the change is
+ * matched against the shape's where clause, evaluated by the executor on
+ * the old and the new tuple as pgoutput's row filter does, and turned into
+ * Electric's operation: an update that moves a row into the shape becomes
+ * an insert, out of it a delete; one that changes the key becomes a delete
+ * and an insert.  The message is encoded once (row_encoder.c) and appended
+ * to the shape's log at offset <commit LSN>_<op position>; the transaction
+ * becomes visible to readers, in one publish, at its commit.  The last
+ * message of a transaction for a shape carries "last": true, so each
+ * shape's latest message is held back until the next one, or the commit,
+ * says whether it is the last.
+ *
+ * Stitching.  While a shape's snapshot is being written (by the snapshot
+ * worker, the log's writer until then), its transactions are kept in
+ * memory.  When the snapshot is done, the stream reads the snapshot's
+ * xmin, xmax and xip list from its snapshot-end message, drops the
+ * transactions the snapshot already saw, and appends the others; from
+ * then on it writes the log itself, still dropping transactions visible
+ * to the snapshot until one at or past xmax shows up.  Nothing is lost or
+ * doubled: a transaction is in the snapshot exactly when it is visible to
+ * it.
+ *
+ * Rotation.  A TRUNCATE of a shape's table, or a relcache invalidation
+ * after which the table is gone or its columns, types or key differ from
+ * the shape's, rotates the shape: the registry retires it and its clients
+ * get 409 must-refetch.  A shape whose log runs out of memory is rotated
+ * too.  Rotations are applied between decoding batches.
+ *
+ * Everything here runs on the worker's main thread.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shape_stream.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdatomic.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/pg_class.h"
+#include "executor/executor.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "registry.h"
+#include "row_encoder.h"
+#include "shape_stream.h"
+#include "shared_state.h"
+
+/* A transaction kept while its shape's snapshot is still being taken. */
+typedef struct PendingTxn
+{
+	TransactionId xid;
+	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
+} PendingTxn;
+
+typedef struct ShapeStream
+{
+	bool		in_use;
+	uint32		slot;
+	uint32		generation;
+	Oid			relid;
+	bool		replica_full;
+	bool		all_columns;	/* no column list: new columns count too */
+	int			threshold;
+	MemoryContext context;		/* everything below lives here */
+	ShapeRelation *rel;
+	RowEncoder	enc;
+	ExprState  *where;			/* NULL: every row matches */
+	char	   *schema_json;	/* to notice a changed table */
+
+	bool		ready;			/* snapshot done: this stream writes the log */
+	bool		filtering;		/* still dropping txns visible to the snapshot */
+	uint64		snap_xmin;
+	uint64		snap_xmax;
+	int			snap_nxip;
+	uint64	   *snap_xip;
+	List	   *pending;		/* PendingTxn *, until ready */
+	LogOffset	last;			/* the log's last offset */
+
+	/* the transaction being decoded */
+	bool		touched;
+	bool		skip_txn;
+	PendingTxn *txn_pending;
+	bool		has_held;
+	LogOffset	held_offset;
+	StringInfoData held;		/* the latest message, without its "}}" */
+	bool		appended;
+	bool		rotate;			/* rotate at the next maintain */
+} ShapeStream;
+
+static ShapeStream *ss_streams;	/* by slot */
+static MemoryContext ss_context;
+static List *ss_touched;		/* streams touched by the current txn */
+static TransactionId ss_xid;
+static uint64 ss_lsn;
+static uint64 ss_op;			/* the next op position */
+static ExprContext *ss_econtext;
+static List *ss_changed_relids; /* relcache invalidations seen */
+static bool ss_all_changed;
+static bool ss_callback_registered;
+static HTAB *ss_relids;			/* relid -> number of shapes on it */
+
+typedef struct SsRelidEntry
+{
+	Oid			relid;
+	int			shapes;
+} SsRelidEntry;
+
+/* ------------------------------------------------------------ set-up */
+
+static ShapeTable *
+ss_table(void)
+{
+	return shape_sync_shared->table;
+}
+
+static void
+ss_relcache_callback(Datum arg, Oid relid)
+{
+	MemoryContext old;
+
+	if (ss_streams == NULL)
+		return;
+	if (!OidIsValid(relid))
+	{
+		ss_all_changed = true;
+		return;
+	}
+	if (!shape_stream_wants(relid) || list_member_oid(ss_changed_relids, relid))
+		return;
+	old = MemoryContextSwitchTo(ss_context);
+	ss_changed_relids = lappend_oid(ss_changed_relids, relid);
+	MemoryContextSwitchTo(old);
+}
+
+static void
+ss_ensure_init(void)
+{
+	ShapeTable *table = ss_table();
+
+	if (ss_streams != NULL)
+		return;
+	ss_context = AllocSetContextCreate(TopMemoryContext, "shape_sync streams",
+									   ALLOCSET_DEFAULT_SIZES);
+	ss_streams = MemoryContextAllocZero(ss_context, sizeof(ShapeStream) * table->nslots);
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(SsRelidEntry);
+		ctl.hcxt = ss_context;
+		ss_relids = hash_create("shape_sync relations", 64, &ctl,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	if (!ss_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(ss_relcache_callback, (Datum) 0);
+		ss_callback_registered = true;
+	}
+}
+
+/*
+ * Prepares the stream of a new shape: its encoder and its where clause,
+ * ready to run on decoded tuples.  Called by the registry, in a transaction.
+ */
+void
+shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chunk_threshold)
+{
+	ShapeStream *s;
+	MemoryContext old;
+
+	ss_ensure_init();
+	s = &ss_streams[slot];
+	Assert(!s->in_use);
+	memset(s, 0, sizeof(*s));
+	s->context = AllocSetContextCreate(ss_context, "shape_sync stream",
+									   ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(s->context);
+	s->slot = slot;
+	s->generation = generation;
+	s->relid = spec->relid;
+	s->replica_full = (spec->flags & SHAPE_FLAG_REPLICA_FULL) != 0;
+	s->all_columns = spec->ncolumns == 0;
+	s->threshold = chunk_threshold;
+	s->rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
+	row_encoder_init(&s->enc, s->rel);
+	s->schema_json = shape_schema_json(s->rel);
+	if (spec->where_tree != NULL)
+		s->where = ExecInitExpr(expression_planner((Expr *) stringToNode(spec->where_tree)),
+								NULL);
+	initStringInfo(&s->held);
+	s->in_use = true;
+	MemoryContextSwitchTo(old);
+	{
+		bool		found;
+		SsRelidEntry *e = hash_search(ss_relids, &spec->relid, HASH_ENTER, &found);
+
+		e->shapes = found ? e->shapes + 1 : 1;
+	}
+}
+
+void
+shape_stream_remove(uint32 slot)
+{
+	ShapeStream *s;
+
+	if (ss_streams == NULL)
+		return;
+	s = &ss_streams[slot];
+	if (!s->in_use)
+		return;
+	ss_touched = list_delete_ptr(ss_touched, s);
+	{
+		SsRelidEntry *e = hash_search(ss_relids, &s->relid, HASH_FIND, NULL);
+
+		if (e && --e->shapes == 0)
+			hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
+	}
+	MemoryContextDelete(s->context);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Whether any shape is defined on `relid`: one hash probe. */
+bool
+shape_stream_wants(Oid relid)
+{
+	return ss_relids != NULL && hash_search(ss_relids, &relid, HASH_FIND, NULL) != NULL;
+}
+
+/* ------------------------------------------------------------ stitching */
+
+/* The 64-bit form of a recent xid, as pg_current_snapshot() shows it. */
+static uint64
+ss_full_xid(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	uint32		epoch = EpochFromFullTransactionId(next);
+
+	if (xid > XidFromFullTransactionId(next) && epoch > 0)
+		epoch--;				/* from before the last wraparound */
+	return ((uint64) epoch << 32) | xid;
+}
+
+/* Whether transaction `xid` is visible to the shape's snapshot. */
+static bool
+ss_visible(ShapeStream *s, TransactionId xid)
+{
+	uint64		full = ss_full_xid(xid);
+
+	if (full < s->snap_xmin)
+		return true;
+	if (full >= s->snap_xmax)
+		return false;
+	for (int i = 0; i < s->snap_nxip; i++)
+		if (s->snap_xip[i] == full)
+			return false;
+	return true;
+}
+
+/* Reads "xmin", "xmax" and "xip_list" from the snapshot-end message. */
+static void
+ss_parse_snapshot_end(ShapeStream *s, const char *json)
+{
+	const char *p;
+	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	p = strstr(json, "\"xmin\":\"");
+	s->snap_xmin = p ? strtou64(p + 8, NULL, 10) : 0;
+	p = strstr(json, "\"xmax\":\"");
+	s->snap_xmax = p ? strtou64(p + 8, NULL, 10) : 0;
+	p = strstr(json, "\"xip_list\":[");
+	s->snap_nxip = 0;
+	s->snap_xip = NULL;
+	if (p)
+	{
+		int			cap = 16;
+
+		s->snap_xip = palloc(sizeof(uint64) * cap);
+		for (p += 12; *p && *p != ']'; p++)
+		{
+			if (*p != '"')
+				continue;
+			if (s->snap_nxip == cap)
+			{
+				cap *= 2;
+				s->snap_xip = repalloc(s->snap_xip, sizeof(uint64) * cap);
+			}
+			s->snap_xip[s->snap_nxip++] = strtou64(p + 1, (char **) &p, 10);
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/* ------------------------------------------------------------ appending */
+
+static void
+ss_rotate_later(ShapeStream *s, const char *why)
+{
+	if (!s->rotate)
+		ereport(LOG,
+				(errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
+	s->rotate = true;
+}
+
+/* Appends one finished message to the log, closing a chunk when full. */
+static void
+ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = &table->slots[s->slot].log;
+	SlogResult	res;
+
+	if (s->rotate)
+		return;
+	res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
+	if (res == SLOG_OK && log->open_chunk_bytes >= (uint64) s->threshold)
+		res = slog_close_chunk(table->arena, log, offset);
+	if (res != SLOG_OK)
+	{
+		ss_rotate_later(s, res == SLOG_FULL ? "the shape log memory (\"shape_sync.log_memory\") is full"
+						: "the shape's log reached its size limit");
+		return;
+	}
+	s->last = offset;
+	s->appended = true;
+}
+
+/* A finished message goes to the log, or to the pending transaction. */
+static void
+ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
+{
+	if (s->ready)
+	{
+		ss_append(s, offset, data, len);
+		return;
+	}
+	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &offset, sizeof(offset));
+	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &len, sizeof(len));
+	appendBinaryStringInfo(&s->txn_pending->records, data, len);
+}
+
+/* Finishes the held message, as the transaction's last or not. */
+static void
+ss_release_held(ShapeStream *s, bool last)
+{
+	if (!s->has_held)
+		return;
+	appendStringInfoString(&s->held, last ? ",\"last\":true}}" : "}}");
+	ss_emit(s, s->held_offset, s->held.data, (uint32) s->held.len);
+	resetStringInfo(&s->held);
+	s->has_held = false;
+}
+
+/* First change of the transaction for this shape. */
+static bool
+ss_touch(ShapeStream *s)
+{
+	MemoryContext old;
+
+	if (s->touched)
+		return !s->skip_txn;
+	s->touched = true;
+	s->skip_txn = false;
+	s->appended = false;
+	old = MemoryContextSwitchTo(ss_context);
+	ss_touched = lappend(ss_touched, s);
+	MemoryContextSwitchTo(old);
+	if (s->ready && s->filtering)
+	{
+		if (ss_visible(s, ss_xid))
+			s->skip_txn = true;
+		else if (ss_full_xid(ss_xid) >= s->snap_xmax)
+			s->filtering = false;
+	}
+	if (!s->ready)
+	{
+		old = MemoryContextSwitchTo(s->context);
+		s->txn_pending = palloc0(sizeof(PendingTxn));
+		s->txn_pending->xid = ss_xid;
+		initStringInfo(&s->txn_pending->records);
+		MemoryContextSwitchTo(old);
+	}
+	return !s->skip_txn;
+}
+
+/* Queues a message (without its closing braces) at op position `op`. */
+static void
+ss_message(ShapeStream *s, uint64 op, StringInfo msg)
+{
+	LogOffset	offset = {(int64_t) ss_lsn, op};
+	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	ss_release_held(s, false);
+	appendBinaryStringInfo(&s->held, msg->data, msg->len);
+	s->held_offset = offset;
+	s->has_held = true;
+	MemoryContextSwitchTo(old);
+}
+
+/* ------------------------------------------------------------- decoding */
+
+void
+shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn)
+{
+	ss_xid = xid;
+	ss_lsn = commit_lsn;
+	ss_op = 0;
+	ss_touched = NIL;
+}
+
+/* Whether the row in values/nulls satisfies the shape's where clause. */
+static bool
+ss_matches(ShapeStream *s, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		result;
+
+	if (s->where == NULL)
+		return true;
+	if (ss_econtext == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		ss_econtext = CreateStandaloneExprContext();
+		MemoryContextSwitchTo(old);
+	}
+	ss_econtext->ecxt_scantuple = slot;
+	result = ExecEvalExprSwitchContext(s->where, ss_econtext, &isnull);
+	ResetExprContext(ss_econtext);
+	return !isnull && DatumGetBool(result);
+}
+
+/* Fills a virtual slot from a decoded tuple. */
+static void
+ss_fill_slot(TupleTableSlot *slot, HeapTuple tuple)
+{
+	ExecClearTuple(slot);
+	heap_deform_tuple(tuple, slot->tts_tupleDescriptor, slot->tts_values, slot->tts_isnull);
+	ExecStoreVirtualTuple(slot);
+}
+
+/*
+ * Values of unchanged TOAST columns are not in the new tuple's WAL record;
+ * take them from the old tuple, which REPLICA IDENTITY FULL logs in full.
+ */
+static void
+ss_patch_unchanged_toast(TupleTableSlot *newslot, TupleTableSlot *oldslot)
+{
+	TupleDesc	desc = newslot->tts_tupleDescriptor;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->attlen != -1 || newslot->tts_isnull[i])
+			continue;
+		if (VARATT_IS_EXTERNAL_ONDISK(DatumGetPointer(newslot->tts_values[i])))
+		{
+			newslot->tts_values[i] = oldslot ? oldslot->tts_values[i] : (Datum) 0;
+			newslot->tts_isnull[i] = oldslot ? oldslot->tts_isnull[i] : true;
+		}
+	}
+}
+
+static void
+ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
+		  TupleTableSlot *oldslot, uint64 op, const char *key_to, const char *key_from)
+{
+	StringInfoData msg;
+	RowChange	ch = {0};
+	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	initStringInfo(&msg);
+	ch.operation = operation;
+	if (newslot)
+	{
+		ch.new_values = newslot->tts_values;
+		ch.new_nulls = newslot->tts_isnull;
+	}
+	if (oldslot)
+	{
+		ch.old_values = oldslot->tts_values;
+		ch.old_nulls = oldslot->tts_isnull;
+	}
+	ch.lsn = ss_lsn;
+	ch.op_position = op;
+	ch.xid = ss_xid;
+	ch.key_change_to = key_to;
+	ch.key_change_from = key_from;
+	if (row_encoder_change(&s->enc, &ch, s->replica_full, &msg))
+		ss_message(s, op, &msg);
+	pfree(msg.data);
+	MemoryContextSwitchTo(old);
+}
+
+void
+shape_stream_change(Relation rel, ReorderBufferChange *change)
+{
+	ShapeTable *table = ss_table();
+	Oid			relid = RelationGetRelid(rel);
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleTableSlot *newslot = NULL;
+	TupleTableSlot *oldslot = NULL;
+	uint64		op = ss_op;
+
+	if (change->action != REORDER_BUFFER_CHANGE_INSERT &&
+		change->action != REORDER_BUFFER_CHANGE_UPDATE &&
+		change->action != REORDER_BUFFER_CHANGE_DELETE)
+		return;
+	ss_op += 2;
+	if (!shape_stream_wants(relid))
+		return;
+
+	if (change->data.tp.newtuple)
+	{
+		newslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+		ss_fill_slot(newslot, &change->data.tp.newtuple->tuple);
+	}
+	if (change->data.tp.oldtuple)
+	{
+		oldslot = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
+		ss_fill_slot(oldslot, &change->data.tp.oldtuple->tuple);
+	}
+	if (newslot && change->action == REORDER_BUFFER_CHANGE_UPDATE)
+		ss_patch_unchanged_toast(newslot, oldslot);
+
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeStream *s = &ss_streams[i];
+		bool		new_in;
+		bool		old_in;
+
+		if (!s->in_use || s->relid != relid || s->rotate)
+			continue;
+		new_in = newslot && ss_matches(s, newslot);
+		old_in = oldslot && ss_matches(s, oldslot);
+		if (!new_in && !old_in)
+			continue;
+		if (!ss_touch(s))
+			continue;
+
+		switch (change->action)
+		{
+			case REORDER_BUFFER_CHANGE_INSERT:
+				ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
+				break;
+			case REORDER_BUFFER_CHANGE_DELETE:
+				ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
+				break;
+			case REORDER_BUFFER_CHANGE_UPDATE:
+				if (oldslot == NULL)
+				{
+					/* no old row logged: the best we know is the new one */
+					ss_encode(s, new_in ? "update" : "delete", newslot,
+							  new_in ? NULL : newslot, op, NULL, NULL);
+				}
+				else if (new_in && !old_in)
+					ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
+				else if (!new_in && old_in)
+					ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
+				else
+				{
+					char	   *old_key = row_encoder_key(&s->enc, oldslot->tts_values,
+														  oldslot->tts_isnull);
+					char	   *new_key = row_encoder_key(&s->enc, newslot->tts_values,
+														  newslot->tts_isnull);
+
+					if (strcmp(old_key, new_key) == 0)
+						ss_encode(s, "update", newslot, oldslot, op, NULL, NULL);
+					else
+					{
+						ss_encode(s, "delete", NULL, oldslot, op, new_key, NULL);
+						ss_encode(s, "insert", newslot, NULL, op + 1, NULL, old_key);
+					}
+					pfree(old_key);
+					pfree(new_key);
+				}
+				break;
+			default:
+				break;
+		}
+	}
+	if (newslot)
+		ExecDropSingleTupleTableSlot(newslot);
+	if (oldslot)
+		ExecDropSingleTupleTableSlot(oldslot);
+}
+
+void
+shape_stream_truncate(int nrelations, Relation *relations)
+{
+	ShapeTable *table = ss_table();
+
+	for (int r = 0; r < nrelations; r++)
+		for (uint32 i = 0; i < table->nslots; i++)
+			if (ss_streams[i].in_use && ss_streams[i].relid == RelationGetRelid(relations[r]))
+				ss_rotate_later(&ss_streams[i], "its table was truncated");
+}
+
+void
+shape_stream_commit(void)
+{
+	ShapeTable *table = ss_table();
+	ListCell   *lc;
+
+	foreach(lc, ss_touched)
+	{
+		ShapeStream *s = lfirst(lc);
+
+		ss_release_held(s, true);
+		if (!s->ready && s->txn_pending != NULL)
+		{
+			MemoryContext old = MemoryContextSwitchTo(s->context);
+
+			if (s->txn_pending->records.len > 0)
+				s->pending = lappend(s->pending, s->txn_pending);
+			MemoryContextSwitchTo(old);
+		}
+		else if (s->appended)
+		{
+			slog_publish(&table->slots[s->slot].log, s->last, SLOG_SNAPSHOT_DONE);
+			shape_table_mark_dirty(table, s->slot);
+		}
+		s->txn_pending = NULL;
+		s->touched = false;
+		s->skip_txn = false;
+		s->appended = false;
+	}
+	list_free(ss_touched);
+	ss_touched = NIL;
+	if (ss_lsn > 0)
+		shape_table_note_lsn(table, ss_lsn);
+}
+
+/* ---------------------------------------------------------- maintenance */
+
+/* The snapshot is done: stitch the kept transactions on, take the pen. */
+static void
+ss_take_over(ShapeStream *s)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = &table->slots[s->slot].log;
+	SlogPublished pub;
+	SlogRange	range;
+	SlogRecordHeader hdr;
+	char	   *snapshot_end;
+	uint64		pos;
+	uint64		last_pos = 0;
+	ListCell   *lc;
+
+	/* the snapshot-end message is the last record of the last chunk */
+	slog_read_published(log, &pub);
+	if (pub.chunk_count > 1)
+	{
+		LogOffset	before_last = {0, pub.chunk_count - 2};
+
+		slog_locate(table->arena, log, &pub, before_last, &range);
+	}
+	else
+		slog_locate(table->arena, log, &pub, LOG_OFFSET_BEFORE_ALL, &range);
+	for (pos = range.start; pos < range.end; pos += slog_record_span(hdr.len))
+	{
+		slog_read_header(table->arena, log, pos, &hdr);
+		if (hdr.kind == SLOG_RECORD_CONTROL)
+			last_pos = pos;
+	}
+	slog_read_header(table->arena, log, last_pos, &hdr);
+	snapshot_end = palloc(hdr.len + 1);
+	slog_copy_out(table->arena, log, last_pos + sizeof(hdr), snapshot_end, hdr.len);
+	snapshot_end[hdr.len] = '\0';
+	ss_parse_snapshot_end(s, snapshot_end);
+	pfree(snapshot_end);
+
+	s->ready = true;
+	s->filtering = true;
+	s->last = pub.last;
+	s->appended = false;
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+		const char *p = txn->records.data;
+		const char *end = p + txn->records.len;
+
+		if (ss_visible(s, txn->xid))
+			continue;
+		while (p < end)
+		{
+			LogOffset	offset;
+			uint32		len;
+
+			memcpy(&offset, p, sizeof(offset));
+			memcpy(&len, p + sizeof(offset), sizeof(len));
+			ss_append(s, offset, p + sizeof(offset) + sizeof(len), len);
+			p += sizeof(offset) + sizeof(len) + len;
+		}
+	}
+	list_free_deep(s->pending);
+	s->pending = NIL;
+	if (s->appended)
+	{
+		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
+		shape_table_mark_dirty(table, s->slot);
+	}
+	s->appended = false;
+}
+
+/* Rotates the shapes of a relation that is gone or whose columns changed. */
+static void
+ss_check_relation(Oid relid)
+{
+	ShapeTable *table = ss_table();
+
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeStream *s = &ss_streams[i];
+		ShapeRelation *now;
+		char	   *schema;
+
+		if (!s->in_use || s->relid != relid || s->rotate)
+			continue;
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		{
+			ss_rotate_later(s, "its table was dropped");
+			continue;
+		}
+		if (s->all_columns)
+			now = shape_relation_load(relid, 0, NULL);
+		else
+		{
+			AttrNumber *cols = palloc(sizeof(AttrNumber) * Max(s->rel->ncolumns, 1));
+
+			for (int c = 0; c < s->rel->ncolumns; c++)
+				cols[c] = s->rel->columns[c].attnum;
+			now = shape_relation_load(relid, s->rel->ncolumns, cols);
+		}
+		schema = shape_schema_json(now);
+		if (strcmp(schema, s->schema_json) != 0 || now->nkeys != s->rel->nkeys ||
+			memcmp(now->keys, s->rel->keys, sizeof(AttrNumber) * now->nkeys) != 0 ||
+			now->ncolumns != s->rel->ncolumns ||
+			strcmp(now->table, s->rel->table) != 0 || strcmp(now->schema, s->rel->schema) != 0)
+			ss_rotate_later(s, "its table's definition changed");
+	}
+}
+
+void
+shape_stream_maintain(void)
+{
+	ShapeTable *table;
+	List	   *changed;
+	ListCell   *lc;
+
+	if (ss_streams == NULL)
+		return;
+	table = ss_table();
+
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeStream *s = &ss_streams[i];
+
+		if (s->in_use && !s->ready && !s->rotate &&
+			shape_table_state(table, i) == SHAPE_READY)
+			ss_take_over(s);
+	}
+
+	if (ss_changed_relids != NIL || ss_all_changed)
+	{
+		changed = ss_changed_relids;
+		ss_changed_relids = NIL;
+		if (ss_all_changed)
+		{
+			list_free(changed);
+			changed = NIL;
+			for (uint32 i = 0; i < table->nslots; i++)
+				if (ss_streams[i].in_use)
+					changed = list_append_unique_oid(changed, ss_streams[i].relid);
+			ss_all_changed = false;
+		}
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		foreach(lc, changed)
+			ss_check_relation(lfirst_oid(lc));
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		list_free(changed);
+	}
+
+	for (uint32 i = 0; i < table->nslots; i++)
+		if (ss_streams[i].in_use && ss_streams[i].rotate)
+			registry_rotate(i);
+}

@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream.h
+ *		Decoded changes into shape logs: matching, stitching, appending.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shape_stream.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_STREAM_H
+#define SHAPE_STREAM_H
+
+#include "postgres.h"
+
+#include "replication/reorderbuffer.h"
+#include "utils/rel.h"
+
+#include "shape_def.h"
+
+/* Registry hooks: a shape's stream lives as long as the shape. */
+extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec,
+							 int chunk_threshold);
+extern void shape_stream_remove(uint32 slot);
+
+/* Decoding callbacks; main thread, inside the decoding transaction. */
+extern bool shape_stream_wants(Oid relid);
+extern void shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn);
+extern void shape_stream_change(Relation rel, ReorderBufferChange *change);
+extern void shape_stream_truncate(int nrelations, Relation *relations);
+extern void shape_stream_commit(void);
+
+/*
+ * Main loop, outside transactions: hands finished snapshots over to the
+ * stream, and rotates shapes whose table was truncated, dropped or altered.
+ */
+extern void shape_stream_maintain(void);
+
+#endif							/* SHAPE_STREAM_H */
