@@ -17,18 +17,12 @@
 
 #include "http_server.h"
 #include "request_parse.h"
+#include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
 #define SERVER_NAME			"shape_sync/0.1.0"
 
 typedef struct ShapeConn ShapeConn;
-
-/* The parked connections of one shape, woken when its log grows. */
-typedef struct ShapeWaitList
-{
-	pthread_mutex_t lock;
-	ShapeConn  *head;			/* guarded by lock */
-} ShapeWaitList;
 
 struct HttpServer
 {
@@ -37,9 +31,10 @@ struct HttpServer
 	ShapeTable *shapes;
 	RequestQueue *queue;
 	size_t		write_piece_size;
-	ShapeWaitList *waits;		/* one per shape slot */
+	Waiters		waiters;		/* parked connections, by shape slot */
 	_Atomic int cache_max_age;
 	_Atomic int cache_stale_age;
+	_Atomic int long_poll_timeout_ms;
 	_Atomic bool stopping;		/* set once, by http_server_stop */
 };
 
@@ -78,7 +73,8 @@ struct ShapeConn
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
 	bool		pinned;			/* holds request.result.slot's log */
-	ShapeConn  *wait_next;		/* ShapeWaitList link */
+	Waiter		waiter;			/* while parked (CONN_WAITING) */
+	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	BodyCursor	body;
 };
 

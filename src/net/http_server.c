@@ -23,14 +23,12 @@
  * - A ShapeConn is touched by the thread that owns its connection, except
  *   while suspended: then the main thread owns `request` (RESOLVING), or
  *   the connection sits on its shape's wait list (WAITING).
- * - Each wait list is guarded by its mutex.  A connection checks the log
- *   and suspends itself under that mutex, and a waker empties the list
- *   under it and resumes outside it, so no wakeup is lost and no
- *   connection is resumed twice.
+ * - Parked connections and their wake-ups are waiters.c's business; see
+ *   its notes.
  * - `stopping` is set once by the main thread before it drains the request
- *   queue and the wait lists; a connection that sees it under a wait-list
- *   mutex answers 503 instead of parking, so nothing is left suspended when
- *   the daemons stop.
+ *   queue and wakes every parked connection; a connection that sees it
+ *   answers 503 instead of parking, so nothing is left suspended when the
+ *   daemons stop.
  * - cache_max_age and cache_stale_age are atomics the main thread updates
  *   on SIGHUP.
  *
@@ -411,15 +409,12 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->shapes = options->shapes;
 	server->queue = options->queue;
 	server->write_piece_size = options->write_piece_size;
-	server->waits = calloc(options->shapes->nslots, sizeof(ShapeWaitList));
-	if (server->waits == NULL)
+	if (waiters_init(&server->waiters, options->shapes->nslots) != 0)
 	{
 		free(server);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	for (uint32_t i = 0; i < options->shapes->nslots; i++)
-		pthread_mutex_init(&server->waits[i].lock, NULL);
 	atomic_init(&server->stopping, false);
 	http_server_apply_settings(server, settings);
 	MHD_set_panic_func(http_mhd_panic, NULL);
@@ -427,6 +422,13 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	/* threads inherit the creator's mask: keep every signal off them */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
+	if (waiters_start_timer(&server->waiters) != 0)
+	{
+		snprintf(err, errlen, "could not start the long-poll timer thread");
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		http_server_stop(server);
+		return NULL;
+	}
 	for (int i = 0; i < ndaemons; i++)
 	{
 		const struct sockaddr *addr = dual_stack ? NULL : (struct sockaddr *) &addrs[i];
@@ -468,37 +470,20 @@ http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settin
 {
 	atomic_store(&server->cache_max_age, settings->cache_max_age);
 	atomic_store(&server->cache_stale_age, settings->cache_stale_age);
+	atomic_store(&server->long_poll_timeout_ms, settings->long_poll_timeout_ms);
 }
 
 void
 http_server_wake_shape(HttpServer *server, uint32_t slot)
 {
-	ShapeWaitList *wl;
-	ShapeConn  *list;
-
-	if (slot >= server->shapes->nslots)
-		return;
-	wl = &server->waits[slot];
-	pthread_mutex_lock(&wl->lock);
-	list = wl->head;
-	wl->head = NULL;
-	pthread_mutex_unlock(&wl->lock);
-
-	while (list != NULL)
-	{
-		ShapeConn  *next = list->wait_next;
-
-		list->wait_next = NULL;
-		MHD_resume_connection(list->connection);
-		list = next;
-	}
+	waiters_wake(&server->waiters, slot);
 }
 
 void
 http_server_wake_all(HttpServer *server)
 {
 	for (uint32_t i = 0; i < server->shapes->nslots; i++)
-		http_server_wake_shape(server, i);
+		waiters_wake(&server->waiters, i);
 }
 
 void
@@ -520,12 +505,10 @@ http_server_stop(HttpServer *server)
 		pending->done(pending);
 		pending = next;
 	}
-	http_server_wake_all(server);
+	waiters_wake_all_and_stop(&server->waiters);
 
 	for (int i = 0; i < server->ndaemons; i++)
 		MHD_stop_daemon(server->daemons[i]);
-	for (uint32_t i = 0; i < server->shapes->nslots; i++)
-		pthread_mutex_destroy(&server->waits[i].lock);
-	free(server->waits);
+	waiters_destroy(&server->waiters);
 	free(server);
 }

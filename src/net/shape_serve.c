@@ -234,42 +234,89 @@ shape_body_reader(void *cls, uint64_t offset, char *buf, size_t max)
 
 /* ------------------------------------------------------------ responses */
 
+typedef enum ResponseKind
+{
+	RESPONSE_DATA,				/* the records of a range */
+	RESPONSE_NOW,				/* offset=now: up-to-date, no data */
+	RESPONSE_TIMEOUT			/* a live request that saw no change */
+} ResponseKind;
+
+/*
+ * electric-cursor, as Electric computes it: the end of the current
+ * long-poll interval since 2024-10-09, or, when the client already holds
+ * that, its cursor plus a random 1..3600, so that each interval's live URLs
+ * are shared by all clients (collapsible by a cache) yet never repeat.
+ */
+static long long
+shape_cursor(HttpServer *server, const char *param)
+{
+	static _Thread_local uint64_t seed;
+	long long	interval = atomic_load(&server->long_poll_timeout_ms) / 1000;
+	long long	now = (long long) time(NULL);
+	long long	next;
+	long long	prev = 0;
+	char	   *end = NULL;
+
+	if (interval < 1)
+		interval = 1;
+	next = ((now - 1728432000LL + interval - 1) / interval) * interval;
+	if (param != NULL && param[0] != '\0')
+	{
+		prev = strtoll(param, &end, 10);
+		if (end == NULL || *end != '\0')
+			prev = 0;
+	}
+	if (next > prev)
+		return next;
+	if (seed == 0)
+		seed = (uint64_t) monotonic_us() ^ (uint64_t) (uintptr_t) &seed;
+	seed ^= seed << 13;
+	seed ^= seed >> 7;
+	seed ^= seed << 17;
+	return prev + 1 + (long long) (seed % 3600);
+}
+
 static enum MHD_Result
-shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range)
+shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
+			  ResponseKind kind)
 {
 	HttpServer *server = sc->server;
 	ShapeResolution *res = &sc->request.result;
 	LogOffset	requested = sc->query.offset;
-	bool		now = sc->query.offset_now;
-	LogOffset	response_offset = now ? pub->last : range->chunk_end;
+	bool		live = sc->query.live;
+	bool		data = kind == RESPONSE_DATA;
+	LogOffset	response_offset = data ? range->chunk_end : pub->last;
 	bool		up_to_date;
 	uint64_t	lsn;
 	char		req_text[LOG_OFFSET_TEXT_LEN];
 	char		resp_text[LOG_OFFSET_TEXT_LEN];
 	char		etag[SHAPE_HANDLE_LEN + 2 * LOG_OFFSET_TEXT_LEN + 32];
 	char		cache[128];
+	char		cursor[32];
 	const char *inm;
 	struct MHD_Response *response;
 	enum MHD_Result ret;
 	bool		not_modified;
 
-	up_to_date = now ||
+	up_to_date = !data ||
 		(!log_offset_is_before_all(requested) &&
 		 (pub->flags & SLOG_SNAPSHOT_DONE) &&
 		 log_offset_cmp(response_offset, log_offset_max(pub->last, requested)) >= 0);
 
-	if (now)
+	if (sc->query.offset_now)
 		strcpy(req_text, "now");
 	else
 		log_offset_format(requested, req_text, sizeof(req_text));
 	log_offset_format(response_offset, resp_text, sizeof(resp_text));
-	if (now)
+	if (!data)
 		snprintf(etag, sizeof(etag), "\"%s:%s:%s:%lld\"", res->handle, req_text,
 				 resp_text, (long long) monotonic_us());
 	else
 		snprintf(etag, sizeof(etag), "\"%s:%s:%s\"", res->handle, req_text, resp_text);
 
-	if (log_offset_is_before_all(requested) && !now)
+	if (live)
+		snprintf(cache, sizeof(cache), "public, max-age=5, stale-while-revalidate=5");
+	else if (log_offset_is_before_all(requested) && !sc->query.offset_now)
 		snprintf(cache, sizeof(cache), CACHE_CONTROL_INITIAL);
 	else
 		snprintf(cache, sizeof(cache), "public, max-age=%d, stale-while-revalidate=%d",
@@ -279,10 +326,12 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range)
 	not_modified = inm != NULL && etag_matches(inm, etag);
 
 	/* body: the records of the range, then up-to-date, then "]" */
-	sc->body.pos = now ? 0 : range->start;
-	sc->body.end = now ? 0 : range->end;
+	sc->body.pos = data ? range->start : 0;
+	sc->body.end = data ? range->end : 0;
 	lsn = atomic_load_explicit(&server->shapes->last_seen_lsn, memory_order_relaxed);
-	if (response_offset.tx > 0 && (uint64_t) response_offset.tx > lsn)
+	if (live && data && response_offset.tx > 0)
+		lsn = (uint64_t) response_offset.tx;
+	else if (response_offset.tx > 0 && (uint64_t) response_offset.tx > lsn)
 		lsn = (uint64_t) response_offset.tx;
 	if (up_to_date)
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail),
@@ -305,11 +354,16 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range)
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
 	MHD_add_response_header(response, "electric-handle", res->handle);
 	MHD_add_response_header(response, "electric-offset", resp_text);
-	MHD_add_response_header(response, "electric-has-data", now ? "false" : "true");
-	if (res->schema_json != NULL)
+	MHD_add_response_header(response, "electric-has-data", data ? "true" : "false");
+	if (live)
+	{
+		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
+		MHD_add_response_header(response, "electric-cursor", cursor);
+	}
+	else if (res->schema_json != NULL)
 		MHD_add_response_header(response, "electric-schema", res->schema_json);
 	if (up_to_date)
-		MHD_add_response_header(response, "electric-up-to-date", "");
+		MHD_add_response_header(response, "electric-up-to-date", "true");
 	MHD_add_response_header(response, "etag", etag);
 	MHD_add_response_header(response, "cache-control", cache);
 	http_add_cors_headers(response, sc->connection);
@@ -320,28 +374,55 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range)
 	return ret;
 }
 
-/*
- * Looks at the pinned shape.  Returns true when the request can be answered
- * now (with data, an error or a rotation), false when it must wait for the
- * log to grow.
- */
-static bool
-shape_ready(ShapeConn *sc, ShapeState *state, SlogPublished *pub, SlogRange *range)
+/* What a request should do, given the state of its shape's log. */
+typedef enum ServeDecision
 {
+	SERVE_RESPOND,				/* data, an error, or a rotation: answer now */
+	SERVE_WAIT,					/* the snapshot has not reached the offset */
+	SERVE_WAIT_LIVE,			/* live, at the end of the log */
+	SERVE_WAIT_BOUNDS			/* the offset is past the end of the log */
+} ServeDecision;
+
+typedef struct ServeCheck
+{
+	ShapeConn  *sc;
+	ServeDecision decision;
+	ShapeState	state;
+	SlogPublished pub;
+	SlogRange	range;
+} ServeCheck;
+
+static ServeDecision
+shape_decide(ServeCheck *c)
+{
+	ShapeConn  *sc = c->sc;
 	ShapeTable *shapes = sc->server->shapes;
 	uint32_t	slot = sc->request.result.slot;
 
-	*state = shape_table_state(shapes, slot);
-	if (*state == SHAPE_FAILED || *state == SHAPE_RETIRED)
-		return true;
-	slog_read_published(&shapes->slots[slot].log, pub);
+	memset(&c->range, 0, sizeof(c->range));
+	c->state = shape_table_state(shapes, slot);
+	if (c->state == SHAPE_FAILED || c->state == SHAPE_RETIRED)
+		return SERVE_RESPOND;
+	slog_read_published(&shapes->slots[slot].log, &c->pub);
 	if (sc->query.offset_now)
-	{
-		range->ready = (pub->flags & SLOG_SNAPSHOT_DONE) != 0;
-		return range->ready;
-	}
-	slog_locate(shapes->arena, &shapes->slots[slot].log, pub, sc->query.offset, range);
-	return range->ready;
+		return (c->pub.flags & SLOG_SNAPSHOT_DONE) ? SERVE_RESPOND : SERVE_WAIT;
+	slog_locate(shapes->arena, &shapes->slots[slot].log, &c->pub, sc->query.offset, &c->range);
+	if (!c->range.ready)
+		return SERVE_WAIT;
+	if (c->range.beyond_end)
+		return SERVE_WAIT_BOUNDS;
+	if (sc->query.live && c->range.start == c->range.end)
+		return SERVE_WAIT_LIVE;
+	return SERVE_RESPOND;
+}
+
+static bool
+shape_ready_to_answer(void *arg)
+{
+	ServeCheck *c = arg;
+
+	c->decision = shape_decide(c);
+	return c->decision == SERVE_RESPOND;
 }
 
 static enum MHD_Result
@@ -349,32 +430,35 @@ shape_respond_or_wait(ShapeConn *sc)
 {
 	HttpServer *server = sc->server;
 	ShapeSlot  *slot = &server->shapes->slots[sc->request.result.slot];
-	ShapeWaitList *wl = &server->waits[sc->request.result.slot];
-	ShapeState	state;
-	SlogPublished pub;
-	SlogRange	range;
+	ServeCheck	c = {.sc = sc};
+	bool		timed_out = sc->waiter.timed_out;
 
-	if (!shape_ready(sc, &state, &pub, &range))
+	sc->waiter.timed_out = false;
+	c.decision = shape_decide(&c);
+	if (c.decision != SERVE_RESPOND && !timed_out)
 	{
-		pthread_mutex_lock(&wl->lock);
-		/* re-check under the lock: a wakeup after this point finds us listed */
-		if (!atomic_load(&server->stopping) && !shape_ready(sc, &state, &pub, &range))
+		if (sc->deadline_ms == 0 && c.decision != SERVE_WAIT)
+		{
+			int64_t		timeout = atomic_load(&server->long_poll_timeout_ms);
+
+			sc->deadline_ms = waiters_now_ms() +
+				(c.decision == SERVE_WAIT_BOUNDS ? timeout / 2 : timeout);
+		}
+		sc->waiter.connection = sc->connection;
+		if (waiters_park(&server->waiters, &sc->waiter, sc->request.result.slot,
+						 c.decision == SERVE_WAIT ? 0 : sc->deadline_ms,
+						 shape_ready_to_answer, &c))
 		{
 			sc->phase = CONN_WAITING;
-			sc->wait_next = wl->head;
-			wl->head = sc;
-			MHD_suspend_connection(sc->connection);
-			pthread_mutex_unlock(&wl->lock);
 			return MHD_YES;
 		}
-		pthread_mutex_unlock(&wl->lock);
-		if (atomic_load(&server->stopping))
+		if (atomic_load(&server->waiters.stopping))
 			return shape_respond_unavailable(sc, "the server is shutting down", 5);
 	}
 
-	if (state == SHAPE_RETIRED)
+	if (c.state == SHAPE_RETIRED)
 		return shape_respond_must_refetch(sc, NULL);
-	if (state == SHAPE_FAILED)
+	if (c.state == SHAPE_FAILED)
 	{
 		char	   *body = json_message_body("message", slot->error);
 		unsigned	status = slot->error_status ? slot->error_status : 500;
@@ -384,14 +468,22 @@ shape_respond_or_wait(ShapeConn *sc)
 		free(body);
 		return ret;
 	}
-	if (range.beyond_end)
+	switch (c.decision)
 	{
-		/* XXX: live replication will wait for the log to reach the offset */
-		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
-								   "{\"message\":\"Invalid request\",\"errors\":"
-								   "{\"offset\":[\"out of bounds for this shape\"]}}", 0);
+		case SERVE_RESPOND:
+			return shape_respond(sc, &c.pub, &c.range,
+								 sc->query.offset_now ? RESPONSE_NOW : RESPONSE_DATA);
+		case SERVE_WAIT_LIVE:
+			return shape_respond(sc, &c.pub, &c.range, RESPONSE_TIMEOUT);
+		case SERVE_WAIT_BOUNDS:
+			return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
+									   "{\"message\":\"Invalid request\",\"errors\":"
+									   "{\"offset\":[\"out of bounds for this shape\"]}}", 0);
+		case SERVE_WAIT:
+			break;
 	}
-	return shape_respond(sc, &pub, &range);
+	/* a snapshot wait has no deadline, so it cannot time out */
+	return shape_respond_unavailable(sc, "the shape is not ready, please retry", 1);
 }
 
 /* ------------------------------------------------------------ the phases */
@@ -434,11 +526,6 @@ shape_start(ShapeConn *sc)
 		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
 								   "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
 								   "[\"subset snapshots are not supported by this server\"]}}", 0);
-	if (sc->query.live)
-		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
-								   "{\"message\":\"Invalid request\",\"errors\":{\"live\":"
-								   "[\"live mode is not available in this version of shape_sync; "
-								   "only the initial snapshot can be fetched\"]}}", 0);
 	if (atomic_load(&sc->server->stopping))
 		return shape_respond_unavailable(sc, "the server is shutting down", 5);
 

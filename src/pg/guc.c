@@ -34,6 +34,8 @@ int			shape_sync_max_snapshot_workers = 4;
 int			shape_sync_write_piece_size = 256;
 int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
+int			shape_sync_long_poll_timeout = 20000;
+bool		shape_sync_allow_shape_deletion = false;
 
 void
 shape_sync_define_gucs(void)
@@ -133,6 +135,22 @@ shape_sync_define_gucs(void)
 							300, 0, 365 * 24 * 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.long_poll_timeout",
+							"Sets how long a live request waits for a change before answering up-to-date.",
+							"Requests past the end of a shape's log wait half as long.",
+							&shape_sync_long_poll_timeout,
+							20000, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("shape_sync.allow_shape_deletion",
+							 "Allows clients to delete shapes with DELETE /v1/shape.",
+							 NULL,
+							 &shape_sync_allow_shape_deletion,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("shape_sync");
 }

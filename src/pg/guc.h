@@ -23,6 +23,8 @@ extern int	shape_sync_max_snapshot_workers;
 extern int	shape_sync_write_piece_size;	/* kB */
 extern int	shape_sync_cache_max_age;	/* s */
 extern int	shape_sync_cache_stale_age; /* s */
+extern int	shape_sync_long_poll_timeout;	/* ms */
+extern bool shape_sync_allow_shape_deletion;
 
 extern void shape_sync_define_gucs(void);
 
