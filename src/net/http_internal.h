@@ -63,6 +63,26 @@ typedef struct BodyCursor
 	size_t		tail_off;
 } BodyCursor;
 
+/* A Server-Sent Events response (live_sse=true), produced piece by piece. */
+typedef struct SseStream
+{
+	bool		hold;			/* keep the stream open for new changes */
+	bool		finished;
+	LogOffset	after;			/* everything up to here has been sent */
+	uint64_t	pos;			/* next record of the current range */
+	uint64_t	end;
+	LogOffset	range_end;		/* the current range's chunk end */
+	bool		range_up_to_date;	/* the range reaches the end of the log */
+	int			record_stage;	/* 0: none, 1: payload of the current record */
+	uint32_t	rec_len;
+	uint32_t	rec_sent;
+	char		pending[256];	/* framing and control events waiting to go */
+	size_t		pending_len;
+	size_t		pending_off;
+	int64_t		end_ms;			/* the stream closes then (monotonic) */
+	int64_t		keepalive_ms;	/* next keep-alive comment, if nothing else */
+} SseStream;
+
 /* Per-request state for /v1/shape, owned by the connection. */
 struct ShapeConn
 {
@@ -76,12 +96,18 @@ struct ShapeConn
 	Waiter		waiter;			/* while parked (CONN_WAITING) */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	BodyCursor	body;
+	SseStream	sse;			/* when live_sse */
 };
 
 /* shape_serve.c */
 extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
 								   ShapeConn *sc);
 extern void shape_conn_free(ShapeConn *sc);
+
+/* sse_stream.c */
+extern enum MHD_Result sse_respond(ShapeConn *sc, const SlogPublished *pub,
+								   const SlogRange *range, bool hold,
+								   const char *cursor);
 
 /* http_server.c: responses common to every route */
 extern void http_add_cors_headers(struct MHD_Response *response,

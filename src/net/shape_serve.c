@@ -435,6 +435,14 @@ shape_respond_or_wait(ShapeConn *sc)
 
 	sc->waiter.timed_out = false;
 	c.decision = shape_decide(&c);
+	if (sc->query.live_sse && c.state != SHAPE_RETIRED && c.state != SHAPE_FAILED &&
+		(c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
+	{
+		char		cursor[32];
+
+		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
+		return sse_respond(sc, &c.pub, &c.range, c.decision == SERVE_WAIT_LIVE, cursor);
+	}
 	if (c.decision != SERVE_RESPOND && !timed_out)
 	{
 		if (sc->deadline_ms == 0 && c.decision != SERVE_WAIT)

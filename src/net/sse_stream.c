@@ -1,0 +1,249 @@
+/*-------------------------------------------------------------------------
+ *
+ * sse_stream.c
+ *		live_sse=true: a shape's changes as Server-Sent Events.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.
+ *
+ * Each message goes out as one event, "data: <json>\n\n", and a batch
+ * that reaches the end of the log is followed by an up-to-date event whose
+ * global_last_seen_lsn is the batch's commit LSN (the client resumes from
+ * "<lsn>_0").  When the request finds data waiting, the stream carries it
+ * and ends, as Electric does.  Otherwise the stream stays open for
+ * SSE_TIMEOUT_MS: the content reader parks the connection on the shape's
+ * wait list (waiters.c) whenever it has sent everything, and resumes
+ * sending when the log grows; a ": keep-alive" comment goes out after
+ * SSE_KEEPALIVE_MS without an event.  A rotated shape ends the stream, and
+ * the client's next request gets the 409.
+ *
+ * Framing never copies a record: "data: " and "\n\n" are queued around the
+ * record's bytes, which go straight from shared memory into the socket
+ * buffer, whole when they fit in a piece.
+ *
+ * IDENTIFICATION
+ *	  src/net/sse_stream.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "sse_stream.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "http_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SSE_TIMEOUT_MS		60000
+#define SSE_KEEPALIVE_MS	21000
+
+static void
+sse_queue(SseStream *st, const char *text)
+{
+	size_t		len = strlen(text);
+
+	if (st->pending_off == st->pending_len)
+		st->pending_off = st->pending_len = 0;
+	if (st->pending_len + len > sizeof(st->pending))
+		len = sizeof(st->pending) - st->pending_len;	/* cannot happen: events are small */
+	memcpy(st->pending + st->pending_len, text, len);
+	st->pending_len += len;
+}
+
+/* Picks up what the log has past `after`; false when there is nothing. */
+static bool
+sse_next_range(ShapeConn *sc)
+{
+	SseStream  *st = &sc->sse;
+	ShapeTable *shapes = sc->server->shapes;
+	uint32_t	slot = sc->request.result.slot;
+	ShapeState	state = shape_table_state(shapes, slot);
+	SlogPublished pub;
+	SlogRange	range;
+
+	if (state == SHAPE_RETIRED || state == SHAPE_FAILED)
+	{
+		st->finished = true;
+		return false;
+	}
+	slog_read_published(&shapes->slots[slot].log, &pub);
+	slog_locate(shapes->arena, &shapes->slots[slot].log, &pub, st->after, &range);
+	if (!range.ready || range.start >= range.end)
+		return false;
+	st->pos = range.start;
+	st->end = range.end;
+	st->range_end = range.chunk_end;
+	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
+	return true;
+}
+
+static bool
+sse_has_news(void *arg)
+{
+	ShapeConn  *sc = arg;
+
+	return sse_next_range(sc) || sc->sse.finished;
+}
+
+static ssize_t
+sse_reader(void *cls, uint64_t offset, char *buf, size_t max)
+{
+	ShapeConn  *sc = cls;
+	SseStream  *st = &sc->sse;
+	HttpServer *server = sc->server;
+	const ShapeLogArena *arena = server->shapes->arena;
+	const ShapeLog *log = &server->shapes->slots[sc->request.result.slot].log;
+	size_t		limit = max < server->write_piece_size ? max : server->write_piece_size;
+	size_t		n = 0;
+
+	for (;;)
+	{
+		if (st->pending_off < st->pending_len)
+		{
+			size_t		step = st->pending_len - st->pending_off;
+
+			if (step > limit - n)
+				step = limit - n;
+			memcpy(buf + n, st->pending + st->pending_off, step);
+			n += step;
+			st->pending_off += step;
+			if (n == limit)
+				return (ssize_t) n;
+			continue;
+		}
+		if (st->record_stage == 1)
+		{
+			size_t		step = st->rec_len - st->rec_sent;
+
+			if (step > limit - n)
+				step = limit - n;
+			slog_copy_out(arena, log, st->pos + sizeof(SlogRecordHeader) + st->rec_sent,
+						  buf + n, step);
+			n += step;
+			st->rec_sent += (uint32_t) step;
+			if (st->rec_sent < st->rec_len)
+				return (ssize_t) n;
+			st->pos += slog_record_span(st->rec_len);
+			st->record_stage = 0;
+			sse_queue(st, "\n\n");
+			continue;
+		}
+		if (st->pos < st->end)
+		{
+			SlogRecordHeader hdr;
+
+			slog_read_header(arena, log, st->pos, &hdr);
+			if (n > 0 && hdr.len + 8 > limit - n)
+				return (ssize_t) n;		/* whole events per piece when they fit */
+			sse_queue(st, "data: ");
+			st->record_stage = 1;
+			st->rec_len = hdr.len;
+			st->rec_sent = 0;
+			continue;
+		}
+		if (st->end > 0)
+		{
+			/* the range is out: up-to-date if it reached the end of the log */
+			st->after = st->range_end;
+			st->end = st->pos = 0;
+			st->keepalive_ms = waiters_now_ms() + SSE_KEEPALIVE_MS;
+			if (st->range_up_to_date)
+			{
+				char		event[160];
+				uint64_t	lsn = st->range_end.tx > 0 ? (uint64_t) st->range_end.tx :
+					atomic_load(&server->shapes->last_seen_lsn);
+
+				snprintf(event, sizeof(event),
+						 "data: {\"headers\":{\"control\":\"up-to-date\","
+						 "\"global_last_seen_lsn\":\"%llu\"}}\n\n",
+						 (unsigned long long) lsn);
+				sse_queue(st, event);
+			}
+			if (!st->hold)
+				st->finished = true;
+			continue;
+		}
+		if (st->finished)
+			return n > 0 ? (ssize_t) n : MHD_CONTENT_READER_END_OF_STREAM;
+		if (n > 0)
+			return (ssize_t) n;	/* send what is ready before waiting */
+		if (sse_next_range(sc) || st->finished)
+			continue;
+
+		{
+			int64_t		now = waiters_now_ms();
+			bool		timed_out = sc->waiter.timed_out;
+
+			sc->waiter.timed_out = false;
+			if (now >= st->end_ms)
+			{
+				st->finished = true;
+				continue;
+			}
+			if (timed_out && now >= st->keepalive_ms)
+			{
+				sse_queue(st, ": keep-alive\n\n");
+				st->keepalive_ms = now + SSE_KEEPALIVE_MS;
+				continue;
+			}
+			sc->waiter.connection = sc->connection;
+			if (waiters_park(&server->waiters, &sc->waiter, sc->request.result.slot,
+							 st->keepalive_ms < st->end_ms ? st->keepalive_ms : st->end_ms,
+							 sse_has_news, sc))
+				return 0;		/* suspended: called again once resumed */
+			if (atomic_load(&server->waiters.stopping))
+				st->finished = true;
+		}
+	}
+}
+
+/*
+ * Starts an SSE response.  With `hold`, the stream stays open for new
+ * changes; otherwise it carries `range` and ends.
+ */
+enum MHD_Result
+sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, bool hold,
+			const char *cursor)
+{
+	SseStream  *st = &sc->sse;
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+	char		offset_text[LOG_OFFSET_TEXT_LEN];
+	int64_t		now = waiters_now_ms();
+
+	memset(st, 0, sizeof(*st));
+	st->hold = hold;
+	st->after = sc->query.offset;
+	st->end_ms = now + SSE_TIMEOUT_MS;
+	st->keepalive_ms = now + SSE_KEEPALIVE_MS;
+	if (range->ready && range->start < range->end)
+	{
+		st->pos = range->start;
+		st->end = range->end;
+		st->range_end = range->chunk_end;
+		st->range_up_to_date = log_offset_cmp(range->chunk_end, pub->last) >= 0;
+	}
+	log_offset_format(range->ready && range->start < range->end ? range->chunk_end
+					  : sc->query.offset, offset_text, sizeof(offset_text));
+
+	sc->phase = CONN_RESPONDED;
+	if (sc->head_only)
+		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	else
+		response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
+													 sse_reader, sc, NULL);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "content-type", "text/event-stream");
+	MHD_add_response_header(response, "cache-control", "public, max-age=59");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	MHD_add_response_header(response, "electric-handle", sc->request.result.handle);
+	MHD_add_response_header(response, "electric-offset", offset_text);
+	MHD_add_response_header(response, "electric-cursor", cursor);
+	MHD_add_response_header(response, "electric-has-data", st->end > 0 ? "true" : "false");
+	http_add_cors_headers(response, sc->connection);
+	ret = MHD_queue_response(sc->connection, MHD_HTTP_OK, response);
+	MHD_destroy_response(response);
+	return ret;
+}
