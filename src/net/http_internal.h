@@ -35,6 +35,7 @@ struct HttpServer
 	_Atomic int cache_max_age;
 	_Atomic int cache_stale_age;
 	_Atomic int long_poll_timeout_ms;
+	_Atomic bool allow_shape_deletion;
 	_Atomic bool stopping;		/* set once, by http_server_stop */
 };
 
@@ -90,6 +91,7 @@ struct ShapeConn
 	struct MHD_Connection *connection;
 	ShapeConnPhase phase;
 	bool		head_only;		/* HEAD request */
+	bool		delete_shape;	/* DELETE request */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
 	bool		pinned;			/* holds request.result.slot's log */

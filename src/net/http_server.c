@@ -171,7 +171,10 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 
 	if (*con_cls == NULL)
 	{
-		if (shape_route && (is_get || is_head))
+		bool		is_delete = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0 &&
+			atomic_load(&server->allow_shape_deletion);
+
+		if (shape_route && (is_get || is_head || is_delete))
 		{
 			ShapeConn  *sc = calloc(1, sizeof(ShapeConn));
 
@@ -180,6 +183,7 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 			sc->server = server;
 			sc->connection = connection;
 			sc->head_only = is_head;
+			sc->delete_shape = is_delete;
 			sc->request.owner = sc;
 			sc->request.result.slot = SHAPE_NO_SLOT;
 			*con_cls = sc;
@@ -471,6 +475,7 @@ http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settin
 	atomic_store(&server->cache_max_age, settings->cache_max_age);
 	atomic_store(&server->cache_stale_age, settings->cache_stale_age);
 	atomic_store(&server->long_poll_timeout_ms, settings->long_poll_timeout_ms);
+	atomic_store(&server->allow_shape_deletion, settings->allow_shape_deletion);
 }
 
 void

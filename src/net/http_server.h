@@ -39,6 +39,7 @@ typedef struct HttpRuntimeSettings
 	int			cache_max_age;	/* seconds */
 	int			cache_stale_age;	/* seconds */
 	int			long_poll_timeout_ms;
+	bool		allow_shape_deletion;	/* DELETE /v1/shape */
 } HttpRuntimeSettings;
 
 /*

@@ -419,6 +419,13 @@ shape_query_finish(ShapeQuery *q, RequestErrors *errs)
 }
 
 void
+shape_query_finish_delete(ShapeQuery *q, RequestErrors *errs)
+{
+	if (!q->has_table && (q->handle == NULL || q->handle[0] == '\0'))
+		request_errors_add(errs, "handle", "can't be blank when no table is given");
+}
+
+void
 shape_query_free(ShapeQuery *q)
 {
 	shape_definition_free(&q->def);

@@ -56,6 +56,9 @@ extern void shape_query_add(ShapeQuery *q, RequestErrors *errs,
 /* Checks the cross-parameter rules once all pairs are in. */
 extern void shape_query_finish(ShapeQuery *q, RequestErrors *errs);
 
+/* DELETE /v1/shape: a handle, a definition, or both. */
+extern void shape_query_finish_delete(ShapeQuery *q, RequestErrors *errs);
+
 extern void shape_query_free(ShapeQuery *q);
 
 /*

@@ -118,6 +118,25 @@ shape_respond_must_refetch(ShapeConn *sc, const char *handle)
 	return ret;
 }
 
+/* DELETE /v1/shape succeeded: 202, empty body. */
+static enum MHD_Result
+shape_respond_deleted(ShapeConn *sc)
+{
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	sc->phase = CONN_RESPONDED;
+	response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "cache-control", "no-cache");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	http_add_cors_headers(response, sc->connection);
+	ret = MHD_queue_response(sc->connection, MHD_HTTP_ACCEPTED, response);
+	MHD_destroy_response(response);
+	return ret;
+}
+
 /* Whether an If-None-Match list names `etag` (quotes optional). */
 static bool
 etag_matches(const char *if_none_match, const char *etag)
@@ -521,7 +540,10 @@ shape_start(ShapeConn *sc)
 	void	   *args[2] = {&sc->query, &errs};
 
 	MHD_get_connection_values(sc->connection, MHD_GET_ARGUMENT_KIND, shape_collect_arg, args);
-	shape_query_finish(&sc->query, &errs);
+	if (sc->delete_shape)
+		shape_query_finish_delete(&sc->query, &errs);
+	else
+		shape_query_finish(&sc->query, &errs);
 	if (errs.count > 0)
 	{
 		char	   *body = request_errors_json(&errs);
@@ -539,6 +561,9 @@ shape_start(ShapeConn *sc)
 
 	/* the definition moves to the request; the main thread resolves it */
 	sc->request.def = sc->query.def;
+	sc->request.has_definition = sc->query.has_table;
+	sc->request.delete_shape = sc->delete_shape;
+	sc->request.handle = sc->delete_shape ? sc->query.handle : NULL;
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;
@@ -567,6 +592,11 @@ shape_after_resolve(ShapeConn *sc)
 			return shape_respond_unavailable(sc, "the server is not ready, please retry", 5);
 		case SHAPE_RESOLVE_FAILED:
 			return shape_respond_error(sc, res->error_status, res->error_json, 10);
+		case SHAPE_RESOLVE_DELETED:
+			return shape_respond_deleted(sc);
+		case SHAPE_RESOLVE_NOT_FOUND:
+			return shape_respond_error(sc, MHD_HTTP_NOT_FOUND,
+									   "{\"message\":\"No existing shape found\"}", 0);
 		case SHAPE_RESOLVE_OK:
 			break;
 	}

@@ -78,6 +78,8 @@ typedef struct RegistryFailure
 	TimestampTz failed_at;
 } RegistryFailure;
 
+static void reg_delete(ShapeRequest *req, const ShapeSpec *spec);
+
 static RegistryEntry *reg_entries;
 static List *reg_failures = NIL;
 static MemoryContext reg_context;
@@ -332,6 +334,53 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 }
 
 /*
+ * DELETE /v1/shape: rotates the shape named by its definition, its handle,
+ * or both (which must then agree).
+ */
+static void
+reg_delete(ShapeRequest *req, const ShapeSpec *spec)
+{
+	ShapeTable *table = reg_table();
+	int32		by_definition = -1;
+	int32		by_handle = -1;
+	int32		slot;
+
+	if (spec != NULL)
+	{
+		char	   *identity = shape_identity(spec);
+
+		by_definition = reg_find(hash_bytes_extended((const unsigned char *) identity,
+													 strlen(identity), 0), identity);
+	}
+	if (req->handle != NULL)
+		for (uint32 i = 0; i < table->nslots; i++)
+			if (reg_entries[i].in_use && strcmp(table->slots[i].handle, req->handle) == 0)
+				by_handle = (int32) i;
+
+	if (spec != NULL && req->handle != NULL && by_definition != by_handle &&
+		(by_definition >= 0 || by_handle >= 0))
+	{
+		req->result.status = SHAPE_RESOLVE_INVALID;
+		req->result.error_json = reg_malloc_string(
+			"{\"message\":\"The specified shape definition and handle do not match. "
+			"Please ensure the shape definition is correct or omit the shape handle "
+			"from the request to obtain a new one.\"}");
+		return;
+	}
+	slot = spec != NULL ? by_definition : by_handle;
+	if (slot < 0)
+	{
+		req->result.status = SHAPE_RESOLVE_NOT_FOUND;
+		return;
+	}
+	ereport(LOG,
+			(errmsg("shape %s on %s deleted by a client", table->slots[slot].handle,
+					table->slots[slot].relation)));
+	registry_rotate((uint32) slot);
+	req->result.status = SHAPE_RESOLVE_DELETED;
+}
+
+/*
  * Resolves one request: fills req->result.  Runs inside a transaction on
  * the main thread; validation errors are caught in a subtransaction and
  * become the client's 400.
@@ -347,8 +396,12 @@ registry_resolve(ShapeRequest *req)
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
-		shape_def_validate(&req->def, &spec);
-		reg_resolve_valid(req, &spec);
+		if (req->has_definition || !req->delete_shape)
+			shape_def_validate(&req->def, &spec);
+		if (req->delete_shape)
+			reg_delete(req, req->has_definition ? &spec : NULL);
+		else
+			reg_resolve_valid(req, &spec);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;

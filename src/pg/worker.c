@@ -83,6 +83,7 @@ worker_runtime_settings(void)
 	settings.cache_max_age = shape_sync_cache_max_age;
 	settings.cache_stale_age = shape_sync_cache_stale_age;
 	settings.long_poll_timeout_ms = shape_sync_long_poll_timeout;
+	settings.allow_shape_deletion = shape_sync_allow_shape_deletion;
 	return settings;
 }
 

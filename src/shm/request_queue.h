@@ -42,8 +42,10 @@ typedef enum ShapeResolveStatus
 	SHAPE_RESOLVE_OK = 0,
 	SHAPE_RESOLVE_INVALID,		/* 400: `error_json` holds the body */
 	SHAPE_RESOLVE_UNAVAILABLE,	/* 503: `error_json` holds the body */
-	SHAPE_RESOLVE_FAILED		/* the shape's snapshot failed just now:
+	SHAPE_RESOLVE_FAILED,		/* the shape's snapshot failed just now:
 								 * `error_status` and `error_json` */
+	SHAPE_RESOLVE_DELETED,		/* DELETE: the shape is gone (202) */
+	SHAPE_RESOLVE_NOT_FOUND		/* DELETE: no such shape (404) */
 } ShapeResolveStatus;
 
 /* The main thread's answer. */
@@ -64,6 +66,9 @@ struct ShapeRequest
 {
 	ShapeRequest *next;			/* queue link, owned by the queue */
 	ShapeDefinition def;		/* written by the HTTP thread before push */
+	bool		delete_shape;	/* DELETE /v1/shape rather than GET */
+	bool		has_definition; /* def names a table (DELETE may give a handle only) */
+	char	   *handle;			/* DELETE: the handle given, or NULL */
 	ShapeResolution result;		/* written by the main thread before done() */
 	void		(*done) (ShapeRequest *req);	/* called once, by the resolver */
 	void	   *owner;			/* the HTTP side's context */
