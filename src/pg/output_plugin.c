@@ -186,6 +186,28 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 	ch.xid = state->include_xids ? state->xid : 0;
 	state->op += 2;
 	initStringInfo(&msg);
+	if (change->action == REORDER_BUFFER_CHANGE_UPDATE && oldv != NULL)
+	{
+		char	   *old_key = row_encoder_key(&enc, oldv, oldn);
+		char	   *new_key = row_encoder_key(&enc, newv, newn);
+
+		if (strcmp(old_key, new_key) != 0)
+		{
+			/* a key change: the old row goes, the new one comes */
+			RowChange	del = ch;
+
+			del.operation = "delete";
+			del.key_change_to = new_key;
+			if (row_encoder_change(&enc, &del, state->replica_full, &msg))
+				plugin_hold(ctx, &msg);
+			resetStringInfo(&msg);
+			ch.operation = "insert";
+			ch.old_values = NULL;
+			ch.old_nulls = NULL;
+			ch.op_position++;
+			ch.key_change_from = old_key;
+		}
+	}
 	if (row_encoder_change(&enc, &ch, state->replica_full, &msg))
 		plugin_hold(ctx, &msg);
 }
