@@ -56,9 +56,31 @@ RETURNS record
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'shape_sync_log_memory_usage';
 
+CREATE FUNCTION admission_slots(
+    OUT kind text,
+    OUT in_use integer,
+    OUT max integer,
+    OUT rejected bigint)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_admission_slots';
+
+-- Concurrent requests per admission kind (initial, existing), live.
+CREATE VIEW admission AS SELECT * FROM admission_slots();
+
+-- Connections closed because a write made no progress for
+-- shape_sync.stalled_serve_timeout, since the server started.
+CREATE FUNCTION stalled_serves_reaped()
+RETURNS bigint
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_stalled_serves_reaped';
+
 -- Nothing here is for PUBLIC: shapes expose table contents.
 REVOKE ALL ON FUNCTION validate_shape(text, text, text[], text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION encode_rows(text, text, text[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION list_shapes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION log_memory_usage() FROM PUBLIC;
 REVOKE ALL ON shapes FROM PUBLIC;
+REVOKE ALL ON FUNCTION admission_slots() FROM PUBLIC;
+REVOKE ALL ON FUNCTION stalled_serves_reaped() FROM PUBLIC;
+REVOKE ALL ON admission FROM PUBLIC;

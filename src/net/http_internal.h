@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "http_server.h"
+#include "deadline.h"
 #include "request_parse.h"
 #include "waiters.h"
 
@@ -31,6 +32,10 @@ struct HttpServer
 	ShapeTable *shapes;
 	RequestQueue *queue;
 	size_t		write_piece_size;
+	size_t		socket_send_buffer;	/* SO_SNDBUF of each connection; 0: kernel's */
+	ConnTable	conns;			/* one slot per open TCP connection */
+	DeadlineWatch deadlines;	/* reaps stalled serves */
+	Admission  *admission;		/* in shared memory */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	_Atomic int cache_max_age;
 	_Atomic int cache_stale_age;
@@ -94,6 +99,9 @@ struct ShapeConn
 	bool		delete_shape;	/* DELETE request */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
+	uint32_t	conn_slot;		/* the connection's ConnTable slot */
+	AdmissionKind admitted;		/* the admission slot held, released at the end */
+	AdmissionKind rejected_kind;	/* the kind that was full, for the 503 */
 	bool		pinned;			/* holds request.result.slot's log */
 	Waiter		waiter;			/* while parked (CONN_WAITING) */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */

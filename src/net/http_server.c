@@ -59,6 +59,20 @@
 #include "json_text.h"
 #include "thread_log.h"
 
+/*
+ * Caps what a client that stops reading can pin in the kernel: without a
+ * cap, autotuning lets a socket absorb megabytes (net.ipv4.tcp_wmem)
+ * before writes block.  The kernel doubles the value it is given.
+ */
+static void
+http_bound_send_buffer(HttpServer *server, int fd)
+{
+	int			size = (int) server->socket_send_buffer;
+
+	if (size > 0)
+		(void) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+}
+
 /* con_cls of requests that own nothing */
 static char http_plain_request;
 
@@ -177,11 +191,18 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		if (shape_route && (is_get || is_head || is_delete))
 		{
 			ShapeConn  *sc = calloc(1, sizeof(ShapeConn));
+			const union MHD_ConnectionInfo *info =
+				MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
 			if (sc == NULL)
 				return MHD_NO;
 			sc->server = server;
 			sc->connection = connection;
+			sc->conn_slot = info && info->socket_context ?
+				(uint32_t) ((uintptr_t) info->socket_context - 1) : CONN_NO_SLOT;
+			sc->waiter.conn_slot = sc->conn_slot;
+			sc->admitted = ADMISSION_NONE;
+			sc->waiter.connection = connection;
 			sc->head_only = is_head;
 			sc->delete_shape = is_delete;
 			sc->request.owner = sc;
@@ -248,6 +269,57 @@ http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 	if (*con_cls != NULL && *con_cls != &http_plain_request)
 		shape_conn_free((ShapeConn *) *con_cls);
 	*con_cls = NULL;
+}
+
+/*
+ * A TCP connection starts or closes: it holds a ConnTable slot in between,
+ * kept in its socket context (index + 1).  CLOSED runs before the socket
+ * is closed, so no other thread can act on a reused socket number.
+ */
+static void
+http_connection_event(void *cls, struct MHD_Connection *connection,
+					  void **socket_context, enum MHD_ConnectionNotificationCode toe)
+{
+	HttpServer *server = cls;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+	{
+		const union MHD_ConnectionInfo *fd_info =
+			MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *addr_info =
+			MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		char		peer[CONN_PEER_LEN] = "?";
+		uint32_t	slot;
+
+		if (addr_info && addr_info->client_addr)
+		{
+			const struct sockaddr *sa = addr_info->client_addr;
+			char		host[INET6_ADDRSTRLEN] = "?";
+
+			if (sa->sa_family == AF_INET6)
+			{
+				inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) sa)->sin6_addr, host, sizeof(host));
+				snprintf(peer, sizeof(peer), "[%s]:%u", host,
+						 ntohs(((const struct sockaddr_in6 *) sa)->sin6_port));
+			}
+			else if (sa->sa_family == AF_INET)
+			{
+				inet_ntop(AF_INET, &((const struct sockaddr_in *) sa)->sin_addr, host, sizeof(host));
+				snprintf(peer, sizeof(peer), "%s:%u", host,
+						 ntohs(((const struct sockaddr_in *) sa)->sin_port));
+			}
+		}
+		if (fd_info == NULL)
+			return;
+		http_bound_send_buffer(server, fd_info->connect_fd);
+		slot = conn_table_open(&server->conns, fd_info->connect_fd, peer);
+		*socket_context = slot == CONN_NO_SLOT ? NULL : (void *) (uintptr_t) (slot + 1);
+	}
+	else if (*socket_context != NULL)
+	{
+		conn_table_close(&server->conns, (uint32_t) ((uintptr_t) *socket_context - 1));
+		*socket_context = NULL;
+	}
 }
 
 static void
@@ -354,7 +426,7 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 {
 	unsigned	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
 		MHD_USE_ERROR_LOG;
-	struct MHD_OptionItem opts[12];
+	struct MHD_OptionItem opts[14];
 	int			i = 0;
 
 	if (ipv6)
@@ -371,6 +443,8 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
 	(intptr_t) http_completed, server};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_CONNECTION,
+	(intptr_t) http_connection_event, server};
 	if (addr != NULL)
 		opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, (void *) addr};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};
@@ -413,7 +487,10 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->shapes = options->shapes;
 	server->queue = options->queue;
 	server->write_piece_size = options->write_piece_size;
-	if (waiters_init(&server->waiters, options->shapes->nslots) != 0)
+	server->socket_send_buffer = options->socket_send_buffer;
+	server->admission = options->admission;
+	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
+		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0)
 	{
 		free(server);
 		snprintf(err, errlen, "out of memory");
@@ -426,9 +503,10 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	/* threads inherit the creator's mask: keep every signal off them */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	if (waiters_start_timer(&server->waiters) != 0)
+	if (waiters_start(&server->waiters) != 0 ||
+		deadline_start(&server->deadlines, &server->conns, server->admission) != 0)
 	{
-		snprintf(err, errlen, "could not start the long-poll timer thread");
+		snprintf(err, errlen, "could not start the server's threads");
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		http_server_stop(server);
 		return NULL;
@@ -476,19 +554,20 @@ http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settin
 	atomic_store(&server->cache_stale_age, settings->cache_stale_age);
 	atomic_store(&server->long_poll_timeout_ms, settings->long_poll_timeout_ms);
 	atomic_store(&server->allow_shape_deletion, settings->allow_shape_deletion);
+	atomic_store(&server->conns.write_timeout_ms, settings->stalled_serve_timeout_ms);
 }
 
 void
 http_server_wake_shape(HttpServer *server, uint32_t slot)
 {
-	waiters_wake(&server->waiters, slot);
+	waiters_notify(&server->waiters, slot);
 }
 
 void
 http_server_wake_all(HttpServer *server)
 {
 	for (uint32_t i = 0; i < server->shapes->nslots; i++)
-		waiters_wake(&server->waiters, i);
+		waiters_notify(&server->waiters, i);
 }
 
 void
@@ -510,10 +589,12 @@ http_server_stop(HttpServer *server)
 		pending->done(pending);
 		pending = next;
 	}
-	waiters_wake_all_and_stop(&server->waiters);
+	deadline_stop(&server->deadlines);
+	waiters_stop(&server->waiters);
 
 	for (int i = 0; i < server->ndaemons; i++)
 		MHD_stop_daemon(server->daemons[i]);
 	waiters_destroy(&server->waiters);
+	conn_table_destroy(&server->conns);
 	free(server);
 }

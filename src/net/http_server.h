@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "admission.h"
 #include "request_queue.h"
 #include "shape_table.h"
 
@@ -29,8 +30,10 @@ typedef struct HttpServerOptions
 	int			threads;		/* worker threads in all */
 	unsigned	connection_limit;
 	size_t		write_piece_size;	/* bytes per socket write, at most */
+	size_t		socket_send_buffer; /* SO_SNDBUF per connection; 0: the kernel's */
 	ShapeTable *shapes;
 	RequestQueue *queue;
+	Admission  *admission;		/* in shared memory */
 } HttpServerOptions;
 
 /* Settings the main thread may change while the server runs (SIGHUP). */
@@ -40,6 +43,7 @@ typedef struct HttpRuntimeSettings
 	int			cache_stale_age;	/* seconds */
 	int			long_poll_timeout_ms;
 	bool		allow_shape_deletion;	/* DELETE /v1/shape */
+	int			stalled_serve_timeout_ms;	/* 0: never reap */
 } HttpRuntimeSettings;
 
 /*

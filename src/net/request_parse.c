@@ -320,7 +320,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, const char 
 	{
 		q->has_offset = true;
 		q->offset_now = strcmp(value, "now") == 0;
-		if (!q->offset_now && !log_offset_parse(value, &q->offset))
+		q->bad_offset = !q->offset_now && !log_offset_parse(value, &q->offset);
+		if (q->bad_offset)
 			request_errors_add(errs, "offset", "has invalid format");
 	}
 	else if (strcmp(key, "handle") == 0)
@@ -408,7 +409,7 @@ shape_query_finish(ShapeQuery *q, RequestErrors *errs)
 		free(q->handle);
 		q->handle = NULL;
 	}
-	else if (q->has_offset && (q->handle == NULL || q->handle[0] == '\0'))
+	else if (q->has_offset && !q->bad_offset && (q->handle == NULL || q->handle[0] == '\0'))
 		request_errors_add(errs, "handle", "can't be blank when offset != -1");
 	if (q->live && q->has_offset && q->offset_now)
 		request_errors_add(errs, "live", "can't be true when offset is 'now'");

@@ -41,6 +41,7 @@ typedef struct ShapeQuery
 	bool		has_table;
 	bool		offset_now;		/* offset=now */
 	bool		has_offset;
+	bool		bad_offset;		/* given, but not an offset */
 	LogOffset	offset;
 	char	   *handle;			/* NULL when absent or ignored */
 	bool		live;

@@ -184,10 +184,29 @@ monotonic_us(void)
  * body.  It is called again only once the previous piece reached the
  * kernel, so the pieces are the socket writes.
  */
+static ssize_t shape_body_fill(ShapeConn *sc, char *buf, size_t max);
+
+/*
+ * The write deadline (deadline.c) brackets each piece: cleared when the
+ * next piece is asked for, which means the previous one reached the
+ * kernel, and armed when a piece is handed over.
+ */
 static ssize_t
 shape_body_reader(void *cls, uint64_t offset, char *buf, size_t max)
 {
 	ShapeConn  *sc = cls;
+	ssize_t		n;
+
+	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
+	n = shape_body_fill(sc, buf, max);
+	if (n > 0)
+		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
+	return n;
+}
+
+static ssize_t
+shape_body_fill(ShapeConn *sc, char *buf, size_t max)
+{
 	BodyCursor *b = &sc->body;
 	const ShapeLogArena *arena = sc->server->shapes->arena;
 	const ShapeLog *log = &sc->server->shapes->slots[sc->request.result.slot].log;
@@ -513,6 +532,48 @@ shape_respond_or_wait(ShapeConn *sc)
 	return shape_respond_unavailable(sc, "the shape is not ready, please retry", 1);
 }
 
+/* ------------------------------------------------------------ admission */
+
+/*
+ * Takes an admission slot for the request's whole life: `existing` when it
+ * names a handle the server knows, `initial` otherwise.
+ */
+static bool
+shape_admit(ShapeConn *sc)
+{
+	AdmissionKind kind = sc->query.handle != NULL &&
+		shape_table_knows_handle(sc->server->shapes, sc->query.handle) ?
+		ADMISSION_EXISTING : ADMISSION_INITIAL;
+
+	if (!admission_acquire(sc->server->admission, kind))
+	{
+		sc->admitted = ADMISSION_NONE;
+		sc->rejected_kind = kind;
+		return false;
+	}
+	sc->admitted = kind;
+	return true;
+}
+
+/* 503 concurrent_request_limit_exceeded, as Electric answers it. */
+static enum MHD_Result
+shape_respond_over_limit(ShapeConn *sc)
+{
+	static _Thread_local unsigned seed;
+	char		body[256];
+	unsigned	limit = atomic_load(&sc->server->admission->limit[sc->rejected_kind]);
+
+	if (seed == 0)
+		seed = (unsigned) monotonic_us() | 1;
+	seed = seed * 1103515245u + 12345u;
+	snprintf(body, sizeof(body),
+			 "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
+			 "\"Concurrent %s request limit exceeded (limit: %u), please retry\"}",
+			 admission_kind_name(sc->rejected_kind), limit);
+	return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, body,
+							   5 + (int) ((seed >> 16) % 6));
+}
+
 /* ------------------------------------------------------------ the phases */
 
 /* Runs on the main thread: the answer is in, let the connection go on. */
@@ -558,6 +619,8 @@ shape_start(ShapeConn *sc)
 								   "[\"subset snapshots are not supported by this server\"]}}", 0);
 	if (atomic_load(&sc->server->stopping))
 		return shape_respond_unavailable(sc, "the server is shutting down", 5);
+	if (!shape_admit(sc))
+		return shape_respond_over_limit(sc);
 
 	/* the definition moves to the request; the main thread resolves it */
 	sc->request.def = sc->query.def;
@@ -600,6 +663,13 @@ shape_after_resolve(ShapeConn *sc)
 		case SHAPE_RESOLVE_OK:
 			break;
 	}
+	if (sc->admitted == ADMISSION_INITIAL)
+	{
+		/* the shape exists now: the request holds an existing slot */
+		admission_promote(sc->server->admission);
+		sc->admitted = ADMISSION_EXISTING;
+	}
+	conn_table_set_handle(&sc->server->conns, sc->conn_slot, res->handle);
 	if (sc->query.handle != NULL && strcmp(sc->query.handle, res->handle) != 0)
 		return shape_respond_must_refetch(sc, res->handle);
 	if (!shape_table_pin(sc->server->shapes, res->slot, res->generation))
@@ -612,6 +682,8 @@ shape_after_resolve(ShapeConn *sc)
 enum MHD_Result
 shape_serve(HttpServer *server, struct MHD_Connection *connection, ShapeConn *sc)
 {
+	if (sc->waiter.client_gone)
+		return MHD_NO;			/* the client went away while parked: close */
 	switch (sc->phase)
 	{
 		case CONN_NEW:
@@ -631,6 +703,8 @@ shape_serve(HttpServer *server, struct MHD_Connection *connection, ShapeConn *sc
 void
 shape_conn_free(ShapeConn *sc)
 {
+	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
+	admission_release(sc->server->admission, sc->admitted);
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
 	shape_query_free(&sc->query);

@@ -86,10 +86,27 @@ sse_has_news(void *arg)
 	return sse_next_range(sc) || sc->sse.finished;
 }
 
+static ssize_t sse_fill(ShapeConn *sc, char *buf, size_t max);
+
+/* Write deadlines bracket each piece, as in shape_serve.c. */
 static ssize_t
 sse_reader(void *cls, uint64_t offset, char *buf, size_t max)
 {
 	ShapeConn  *sc = cls;
+	ssize_t		n;
+
+	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
+	if (sc->waiter.client_gone)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	n = sse_fill(sc, buf, max);
+	if (n > 0)
+		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
+	return n;
+}
+
+static ssize_t
+sse_fill(ShapeConn *sc, char *buf, size_t max)
+{
 	SseStream  *st = &sc->sse;
 	HttpServer *server = sc->server;
 	const ShapeLogArena *arena = server->shapes->arena;

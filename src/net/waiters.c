@@ -1,45 +1,51 @@
 /*-------------------------------------------------------------------------
  *
  * waiters.c
- *		Parked connections: per-shape wait lists and long-poll deadlines.
+ *		Parked connections and the park thread that resumes them.
  *
- * This file runs on libmicrohttpd threads and its own timer thread, and
- * must not call into PostgreSQL.
+ * This file runs on libmicrohttpd threads and on the park thread, and must
+ * not call into PostgreSQL.
  *
  * A request with nothing to send yet (a live request at the end of its
- * shape's log, or one waiting for a snapshot chunk) suspends its
- * connection and parks on its shape's wait list; a suspended connection
- * holds no thread.  Two parties may resume it:
+ * shape's log, an SSE stream between batches, one waiting for a snapshot
+ * chunk) suspends its connection and parks on its shape's wait list; a
+ * suspended connection holds no thread.  Only the park thread resumes
+ * parked connections, for one of three reasons:
  *
- *	- the main thread, when the shape's log grew (waiters_wake): it empties
- *	  the shape's list, so its cost is the number of connections woken,
- *	  and shapes that did not change cost nothing;
- *	- the timer thread, when the connection's deadline (long-poll timeout)
- *	  passes: deadlines sit in a min-heap, and the thread sleeps until the
- *	  earliest.
+ *	- the shape's log grew: the main thread calls waiters_notify(), which
+ *	  sets the shape's bit and writes an eventfd, O(1) whatever the number
+ *	  of waiters; the park thread empties the lists of the marked shapes;
+ *	- the connection's deadline passed (long-poll timeout, SSE keep-alive):
+ *	  deadlines sit in a min-heap and the park thread sleeps until the
+ *	  earliest;
+ *	- the client went away: libmicrohttpd does not poll a suspended
+ *	  connection, so the park thread watches each parked socket for
+ *	  EPOLLRDHUP/EPOLLHUP itself, and resumes the connection marked
+ *	  client_gone, which then ends, releasing everything it held.
  *
- * Exactly one of them resumes a connection: each clears the waiter's
- * `parked` flag with a compare-and-swap first, and only the winner resumes
- * it.  libmicrohttpd forbids resuming a connection twice, or one that is
- * not suspended.
+ * A thousand clients vanishing at once are a thousand epoll events, each
+ * handled in O(log n), on this thread only: the decoder and the HTTP
+ * threads of other clients are not involved.
  *
  * Notes on synchronization
  * ------------------------
  * - A list's links (head, prev, next, in_list) are guarded by the list's
- *   lock.  A connection checks whether it must wait and suspends itself
- *   under that lock, so a wake after the check finds it listed: no wakeup
- *   is lost.
- * - The heap and each waiter's heap_index are guarded by timer_lock.
- * - Lock order: a list lock, then timer_lock (waiters_park).  The waker
- *   and the timer thread hold one lock at a time.
- * - `parked` goes 1 -> 0 by CAS, by the waker under the list lock or by
- *   the timer under timer_lock.  The winner removes the waiter from the
- *   other structure before resuming: the waker takes it out of the heap,
- *   the timer out of the list.  A waiter is freed only after its
- *   connection completes, which needs a resume, which comes after both
- *   removals, so neither structure ever holds a freed waiter.
- * - `stopping` is set once, before everything parked is woken; parking
- *   checks it under the list lock.
+ *   lock.  A request checks whether it must wait and suspends itself under
+ *   that lock, so a notification after the check finds it listed: no
+ *   wakeup is lost.
+ * - The heap, heap_index and watched (epoll membership) are guarded by
+ *   timer_lock.  ConnSlot.parked is guarded by its slot's lock.
+ * - Lock order: list lock, then timer_lock, then a ConnSlot lock.
+ * - `parked` goes 1 -> 0 by CAS, by the park thread only (the CAS guards
+ *   against a misdirected second resume all the same).  A waiter cannot
+ *   be freed while parked: its connection is suspended, and completes only
+ *   after the park thread has taken it out of the list, the heap and the
+ *   epoll set, and resumed it.  Epoll events carry (ConnTable slot,
+ *   generation), never a pointer, and the waiter is found through the
+ *   slot's `parked` field after the generation check.
+ * - `changed` bits are set with fetch_or and taken with exchange.
+ * - `stopping` is set once; parking checks it under the list lock, and
+ *   the park thread resumes everything before it exits.
  *
  * IDENTIFICATION
  *	  src/net/waiters.c
@@ -54,9 +60,15 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
-#define TIMER_IDLE_MS	1000
+#define PARK_IDLE_MS	1000
+#define PARK_EVENTS		256
+#define CHANGED_WORDS(n) (((n) + 63) / 64)
 
 int64_t
 waiters_now_ms(void)
@@ -173,105 +185,46 @@ list_unlink(WaitList *list, Waiter *waiter)
 	waiter->in_list = false;
 }
 
-/* ------------------------------------------------------------- the API */
+static uint64_t
+watch_key(Waiters *w, uint32_t conn_slot)
+{
+	return (uint64_t) conn_slot | conn_table_generation(w->conns, conn_slot) << 32;
+}
+
+/* ------------------------------------------------------------- parking */
 
 int
-waiters_init(Waiters *w, uint32_t nslots)
+waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns)
 {
+	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+
+	memset(w, 0, sizeof(*w));
 	w->nslots = nslots;
+	w->conns = conns;
 	w->lists = calloc(nslots ? nslots : 1, sizeof(WaitList));
-	if (w->lists == NULL)
+	w->changed = calloc(CHANGED_WORDS(nslots) ? CHANGED_WORDS(nslots) : 1, sizeof(uint64_t));
+	w->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->lists == NULL || w->changed == NULL || w->epoll_fd < 0 || w->notify_fd < 0 ||
+		epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->notify_fd, &ev) != 0)
 		return -1;
 	for (uint32_t i = 0; i < nslots; i++)
 		pthread_mutex_init(&w->lists[i].lock, NULL);
+	for (uint32_t i = 0; i < CHANGED_WORDS(nslots); i++)
+		atomic_init(&w->changed[i], 0);
 	pthread_mutex_init(&w->timer_lock, NULL);
-	pthread_cond_init(&w->timer_cond, NULL);
-	w->heap = NULL;
-	w->heap_len = w->heap_cap = 0;
-	w->timer_started = false;
 	atomic_init(&w->stopping, false);
+	atomic_init(&w->clients_gone, 0);
 	return 0;
 }
 
-static void *
-timer_main(void *arg)
+static void
+waiters_poke(Waiters *w)
 {
-	Waiters    *w = arg;
+	uint64_t	one = 1;
 
-	pthread_mutex_lock(&w->timer_lock);
-	while (!atomic_load(&w->stopping))
-	{
-		int64_t		now = waiters_now_ms();
-		Waiter	   *due = NULL;
-
-		/* take the expired ones whose CAS we win */
-		while (w->heap_len > 0 && w->heap[0]->deadline_ms <= now)
-		{
-			Waiter	   *top = w->heap[0];
-			int			one = 1;
-
-			heap_remove(w, top);
-			if (atomic_compare_exchange_strong(&top->parked, &one, 0))
-			{
-				top->timed_out = true;
-				top->due_next = due;
-				due = top;
-			}
-		}
-		if (due != NULL)
-		{
-			pthread_mutex_unlock(&w->timer_lock);
-			while (due != NULL)
-			{
-				Waiter	   *next = due->due_next;
-				WaitList   *list = &w->lists[due->slot];
-
-				pthread_mutex_lock(&list->lock);
-				list_unlink(list, due);
-				pthread_mutex_unlock(&list->lock);
-				MHD_resume_connection(due->connection);
-				due = next;
-			}
-			pthread_mutex_lock(&w->timer_lock);
-			continue;
-		}
-
-		{
-			struct timespec until;
-			int64_t		wait_ms = w->heap_len > 0 ? w->heap[0]->deadline_ms - now : TIMER_IDLE_MS;
-
-			if (wait_ms > TIMER_IDLE_MS)
-				wait_ms = TIMER_IDLE_MS;
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_sec += wait_ms / 1000;
-			until.tv_nsec += (wait_ms % 1000) * 1000000;
-			if (until.tv_nsec >= 1000000000)
-			{
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&w->timer_cond, &w->timer_lock, &until);
-		}
-	}
-	pthread_mutex_unlock(&w->timer_lock);
-	return NULL;
-}
-
-int
-waiters_start_timer(Waiters *w)
-{
-	pthread_condattr_t attr;
-	int			rc;
-
-	/* the timer waits on the monotonic clock */
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	pthread_cond_destroy(&w->timer_cond);
-	pthread_cond_init(&w->timer_cond, &attr);
-	pthread_condattr_destroy(&attr);
-	rc = pthread_create(&w->timer_thread, NULL, timer_main, w);
-	w->timer_started = rc == 0;
-	return rc;
+	while (write(w->notify_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
 }
 
 bool
@@ -279,6 +232,7 @@ waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 			 bool (*ready) (void *arg), void *arg)
 {
 	WaitList   *list = &w->lists[slot];
+	bool		earliest = false;
 
 	pthread_mutex_lock(&list->lock);
 	if (atomic_load(&w->stopping) || ready(arg))
@@ -288,95 +242,270 @@ waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 	}
 	waiter->slot = slot;
 	waiter->timed_out = false;
+	waiter->client_gone = false;
 	waiter->deadline_ms = deadline_ms;
 	waiter->heap_index = -1;
+	waiter->watched = false;
 	atomic_store(&waiter->parked, 1);
 	list_link(list, waiter);
 	MHD_suspend_connection(waiter->connection);
+
+	pthread_mutex_lock(&w->timer_lock);
 	if (deadline_ms > 0)
 	{
-		bool		earliest;
-
-		pthread_mutex_lock(&w->timer_lock);
 		if (!heap_add(w, waiter))
 			waiter->deadline_ms = 0;	/* out of memory: no deadline */
 		earliest = w->heap_len > 0 && w->heap[0] == waiter;
-		pthread_mutex_unlock(&w->timer_lock);
-		if (earliest)
-			pthread_cond_signal(&w->timer_cond);
 	}
+	if (waiter->conn_slot != CONN_NO_SLOT)
+	{
+		ConnSlot   *cs = &w->conns->slots[waiter->conn_slot];
+		struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR,
+		.data.u64 = watch_key(w, waiter->conn_slot)};
+
+		pthread_mutex_lock(&cs->lock);
+		cs->parked = waiter;
+		if (cs->fd >= 0 && epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, cs->fd, &ev) == 0)
+			waiter->watched = true;
+		pthread_mutex_unlock(&cs->lock);
+	}
+	pthread_mutex_unlock(&w->timer_lock);
 	pthread_mutex_unlock(&list->lock);
+	if (earliest)
+		waiters_poke(w);
 	return true;
 }
 
 void
-waiters_wake(Waiters *w, uint32_t slot)
+waiters_notify(Waiters *w, uint32_t slot)
 {
-	WaitList   *list;
-	Waiter	   *woken = NULL;
-
 	if (slot >= w->nslots)
 		return;
-	list = &w->lists[slot];
-	pthread_mutex_lock(&list->lock);
-	for (Waiter *it = list->head; it != NULL;)
+	atomic_fetch_or(&w->changed[slot / 64], (uint64_t) 1 << (slot % 64));
+	waiters_poke(w);
+}
+
+/* --------------------------------------------------------- the thread */
+
+/*
+ * Takes a waiter whose CAS we won out of the heap and the epoll set, and
+ * resumes its connection.  The caller has taken it off its list.
+ */
+static void
+park_resume(Waiters *w, Waiter *waiter)
+{
+	pthread_mutex_lock(&w->timer_lock);
+	heap_remove(w, waiter);
+	if (waiter->conn_slot != CONN_NO_SLOT)
 	{
-		Waiter	   *next = it->next;
+		ConnSlot   *cs = &w->conns->slots[waiter->conn_slot];
+
+		pthread_mutex_lock(&cs->lock);
+		if (waiter->watched && cs->fd >= 0)
+			epoll_ctl(w->epoll_fd, EPOLL_CTL_DEL, cs->fd, NULL);
+		waiter->watched = false;
+		if (cs->parked == waiter)
+			cs->parked = NULL;
+		pthread_mutex_unlock(&cs->lock);
+	}
+	pthread_mutex_unlock(&w->timer_lock);
+	MHD_resume_connection(waiter->connection);
+}
+
+/* Takes a parked waiter off its list; false if someone else has it. */
+static bool
+park_take(Waiters *w, Waiter *waiter)
+{
+	WaitList   *list = &w->lists[waiter->slot];
+	int			one = 1;
+	bool		won;
+
+	pthread_mutex_lock(&list->lock);
+	won = atomic_compare_exchange_strong(&waiter->parked, &one, 0);
+	if (won)
+		list_unlink(list, waiter);
+	pthread_mutex_unlock(&list->lock);
+	return won;
+}
+
+/* Resumes everything parked on shape `slot`. */
+static void
+park_wake_list(Waiters *w, uint32_t slot)
+{
+	WaitList   *list = &w->lists[slot];
+	Waiter	   *woken = NULL;
+
+	pthread_mutex_lock(&list->lock);
+	while (list->head != NULL)
+	{
+		Waiter	   *it = list->head;
 		int			one = 1;
 
-		it->in_list = false;
-		it->prev = it->next = NULL;
+		list_unlink(list, it);
 		if (atomic_compare_exchange_strong(&it->parked, &one, 0))
 		{
-			it->next = woken;
+			it->next = woken;	/* off the list now: the link is ours */
 			woken = it;
 		}
-		it = next;
 	}
-	list->head = NULL;
 	pthread_mutex_unlock(&list->lock);
-
 	while (woken != NULL)
 	{
 		Waiter	   *next = woken->next;
 
 		woken->next = NULL;
-		if (woken->deadline_ms > 0)
-		{
-			pthread_mutex_lock(&w->timer_lock);
-			heap_remove(w, woken);
-			pthread_mutex_unlock(&w->timer_lock);
-		}
-		MHD_resume_connection(woken->connection);
+		park_resume(w, woken);
 		woken = next;
 	}
 }
 
+static void
+park_expire(Waiters *w, int64_t now)
+{
+	for (;;)
+	{
+		Waiter	   *top = NULL;
+
+		pthread_mutex_lock(&w->timer_lock);
+		if (w->heap_len > 0 && w->heap[0]->deadline_ms <= now)
+			top = w->heap[0];
+		pthread_mutex_unlock(&w->timer_lock);
+		if (top == NULL)
+			return;
+		/* only this thread unparks, so `top` is still parked here */
+		if (park_take(w, top))
+		{
+			top->timed_out = true;
+			park_resume(w, top);
+		}
+		else
+		{
+			pthread_mutex_lock(&w->timer_lock);
+			heap_remove(w, top);
+			pthread_mutex_unlock(&w->timer_lock);
+		}
+	}
+}
+
+static void
+park_client_gone(Waiters *w, uint64_t key)
+{
+	uint32_t	conn_slot = (uint32_t) key;
+	ConnSlot   *cs;
+	Waiter	   *waiter;
+
+	if (conn_slot >= w->conns->nslots)
+		return;
+	cs = &w->conns->slots[conn_slot];
+	pthread_mutex_lock(&cs->lock);
+	waiter = (conn_table_generation(w->conns, conn_slot) & 0xFFFFFFFF) == key >> 32 ?
+		cs->parked : NULL;
+	pthread_mutex_unlock(&cs->lock);
+	if (waiter != NULL && park_take(w, waiter))
+	{
+		waiter->client_gone = true;
+		atomic_fetch_add(&w->clients_gone, 1);
+		park_resume(w, waiter);
+	}
+}
+
+static void *
+park_main(void *arg)
+{
+	Waiters    *w = arg;
+	struct epoll_event events[PARK_EVENTS];
+
+	while (!atomic_load(&w->stopping))
+	{
+		int64_t		now = waiters_now_ms();
+		int			timeout = PARK_IDLE_MS;
+		int			n;
+
+		pthread_mutex_lock(&w->timer_lock);
+		if (w->heap_len > 0)
+		{
+			int64_t		until = w->heap[0]->deadline_ms - now;
+
+			timeout = until < 0 ? 0 : until < PARK_IDLE_MS ? (int) until : PARK_IDLE_MS;
+		}
+		pthread_mutex_unlock(&w->timer_lock);
+
+		n = epoll_wait(w->epoll_fd, events, PARK_EVENTS, timeout);
+		for (int i = 0; i < n; i++)
+		{
+			if (events[i].data.u64 == UINT64_MAX)
+			{
+				uint64_t	count;
+
+				while (read(w->notify_fd, &count, sizeof(count)) < 0 && errno == EINTR)
+					;
+				continue;
+			}
+			park_client_gone(w, events[i].data.u64);
+		}
+		for (uint32_t word = 0; word < CHANGED_WORDS(w->nslots); word++)
+		{
+			uint64_t	bits;
+
+			if (atomic_load_explicit(&w->changed[word], memory_order_relaxed) == 0)
+				continue;
+			bits = atomic_exchange(&w->changed[word], 0);
+			while (bits != 0)
+			{
+				int			b = __builtin_ctzll(bits);
+
+				bits &= bits - 1;
+				park_wake_list(w, word * 64 + (uint32_t) b);
+			}
+		}
+		park_expire(w, waiters_now_ms());
+	}
+
+	/* shutting down: nobody may stay suspended */
+	for (uint32_t i = 0; i < w->nslots; i++)
+		park_wake_list(w, i);
+	return NULL;
+}
+
+int
+waiters_start(Waiters *w)
+{
+	int			rc = pthread_create(&w->thread, NULL, park_main, w);
+
+	w->thread_started = rc == 0;
+	return rc;
+}
+
+/* Refuses further parking, resumes everything parked, joins the thread. */
 void
-waiters_wake_all_and_stop(Waiters *w)
+waiters_stop(Waiters *w)
 {
 	atomic_store(&w->stopping, true);
-	for (uint32_t i = 0; i < w->nslots; i++)
-		waiters_wake(w, i);
-	if (w->timer_started)
+	if (w->thread_started)
 	{
-		pthread_mutex_lock(&w->timer_lock);
-		pthread_cond_signal(&w->timer_cond);
-		pthread_mutex_unlock(&w->timer_lock);
-		pthread_join(w->timer_thread, NULL);
-		w->timer_started = false;
+		waiters_poke(w);
+		pthread_join(w->thread, NULL);
+		w->thread_started = false;
 	}
+	else
+		for (uint32_t i = 0; i < w->nslots; i++)
+			park_wake_list(w, i);
 }
 
 void
 waiters_destroy(Waiters *w)
 {
-	for (uint32_t i = 0; i < w->nslots; i++)
-		pthread_mutex_destroy(&w->lists[i].lock);
+	if (w->lists)
+		for (uint32_t i = 0; i < w->nslots; i++)
+			pthread_mutex_destroy(&w->lists[i].lock);
 	free(w->lists);
 	free(w->heap);
+	free((void *) w->changed);
+	if (w->epoll_fd >= 0)
+		close(w->epoll_fd);
+	if (w->notify_fd >= 0)
+		close(w->notify_fd);
 	pthread_mutex_destroy(&w->timer_lock);
-	pthread_cond_destroy(&w->timer_cond);
 	w->lists = NULL;
 	w->heap = NULL;
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * waiters.h
- *		Parked connections: per-shape wait lists and long-poll deadlines.
+ *		Parked connections and the park thread that resumes them.
  *
  * See waiters.c for the protocol and the notes on synchronization.
  *
@@ -19,19 +19,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* What a parked connection embeds. */
+#include "conn_table.h"
+
+/* What a parked request embeds. */
 typedef struct Waiter
 {
 	struct MHD_Connection *connection;
-	_Atomic int parked;			/* 1 while suspended here; whoever clears it resumes */
-	uint32_t	slot;			/* the wait list it is on */
-	bool		in_list;		/* guarded by that list's lock */
+	uint32_t	conn_slot;		/* its ConnTable slot, or CONN_NO_SLOT */
+	_Atomic int parked;			/* 1 while suspended here */
+	uint32_t	slot;			/* the shape slot it waits on */
+	bool		in_list;		/* guarded by that shape's list lock */
 	struct Waiter *prev;		/* ... */
 	struct Waiter *next;		/* ... */
-	int64_t		deadline_ms;	/* monotonic; 0: no deadline */
-	int			heap_index;		/* guarded by the timer lock; -1: not in the heap */
-	bool		timed_out;		/* set by the timer before it resumes */
-	struct Waiter *due_next;	/* the timer thread's own chain of expired ones */
+	int64_t		deadline_ms;	/* monotonic; 0: none */
+	int			heap_index;		/* guarded by timer_lock; -1: not in the heap */
+	bool		watched;		/* its socket is in the epoll set (timer_lock) */
+	/* set by the park thread before it resumes the connection */
+	bool		timed_out;
+	bool		client_gone;
 } Waiter;
 
 typedef struct WaitList
@@ -44,34 +49,36 @@ typedef struct Waiters
 {
 	uint32_t	nslots;
 	WaitList   *lists;			/* one per shape slot */
+	ConnTable  *conns;
 	pthread_mutex_t timer_lock;
-	pthread_cond_t timer_cond;
 	Waiter	  **heap;			/* min-heap on deadline_ms, guarded by timer_lock */
 	int			heap_len;
 	int			heap_cap;
-	bool		timer_started;
+	int			epoll_fd;		/* parked sockets, and notify_fd */
+	int			notify_fd;		/* eventfd: shapes changed, deadline, stop */
+	_Atomic uint64_t *changed;	/* one bit per shape slot */
 	_Atomic bool stopping;
-	pthread_t	timer_thread;
+	bool		thread_started;
+	pthread_t	thread;
+	_Atomic uint64_t clients_gone;	/* parked clients that went away */
 } Waiters;
 
-extern int	waiters_init(Waiters *w, uint32_t nslots);
-extern int	waiters_start_timer(Waiters *w);
+extern int	waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns);
+extern int	waiters_start(Waiters *w);
+extern void waiters_stop(Waiters *w);
 extern void waiters_destroy(Waiters *w);
 
 /*
- * Parks `waiter` on `slot` (suspending its connection) unless `ready(arg)`,
- * checked under the list's lock, says there is something to answer, or the
- * server is stopping.  Returns true when parked.  Call only from the
- * connection's own libmicrohttpd callback.
+ * Parks `waiter` on shape `slot` (suspending its connection) unless
+ * `ready(arg)`, checked under the list's lock, says there is something to
+ * answer, or the server is stopping.  Returns true when parked.  Call only
+ * from the connection's own libmicrohttpd callback.
  */
 extern bool waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 						 bool (*ready) (void *arg), void *arg);
 
-/* Resumes everything parked on `slot`. */
-extern void waiters_wake(Waiters *w, uint32_t slot);
-
-/* Stops parking and resumes everything. */
-extern void waiters_wake_all_and_stop(Waiters *w);
+/* Shape `slot` changed: the park thread resumes its waiters.  O(1). */
+extern void waiters_notify(Waiters *w, uint32_t slot);
 
 extern int64_t waiters_now_ms(void);
 

@@ -26,7 +26,7 @@ int			shape_sync_port = 3000;
 char	   *shape_sync_listen_addresses = NULL;
 char	   *shape_sync_database = NULL;
 int			shape_sync_http_threads = 4;
-int			shape_sync_max_connections = 1000;
+int			shape_sync_max_connections = 10000;
 int			shape_sync_chunk_bytes_threshold = 10 * 1024 * 1024;
 int			shape_sync_log_memory = 128;
 int			shape_sync_max_shapes = 1024;
@@ -36,6 +36,10 @@ int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
 int			shape_sync_long_poll_timeout = 20000;
 bool		shape_sync_allow_shape_deletion = false;
+int			shape_sync_max_concurrent_initial = 300;
+int			shape_sync_max_concurrent_existing = 10000;
+int			shape_sync_stalled_serve_timeout = 60000;
+int			shape_sync_socket_send_buffer = 64;
 
 void
 shape_sync_define_gucs(void)
@@ -76,7 +80,7 @@ shape_sync_define_gucs(void)
 							"Sets the maximum number of concurrent HTTP connections.",
 							"Each connection uses a file descriptor of the worker process.",
 							&shape_sync_max_connections,
-							1000, 16, 1000000,
+							10000, 16, 1000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 
@@ -151,6 +155,38 @@ shape_sync_define_gucs(void)
 							 false,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.max_concurrent_initial",
+							"Sets the maximum number of concurrent requests for shapes the server does not know yet.",
+							"Requests over the limit get 503 with retry-after.",
+							&shape_sync_max_concurrent_initial,
+							300, 0, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.max_concurrent_existing",
+							"Sets the maximum number of concurrent requests for known shapes.",
+							"Live requests hold their slot while they wait; requests over the limit get 503 with retry-after.",
+							&shape_sync_max_concurrent_existing,
+							10000, 0, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.stalled_serve_timeout",
+							"Sets how long one write of a response may make no progress before the connection is closed.",
+							"A client must drain about one socket send buffer plus one write piece in this time; 0 disables the check.",
+							&shape_sync_stalled_serve_timeout,
+							60000, 0, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.socket_send_buffer",
+							"Sets the kernel send buffer of each HTTP connection.",
+							"Bounds what a client that stops reading pins in the kernel; 0 keeps the kernel's autotuning.",
+							&shape_sync_socket_send_buffer,
+							64, 0, 64 * 1024,
+							PGC_POSTMASTER, GUC_UNIT_KB,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("shape_sync");
 }

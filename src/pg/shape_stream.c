@@ -56,6 +56,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -417,6 +418,11 @@ ss_message(ShapeStream *s, uint64 op, StringInfo msg)
 
 /* ------------------------------------------------------------- decoding */
 
+static void ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
+								TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op);
+static void ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
+							TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op);
+
 void
 shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn)
 {
@@ -545,19 +551,60 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeStream *s = &ss_streams[i];
-		bool		new_in;
-		bool		old_in;
 
 		if (!s->in_use || s->relid != relid || s->rotate)
 			continue;
-		new_in = newslot && ss_matches(s, newslot);
-		old_in = oldslot && ss_matches(s, oldslot);
-		if (!new_in && !old_in)
-			continue;
-		if (!ss_touch(s))
-			continue;
+		ss_change_for_shape(s, change->action, newslot, oldslot, op);
+	}
+	if (newslot)
+		ExecDropSingleTupleTableSlot(newslot);
+	if (oldslot)
+		ExecDropSingleTupleTableSlot(oldslot);
+}
 
-		switch (change->action)
+/*
+ * One change for one shape.  An error here (a where clause that divides by
+ * zero on this row, an output function that fails) must not take the
+ * worker down with every other shape: it rotates this shape only.  What
+ * can fail here is expression evaluation and type output, which hold no
+ * resources to clean up, so the error is caught without a subtransaction.
+ */
+static void
+ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
+					TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+{
+	MemoryContext old = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		ss_apply_change(s, action, newslot, oldslot, op);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(old);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+}
+
+static void
+ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
+				TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+{
+	bool		new_in = newslot && ss_matches(s, newslot);
+	bool		old_in = oldslot && ss_matches(s, oldslot);
+
+	if (!new_in && !old_in)
+		return;
+	if (!ss_touch(s))
+		return;
+	{
+		switch (action)
 		{
 			case REORDER_BUFFER_CHANGE_INSERT:
 				ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
@@ -598,10 +645,6 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 				break;
 		}
 	}
-	if (newslot)
-		ExecDropSingleTupleTableSlot(newslot);
-	if (oldslot)
-		ExecDropSingleTupleTableSlot(oldslot);
 }
 
 void
@@ -760,6 +803,42 @@ ss_check_relation(Oid relid)
 	}
 }
 
+/*
+ * ss_check_relation in a subtransaction: the table may vanish between the
+ * check that it exists and the look at its columns; any error rotates the
+ * relation's shapes instead of ending the worker.
+ */
+static void
+ss_check_relation_guarded(Oid relid)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		ss_check_relation(relid);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+	}
+	PG_CATCH();
+	{
+		ShapeTable *table = ss_table();
+
+		MemoryContextSwitchTo(oldcxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcxt);
+		CurrentResourceOwner = oldowner;
+		for (uint32 i = 0; i < table->nslots; i++)
+			if (ss_streams[i].in_use && ss_streams[i].relid == relid)
+				ss_rotate_later(&ss_streams[i], "its table changed while being checked");
+	}
+	PG_END_TRY();
+}
+
 void
 shape_stream_maintain(void)
 {
@@ -797,7 +876,7 @@ shape_stream_maintain(void)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		foreach(lc, changed)
-			ss_check_relation(lfirst_oid(lc));
+			ss_check_relation_guarded(lfirst_oid(lc));
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		list_free(changed);

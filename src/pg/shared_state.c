@@ -16,7 +16,8 @@
  *   under AddinShmemInitLock, before any other process exists.
  * - worker_latch is written by the main worker (at start and exit) and
  *   read by snapshot workers to wake it; an atomic, since they race.
- * - Everything else has its own notes: shape_table.c and shape_log.c.
+ * - Everything else has its own notes: shape_table.c, shape_log.c and
+ *   admission.c.
  *
  * IDENTIFICATION
  *	  src/pg/shared_state.c
@@ -77,6 +78,9 @@ sstate_shmem_startup(void)
 		ShapeLogArena *arena;
 
 		atomic_init(&shape_sync_shared->worker_latch, 0);
+		admission_init(&shape_sync_shared->admission,
+					   (uint32) shape_sync_max_concurrent_initial,
+					   (uint32) shape_sync_max_concurrent_existing);
 		arena = slog_arena_init(arena_mem, size - (arena_mem - base));
 		shape_sync_shared->table = shape_table_init(table_mem,
 													(uint32) shape_sync_max_shapes,

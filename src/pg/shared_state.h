@@ -17,12 +17,14 @@
 
 #include "storage/latch.h"
 
+#include "admission.h"
 #include "shape_table.h"
 
 typedef struct ShapeSyncShared
 {
 	_Atomic uintptr_t worker_latch;	/* Latch * of the main worker, or 0 */
 	ShapeTable *table;			/* shapes and their logs */
+	Admission	admission;		/* request slots and reap counts */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

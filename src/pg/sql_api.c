@@ -42,6 +42,8 @@ PG_FUNCTION_INFO_V1(shape_sync_validate_shape);
 PG_FUNCTION_INFO_V1(shape_sync_encode_rows);
 PG_FUNCTION_INFO_V1(shape_sync_list_shapes);
 PG_FUNCTION_INFO_V1(shape_sync_log_memory_usage);
+PG_FUNCTION_INFO_V1(shape_sync_admission_slots);
+PG_FUNCTION_INFO_V1(shape_sync_stalled_serves_reaped);
 
 /* Builds a ShapeDefinition from SQL arguments (palloc'd). */
 static void
@@ -277,4 +279,34 @@ shape_sync_log_memory_usage(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum((int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE);
 	values[2] = Int32GetDatum(SLOG_BLOCK_SIZE);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+Datum
+shape_sync_admission_slots(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Admission  *a;
+
+	sql_require_shared();
+	a = &shape_sync_shared->admission;
+	InitMaterializedSRF(fcinfo, 0);
+	for (int k = 0; k < ADMISSION_KINDS; k++)
+	{
+		Datum		values[4];
+		bool		nulls[4] = {0};
+
+		values[0] = CStringGetTextDatum(admission_kind_name((AdmissionKind) k));
+		values[1] = Int32GetDatum((int32) atomic_load(&a->in_use[k]));
+		values[2] = Int32GetDatum((int32) atomic_load(&a->limit[k]));
+		values[3] = Int64GetDatum((int64) atomic_load(&a->rejected[k]));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+Datum
+shape_sync_stalled_serves_reaped(PG_FUNCTION_ARGS)
+{
+	sql_require_shared();
+	PG_RETURN_INT64((int64) atomic_load(&shape_sync_shared->admission.reaped));
 }

@@ -29,11 +29,14 @@
  */
 #include "postgres.h"
 
+#include <sys/resource.h>
+
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
@@ -84,7 +87,45 @@ worker_runtime_settings(void)
 	settings.cache_stale_age = shape_sync_cache_stale_age;
 	settings.long_poll_timeout_ms = shape_sync_long_poll_timeout;
 	settings.allow_shape_deletion = shape_sync_allow_shape_deletion;
+	settings.stalled_serve_timeout_ms = shape_sync_stalled_serve_timeout;
+	admission_set_limits(&shape_sync_shared->admission,
+						 (uint32) shape_sync_max_concurrent_initial,
+						 (uint32) shape_sync_max_concurrent_existing);
 	return settings;
+}
+
+/*
+ * Each HTTP connection is a file descriptor of this process: raise the soft
+ * limit as far as the hard one allows, and cap the connection limit to
+ * what fits beside PostgreSQL's own files.
+ */
+static unsigned
+worker_connection_limit(void)
+{
+	struct rlimit rl;
+	unsigned	wanted = (unsigned) shape_sync_max_connections;
+	rlim_t		reserve = (rlim_t) max_files_per_process + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return wanted;
+	if (rl.rlim_cur < rl.rlim_max)
+	{
+		rl.rlim_cur = rl.rlim_max;
+		(void) setrlimit(RLIMIT_NOFILE, &rl);
+		(void) getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < wanted + reserve)
+	{
+		unsigned	fits = rl.rlim_cur > reserve + 16 ? (unsigned) (rl.rlim_cur - reserve) : 16;
+
+		ereport(WARNING,
+				(errmsg("shape_sync can accept only %u HTTP connections", fits),
+				 errdetail("The open files limit of the server process is %llu, and \"%s\" is %d.",
+						   (unsigned long long) rl.rlim_cur, "shape_sync.max_connections", shape_sync_max_connections),
+				 errhint("Raise the open files limit (ulimit -n) of the PostgreSQL server.")));
+		return fits;
+	}
+	return wanted;
 }
 
 /* Stops the HTTP threads; runs on every exit path of the worker. */
@@ -172,10 +213,12 @@ shape_sync_worker_main(Datum arg)
 	options.listen_addresses = shape_sync_listen_addresses;
 	options.port = shape_sync_port;
 	options.threads = shape_sync_http_threads;
-	options.connection_limit = (unsigned) shape_sync_max_connections;
 	options.write_piece_size = (size_t) shape_sync_write_piece_size * 1024;
 	options.shapes = shape_sync_shared->table;
 	options.queue = &worker_queue;
+	options.admission = &shape_sync_shared->admission;
+	options.socket_send_buffer = (size_t) shape_sync_socket_send_buffer * 1024;
+	options.connection_limit = worker_connection_limit();
 	settings = worker_runtime_settings();
 
 	before_shmem_exit(worker_shutdown, 0);

@@ -250,3 +250,23 @@ shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
 												  memory_order_relaxed))
 		;
 }
+
+/*
+ * Whether a live shape has this handle.  A linear scan of the slots,
+ * comparing strings only after the state check; it runs once per request
+ * that names a handle, to pick its admission kind.  XXX: a hash of handles
+ * once max_shapes grows large.
+ */
+bool
+shape_table_knows_handle(const ShapeTable *table, const char *handle)
+{
+	for (uint32_t i = 0; i < table->nslots; i++)
+	{
+		ShapeState	state = shape_table_state(table, i);
+
+		if ((state == SHAPE_SNAPSHOTTING || state == SHAPE_READY) &&
+			strncmp(table->slots[i].handle, handle, SHAPE_HANDLE_LEN) == 0)
+			return true;
+	}
+	return false;
+}

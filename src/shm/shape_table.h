@@ -99,4 +99,7 @@ extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
 
 extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
 
+/* Whether a live shape has this handle (a linear scan). */
+extern bool shape_table_knows_handle(const ShapeTable *table, const char *handle);
+
 #endif							/* SHAPE_TABLE_H */

@@ -1,0 +1,149 @@
+/*-------------------------------------------------------------------------
+ *
+ * conn_table.c
+ *		One slot per open TCP connection: generation, socket, write deadline.
+ *
+ * This file runs on libmicrohttpd threads and the server's own threads,
+ * and must not call into PostgreSQL.
+ *
+ * libmicrohttpd tells us when a TCP connection starts and when it closes
+ * (MHD_OPTION_NOTIFY_CONNECTION); a connection holds one slot in between.
+ * Other threads act on a connection only through its slot: the deadline
+ * thread shuts down a stalled socket, the park thread watches a parked
+ * one's socket for a client that went away.  They name a connection by
+ * (slot, generation), and every action re-checks the generation under the
+ * slot's lock, so a connection that has since closed, or whose socket
+ * number the kernel gave to a new connection, is never touched:
+ * libmicrohttpd reports the close before it calls close(2), and the close
+ * bumps the generation under the same lock.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - write_deadline_ms is stored by the connection's own thread (relaxed)
+ *   and read by the deadline thread; it sits alone on its cache line, so
+ *   the write path shares nothing with any other connection.
+ * - gen_state, fd, parked, peer and handle change under `lock` only;
+ *   gen_state is also an atomic so that readers may peek without it.
+ * - The free list is guarded by free_lock, taken at open and close only.
+ *
+ * IDENTIFICATION
+ *	  src/net/conn_table.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "conn_table.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "conn_table.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int
+conn_table_init(ConnTable *table, uint32_t nslots)
+{
+	table->nslots = nslots;
+	table->slots = aligned_alloc(128, sizeof(ConnSlot) * (nslots ? nslots : 1));
+	if (table->slots == NULL)
+		return -1;
+	memset(table->slots, 0, sizeof(ConnSlot) * (nslots ? nslots : 1));
+	for (uint32_t i = 0; i < nslots; i++)
+	{
+		ConnSlot   *s = &table->slots[i];
+
+		atomic_init(&s->write_deadline_ms, 0);
+		atomic_init(&s->gen_state, CONN_SLOT_FREE);
+		pthread_mutex_init(&s->lock, NULL);
+		s->fd = -1;
+		s->next_free = i + 1 < nslots ? i + 1 : CONN_NO_SLOT;
+	}
+	pthread_mutex_init(&table->free_lock, NULL);
+	table->free_head = nslots > 0 ? 0 : CONN_NO_SLOT;
+	atomic_init(&table->write_timeout_ms, 0);
+	return 0;
+}
+
+void
+conn_table_destroy(ConnTable *table)
+{
+	for (uint32_t i = 0; i < table->nslots; i++)
+		pthread_mutex_destroy(&table->slots[i].lock);
+	pthread_mutex_destroy(&table->free_lock);
+	free(table->slots);
+	table->slots = NULL;
+}
+
+/* Gives a new connection a slot; CONN_NO_SLOT when all are taken. */
+uint32_t
+conn_table_open(ConnTable *table, int fd, const char *peer)
+{
+	uint32_t	i;
+	ConnSlot   *s;
+	uint64_t	gs;
+
+	pthread_mutex_lock(&table->free_lock);
+	i = table->free_head;
+	if (i != CONN_NO_SLOT)
+		table->free_head = table->slots[i].next_free;
+	pthread_mutex_unlock(&table->free_lock);
+	if (i == CONN_NO_SLOT)
+		return CONN_NO_SLOT;
+
+	s = &table->slots[i];
+	pthread_mutex_lock(&s->lock);
+	gs = atomic_load(&s->gen_state);
+	s->fd = fd;
+	s->parked = NULL;
+	strncpy(s->peer, peer ? peer : "?", sizeof(s->peer) - 1);
+	s->peer[sizeof(s->peer) - 1] = '\0';
+	s->handle[0] = '\0';
+	atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_OPEN);
+	pthread_mutex_unlock(&s->lock);
+	return i;
+}
+
+/* The connection is closing (its socket is still open): free the slot. */
+void
+conn_table_close(ConnTable *table, uint32_t i)
+{
+	ConnSlot   *s;
+	uint64_t	gs;
+
+	if (i == CONN_NO_SLOT || i >= table->nslots)
+		return;
+	s = &table->slots[i];
+	pthread_mutex_lock(&s->lock);
+	gs = atomic_load(&s->gen_state);
+	s->fd = -1;
+	s->parked = NULL;
+	atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_FREE);
+	pthread_mutex_unlock(&s->lock);
+
+	pthread_mutex_lock(&table->free_lock);
+	s->next_free = table->free_head;
+	table->free_head = i;
+	pthread_mutex_unlock(&table->free_lock);
+}
+
+void
+conn_table_set_handle(ConnTable *table, uint32_t i, const char *handle)
+{
+	ConnSlot   *s;
+
+	if (i == CONN_NO_SLOT)
+		return;
+	s = &table->slots[i];
+	pthread_mutex_lock(&s->lock);
+	strncpy(s->handle, handle, sizeof(s->handle) - 1);
+	s->handle[sizeof(s->handle) - 1] = '\0';
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t
+conn_table_generation(ConnTable *table, uint32_t i)
+{
+	return atomic_load(&table->slots[i].gen_state) >> 8;
+}

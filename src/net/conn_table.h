@@ -1,0 +1,103 @@
+/*-------------------------------------------------------------------------
+ *
+ * conn_table.h
+ *		One slot per open TCP connection: generation, socket, write deadline.
+ *
+ * See conn_table.c for the slot life cycle and the notes on
+ * synchronization.
+ *
+ * IDENTIFICATION
+ *	  src/net/conn_table.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef CONN_TABLE_H
+#define CONN_TABLE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define CONN_PEER_LEN		64
+#define CONN_HANDLE_LEN		48
+#define CONN_NO_SLOT		UINT32_MAX
+
+typedef enum ConnState
+{
+	CONN_SLOT_FREE = 0,
+	CONN_SLOT_OPEN,				/* a live connection */
+	CONN_SLOT_REAPED			/* shut down by the deadline thread, not closed yet */
+} ConnState;
+
+struct Waiter;
+
+typedef struct ConnSlot
+{
+	/* Written by the connection's own thread on every piece: its own line. */
+	_Alignas(128) _Atomic int64_t write_deadline_ms;	/* 0: no write pending */
+
+	/* Changed under `lock` only (open, close, reap, park, unpark). */
+	_Alignas(128) pthread_mutex_t lock;
+	_Atomic uint64_t gen_state; /* generation << 8 | ConnState */
+	int			fd;
+	struct Waiter *parked;		/* the waiter parked on this connection */
+	char		peer[CONN_PEER_LEN];
+	char		handle[CONN_HANDLE_LEN];	/* the shape being served, for logs */
+	uint32_t	next_free;		/* free-list link, under the table's lock */
+} ConnSlot;
+
+typedef struct ConnTable
+{
+	uint32_t	nslots;
+	ConnSlot   *slots;
+	pthread_mutex_t free_lock;	/* guards free_head and next_free links */
+	uint32_t	free_head;
+	_Atomic int64_t write_timeout_ms;	/* 0: deadlines disabled */
+} ConnTable;
+
+extern int	conn_table_init(ConnTable *table, uint32_t nslots);
+extern void conn_table_destroy(ConnTable *table);
+
+/* libmicrohttpd's connection callbacks: STARTED and CLOSED. */
+extern uint32_t conn_table_open(ConnTable *table, int fd, const char *peer);
+extern void conn_table_close(ConnTable *table, uint32_t slot);
+
+extern void conn_table_set_handle(ConnTable *table, uint32_t slot, const char *handle);
+extern uint64_t conn_table_generation(ConnTable *table, uint32_t slot);
+
+static inline int64_t
+conn_now_coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * The write path: a piece was handed to the socket (arm), or the next one
+ * is being asked for or the response ended (clear).  One relaxed store to
+ * the connection's own cache line; no lock, no message.
+ */
+static inline void
+conn_deadline_arm(ConnTable *table, uint32_t slot)
+{
+	int64_t		timeout = atomic_load_explicit(&table->write_timeout_ms, memory_order_relaxed);
+
+	if (slot == CONN_NO_SLOT || timeout <= 0)
+		return;
+	atomic_store_explicit(&table->slots[slot].write_deadline_ms,
+						  conn_now_coarse_ms() + timeout, memory_order_relaxed);
+}
+
+static inline void
+conn_deadline_clear(ConnTable *table, uint32_t slot)
+{
+	if (slot == CONN_NO_SLOT)
+		return;
+	atomic_store_explicit(&table->slots[slot].write_deadline_ms, 0, memory_order_relaxed);
+}
+
+#endif							/* CONN_TABLE_H */

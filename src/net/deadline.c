@@ -1,0 +1,184 @@
+/*-------------------------------------------------------------------------
+ *
+ * deadline.c
+ *		The deadline thread: reaps serves whose clients stopped reading.
+ *
+ * This file runs on its own thread and must not call into PostgreSQL.
+ *
+ * A response goes to its socket in pieces of at most
+ * shape_sync.write_piece_size.  Handing a piece over stores a deadline in
+ * the connection's own ConnTable slot, and asking for the next piece (the
+ * previous one reached the kernel) or ending the response clears it: one
+ * relaxed store each, on the connection's own cache line, with no lock, no
+ * message and no timer structure (conn_table.h).  Once the socket's send
+ * buffer is full, a piece completes only as the client drains it, so a
+ * completed piece is the progress signal, and a slow client that keeps
+ * draining re-arms its deadline with every piece and is never reaped.  A
+ * client that stopped reading, or trickles a few bytes per window, leaves
+ * a piece unfinished past its deadline.
+ *
+ * This thread sweeps the table a few times per timeout window.  A sweep
+ * reads one cache line per connection and does nothing else unless a
+ * deadline has passed: its work grows with connections and stalls, never
+ * with writes.  A stalled connection is closed with shutdown(2), never
+ * close(2): libmicrohttpd's next send fails, it runs its usual close path
+ * (the request's completion callback releases its admission slot and
+ * everything else), and only then closes the socket.  The shutdown happens
+ * under the slot's lock after re-checking the generation and the deadline,
+ * and libmicrohttpd's close notification bumps the generation under the
+ * same lock before close(2), so a connection that completed in the
+ * meantime, or a new one that got the same socket number, is never
+ * touched.  A write that completes between the re-check and the shutdown
+ * is reaped anyway: it was past its deadline when looked at.
+ *
+ * The contract for clients: drain about one socket send buffer plus one
+ * piece per shape_sync.stalled_serve_timeout.  Each reap is logged as a
+ * WARNING with the shape handle and the peer, and counted.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - Reads write_deadline_ms without a lock (relaxed); acts only under the
+ *   slot's lock, after re-reading gen_state and the deadline (see
+ *   conn_table.c).
+ * - `stopping` is set once by deadline_stop, which wakes the thread and
+ *   joins it.
+ *
+ * IDENTIFICATION
+ *	  src/net/deadline.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "deadline.c runs on its own thread and must not include postgres.h"
+#endif
+
+#include "deadline.h"
+
+#include <string.h>
+#include <sys/socket.h>
+
+#include "thread_log.h"
+
+#define SWEEP_MIN_MS	20
+#define SWEEP_MAX_MS	1000
+
+static bool
+deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t now)
+{
+	ConnSlot   *s = &watch->conns->slots[i];
+	char		handle[CONN_HANDLE_LEN];
+	char		peer[CONN_PEER_LEN];
+	int64_t		late = 0;
+	bool		reaped = false;
+
+	pthread_mutex_lock(&s->lock);
+	{
+		uint64_t	gs = atomic_load(&s->gen_state);
+		int64_t		deadline = atomic_load_explicit(&s->write_deadline_ms, memory_order_relaxed);
+
+		if ((gs & 0xFF) == CONN_SLOT_OPEN && deadline != 0 && deadline <= now && s->fd >= 0)
+		{
+			shutdown(s->fd, SHUT_RDWR);
+			atomic_store(&s->gen_state, (gs & ~(uint64_t) 0xFF) | CONN_SLOT_REAPED);
+			atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+			memcpy(handle, s->handle, sizeof(handle));
+			memcpy(peer, s->peer, sizeof(peer));
+			late = now - deadline;
+			reaped = true;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (reaped)
+	{
+		atomic_fetch_add_explicit(&watch->counters->reaped, 1, memory_order_relaxed);
+		thread_log(THREAD_LOG_WARNING,
+				   "closed a stalled serve of shape %s to %s: a write made no progress for %lld ms",
+				   handle[0] ? handle : "(none)", peer,
+				   (long long) (atomic_load(&watch->conns->write_timeout_ms) + late));
+	}
+	return reaped;
+}
+
+int
+deadline_sweep(DeadlineWatch *watch, int64_t now)
+{
+	int			reaped = 0;
+
+	for (uint32_t i = 0; i < watch->conns->nslots; i++)
+	{
+		int64_t		deadline = atomic_load_explicit(&watch->conns->slots[i].write_deadline_ms,
+													memory_order_relaxed);
+
+		if (deadline != 0 && deadline <= now && deadline_reap(watch, i, now))
+			reaped++;
+	}
+	return reaped;
+}
+
+static void *
+deadline_main(void *arg)
+{
+	DeadlineWatch *watch = arg;
+
+	pthread_mutex_lock(&watch->lock);
+	while (!atomic_load(&watch->stopping))
+	{
+		int64_t		timeout = atomic_load(&watch->conns->write_timeout_ms);
+		int64_t		tick = timeout > 0 ? timeout / 8 : SWEEP_MAX_MS;
+		struct timespec until;
+
+		if (tick < SWEEP_MIN_MS)
+			tick = SWEEP_MIN_MS;
+		if (tick > SWEEP_MAX_MS)
+			tick = SWEEP_MAX_MS;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += tick / 1000;
+		until.tv_nsec += (tick % 1000) * 1000000;
+		if (until.tv_nsec >= 1000000000)
+		{
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&watch->wake, &watch->lock, &until);
+		if (atomic_load(&watch->stopping))
+			break;
+		if (timeout > 0)
+		{
+			pthread_mutex_unlock(&watch->lock);
+			deadline_sweep(watch, conn_now_coarse_ms());
+			pthread_mutex_lock(&watch->lock);
+		}
+	}
+	pthread_mutex_unlock(&watch->lock);
+	return NULL;
+}
+
+int
+deadline_start(DeadlineWatch *watch, ConnTable *conns, Admission *counters)
+{
+	int			rc;
+
+	watch->conns = conns;
+	watch->counters = counters;
+	atomic_init(&watch->stopping, false);
+	pthread_mutex_init(&watch->lock, NULL);
+	pthread_cond_init(&watch->wake, NULL);
+	rc = pthread_create(&watch->thread, NULL, deadline_main, watch);
+	watch->started = rc == 0;
+	return rc;
+}
+
+void
+deadline_stop(DeadlineWatch *watch)
+{
+	if (!watch->started)
+		return;
+	pthread_mutex_lock(&watch->lock);
+	atomic_store(&watch->stopping, true);
+	pthread_cond_signal(&watch->wake);
+	pthread_mutex_unlock(&watch->lock);
+	pthread_join(watch->thread, NULL);
+	watch->started = false;
+	pthread_mutex_destroy(&watch->lock);
+	pthread_cond_destroy(&watch->wake);
+}

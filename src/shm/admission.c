@@ -1,0 +1,99 @@
+/*-------------------------------------------------------------------------
+ *
+ * admission.c
+ *		Admission slots: concurrent requests per kind, in shared memory.
+ *
+ * As in Electric, a request is `initial` when it names no handle the
+ * server knows, `existing` otherwise, and each kind has a limit
+ * (shape_sync.max_concurrent_initial, shape_sync.max_concurrent_existing).
+ * A request takes a slot before any work and holds it for its whole life:
+ * long-poll hold and response streaming included.  An initial slot is
+ * promoted to an existing one once the shape is known.  The slot is given
+ * back in exactly one place, when the request's state is freed by
+ * libmicrohttpd's completion callback, which runs once for every request
+ * however it ends: done, client abort, error, timeout, reap or shutdown.
+ *
+ * The counters live in shared memory so that SQL (the view
+ * shape_sync.admission) sees them live.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - in_use[] changes by CAS (acquire, which checks the limit) and by
+ *   fetch_add/fetch_sub (release, promote); the count is exact at every
+ *   moment, and never exceeds the limit through acquire.  Promotion does
+ *   not check the limit: a request already admitted is never turned away.
+ * - limit[] is stored by the worker's main thread on start and on SIGHUP
+ *   and read relaxed; a lowered limit applies to new requests only.
+ * - rejected[] and reaped only grow (fetch_add, relaxed).
+ *
+ * IDENTIFICATION
+ *	  src/shm/admission.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "admission.c is shared by threads and must not include postgres.h"
+#endif
+
+#include "admission.h"
+
+void
+admission_init(Admission *a, uint32_t initial, uint32_t existing)
+{
+	for (int k = 0; k < ADMISSION_KINDS; k++)
+	{
+		atomic_init(&a->in_use[k], 0);
+		atomic_init(&a->rejected[k], 0);
+	}
+	atomic_init(&a->limit[ADMISSION_INITIAL], initial);
+	atomic_init(&a->limit[ADMISSION_EXISTING], existing);
+	atomic_init(&a->reaped, 0);
+}
+
+void
+admission_set_limits(Admission *a, uint32_t initial, uint32_t existing)
+{
+	atomic_store_explicit(&a->limit[ADMISSION_INITIAL], initial, memory_order_relaxed);
+	atomic_store_explicit(&a->limit[ADMISSION_EXISTING], existing, memory_order_relaxed);
+}
+
+bool
+admission_acquire(Admission *a, AdmissionKind kind)
+{
+	uint32_t	limit = atomic_load_explicit(&a->limit[kind], memory_order_relaxed);
+	uint32_t	cur = atomic_load_explicit(&a->in_use[kind], memory_order_relaxed);
+
+	do
+	{
+		if (cur >= limit)
+		{
+			atomic_fetch_add_explicit(&a->rejected[kind], 1, memory_order_relaxed);
+			return false;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(&a->in_use[kind], &cur, cur + 1,
+													memory_order_relaxed,
+													memory_order_relaxed));
+	return true;
+}
+
+void
+admission_release(Admission *a, AdmissionKind kind)
+{
+	if (kind == ADMISSION_NONE)
+		return;
+	atomic_fetch_sub_explicit(&a->in_use[kind], 1, memory_order_relaxed);
+}
+
+void
+admission_promote(Admission *a)
+{
+	atomic_fetch_add_explicit(&a->in_use[ADMISSION_EXISTING], 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&a->in_use[ADMISSION_INITIAL], 1, memory_order_relaxed);
+}
+
+const char *
+admission_kind_name(AdmissionKind kind)
+{
+	return kind == ADMISSION_INITIAL ? "initial" :
+		kind == ADMISSION_EXISTING ? "existing" : "none";
+}

@@ -1,0 +1,42 @@
+/*-------------------------------------------------------------------------
+ *
+ * admission.h
+ *		Admission slots: concurrent requests per kind, in shared memory.
+ *
+ * IDENTIFICATION
+ *	  src/shm/admission.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef ADMISSION_H
+#define ADMISSION_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum AdmissionKind
+{
+	ADMISSION_NONE = -1,
+	ADMISSION_INITIAL = 0,		/* no handle the server knows */
+	ADMISSION_EXISTING = 1,		/* a known handle */
+	ADMISSION_KINDS = 2
+} AdmissionKind;
+
+typedef struct Admission
+{
+	_Atomic uint32_t in_use[ADMISSION_KINDS];
+	_Atomic uint32_t limit[ADMISSION_KINDS];
+	_Atomic uint64_t rejected[ADMISSION_KINDS];
+	_Atomic uint64_t reaped;	/* stalled serves closed by the deadline thread */
+} Admission;
+
+extern void admission_init(Admission *a, uint32_t initial, uint32_t existing);
+extern void admission_set_limits(Admission *a, uint32_t initial, uint32_t existing);
+extern bool admission_acquire(Admission *a, AdmissionKind kind);
+extern void admission_release(Admission *a, AdmissionKind kind);
+extern void admission_promote(Admission *a);
+
+extern const char *admission_kind_name(AdmissionKind kind);
+
+#endif							/* ADMISSION_H */
