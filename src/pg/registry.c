@@ -82,6 +82,7 @@ static void reg_delete(ShapeRequest *req, const ShapeSpec *spec);
 
 static RegistryEntry *reg_entries;
 static List *reg_failures = NIL;
+static uint32 reg_creating = SHAPE_NO_SLOT;	/* slot claimed, not yet published */
 static MemoryContext reg_context;
 static bool reg_warned_no_worker = false;
 
@@ -261,6 +262,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 
 	if (slot == SHAPE_NO_SLOT)
 		return -1;
+	reg_creating = slot;		/* undone by registry_resolve on error */
 	s = &table->slots[slot];
 	e = &reg_entries[slot];
 
@@ -286,6 +288,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s->created_at_us = reg_unix_us();
 	slog_init(&s->log);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
+	reg_creating = SHAPE_NO_SLOT;
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s created for %s", s->handle, s->relation)));
 	return (int32) slot;
@@ -416,6 +419,16 @@ registry_resolve(ShapeRequest *req)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		if (reg_creating != SHAPE_NO_SLOT)
+		{
+			/* a shape half made: give its slot back */
+			if (reg_entries[reg_creating].in_use)
+				reg_forget(reg_creating);
+			else
+				shape_stream_remove(reg_creating);
+			shape_table_retire(reg_table(), reg_creating);
+			reg_creating = SHAPE_NO_SLOT;
+		}
 		shape_resolution_free(&req->result);
 		reg_reject(req, edata);
 		FreeErrorData(edata);

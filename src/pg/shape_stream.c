@@ -194,6 +194,7 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	memset(s, 0, sizeof(*s));
 	s->context = AllocSetContextCreate(ss_context, "shape_sync stream",
 									   ALLOCSET_SMALL_SIZES);
+	s->in_use = true;			/* from here on, shape_stream_remove cleans up */
 	old = MemoryContextSwitchTo(s->context);
 	s->slot = slot;
 	s->generation = generation;
@@ -208,7 +209,6 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		s->where = ExecInitExpr(expression_planner((Expr *) stringToNode(spec->where_tree)),
 								NULL);
 	initStringInfo(&s->held);
-	s->in_use = true;
 	MemoryContextSwitchTo(old);
 	{
 		bool		found;
