@@ -105,6 +105,7 @@ typedef struct ShapeStream
 	StringInfoData held;		/* the latest message, without its "}}" */
 	bool		appended;
 	bool		rotate;			/* rotate at the next maintain */
+	bool		counted;		/* counted in ss_relids */
 } ShapeStream;
 
 static ShapeStream *ss_streams;	/* by slot */
@@ -215,6 +216,7 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		SsRelidEntry *e = hash_search(ss_relids, &spec->relid, HASH_ENTER, &found);
 
 		e->shapes = found ? e->shapes + 1 : 1;
+		s->counted = true;
 	}
 }
 
@@ -230,7 +232,7 @@ shape_stream_remove(uint32 slot)
 		return;
 	ss_touched = list_delete_ptr(ss_touched, s);
 	{
-		SsRelidEntry *e = hash_search(ss_relids, &s->relid, HASH_FIND, NULL);
+		SsRelidEntry *e = s->counted ? hash_search(ss_relids, &s->relid, HASH_FIND, NULL) : NULL;
 
 		if (e && --e->shapes == 0)
 			hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
