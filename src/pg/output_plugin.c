@@ -164,6 +164,9 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 	Datum	   *oldv = NULL;
 	bool	   *oldn = NULL;
 
+	int			nestlevel = NewGUCNestLevel();
+
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
 	row_encoder_init(&enc, srel);
 	if (change->data.tp.newtuple)
 		plugin_deform(desc, change->data.tp.newtuple, &newv, &newn);
@@ -179,6 +182,7 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 	{
 		/* no replica identity logged: nothing to say which row went */
 		state->op += 2;
+		AtEOXact_GUC(true, nestlevel);
 		return;
 	}
 	ch.lsn = state->include_lsn ? state->lsn : 0;
@@ -210,6 +214,7 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 	}
 	if (row_encoder_change(&enc, &ch, state->replica_full, &msg))
 		plugin_hold(ctx, &msg);
+	AtEOXact_GUC(true, nestlevel);
 }
 
 static void

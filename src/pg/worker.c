@@ -48,6 +48,7 @@
 #include "guc.h"
 #include "http_server.h"
 #include "registry.h"
+#include "row_encoder.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 #include "thread_log.h"
@@ -201,6 +202,9 @@ shape_sync_worker_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(shape_sync_database, NULL, 0);
 	pgstat_report_appname("shape_sync");
+
+	/* decoded values are printed as the snapshot prints them */
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
 
 	registry_start();
 	decoder_start();

@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchShape, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, fetchShape, query, uniqueTable } from './helpers.mjs'
 
 after(closePool)
 
@@ -186,11 +186,39 @@ describe('errors', () => {
     }
   })
 
-  it('live mode is not available yet: live=true with a valid handle answers 400', async () => {
+  // 0.1.0 answers live requests with 400 (errors.live says live mode is not
+  // available yet). Once live mode lands, a live request must be a proper
+  // long-poll instead: a change made while it waits ends it at once.
+  it('live=true with a valid handle: 400 "not available yet", or a long-poll woken by a change', async () => {
     const init = await fetchShape({ table, offset: '-1' })
     assert.equal(init.status, 200, init.text)
     const handle = init.headers.get('electric-handle')
-    const res = await fetchShape({ table, offset: '0_0', handle, live: 'true', cursor: '' })
-    assertFieldError(res, 'live', 'live=true')
+    const catchup = await fetchShape({ table, offset: '0_0', handle })
+    assert.equal(catchup.status, 200, catchup.text)
+    const offset = catchup.headers.get('electric-offset')
+
+    const pending = fetchShape({ table, offset, handle, live: 'true', cursor: '' }, { timeoutMs: 10000 })
+    const insert = new Promise((resolve) => setTimeout(resolve, 300)).then(() =>
+      query(`INSERT INTO public.${table} VALUES (100, 'live', 100)`),
+    )
+    const [res] = await Promise.all([pending, insert])
+    try {
+      if (res.status === 400) {
+        assertFieldError(res, 'live', 'live=true (live mode not available)')
+        return
+      }
+      assert.equal(res.status, 200, `live request: status ${res.status} (body ${res.text})`)
+      assert.match(res.headers.get('electric-cursor') ?? '', /^\d+$/, 'electric-cursor on a live response')
+      assert.equal(res.headers.get('cache-control'), 'public, max-age=5, stale-while-revalidate=5')
+      assert.ok(Array.isArray(res.body), res.text)
+      const last = res.body[res.body.length - 1]
+      assert.equal(last?.headers?.control, 'up-to-date', `live response ends with up-to-date: ${res.text}`)
+      const change = res.body.find((m) => m.key === `"public"."${table}"/"100"`)
+      assert.ok(change, `the live response carries the inserted row: ${res.text}`)
+      assert.equal(change.headers.operation, 'insert')
+      assert.deepEqual(change.value, { id: '100', title: 'live', n: '100' })
+    } finally {
+      await query(`DELETE FROM public.${table} WHERE id = 100`)
+    }
   })
 })

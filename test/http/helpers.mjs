@@ -8,6 +8,22 @@ import { randomBytes } from 'node:crypto'
 import pg from 'pg'
 import { Shape, ShapeStream } from '@electric-sql/client'
 
+// @electric-sql/client keeps a module-level UpToDateTracker that throttles its
+// localStorage writes with a plain (not unref'd) setTimeout of up to 60 s. In
+// Node that timer keeps a test file's process alive for up to a minute after
+// its last test. Unref exactly that timer (recognised by its callback).
+{
+  const realSetTimeout = globalThis.setTimeout
+  globalThis.setTimeout = function setTimeout(fn, ms, ...args) {
+    const timer = realSetTimeout(fn, ms, ...args)
+    if (typeof fn === 'function' && typeof timer?.unref === 'function') {
+      const src = Function.prototype.toString.call(fn)
+      if (src.includes('pendingSaveTimer') && src.includes('lastWriteTime')) timer.unref()
+    }
+    return timer
+  }
+}
+
 export const BASE_URL = (process.env.SHAPE_SYNC_URL ?? 'http://localhost:3457').replace(/\/+$/, '')
 export const SHAPE_URL = `${BASE_URL}/v1/shape`
 
@@ -136,10 +152,10 @@ export function fetchShape(params = {}, opts = {}) {
 //   params: {table, where, params, columns, replica}, passed to ShapeStream as is.
 // Returns {rows, value (Map key -> row), handle, offset, errors}.
 //
-// Live mode is not implemented by this server version: after the first up-to-date
-// the client would send a live request, which the server answers with 400. The
+// After the first up-to-date the client sends a live request: 0.1.0 answers it
+// with 400 (no live mode yet), a later version holds it as a long-poll. The
 // onError handler records errors and returns undefined, which tells the client
-// to stop. The stream is also aborted right after the first up-to-date, so no
+// to stop; the stream is also aborted right after the first up-to-date, so no
 // request is left in flight and no rejection is left unhandled.
 export async function syncShape(params, { timeoutMs = 20000 } = {}) {
   const controller = new AbortController()
@@ -155,6 +171,9 @@ export async function syncShape(params, { timeoutMs = 20000 } = {}) {
     url: SHAPE_URL,
     params,
     signal: controller.signal,
+    // Retry 5xx and network errors a few times only, so a dead server fails
+    // the test in seconds rather than at the timeout.
+    backoffOptions: { initialDelay: 100, maxDelay: 1000, multiplier: 2, maxRetries: 8 },
     onError: (err) => {
       errors.push(err)
       if (!upToDate) failSync(err)
@@ -290,10 +309,14 @@ export async function walkShape(params, { maxRequests = 1000 } = {}) {
     if (res.status !== 200) {
       throw new Error(`walkShape: offset=${offset} answered ${res.status}: ${res.text.slice(0, 500)}`)
     }
-    if (res.headers.has('electric-up-to-date')) break
+    // Stop at the up-to-date response (header or message: callers check both).
+    const body = Array.isArray(res.body) ? res.body : []
+    if (res.headers.has('electric-up-to-date') || body.some((m) => m?.headers?.control === 'up-to-date')) break
     handle = res.headers.get('electric-handle')
-    offset = res.headers.get('electric-offset')
-    if (!handle || !offset) throw new Error(`walkShape: missing electric-handle/electric-offset at offset ${offset}`)
+    const next = res.headers.get('electric-offset')
+    if (!handle || !next) throw new Error(`walkShape: missing electric-handle/electric-offset at offset ${offset}`)
+    if (next === offset) throw new Error(`walkShape: electric-offset did not advance past ${offset} and no up-to-date`)
+    offset = next
   }
   const messages = responses.flatMap(({ res }) => (Array.isArray(res.body) ? res.body : []))
   return { handle: responses[0].res.headers.get('electric-handle'), responses, messages }
