@@ -67,6 +67,8 @@ conn_table_init(ConnTable *table, uint32_t nslots)
 void
 conn_table_destroy(ConnTable *table)
 {
+	if (table->slots == NULL)
+		return;
 	for (uint32_t i = 0; i < table->nslots; i++)
 		pthread_mutex_destroy(&table->slots[i].lock);
 	pthread_mutex_destroy(&table->free_lock);

@@ -42,6 +42,7 @@ struct HttpServer
 	_Atomic int long_poll_timeout_ms;
 	_Atomic bool allow_shape_deletion;
 	_Atomic bool stopping;		/* set once, by http_server_stop */
+	_Atomic int unanswered;		/* shape requests with no response queued yet */
 };
 
 typedef enum ShapeConnPhase
@@ -113,6 +114,7 @@ struct ShapeConn
 extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
 								   ShapeConn *sc);
 extern void shape_conn_free(ShapeConn *sc);
+extern void shape_conn_responded(ShapeConn *sc);
 
 /* sse_stream.c */
 extern enum MHD_Result sse_respond(ShapeConn *sc, const SlogPublished *pub,

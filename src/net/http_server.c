@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "json_text.h"
 #include "thread_log.h"
@@ -202,6 +203,7 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 				(uint32_t) ((uintptr_t) info->socket_context - 1) : CONN_NO_SLOT;
 			sc->waiter.conn_slot = sc->conn_slot;
 			sc->admitted = ADMISSION_NONE;
+			atomic_fetch_add(&server->unanswered, 1);
 			sc->waiter.connection = connection;
 			sc->head_only = is_head;
 			sc->delete_shape = is_delete;
@@ -454,6 +456,22 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 							MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 }
 
+static void http_server_free(HttpServer *server);
+
+/*
+ * Undoes a start that failed half-way: no request was served, so there is
+ * nothing to answer, and the caller's request queue stays open.
+ */
+static void
+http_server_abort_start(HttpServer *server)
+{
+	deadline_stop(&server->deadlines);
+	waiters_stop(&server->waiters);
+	for (int i = 0; i < server->ndaemons; i++)
+		MHD_stop_daemon(server->daemons[i]);
+	http_server_free(server);
+}
+
 HttpServer *
 http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *settings,
 				  char *err, size_t errlen)
@@ -487,12 +505,13 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->shapes = options->shapes;
 	server->queue = options->queue;
 	server->write_piece_size = options->write_piece_size;
+	server->waiters.epoll_fd = server->waiters.notify_fd = -1;	/* nothing to close yet */
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
 	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
 		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0)
 	{
-		free(server);
+		http_server_free(server);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
@@ -508,7 +527,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	{
 		snprintf(err, errlen, "could not start the server's threads");
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		http_server_stop(server);
+		http_server_abort_start(server);
 		return NULL;
 	}
 	for (int i = 0; i < ndaemons; i++)
@@ -538,7 +557,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 			snprintf(err, errlen, "could not listen on %s port %d: %s",
 					 host, options->port, strerror(errno));
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
-			http_server_stop(server);
+			http_server_abort_start(server);
 			return NULL;
 		}
 		server->daemons[server->ndaemons++] = d;
@@ -570,10 +589,21 @@ http_server_wake_all(HttpServer *server)
 		waiters_notify(&server->waiters, i);
 }
 
+/* Frees what http_server_start allocated; the daemons are stopped. */
+static void
+http_server_free(HttpServer *server)
+{
+	waiters_destroy(&server->waiters);
+	conn_table_destroy(&server->conns);
+	free(server);
+}
+
 void
 http_server_stop(HttpServer *server)
 {
 	ShapeRequest *pending;
+	int64_t		give_up;
+	MHD_socket	listeners[HTTP_MAX_DAEMONS];
 
 	if (server == NULL)
 		return;
@@ -592,9 +622,25 @@ http_server_stop(HttpServer *server)
 	deadline_stop(&server->deadlines);
 	waiters_stop(&server->waiters);
 
+	/*
+	 * Resuming only flags a connection: give the daemons a moment to run
+	 * the handlers, which answer 503, before stopping them closes what is
+	 * left.  New connections are refused meanwhile.
+	 */
 	for (int i = 0; i < server->ndaemons; i++)
+		listeners[i] = MHD_quiesce_daemon(server->daemons[i]);
+	give_up = waiters_now_ms() + 2000;
+	while (atomic_load(&server->unanswered) > 0 && waiters_now_ms() < give_up)
+	{
+		struct timespec pause = {0, 5 * 1000 * 1000};
+
+		nanosleep(&pause, NULL);
+	}
+	for (int i = 0; i < server->ndaemons; i++)
+	{
 		MHD_stop_daemon(server->daemons[i]);
-	waiters_destroy(&server->waiters);
-	conn_table_destroy(&server->conns);
-	free(server);
+		if (listeners[i] != MHD_INVALID_SOCKET)
+			close(listeners[i]);	/* quiescing handed it to us */
+	}
+	http_server_free(server);
 }

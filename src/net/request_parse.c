@@ -105,11 +105,25 @@ is_ident_char(unsigned char c)
  * Parses one identifier at *p, stopping at `stop` (or the end); stores a
  * malloc'd copy in *out and advances *p past it.
  */
+/* A character for an error message: quoted if printable ASCII, else its byte value. */
+static const char *
+rp_describe_char(char c, char *buf, size_t len)
+{
+	unsigned char u = (unsigned char) c;
+
+	if (u >= 0x20 && u < 0x7F && u != '"' && u != '\\')
+		snprintf(buf, len, "\"%c\"", c);
+	else
+		snprintf(buf, len, "byte 0x%02X", u);
+	return buf;
+}
+
 static bool
 parse_identifier(const char **p, char stop, char **out, char *err, size_t errlen)
 {
 	const char *s = *p;
 	char		buf[REQ_IDENT_MAX + 1];
+	char		what[16];
 	size_t		n = 0;
 
 	if (*s == '"')
@@ -150,8 +164,8 @@ parse_identifier(const char **p, char stop, char **out, char *err, size_t errlen
 				snprintf(err, errlen, "Invalid zero-length delimited identifier");
 			else
 				snprintf(err, errlen,
-						 "Invalid unquoted identifier: \"%c\" is not allowed here; quote names with special characters",
-						 *s);
+						 "Invalid unquoted identifier: %s is not allowed here; quote names with special characters",
+						 rp_describe_char(*s, what, sizeof(what)));
 			return false;
 		}
 		for (; is_ident_char((unsigned char) *s); s++)
@@ -168,8 +182,8 @@ parse_identifier(const char **p, char stop, char **out, char *err, size_t errlen
 	if (*s != '\0' && *s != stop)
 	{
 		snprintf(err, errlen,
-				 "Invalid identifier: unexpected \"%c\"; quote names with special characters",
-				 *s);
+				 "Invalid identifier: unexpected %s; quote names with special characters",
+				 rp_describe_char(*s, what, sizeof(what)));
 		return false;
 	}
 	buf[n] = '\0';

@@ -49,6 +49,15 @@ static const char must_refetch_body[] = "[{\"headers\":{\"control\":\"must-refet
 
 /* ------------------------------------------------------------- helpers */
 
+/* The request has its answer queued: it no longer counts as unanswered. */
+void
+shape_conn_responded(ShapeConn *sc)
+{
+	if (sc->phase != CONN_RESPONDED)
+		atomic_fetch_sub(&sc->server->unanswered, 1);
+	sc->phase = CONN_RESPONDED;
+}
+
 static enum MHD_Result
 shape_respond_error(ShapeConn *sc, unsigned status, const char *body, int retry_after)
 {
@@ -56,7 +65,7 @@ shape_respond_error(ShapeConn *sc, unsigned status, const char *body, int retry_
 	enum MHD_Result ret;
 	char		retry[16];
 
-	sc->phase = CONN_RESPONDED;
+	shape_conn_responded(sc);
 	if (status != MHD_HTTP_SERVICE_UNAVAILABLE)
 		return http_respond_json(sc->connection, status, body, true);
 
@@ -95,7 +104,7 @@ shape_respond_must_refetch(ShapeConn *sc, const char *handle)
 	struct MHD_Response *response;
 	enum MHD_Result ret;
 
-	sc->phase = CONN_RESPONDED;
+	shape_conn_responded(sc);
 	response = MHD_create_response_from_buffer(sizeof(must_refetch_body) - 1,
 											   (void *) must_refetch_body,
 											   MHD_RESPMEM_PERSISTENT);
@@ -125,7 +134,7 @@ shape_respond_deleted(ShapeConn *sc)
 	struct MHD_Response *response;
 	enum MHD_Result ret;
 
-	sc->phase = CONN_RESPONDED;
+	shape_conn_responded(sc);
 	response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	if (response == NULL)
 		return MHD_NO;
@@ -380,7 +389,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	else
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail), "]");
 
-	sc->phase = CONN_RESPONDED;
+	shape_conn_responded(sc);
 	if (not_modified || sc->head_only)
 		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	else
@@ -705,6 +714,8 @@ shape_conn_free(ShapeConn *sc)
 {
 	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
 	admission_release(sc->server->admission, sc->admitted);
+	if (sc->phase != CONN_RESPONDED)
+		atomic_fetch_sub(&sc->server->unanswered, 1);
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
 	shape_query_free(&sc->query);

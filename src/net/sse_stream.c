@@ -244,7 +244,7 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	log_offset_format(range->ready && range->start < range->end ? range->chunk_end
 					  : sc->query.offset, offset_text, sizeof(offset_text));
 
-	sc->phase = CONN_RESPONDED;
+	shape_conn_responded(sc);
 	if (sc->head_only)
 		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	else

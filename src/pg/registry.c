@@ -288,6 +288,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s->created_at_us = reg_unix_us();
 	slog_init(&s->log);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
+	shape_table_publish_handle(table, slot);
 	reg_creating = SHAPE_NO_SLOT;
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s created for %s", s->handle, s->relation)));

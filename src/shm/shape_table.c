@@ -30,6 +30,9 @@
  *   count to zero.  Freeing resets the log, then release-stores FREE.
  * - `generation` changes only in shape_table_claim, on a FREE slot, by the
  *   main thread (the only claimer).
+ * - `handle_key` (a hash of the handle) is stored by the main thread once the
+ *   handle is written, and cleared at retirement; HTTP threads read only it,
+ *   never the handle text of a slot they have not pinned.
  * - `dirty` bits are set with fetch_or by writers and cleared with exchange
  *   by the main thread; a set bit only means "look at this slot".
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
@@ -82,6 +85,7 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 		atomic_init(&s->state, SHAPE_FREE);
 		atomic_init(&s->generation, 0);
 		atomic_init(&s->pins, SHAPE_PIN_RETIRED);	/* unpinnable while free */
+		atomic_init(&s->handle_key, 0);
 		slog_init(&s->log);
 	}
 	return table;
@@ -114,6 +118,7 @@ shape_table_claim(ShapeTable *table)
 static void
 shape_table_free(ShapeTable *table, ShapeSlot *s)
 {
+	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
 	slog_release(table->arena, &s->log);
 	atomic_store_explicit(&s->state, SHAPE_FREE, memory_order_release);
 }
@@ -132,6 +137,7 @@ shape_table_retire(ShapeTable *table, uint32_t slot)
 
 	if (atomic_load_explicit(&s->state, memory_order_acquire) != SHAPE_FAILED)
 		atomic_store_explicit(&s->state, SHAPE_RETIRED, memory_order_release);
+	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
 	prev = atomic_fetch_or_explicit(&s->pins, SHAPE_PIN_RETIRED, memory_order_acq_rel);
 	if (prev == 0)
 		shape_table_free(table, s);
@@ -251,22 +257,38 @@ shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
 		;
 }
 
+/* FNV-1a of a handle; never 0, which means "no handle". */
+static uint64_t
+shape_handle_key(const char *handle)
+{
+	uint64_t	h = 1469598103934665603ULL;
+
+	for (const unsigned char *p = (const unsigned char *) handle; *p; p++)
+		h = (h ^ *p) * 1099511628211ULL;
+	return h ? h : 1;
+}
+
+void
+shape_table_publish_handle(ShapeTable *table, uint32_t slot)
+{
+	atomic_store_explicit(&table->slots[slot].handle_key,
+						  shape_handle_key(table->slots[slot].handle), memory_order_release);
+}
+
 /*
- * Whether a live shape has this handle.  A linear scan of the slots,
- * comparing strings only after the state check; it runs once per request
- * that names a handle, to pick its admission kind.  XXX: a hash of handles
- * once max_shapes grows large.
+ * Whether a live shape has this handle, to pick a request's admission
+ * kind.  It compares hashes, which sit in atomics, because the handle
+ * text of a slot may be rewritten by its next claim while we look; a hash
+ * collision only admits a request as `existing`.  A linear scan.  XXX: a
+ * hash table once max_shapes grows large.
  */
 bool
 shape_table_knows_handle(const ShapeTable *table, const char *handle)
 {
-	for (uint32_t i = 0; i < table->nslots; i++)
-	{
-		ShapeState	state = shape_table_state(table, i);
+	uint64_t	key = shape_handle_key(handle);
 
-		if ((state == SHAPE_SNAPSHOTTING || state == SHAPE_READY) &&
-			strncmp(table->slots[i].handle, handle, SHAPE_HANDLE_LEN) == 0)
+	for (uint32_t i = 0; i < table->nslots; i++)
+		if (atomic_load_explicit(&table->slots[i].handle_key, memory_order_relaxed) == key)
 			return true;
-	}
 	return false;
 }

@@ -40,6 +40,7 @@ typedef struct ShapeSlot
 	_Atomic uint32_t state;		/* ShapeState; release-stored */
 	_Atomic uint32_t generation;	/* bumped each time the slot is claimed */
 	_Atomic uint64_t pins;		/* readers holding the log | SHAPE_PIN_RETIRED */
+	_Atomic uint64_t handle_key;	/* hash of `handle` while live, else 0 */
 
 	/* Set by the main thread before the state leaves SHAPE_FREE. */
 	char		handle[SHAPE_HANDLE_LEN];
@@ -96,6 +97,9 @@ extern uint32_t shape_table_take_dirty(ShapeTable *table, uint32_t *slots,
 /* A fresh handle "<hash>-<unix microseconds>", never repeated. */
 extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
 								   int64_t now_us, char *out);
+
+/* Publishes a claimed slot's handle to shape_table_knows_handle. */
+extern void shape_table_publish_handle(ShapeTable *table, uint32_t slot);
 
 extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
 

@@ -1,0 +1,1797 @@
+/*
+ * test_http_server.c
+ *		The real libmicrohttpd server (src/net/http_server.c, shape_serve.c)
+ *		in-process, against a shape table in malloc'd memory and a fake main
+ *		thread that resolves shape requests from the request queue.
+ *
+ * The tests run in order and share one server: the first starts it, the
+ * last stops it with requests still parked.  A plain socket client
+ * (http_client.h) checks status, headers and exact bodies.
+ */
+#define _GNU_SOURCE
+#include "unit.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "http_client.h"
+#include "http_server.h"
+#include "json_text.h"
+#include "request_queue.h"
+#include "shape_table.h"
+
+#define NSLOTS		16
+#define NBLOCKS		256			/* 8 MB of log */
+#define PIECE_SIZE	16384
+#define TIMEOUT_S	20
+#define LONG_POLL_MS 1000
+
+/* ------------------------------------------------------------ fixture */
+
+static void *arena_mem;
+static void *table_mem;
+static ShapeLogArena *arena;
+static ShapeTable *table;
+static RequestQueue queue;
+static Admission admission;
+static HttpServer *server;
+static int	port;
+
+static pthread_t main_thread;
+static bool main_running;
+static _Atomic bool main_stop;
+static _Atomic int resolutions;
+
+/* the shapes the fake main thread knows */
+enum
+{
+	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
+	SH_GONE, SH_LIVE, SH_COUNT
+};
+static const char *const shape_names[SH_COUNT] = {
+	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live"
+};
+static uint32_t slot_of[SH_COUNT];
+static uint32_t gen_of[SH_COUNT];
+
+#define SCHEMA_JSON "{\"id\":{\"type\":\"int4\",\"pk_index\":0},\"title\":{\"type\":\"text\"}}"
+#define MISSING_BODY "{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"Table \\\"public\\\".\\\"missing\\\" does not exist. If the table name contains capitals or special characters you must quote it.\"]}}"
+#define CACHE_INITIAL "public, max-age=604800, s-maxage=3600, stale-while-revalidate=2629746"
+#define EXPOSE "electric-cursor,electric-handle,electric-has-data,electric-offset,electric-schema,electric-up-to-date,electric-internal-known-error,retry-after"
+
+/* records of the "items" shape */
+#define R0 "{\"key\":\"\\\"public\\\".\\\"items\\\"/\\\"1\\\"\",\"value\":{\"id\":\"1\",\"title\":\"one\"},\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"items\"]}}"
+#define R1 "{\"key\":\"\\\"public\\\".\\\"items\\\"/\\\"2\\\"\",\"value\":{\"id\":\"2\",\"title\":\"t\\\"wo, [x]\"},\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"items\"]}}"
+#define R2 "{\"key\":\"\\\"public\\\".\\\"items\\\"/\\\"3\\\"\",\"value\":{\"id\":\"3\",\"title\":\"\xc3\xa9t\xc3\xa9\"},\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"items\"]}}"
+#define SNAPSHOT_END "{\"headers\":{\"control\":\"snapshot-end\",\"xmin\":\"100\",\"xmax\":\"101\",\"xip_list\":[]}}"
+#define UP_TO_DATE "{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"5000\"}}"
+
+#define P0 "{\"value\":{\"id\":\"p0\"}}"
+#define P1 "{\"value\":{\"id\":\"p1\"}}"
+#define P2 "{\"value\":{\"id\":\"p2\"}}"
+
+#define L0 "{\"value\":{\"id\":\"l0\"}}"
+#define C1000 "{\"key\":\"c1000\",\"value\":{\"id\":\"1\"},\"headers\":{\"operation\":\"update\",\"lsn\":\"1000\",\"op_position\":0}}"
+#define C3000 "{\"key\":\"c3000\",\"headers\":{\"operation\":\"delete\"}}"
+#define C4000 "{\"key\":\"c4000\",\"headers\":{\"operation\":\"insert\"}}"
+#define UP_TO_DATE_AT(lsn) "{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"" lsn "\"}}"
+
+#define BIG_LEN (1024 * 1024)
+static char *big_record;
+
+static void
+append(uint32_t slot, LogOffset o, uint32_t kind, const char *payload, size_t len)
+{
+	SlogResult	res = slog_append(arena, &table->slots[slot].log, o, kind, payload,
+								  (uint32_t) len);
+
+	if (res != SLOG_OK)
+		FAIL("slog_append: %d", res);
+}
+
+static void
+append_str(uint32_t slot, LogOffset o, const char *payload)
+{
+	append(slot, o, SLOG_RECORD_CHANGE, payload, strlen(payload));
+}
+
+static void
+close_chunk(uint32_t slot, LogOffset end)
+{
+	if (slog_close_chunk(arena, &table->slots[slot].log, end) != SLOG_OK)
+		FAIL("slog_close_chunk failed");
+}
+
+static uint32_t
+new_shape(int which, ShapeState state)
+{
+	uint32_t	slot = shape_table_claim(table);
+	ShapeSlot  *s;
+
+	if (slot == SHAPE_NO_SLOT)
+	{
+		FAIL("no free slot");
+		return slot;
+	}
+	s = &table->slots[slot];
+	shape_table_new_handle(table, 1000 + (uint32_t) which, 1700000000000000LL, s->handle);
+	snprintf(s->relation, sizeof(s->relation), "\"public\".\"%s\"", shape_names[which]);
+	shape_table_set_state(table, slot, state);
+	shape_table_publish_handle(table, slot);	/* as the registry does */
+	slot_of[which] = slot;
+	gen_of[which] = atomic_load(&s->generation);
+	return slot;
+}
+
+static const char *
+handle_of(int which)
+{
+	return table->slots[slot_of[which]].handle;
+}
+
+/* Resolves one request the way the registry would, from a fixed list. */
+static void
+resolve(ShapeRequest *req)
+{
+	ShapeResolution *res = &req->result;
+	const char *t = req->def.table ? req->def.table : "";
+	int			which = -1;
+
+	atomic_fetch_add(&resolutions, 1);
+	if (req->delete_shape)
+	{
+		/* the registry would retire the shape; here it only answers */
+		res->status = SHAPE_RESOLVE_NOT_FOUND;
+		for (int i = 0; i < SH_COUNT; i++)
+			if (req->handle && strcmp(req->handle, table->slots[slot_of[i]].handle) == 0 &&
+				(!req->has_definition || strcmp(t, shape_names[i]) == 0))
+				res->status = SHAPE_RESOLVE_DELETED;
+		if (!req->handle && req->has_definition && strcmp(t, "items") == 0)
+			res->status = SHAPE_RESOLVE_DELETED;
+		return;
+	}
+	for (int i = 0; i < SH_COUNT; i++)
+		if (strcmp(t, shape_names[i]) == 0 && req->def.schema == NULL)
+			which = i;
+
+	if (strcmp(t, "missing") == 0)
+	{
+		res->status = SHAPE_RESOLVE_INVALID;
+		res->error_json = strdup(MISSING_BODY);
+		return;
+	}
+	if (strcmp(t, "unavailable") == 0)
+	{
+		res->status = SHAPE_RESOLVE_UNAVAILABLE;
+		res->error_json = NULL;
+		return;
+	}
+	if (strcmp(t, "busy") == 0)
+	{
+		res->status = SHAPE_RESOLVE_UNAVAILABLE;
+		res->error_json = strdup("{\"message\":\"too many shapes\"}");
+		return;
+	}
+	if (strcmp(t, "echo") == 0)
+	{
+		/* tells the client what definition reached the main thread */
+		JsonBuf		b;
+		ShapeDefinition *d = &req->def;
+
+		json_buf_init(&b);
+		json_buf_puts(&b, "{\"schema\":");
+		if (d->schema)
+			json_buf_put_string(&b, d->schema);
+		else
+			json_buf_puts(&b, "null");
+		json_buf_puts(&b, ",\"table\":");
+		json_buf_put_string(&b, d->table);
+		json_buf_puts(&b, ",\"where\":");
+		if (d->where)
+			json_buf_put_string(&b, d->where);
+		else
+			json_buf_puts(&b, "null");
+		json_buf_puts(&b, ",\"params\":[");
+		for (int i = 0; i < d->nparams; i++)
+		{
+			if (i)
+				json_buf_putc(&b, ',');
+			if (d->params[i])
+				json_buf_put_string(&b, d->params[i]);
+			else
+				json_buf_puts(&b, "null");
+		}
+		json_buf_puts(&b, "],\"columns\":");
+		if (d->columns)
+		{
+			json_buf_putc(&b, '[');
+			for (int i = 0; i < d->ncolumns; i++)
+			{
+				if (i)
+					json_buf_putc(&b, ',');
+				json_buf_put_string(&b, d->columns[i]);
+			}
+			json_buf_putc(&b, ']');
+		}
+		else
+			json_buf_puts(&b, "null");
+		json_buf_printf(&b, ",\"replica_full\":%s,\"changes_only\":%s}",
+						d->replica_full ? "true" : "false",
+						d->changes_only ? "true" : "false");
+		res->status = SHAPE_RESOLVE_INVALID;
+		res->error_json = json_buf_finish(&b);
+		return;
+	}
+	if (which < 0)
+	{
+		res->status = SHAPE_RESOLVE_INVALID;
+		res->error_json = strdup("{\"message\":\"unknown test shape\"}");
+		return;
+	}
+	res->status = SHAPE_RESOLVE_OK;
+	res->slot = slot_of[which];
+	res->generation = which == SH_STALE ? gen_of[which] + 7 : gen_of[which];
+	strcpy(res->handle, table->slots[slot_of[which]].handle);
+	res->schema_json = strdup(SCHEMA_JSON);
+}
+
+static void *
+fake_main(void *arg)
+{
+	while (!atomic_load(&main_stop))
+	{
+		struct pollfd p = {queue.wake_fd, POLLIN, 0};
+		ShapeRequest *list;
+
+		poll(&p, 1, 20);
+		list = request_queue_take_all(&queue);
+		while (list != NULL)
+		{
+			ShapeRequest *next = list->next;	/* done() gives req away */
+
+			resolve(list);
+			list->done(list);
+			list = next;
+		}
+	}
+	return NULL;
+}
+
+static int
+probe_free_port(void)
+{
+	struct sockaddr_in sa;
+	socklen_t	len = sizeof(sa);
+	int			fd = socket(AF_INET, SOCK_STREAM, 0);
+	int			p = -1;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 &&
+		getsockname(fd, (struct sockaddr *) &sa, &len) == 0)
+		p = ntohs(sa.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return p;
+}
+
+static uint64_t
+pins(int which)
+{
+	return atomic_load(&table->slots[slot_of[which]].pins) & ~SHAPE_PIN_RETIRED;
+}
+
+/* Waits until a shape's pin count is `want`; false after timeout_s. */
+static bool
+wait_pins(int which, uint64_t want, double timeout_s)
+{
+	double		until = unit_now() + timeout_s;
+
+	while (unit_now() < until)
+	{
+		if (pins(which) == want)
+			return true;
+		usleep(2000);
+	}
+	return pins(which) == want;
+}
+
+/* ----------------------------------------------------- client helpers */
+
+/* One request on a fresh connection; Connection: close. */
+static bool
+request(const char *method, const char *target, const char *extra_headers, HcResponse *r)
+{
+	HcConn		c;
+	char		req[8192];
+	bool		ok;
+
+	memset(r, 0, sizeof(*r));
+	if (!hc_open(&c, port, TIMEOUT_S))
+	{
+		snprintf(r->error, sizeof(r->error), "connect failed: %s", strerror(errno));
+		return false;
+	}
+	snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n",
+			 method, target, extra_headers ? extra_headers : "");
+	ok = hc_send(&c, req, strlen(req)) &&
+		hc_read_response(&c, strcmp(method, "HEAD") == 0, r);
+	hc_close(&c);
+	return ok;
+}
+
+#define GET(target, r) request("GET", target, NULL, r)
+
+#define CHECK_HEADER(r, name, want) \
+	CHECK_STR_EQ(hc_header(r, name), want)
+
+#define REQUIRE_RESPONSE(call, r) \
+	do { \
+		if (!(call)) { \
+			FAIL("%s: %s", #call, (r)->error); \
+			hc_response_free(r); \
+			return; \
+		} \
+	} while (0)
+
+static char *
+shape_target(const char *table_name, const char *offset, const char *handle, const char *extra)
+{
+	static __thread char buf[4096];	/* client threads call this too */
+
+	snprintf(buf, sizeof(buf), "/v1/shape?table=%s&offset=%s%s%s%s", table_name, offset,
+			 handle ? "&handle=" : "", handle ? handle : "", extra ? extra : "");
+	return buf;
+}
+
+/* ------------------------------------------------------------- setup */
+
+TEST(server_starts)
+{
+	size_t		asize = slog_arena_size((uint64_t) NBLOCKS * SLOG_BLOCK_SIZE);
+	HttpServerOptions opts;
+	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+	char		err[256] = "";
+	uint32_t	s;
+
+	arena_mem = aligned_alloc(SLOG_BLOCK_SIZE, asize);
+	table_mem = malloc(shape_table_size(NSLOTS));
+	REQUIRE(arena_mem != NULL && table_mem != NULL);
+	arena = slog_arena_init(arena_mem, asize);
+	table = shape_table_init(table_mem, NSLOTS, arena);
+	REQUIRE_EQ(request_queue_init(&queue), 0);
+
+	/* items: chunk 0 ends 0_0, the final chunk 0_1 holds the snapshot end */
+	s = new_shape(SH_ITEMS, SHAPE_SNAPSHOTTING);
+	append_str(s, (LogOffset) {0, 0}, R0);
+	append_str(s, (LogOffset) {0, 0}, R1);
+	close_chunk(s, (LogOffset) {0, 0});
+	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+	append_str(s, (LogOffset) {0, 1}, R2);
+	append(s, (LogOffset) {0, 1}, SLOG_RECORD_CONTROL, SNAPSHOT_END, strlen(SNAPSHOT_END));
+	close_chunk(s, (LogOffset) {0, 1});
+	shape_table_set_state(table, s, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	shape_table_note_lsn(table, 5000);
+
+	/* parked: nothing written yet */
+	new_shape(SH_PARKED, SHAPE_SNAPSHOTTING);
+
+	/* big: a 1 MB record between two small ones, one chunk */
+	big_record = malloc(BIG_LEN);
+	REQUIRE(big_record != NULL);
+	{
+		static const char alphabet[] =
+			"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+		const char *head = "{\"value\":{\"id\":\"big\",\"blob\":\"";
+		uint64_t	x = 88172645463325252ull;
+
+		memcpy(big_record, head, strlen(head));
+		for (size_t i = strlen(head); i < BIG_LEN - 3; i++)
+		{
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			big_record[i] = alphabet[x % 64];
+		}
+		memcpy(big_record + BIG_LEN - 3, "\"}}", 3);
+	}
+	s = new_shape(SH_BIG, SHAPE_SNAPSHOTTING);
+	append_str(s, (LogOffset) {0, 0}, P0);
+	append(s, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, big_record, BIG_LEN);
+	append_str(s, (LogOffset) {0, 0}, P1);
+	close_chunk(s, (LogOffset) {0, 0});
+	shape_table_set_state(table, s, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+
+	/* failed: the snapshot worker gave up */
+	s = new_shape(SH_FAILED, SHAPE_SNAPSHOTTING);
+	table->slots[s].error_status = 503;
+	strcpy(table->slots[s].error, "snapshot failed: \"boom\"");
+	shape_table_set_state(table, s, SHAPE_FAILED);
+
+	/* stale: the main thread answers with a generation that is gone */
+	s = new_shape(SH_STALE, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+
+	/* doomed: retired while a client waits on it */
+	new_shape(SH_DOOMED, SHAPE_SNAPSHOTTING);
+	/* stopper: a client is still parked on it at shutdown */
+	new_shape(SH_STOPPER, SHAPE_SNAPSHOTTING);
+	/* gone: ready but retired before anyone asks */
+	s = new_shape(SH_GONE, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+
+	/* live: a one-record snapshot, then changes appended by the tests */
+	s = new_shape(SH_LIVE, SHAPE_SNAPSHOTTING);
+	append_str(s, (LogOffset) {0, 0}, L0);
+	close_chunk(s, (LogOffset) {0, 0});
+	shape_table_set_state(table, s, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+
+	REQUIRE_EQ(UNIT_FAILURES(), 0);
+
+	admission_init(&admission, 1000, 1000);
+	memset(&opts, 0, sizeof(opts));
+	opts.listen_addresses = "127.0.0.1";
+	opts.admission = &admission;
+	opts.threads = 4;
+	opts.connection_limit = 256;
+	opts.write_piece_size = PIECE_SIZE;
+	opts.socket_send_buffer = 16384;
+	opts.shapes = table;
+	opts.queue = &queue;
+	for (int attempt = 0; attempt < 10 && server == NULL; attempt++)
+	{
+		port = probe_free_port();
+		if (port <= 0)
+			continue;
+		opts.port = port;
+		server = http_server_start(&opts, &settings, err, sizeof(err));
+	}
+	if (server == NULL)
+		FAIL("http_server_start: %s", err);
+	REQUIRE(server != NULL);
+	pthread_create(&main_thread, NULL, fake_main, NULL);
+	main_running = true;
+}
+
+TEST(start_fails_cleanly_on_a_bad_address)
+{
+	HttpServerOptions opts;
+	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+	char		err[256] = "";
+	HttpServer *s;
+	RequestQueue q2;			/* a failed start closes its queue (see below) */
+
+	REQUIRE_EQ(request_queue_init(&q2), 0);
+	memset(&opts, 0, sizeof(opts));
+	opts.listen_addresses = "no-such-host.invalid";
+	opts.port = 1;
+	opts.threads = 1;
+	opts.connection_limit = 4;
+	opts.write_piece_size = PIECE_SIZE;
+	opts.shapes = table;
+	opts.admission = &admission;
+	opts.queue = &q2;
+	s = http_server_start(&opts, &settings, err, sizeof(err));
+	CHECK(s == NULL);
+	CHECK(strstr(err, "could not resolve listen address \"no-such-host.invalid\"") != NULL);
+
+	/* the port is taken by the running server */
+	REQUIRE(server != NULL);
+	opts.listen_addresses = "127.0.0.1";
+	opts.port = port;
+	err[0] = '\0';
+	s = http_server_start(&opts, &settings, err, sizeof(err));
+	CHECK(s == NULL);
+	if (s)
+		http_server_stop(s);
+	{
+		char		want[64];
+
+		snprintf(want, sizeof(want), "could not listen on 127.0.0.1 port %d", port);
+		CHECK(strncmp(err, want, strlen(want)) == 0);
+	}
+	http_server_stop(NULL);		/* a no-op */
+	request_queue_destroy(&q2);
+}
+
+/* regression: http_server_start's error path calls http_server_stop, which closes  options->queue: a later start with the same queue answers every shape  request 503 */
+TEST(failed_start_leaves_the_queue_open)
+{
+	HttpServerOptions opts;
+	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+	char		err[256] = "";
+	RequestQueue q3;
+	ShapeRequest req;
+
+	REQUIRE(server != NULL);
+	REQUIRE_EQ(request_queue_init(&q3), 0);
+	memset(&opts, 0, sizeof(opts));
+	opts.listen_addresses = "127.0.0.1";
+	opts.port = port;			/* taken: the start fails */
+	opts.threads = 1;
+	opts.connection_limit = 4;
+	opts.write_piece_size = PIECE_SIZE;
+	opts.shapes = table;
+	opts.admission = &admission;
+	opts.queue = &q3;
+	CHECK(http_server_start(&opts, &settings, err, sizeof(err)) == NULL);
+	memset(&req, 0, sizeof(req));
+	CHECK(request_queue_push(&q3, &req));
+	request_queue_take_all(&q3);
+	request_queue_destroy(&q3);
+}
+
+/* ------------------------------------------------------- other routes */
+
+TEST(health_root_and_unknown_paths)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(GET("/v1/health", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "{\"status\":\"active\"}");
+	CHECK_HEADER(&r, "content-type", "application/json; charset=utf-8");
+	CHECK_HEADER(&r, "cache-control", "no-cache, no-store, must-revalidate");
+	CHECK(hc_header(&r, "electric-server") != NULL &&
+		  strncmp(hc_header(&r, "electric-server"), "shape_sync/", 11) == 0);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET("/", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_EQ(r.body_len, 0);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET("/v1/nope", &r), &r);
+	CHECK_EQ(r.status, 404);
+	CHECK_STR_EQ(r.body, "Not found");
+	CHECK_HEADER(&r, "content-type", "text/plain; charset=utf-8");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET("/v1/shapes?table=items&offset=-1", &r), &r);
+	CHECK_EQ(r.status, 404);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("POST", "/v1/health", "Content-Length: 0\r\n", &r), &r);
+	CHECK_EQ(r.status, 404);
+	hc_response_free(&r);
+}
+
+TEST(options_preflight)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape",
+							 "Origin: https://app.example\r\n"
+							 "Access-Control-Request-Method: GET\r\n"
+							 "Access-Control-Request-Headers: If-None-Match, x-custom, traceparent\r\n",
+							 &r), &r);
+	CHECK_EQ(r.status, 204);
+	CHECK_EQ(r.body_len, 0);
+	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example");
+	CHECK_HEADER(&r, "access-control-allow-methods", "GET, POST, HEAD, DELETE, OPTIONS");
+	CHECK_HEADER(&r, "access-control-allow-headers", "if-none-match,traceparent");
+	CHECK_HEADER(&r, "access-control-max-age", "86400");
+	CHECK_HEADER(&r, "access-control-expose-headers", EXPOSE);
+	CHECK_HEADER(&r, "vary", "origin");
+	hc_response_free(&r);
+
+	/* no Origin: "*", and no allow-headers when none is requested */
+	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape", NULL, &r), &r);
+	CHECK_EQ(r.status, 204);
+	CHECK_HEADER(&r, "access-control-allow-origin", "*");
+	CHECK(hc_header(&r, "access-control-allow-headers") == NULL);
+	CHECK(hc_header(&r, "vary") == NULL);
+	hc_response_free(&r);
+}
+
+TEST(other_methods_on_shape)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(request("DELETE", "/v1/shape?table=items", NULL, &r), &r);
+	CHECK_EQ(r.status, 405);
+	CHECK_STR_EQ(r.body, "{\"message\":\"DELETE not allowed\"}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("POST", "/v1/shape?table=items&offset=-1",
+							 "Content-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"where\":\"x\"}",
+							 &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
+				 "[\"subset snapshots are not supported by this server\"]}}");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("PUT", "/v1/shape", "Content-Length: 0\r\n", &r), &r);
+	CHECK_EQ(r.status, 405);
+	CHECK_STR_EQ(r.body, "{\"message\":\"method not allowed\"}");
+	hc_response_free(&r);
+}
+
+/* -------------------------------------------------------- shape reads */
+
+TEST(initial_chunk)
+{
+	HcResponse	r;
+	char		etag[128];
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	CHECK_STR_EQ(hc_header(&r, "electric-handle"), "1000-1700000000000000");
+	CHECK_STR_EQ(hc_header(&r, "electric-handle"), handle_of(SH_ITEMS));
+	CHECK_HEADER(&r, "electric-offset", "0_0");
+	CHECK_HEADER(&r, "electric-has-data", "true");
+	CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
+	snprintf(etag, sizeof(etag), "\"%s:-1:0_0\"", handle_of(SH_ITEMS));
+	CHECK_HEADER(&r, "etag", etag);
+	CHECK_HEADER(&r, "cache-control", CACHE_INITIAL);
+	CHECK_HEADER(&r, "content-type", "application/json; charset=utf-8");
+	CHECK_HEADER(&r, "access-control-allow-origin", "*");
+	CHECK_HEADER(&r, "access-control-expose-headers", EXPOSE);
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 0);
+	hc_response_free(&r);
+
+	/* a handle sent with -1 is ignored (the client does so after a 409) */
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", "some-old-handle", NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	hc_response_free(&r);
+
+	/* HEAD: the same headers, no body */
+	REQUIRE_RESPONSE(request("HEAD", shape_target("items", "-1", NULL, NULL), NULL, &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_EQ(r.body_len, 0);
+	CHECK_HEADER(&r, "electric-offset", "0_0");
+	CHECK_HEADER(&r, "etag", etag);
+	hc_response_free(&r);
+
+	/* CORS echoes the Origin */
+	REQUIRE_RESPONSE(request("GET", shape_target("items", "-1", NULL, NULL),
+							 "Origin: http://localhost:5173\r\n", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "access-control-allow-origin", "http://localhost:5173");
+	CHECK_HEADER(&r, "vary", "origin");
+	hc_response_free(&r);
+}
+
+TEST(following_chunks_and_up_to_date)
+{
+	HcResponse	r;
+	char		etag[128];
+	const char *h;
+
+	REQUIRE(server != NULL);
+	h = handle_of(SH_ITEMS);
+
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", h, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R2 "," SNAPSHOT_END "]");
+	CHECK_HEADER(&r, "electric-offset", "0_1");
+	CHECK_HEADER(&r, "electric-handle", h);
+	snprintf(etag, sizeof(etag), "\"%s:0_0:0_1\"", h);
+	CHECK_HEADER(&r, "etag", etag);
+	CHECK_HEADER(&r, "cache-control", "public, max-age=5, stale-while-revalidate=300");
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 0);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_1", h, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	CHECK_HEADER(&r, "electric-offset", "0_inf");
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);	/* its presence counts */
+	snprintf(etag, sizeof(etag), "\"%s:0_1:0_inf\"", h);
+	CHECK_HEADER(&r, "etag", etag);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_inf", h, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	CHECK_HEADER(&r, "electric-offset", "0_inf");
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);
+	hc_response_free(&r);
+
+	/* any valid offset inside the snapshot: 0_0 < 0_00 ... as a number */
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_00", h, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R2 "," SNAPSHOT_END "]");
+	hc_response_free(&r);
+
+	/* offset=now: no data, up to date at the last offset */
+	REQUIRE_RESPONSE(GET(shape_target("items", "now", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	CHECK_HEADER(&r, "electric-offset", "0_inf");
+	CHECK_HEADER(&r, "electric-has-data", "false");
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);
+	hc_response_free(&r);
+
+	/* past the end of the shape */
+	REQUIRE_RESPONSE(GET(shape_target("items", "5_0", h, NULL), &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":"
+				 "{\"offset\":[\"out of bounds for this shape\"]}}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	hc_response_free(&r);
+}
+
+TEST(handle_mismatch_is_409)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "999-1", NULL), &r), &r);
+	CHECK_EQ(r.status, 409);
+	CHECK_STR_EQ(r.body, "[{\"headers\":{\"control\":\"must-refetch\"}}]");
+	CHECK_HEADER(&r, "electric-handle", handle_of(SH_ITEMS));
+	CHECK_HEADER(&r, "cache-control", "public, max-age=60, must-revalidate");
+	CHECK_HEADER(&r, "access-control-allow-origin", "*");
+	hc_response_free(&r);
+
+	/* a shape retired (and freed) before the request: its generation is gone */
+	shape_table_retire(table, slot_of[SH_GONE]);
+	REQUIRE_RESPONSE(GET(shape_target("gone", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);	/* the pin fails: the generation is gone */
+	CHECK_STR_EQ(r.body, "{\"message\":\"Failed to create shape, please retry\"}");
+	CHECK_HEADER(&r, "retry-after", "1");
+	hc_response_free(&r);
+}
+
+TEST(if_none_match_is_304)
+{
+	HcResponse	r;
+	char		hdr[256];
+	char		etag[128];
+
+	REQUIRE(server != NULL);
+	snprintf(etag, sizeof(etag), "\"%s:-1:0_0\"", handle_of(SH_ITEMS));
+
+	snprintf(hdr, sizeof(hdr), "If-None-Match: %s\r\n", etag);
+	REQUIRE_RESPONSE(request("GET", shape_target("items", "-1", NULL, NULL), hdr, &r), &r);
+	CHECK_EQ(r.status, 304);
+	CHECK_EQ(r.body_len, 0);
+	CHECK_HEADER(&r, "etag", etag);
+	hc_response_free(&r);
+
+	/* in a list, and without quotes */
+	snprintf(hdr, sizeof(hdr), "If-None-Match: \"x\", %.*s\r\n",
+			 (int) strlen(etag) - 2, etag + 1);
+	REQUIRE_RESPONSE(request("GET", shape_target("items", "-1", NULL, NULL), hdr, &r), &r);
+	CHECK_EQ(r.status, 304);
+	hc_response_free(&r);
+
+	/* another offset's etag does not match */
+	snprintf(hdr, sizeof(hdr), "If-None-Match: \"%s:0_0:0_1\"\r\n", handle_of(SH_ITEMS));
+	REQUIRE_RESPONSE(request("GET", shape_target("items", "-1", NULL, NULL), hdr, &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("GET", shape_target("items", "-1", NULL, NULL),
+							 "If-None-Match: \"\"\r\n", &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+}
+
+/* ---------------------------------------------------------- bad input */
+
+TEST(validation_errors)
+{
+	static const struct
+	{
+		const char *target;
+		const char *body;
+	}			cases[] = {
+		{"/v1/shape?offset=-1",
+		"{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"can't be blank\"]}}"},
+		{"/v1/shape",
+		"{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"can't be blank\"],\"offset\":[\"can't be blank\"]}}"},
+		{"/v1/shape?table=items&offset=0_0",
+		"{\"message\":\"Invalid request\",\"errors\":{\"handle\":[\"can't be blank when offset != -1\"]}}"},
+		{"/v1/shape?table=items&offset=1_2_3&handle=h",
+		"{\"message\":\"Invalid request\",\"errors\":{\"offset\":[\"has invalid format\"]}}"},
+		{"/v1/shape?table=items&offset=-1&live=true",
+		"{\"message\":\"Invalid request\",\"errors\":{\"live\":[\"can't be true when offset == -1\"]}}"},
+		{"/v1/shape?table=bad-name&offset=-1",
+		"{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"Invalid identifier: unexpected \\\"-\\\"; quote names with special characters\"]}}"},
+		{"/v1/shape?table=items&offset=-1&columns=id,,x",
+		"{\"message\":\"Invalid request\",\"errors\":{\"columns\":[\"Invalid zero-length delimited identifier\"]}}"},
+		{"/v1/shape?table=items&offset=-1&params%5B300%5D=x",
+		"{\"message\":\"Invalid request\",\"errors\":{\"params\":[\"at most 256 parameters are supported\"]}}"},
+		{"/v1/shape?table=items&offset=-1&subset__where=id%3E1",
+		"{\"message\":\"Invalid request\",\"errors\":{\"subset\":[\"subset snapshots are not supported by this server\"]}}"},
+		{"/v1/shape?table=items&offset=now&live",
+		"{\"message\":\"Invalid request\",\"errors\":{\"live\":[\"can't be true when offset is 'now'\"]}}"},
+		{"/v1/shape?table=items&offset=0_0&handle=h&live_sse=true",
+		"{\"message\":\"Invalid request\",\"errors\":{\"live_sse\":[\"can't be true unless live is also true\"]}}"},
+		{"/v1/shape?table=missing&offset=-1", MISSING_BODY},
+		{"/v1/shape?table=%22Items%22&offset=-1", "{\"message\":\"unknown test shape\"}"},
+	};
+	int			before = atomic_load(&resolutions);
+	int			to_main = 0;
+
+	REQUIRE(server != NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		HcResponse	r;
+
+		if (!GET(cases[i].target, &r))
+		{
+			FAIL("%s: %s", cases[i].target, r.error);
+			hc_response_free(&r);
+			continue;
+		}
+		if (r.status != 400)
+			FAIL("%s: status %d", cases[i].target, r.status);
+		CHECK_STR_EQ(r.body, cases[i].body);
+		CHECK_HEADER(&r, "content-type", "application/json; charset=utf-8");
+		CHECK_HEADER(&r, "cache-control", "no-store");
+		CHECK_HEADER(&r, "surrogate-control", "no-store");
+		CHECK_HEADER(&r, "access-control-allow-origin", "*");
+		if (strstr(cases[i].target, "missing") || strstr(cases[i].target, "Items"))
+			to_main++;
+		hc_response_free(&r);
+	}
+	/* only valid requests reach the main thread */
+	CHECK_EQ(atomic_load(&resolutions) - before, to_main);
+}
+
+TEST(resolution_errors)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(GET(shape_target("unavailable", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"message\":\"the server is not ready, please retry\"}");
+	CHECK_HEADER(&r, "retry-after", "5");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	CHECK_HEADER(&r, "electric-internal-known-error", "true");
+	CHECK_HEADER(&r, "access-control-allow-origin", "*");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET(shape_target("busy", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"message\":\"too many shapes\"}");
+	CHECK_HEADER(&r, "retry-after", "5");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET(shape_target("failed", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"message\":\"snapshot failed: \\\"boom\\\"\"}");
+	CHECK_HEADER(&r, "retry-after", "10");
+	CHECK_HEADER(&r, "electric-internal-known-error", "true");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET(shape_target("stale", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Failed to create shape, please retry\"}");
+	CHECK_HEADER(&r, "retry-after", "1");
+	hc_response_free(&r);
+	CHECK_EQ(pins(SH_STALE), 0);
+}
+
+TEST(definition_reaches_main_thread)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	/* percent-decoding of keys and values, quoting, params, flags */
+	REQUIRE_RESPONSE(GET("/v1/shape?offset=-1&table=echo&where=id%20%3D%20%241%20and%20t%20%3C%3E%20%27%26%27"
+						 "&params%5B2%5D=a%26b&params%5B1%5D=%22q%22&columns=%22id%22,%22Has%2CComma%22,Title"
+						 "&replica=full&log=changes_only&cursor=&unknown=1", &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"schema\":null,\"table\":\"echo\",\"where\":\"id = $1 and t <> '&'\","
+				 "\"params\":[\"\\\"q\\\"\",\"a&b\"],\"columns\":[\"id\",\"Has,Comma\",\"title\"],"
+				 "\"replica_full\":true,\"changes_only\":true}");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(GET("/v1/shape?table=public.echo&offset=now&handle=zzz", &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"schema\":\"public\",\"table\":\"echo\",\"where\":null,\"params\":[],"
+				 "\"columns\":null,\"replica_full\":false,\"changes_only\":false}");
+	hc_response_free(&r);
+}
+
+/* ------------------------------------------------ connections, bodies */
+
+TEST(keep_alive_two_requests_one_connection)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		req[2048];
+
+	REQUIRE(server != NULL);
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	snprintf(req, sizeof(req),
+			 "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", shape_target("items", "-1", NULL, NULL));
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (!hc_read_response(&c, false, &r))
+		FAIL("first response: %s", r.error);
+	CHECK_EQ(r.status, 200);
+	CHECK(r.chunked);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	hc_response_free(&r);
+
+	/* pipelined: two requests in one write */
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
+			 shape_target("items", "0_0", handle_of(SH_ITEMS), NULL));
+	snprintf(req + strlen(req), sizeof(req) - strlen(req),
+			 "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (!hc_read_response(&c, false, &r))
+		FAIL("second response: %s", r.error);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R2 "," SNAPSHOT_END "]");
+	hc_response_free(&r);
+	if (!hc_read_response(&c, false, &r))
+		FAIL("third response: %s", r.error);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "{\"status\":\"active\"}");
+	hc_response_free(&r);
+	hc_close(&c);
+}
+
+TEST(http10_client)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		req[2048];
+
+	REQUIRE(server != NULL);
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", shape_target("items", "-1", NULL, NULL));
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (!hc_read_response(&c, false, &r))
+		FAIL("response: %s", r.error);
+	CHECK_EQ(r.status, 200);
+	CHECK(!r.chunked);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	hc_response_free(&r);
+	hc_close(&c);
+}
+
+TEST(settings_apply_at_runtime)
+{
+	HcResponse	r;
+	HttpRuntimeSettings s = {.cache_max_age = 17, .cache_stale_age = 42,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+
+	REQUIRE(server != NULL);
+	http_server_apply_settings(server, &s);
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_1", handle_of(SH_ITEMS), NULL), &r), &r);
+	CHECK_HEADER(&r, "cache-control", "public, max-age=17, stale-while-revalidate=42");
+	hc_response_free(&r);
+	/* the initial request keeps its long cache */
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_HEADER(&r, "cache-control", CACHE_INITIAL);
+	hc_response_free(&r);
+	s.cache_max_age = 5;
+	s.cache_stale_age = 300;
+	http_server_apply_settings(server, &s);
+}
+
+TEST(one_megabyte_record_intact)
+{
+	HcResponse	r;
+	char	   *want;
+	size_t		want_len;
+
+	REQUIRE(server != NULL);
+	want_len = 1 + strlen(P0) + 1 + BIG_LEN + 1 + strlen(P1) + 1;
+	want = malloc(want_len + 1);
+	snprintf(want, want_len + 1, "[%s,", P0);
+	memcpy(want + 1 + strlen(P0) + 1, big_record, BIG_LEN);
+	snprintf(want + 1 + strlen(P0) + 1 + BIG_LEN, strlen(P1) + 3, ",%s]", P1);
+
+	for (int round = 0; round < 2; round++)
+	{
+		if (!(round == 0 ? GET(shape_target("big", "-1", NULL, NULL), &r) :
+			  request("GET", shape_target("big", "-1", NULL, NULL), NULL, &r)))
+		{
+			FAIL("big: %s", r.error);
+			hc_response_free(&r);
+			break;
+		}
+		CHECK_EQ(r.status, 200);
+		CHECK_EQ(r.body_len, want_len);
+		if (r.body_len == want_len)
+			CHECK_MEM_EQ(r.body, want, want_len);
+		CHECK_HEADER(&r, "electric-offset", "0_0");
+		hc_response_free(&r);
+	}
+	free(want);
+}
+
+/* ------------------------------------------------------------ parking */
+
+typedef struct Parked
+{
+	HcConn		c;
+	bool		open;
+} Parked;
+
+static bool
+park(Parked *p, const char *target)
+{
+	char		req[2048];
+
+	p->open = hc_open(&p->c, port, TIMEOUT_S);
+	if (!p->open)
+		return false;
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target);
+	return hc_send(&p->c, req, strlen(req));
+}
+
+static void
+publish_parked_chunk0(void)
+{
+	uint32_t	s = slot_of[SH_PARKED];
+
+	append_str(s, (LogOffset) {0, 0}, P0);
+	append_str(s, (LogOffset) {0, 0}, P1);
+	close_chunk(s, (LogOffset) {0, 0});
+	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+}
+
+TEST(parked_requests_wake_when_the_log_grows)
+{
+	Parked		p[6];
+	HcResponse	r;
+	int			n = 6;
+
+	REQUIRE(server != NULL);
+	for (int i = 0; i < n; i++)
+		REQUIRE(park(&p[i], shape_target("parked", "-1", NULL, NULL)));
+	/* each resolved request pins the shape, then parks */
+	if (!wait_pins(SH_PARKED, (uint64_t) n, 10))
+		FAIL("pins = %llu, expected %d", (unsigned long long) pins(SH_PARKED), n);
+	for (int i = 0; i < n; i++)
+		CHECK(!hc_readable(&p[i].c, i == 0 ? 300 : 0));
+
+	/* a wakeup without new data: they look again and park again */
+	http_server_wake_shape(server, slot_of[SH_PARKED]);
+	usleep(100000);
+	for (int i = 0; i < n; i++)
+		CHECK(!hc_readable(&p[i].c, i == 0 ? 200 : 0));
+	CHECK_EQ(pins(SH_PARKED), (uint64_t) n);
+
+	/* one client gives up while parked */
+	hc_close(&p[n - 1].c);
+	p[n - 1].open = false;
+
+	/* the snapshot writer publishes chunk 0; the main thread wakes them */
+	publish_parked_chunk0();
+	http_server_wake_shape(server, slot_of[SH_PARKED]);
+	for (int i = 0; i < n - 1; i++)
+	{
+		if (!hc_read_response(&p[i].c, false, &r))
+		{
+			FAIL("parked client %d: %s", i, r.error);
+			hc_response_free(&r);
+			continue;
+		}
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" P0 "," P1 "]");
+		CHECK_HEADER(&r, "electric-offset", "0_0");
+		CHECK_HEADER(&r, "electric-handle", handle_of(SH_PARKED));
+		hc_response_free(&r);
+		hc_close(&p[i].c);
+	}
+	/* the one that left released its pin too */
+	if (!wait_pins(SH_PARKED, 0, 10))
+		FAIL("pins = %llu after all parked requests ended",
+			 (unsigned long long) pins(SH_PARKED));
+
+	/* a request for the next chunk parks until the snapshot ends */
+	REQUIRE(park(&p[0], shape_target("parked", "0_0", handle_of(SH_PARKED), NULL)));
+	if (!wait_pins(SH_PARKED, 1, 10))
+		FAIL("the second parked request did not pin");
+	CHECK(!hc_readable(&p[0].c, 200));
+	{
+		uint32_t	s = slot_of[SH_PARKED];
+
+		append_str(s, (LogOffset) {0, 1}, P2);
+		close_chunk(s, (LogOffset) {0, 1});
+		shape_table_set_state(table, s, SHAPE_READY);
+		slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	}
+	http_server_wake_all(server);
+	if (hc_read_response(&p[0].c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" P2 "]");
+		CHECK_HEADER(&r, "electric-offset", "0_1");
+	}
+	else
+		FAIL("second parked client: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&p[0].c);
+
+	/* once done, the shape answers at once */
+	REQUIRE_RESPONSE(GET(shape_target("parked", "0_1", handle_of(SH_PARKED), NULL), &r), &r);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	hc_response_free(&r);
+	if (!wait_pins(SH_PARKED, 0, 10))
+		FAIL("parked shape still pinned");
+}
+
+TEST(retired_while_parked_is_409)
+{
+	Parked		p;
+	HcResponse	r;
+	uint32_t	s;
+
+	REQUIRE(server != NULL);
+	s = slot_of[SH_DOOMED];
+	/* the writer has put something in the log: it must go back */
+	append_str(s, (LogOffset) {0, 0}, P0);
+	REQUIRE(park(&p, shape_target("doomed", "-1", NULL, NULL)));
+	if (!wait_pins(SH_DOOMED, 1, 10))
+		FAIL("the request did not pin the shape");
+	CHECK(!hc_readable(&p.c, 200));
+
+	/* dropped while a reader holds it: freed at its last unpin */
+	shape_table_retire(table, s);
+	CHECK_EQ(shape_table_state(table, s), SHAPE_RETIRED);
+	http_server_wake_shape(server, s);
+	if (hc_read_response(&p.c, false, &r))
+	{
+		CHECK_EQ(r.status, 409);
+		CHECK_STR_EQ(r.body, "[{\"headers\":{\"control\":\"must-refetch\"}}]");
+		CHECK(hc_header(&r, "electric-handle") == NULL);
+		CHECK_HEADER(&r, "cache-control", "public, max-age=1, must-revalidate");
+	}
+	else
+		FAIL("retired parked client: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&p.c);
+
+	/* the HTTP thread's unpin freed the slot and its blocks */
+	{
+		double		until = unit_now() + 10;
+
+		while (shape_table_state(table, s) != SHAPE_FREE && unit_now() < until)
+			usleep(2000);
+	}
+	CHECK_EQ(shape_table_state(table, s), SHAPE_FREE);
+	CHECK_EQ(table->slots[s].log.blocks_held, 0);
+}
+
+TEST(parked_client_that_leaves_is_noticed)
+{
+	Parked		p;
+
+	REQUIRE(server != NULL);
+	/* the stopper shape never grows: only the client leaving ends this */
+	REQUIRE(park(&p, shape_target("stopper", "-1", NULL, NULL)));
+	if (!wait_pins(SH_STOPPER, 1, 10))
+		FAIL("the request did not pin the shape");
+	CHECK(!hc_readable(&p.c, 100));
+	hc_close(&p.c);
+	if (!wait_pins(SH_STOPPER, 0, 10))
+		FAIL("a client that left while parked still pins its shape");
+}
+
+TEST(stalled_reader_is_reaped)
+{
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS, .stalled_serve_timeout_ms = 300};
+	uint64_t	reaped_before = atomic_load(&admission.reaped);
+	int			fd;
+	int			small = 4096;
+	struct sockaddr_in sa;
+	char		req[512];
+	double		until;
+
+	REQUIRE(server != NULL);
+	http_server_apply_settings(server, &s);
+
+	/* a client with a tiny receive window that never reads */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	REQUIRE(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t) port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	REQUIRE(connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
+			 shape_target("big", "-1", NULL, NULL));
+	REQUIRE(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t) strlen(req));
+
+	/* the write deadline passes: the server drops the connection and the pin */
+	until = unit_now() + 10;
+	while (atomic_load(&admission.reaped) == reaped_before && unit_now() < until)
+		usleep(10000);
+	CHECK_UEQ(atomic_load(&admission.reaped), reaped_before + 1);
+	if (!wait_pins(SH_BIG, 0, 10))
+		FAIL("the reaped serve still pins its shape");
+	close(fd);
+
+	s.stalled_serve_timeout_ms = 0;
+	http_server_apply_settings(server, &s);
+}
+
+/* ---------------------------------------------------------- live mode */
+
+/* The live shape's log grows by one change at (tx, 0), published. */
+static void
+live_change(int64_t tx, const char *payload)
+{
+	uint32_t	s = slot_of[SH_LIVE];
+
+	append_str(s, (LogOffset) {tx, 0}, payload);
+	slog_publish(&table->slots[s].log, (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
+	shape_table_note_lsn(table, 0);		/* no change to last_seen_lsn (5000) */
+}
+
+static long long
+cursor_of(const HcResponse *r)
+{
+	const char *c = hc_header(r, "electric-cursor");
+	char	   *end = NULL;
+	long long	v;
+
+	if (c == NULL || c[0] == '\0')
+		return -1;
+	v = strtoll(c, &end, 10);
+	return *end == '\0' ? v : -1;
+}
+
+TEST(live_request_times_out_up_to_date)
+{
+	HcResponse	r;
+	char		target[512];
+	double		t0;
+	double		took;
+	const char *etag;
+	char		prefix[128];
+
+	REQUIRE(server != NULL);
+	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true"
+			 "&cursor=99999999999", handle_of(SH_LIVE));
+	t0 = unit_now();
+	REQUIRE_RESPONSE(GET(target, &r), &r);
+	took = unit_now() - t0;
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	CHECK_HEADER(&r, "electric-offset", "0_inf");
+	CHECK_HEADER(&r, "electric-has-data", "false");
+	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);
+	CHECK_HEADER(&r, "cache-control", "public, max-age=5, stale-while-revalidate=5");
+	CHECK(hc_header(&r, "electric-schema") == NULL);	/* live responses carry a cursor instead */
+	/* the client's cursor is ahead of the clock: cursor + 1..3600 */
+	CHECK(cursor_of(&r) > 99999999999LL && cursor_of(&r) <= 99999999999LL + 3600);
+	/* a timeout's etag is unique: handle:offset:offset:time */
+	etag = hc_header(&r, "etag");
+	snprintf(prefix, sizeof(prefix), "\"%s:0_inf:0_inf:", handle_of(SH_LIVE));
+	CHECK(etag != NULL && strncmp(etag, prefix, strlen(prefix)) == 0);
+	/* it waited for the long-poll timeout, and not much longer */
+	if (took < LONG_POLL_MS / 1000.0 * 0.8 || took > LONG_POLL_MS / 1000.0 + 3)
+		FAIL("a live request with nothing new took %.2fs (timeout %dms)", took, LONG_POLL_MS);
+	hc_response_free(&r);
+	CHECK(wait_pins(SH_LIVE, 0, 5));
+}
+
+TEST(live_request_wakes_on_a_change)
+{
+	Parked		p;
+	HcResponse	r;
+	char		target[512];
+	long long	expect_cursor;
+
+	REQUIRE(server != NULL);
+	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true&cursor=",
+			 handle_of(SH_LIVE));
+	REQUIRE(park(&p, target));
+	if (!wait_pins(SH_LIVE, 1, 10))
+		FAIL("the live request did not pin the shape");
+	CHECK(!hc_readable(&p.c, 200));
+
+	live_change(1000, C1000);
+	http_server_wake_shape(server, slot_of[SH_LIVE]);
+	if (hc_read_response(&p.c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		/* a live response's lsn is its own commit's */
+		CHECK_STR_EQ(r.body, "[" C1000 "," UP_TO_DATE_AT("1000") "]");
+		CHECK_HEADER(&r, "electric-offset", "1000_0");
+		CHECK_HEADER(&r, "electric-has-data", "true");
+		CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);
+		/* an empty cursor: the end of the current interval (1 s here) */
+		expect_cursor = (long long) time(NULL) - 1728432000LL;
+		CHECK(cursor_of(&r) >= expect_cursor - 2 && cursor_of(&r) <= expect_cursor + 2);
+	}
+	else
+		FAIL("live request: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&p.c);
+
+	/* when the change is there already, a live request answers at once */
+	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true",
+			 handle_of(SH_LIVE));
+	REQUIRE_RESPONSE(GET(target, &r), &r);
+	CHECK_STR_EQ(r.body, "[" C1000 "," UP_TO_DATE_AT("1000") "]");
+	hc_response_free(&r);
+
+	/* and a non-live catch-up reads it too, with the server's lsn */
+	REQUIRE_RESPONSE(GET(shape_target("live", "0_0", handle_of(SH_LIVE), NULL), &r), &r);
+	CHECK_STR_EQ(r.body, "[" C1000 "," UP_TO_DATE "]");
+	CHECK_HEADER(&r, "electric-offset", "1000_0");
+	CHECK(hc_header(&r, "electric-schema") != NULL);
+	hc_response_free(&r);
+	CHECK(wait_pins(SH_LIVE, 0, 5));
+}
+
+TEST(out_of_bounds_offset_waits_then_400)
+{
+	Parked		p;
+	HcResponse	r;
+	double		t0;
+	double		took;
+
+	REQUIRE(server != NULL);
+	/* nothing reaches the offset: 400 after half the long-poll timeout */
+	t0 = unit_now();
+	REQUIRE_RESPONSE(GET(shape_target("live", "2000_0", handle_of(SH_LIVE), NULL), &r), &r);
+	took = unit_now() - t0;
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":"
+				 "{\"offset\":[\"out of bounds for this shape\"]}}");
+	if (took < LONG_POLL_MS / 2000.0 * 0.8 || took > LONG_POLL_MS / 1000.0 + 3)
+		FAIL("an out-of-bounds request took %.2fs (timeout %dms)", took, LONG_POLL_MS);
+	hc_response_free(&r);
+
+	/* the log gets there meanwhile: served normally */
+	REQUIRE(park(&p, shape_target("live", "2000_0", handle_of(SH_LIVE), NULL)));
+	if (!wait_pins(SH_LIVE, 1, 10))
+		FAIL("the out-of-bounds request did not pin the shape");
+	live_change(3000, C3000);
+	http_server_wake_shape(server, slot_of[SH_LIVE]);
+	if (hc_read_response(&p.c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" C3000 "," UP_TO_DATE "]");
+		CHECK_HEADER(&r, "electric-offset", "3000_0");
+	}
+	else
+		FAIL("out-of-bounds request: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&p.c);
+	CHECK(wait_pins(SH_LIVE, 0, 5));
+}
+
+TEST(sse_streams_changes)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		req[1024];
+	size_t		cap = 1;
+	bool		ended = false;
+	const char *want = "data: " C4000 "\n\n" "data: " UP_TO_DATE_AT("4000") "\n\n";
+
+	REQUIRE(server != NULL);
+	/* data waiting: sent as events, and the stream ends */
+	snprintf(req, sizeof(req), "GET /v1/shape?table=live&offset=1000_0&handle=%s&live=true"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: x\r\n"
+			 "Accept: text/event-stream\r\nConnection: close\r\n\r\n", handle_of(SH_LIVE));
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (hc_read_response(&c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "data: " C3000 "\n\n" "data: " UP_TO_DATE_AT("3000") "\n\n");
+		CHECK_HEADER(&r, "content-type", "text/event-stream");
+		CHECK_HEADER(&r, "cache-control", "public, max-age=59");
+		CHECK_HEADER(&r, "electric-offset", "3000_0");
+		CHECK_HEADER(&r, "electric-has-data", "true");
+		CHECK(cursor_of(&r) > 0);
+	}
+	else
+		FAIL("sse with data: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&c);
+
+	/* at the end of the log: the stream stays open and carries new changes */
+	snprintf(req, sizeof(req), "GET /v1/shape?table=live&offset=3000_0&handle=%s&live=true"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: x\r\n"
+			 "Accept: text/event-stream\r\n\r\n", handle_of(SH_LIVE));
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (!hc_read_head(&c, &r))
+	{
+		FAIL("sse head: %s", r.error);
+		hc_response_free(&r);
+		hc_close(&c);
+		return;
+	}
+	CHECK_EQ(r.status, 200);
+	CHECK(r.chunked);
+	CHECK_HEADER(&r, "content-type", "text/event-stream");
+	CHECK_HEADER(&r, "electric-offset", "3000_0");
+	CHECK_HEADER(&r, "electric-has-data", "false");
+	CHECK(!hc_readable(&c, 200));
+	if (!wait_pins(SH_LIVE, 1, 5))
+		FAIL("the SSE stream does not hold the shape");
+
+	live_change(4000, C4000);
+	http_server_wake_shape(server, slot_of[SH_LIVE]);
+	while (!ended && r.body_len < strlen(want))
+		if (!hc_read_chunk(&c, &r, &cap, &ended))
+		{
+			FAIL("sse stream: %s", r.error);
+			break;
+		}
+	CHECK(!ended);
+	CHECK_STR_EQ(r.body, want);
+	CHECK(!hc_readable(&c, 100));	/* and it waits for more */
+	hc_response_free(&r);
+
+	/*
+	 * The client leaves.  A parked stream does not see it; the next changes
+	 * make the server write, fail, and drop the stream and its pin.
+	 */
+	hc_close(&c);
+	for (int round = 0; round < 10 && pins(SH_LIVE) != 0; round++)
+	{
+		live_change(5000 + round, "{\"key\":\"more\"}");
+		http_server_wake_shape(server, slot_of[SH_LIVE]);
+		wait_pins(SH_LIVE, 0, 0.3);
+	}
+	CHECK_EQ(pins(SH_LIVE), 0);
+}
+
+/* ------------------------------------------------------------- DELETE */
+
+TEST(delete_when_allowed)
+{
+	HcResponse	r;
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS, .allow_shape_deletion = true};
+	char		target[256];
+
+	REQUIRE(server != NULL);
+	http_server_apply_settings(server, &s);
+
+	snprintf(target, sizeof(target), "/v1/shape?handle=%s", handle_of(SH_ITEMS));
+	REQUIRE_RESPONSE(request("DELETE", target, NULL, &r), &r);
+	CHECK_EQ(r.status, 202);
+	CHECK_EQ(r.body_len, 0);
+	CHECK_HEADER(&r, "cache-control", "no-cache");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("DELETE", "/v1/shape?table=items", NULL, &r), &r);
+	CHECK_EQ(r.status, 202);
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("DELETE", "/v1/shape?handle=nope", NULL, &r), &r);
+	CHECK_EQ(r.status, 404);
+	CHECK_STR_EQ(r.body, "{\"message\":\"No existing shape found\"}");
+	hc_response_free(&r);
+
+	REQUIRE_RESPONSE(request("DELETE", "/v1/shape", NULL, &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":"
+				 "{\"handle\":[\"can't be blank when no table is given\"]}}");
+	hc_response_free(&r);
+
+	s.allow_shape_deletion = false;
+	http_server_apply_settings(server, &s);
+	REQUIRE_RESPONSE(request("DELETE", target, NULL, &r), &r);
+	CHECK_EQ(r.status, 405);
+	hc_response_free(&r);
+}
+
+/* ---------------------------------------------------------- admission */
+
+TEST(admission_limits)
+{
+	HcResponse	r;
+	const char *retry;
+
+	REQUIRE(server != NULL);
+	/* no initial request may run: 503 with Electric's body */
+	admission_set_limits(&admission, 0, 1000);
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
+				 "\"Concurrent initial request limit exceeded (limit: 0), please retry\"}");
+	retry = hc_header(&r, "retry-after");
+	CHECK(retry != NULL && atoi(retry) >= 5 && atoi(retry) <= 10);
+	hc_response_free(&r);
+	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), 1);
+
+	/* a request naming a live shape's handle is an existing one */
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+
+	admission_set_limits(&admission, 1000, 0);
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
+				 "\"Concurrent existing request limit exceeded (limit: 0), please retry\"}");
+	hc_response_free(&r);
+	/* an unknown handle counts as initial */
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "no-such-handle", NULL), &r), &r);
+	CHECK_EQ(r.status, 409);
+	hc_response_free(&r);
+
+	admission_set_limits(&admission, 1000, 1000);
+	/* every slot taken was given back */
+	{
+		double		until = unit_now() + 5;
+
+		while ((atomic_load(&admission.in_use[0]) || atomic_load(&admission.in_use[1])) &&
+			   unit_now() < until)
+			usleep(2000);
+	}
+	CHECK_EQ(atomic_load(&admission.in_use[ADMISSION_INITIAL]), 0);
+	CHECK_EQ(atomic_load(&admission.in_use[ADMISSION_EXISTING]), 0);
+}
+
+/* --------------------------------------------------------- concurrency */
+
+#define CLIENTS 50
+
+typedef struct ClientArg
+{
+	int			id;
+	_Atomic int *ok;
+} ClientArg;
+
+static void *
+client_thread(void *arg)
+{
+	ClientArg  *ca = arg;
+	HcResponse	r;
+	bool		good = true;
+
+	for (int round = 0; round < 3; round++)
+	{
+		const char *target;
+		const char *want;
+
+		switch ((ca->id + round) % 3)
+		{
+			case 0:
+				target = shape_target("items", "-1", NULL, NULL);
+				want = "[" R0 "," R1 "]";
+				break;
+			case 1:
+				target = shape_target("items", "0_0", handle_of(SH_ITEMS), NULL);
+				want = "[" R2 "," SNAPSHOT_END "]";
+				break;
+			default:
+				target = shape_target("items", "0_1", handle_of(SH_ITEMS), NULL);
+				want = "[" UP_TO_DATE "]";
+				break;
+		}
+		{
+			char		t[4096];
+
+			strcpy(t, target);	/* shape_target's buffer is shared */
+			if (!GET(t, &r))
+			{
+				FAIL("client %d: %s", ca->id, r.error);
+				good = false;
+			}
+			else if (r.status != 200 || strcmp(r.body, want) != 0)
+			{
+				FAIL("client %d: status %d body %.80s", ca->id, r.status, r.body);
+				good = false;
+			}
+			hc_response_free(&r);
+		}
+	}
+	if (good)
+		atomic_fetch_add(ca->ok, 1);
+	return NULL;
+}
+
+TEST(fifty_concurrent_clients)
+{
+	pthread_t	th[CLIENTS];
+	ClientArg	args[CLIENTS];
+	_Atomic int ok = 0;
+
+	REQUIRE(server != NULL);
+	for (int i = 0; i < CLIENTS; i++)
+	{
+		args[i].id = i;
+		args[i].ok = &ok;
+		pthread_create(&th[i], NULL, client_thread, &args[i]);
+	}
+	for (int i = 0; i < CLIENTS; i++)
+		pthread_join(th[i], NULL);
+	CHECK_EQ(atomic_load(&ok), CLIENTS);
+}
+
+TEST(pins_released_after_requests)
+{
+	REQUIRE(server != NULL);
+	{
+		double		until = unit_now() + 5;
+
+		while ((atomic_load(&admission.in_use[0]) || atomic_load(&admission.in_use[1])) &&
+			   unit_now() < until)
+			usleep(2000);
+		CHECK_EQ(atomic_load(&admission.in_use[ADMISSION_INITIAL]), 0);
+		CHECK_EQ(atomic_load(&admission.in_use[ADMISSION_EXISTING]), 0);
+	}
+	for (int i = 0; i < SH_COUNT; i++)
+	{
+		if (i == SH_GONE || i == SH_DOOMED)
+			continue;			/* retired and freed */
+		if (!wait_pins(i, 0, 10))
+			FAIL("shape %s still has %llu pins", shape_names[i], (unsigned long long) pins(i));
+	}
+}
+
+/* ------------------------------------------------------------ shutdown */
+
+typedef struct StopArg
+{
+	HttpServer *server;
+	_Atomic bool done;
+} StopArg;
+
+static void *
+stopper(void *arg)
+{
+	StopArg    *sa = arg;
+
+	http_server_stop(sa->server);
+	atomic_store(&sa->done, true);
+	return NULL;
+}
+
+#define STOP_PARKED 8
+#define STOP_QUEUED 4
+
+static int stop_answered;		/* how the requests outstanding at stop ended */
+static int stop_dropped;
+
+static int
+queued_count(void)
+{
+	int			n = 0;
+
+	pthread_mutex_lock(&queue.lock);
+	for (ShapeRequest *r = queue.head; r; r = r->next)
+		n++;
+	pthread_mutex_unlock(&queue.lock);
+	return n;
+}
+
+TEST(stop_with_parked_and_queued_requests)
+{
+	Parked		parked[STOP_PARKED];
+	Parked		queued[STOP_QUEUED];
+	pthread_t	th;
+	StopArg		sa;
+	struct timespec ts;
+	double		until;
+
+	REQUIRE(server != NULL);
+
+	/* requests parked on a shape that never grows */
+	for (int i = 0; i < STOP_PARKED; i++)
+		REQUIRE(park(&parked[i], shape_target("stopper", "-1", NULL, NULL)));
+	if (!wait_pins(SH_STOPPER, STOP_PARKED, 10))
+		FAIL("the stopper requests did not all pin (%llu)",
+			 (unsigned long long) pins(SH_STOPPER));
+	CHECK(!hc_readable(&parked[0].c, 200));
+
+	/* the main thread stops serving the queue; requests wait in it */
+	atomic_store(&main_stop, true);
+	pthread_join(main_thread, NULL);
+	main_running = false;
+	for (int i = 0; i < STOP_QUEUED; i++)
+		REQUIRE(park(&queued[i], shape_target("items", "-1", NULL, NULL)));
+	until = unit_now() + 10;
+	while (queued_count() < STOP_QUEUED && unit_now() < until)
+		usleep(1000);
+	CHECK_EQ(queued_count(), STOP_QUEUED);
+	CHECK(!hc_readable(&queued[0].c, 100));
+
+	/* stop, from another thread so that a hang is caught */
+	sa.server = server;
+	atomic_init(&sa.done, false);
+	pthread_create(&th, NULL, stopper, &sa);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	if (pthread_timedjoin_np(th, NULL, &ts) != 0)
+	{
+		FAIL("http_server_stop hung");
+		return;
+	}
+	server = NULL;
+
+	/*
+	 * Each ends at once, with its 503 or (see the known bug below) a closed
+	 * connection; none hangs, and whatever arrives is the right answer.
+	 */
+	for (int i = 0; i < STOP_PARKED + STOP_QUEUED; i++)
+	{
+		Parked	   *p = i < STOP_PARKED ? &parked[i] : &queued[i - STOP_PARKED];
+		HcResponse	r;
+
+		if (hc_read_response(&p->c, false, &r))
+		{
+			stop_answered++;
+			CHECK_EQ(r.status, 503);
+			if (i < STOP_PARKED)
+				CHECK_STR_EQ(r.body, "{\"message\":\"the server is shutting down\"}");
+			else
+				CHECK_STR_EQ(r.body, "{\"message\":\"the server is not ready, please retry\"}");
+			CHECK_HEADER(&r, "retry-after", "5");
+		}
+		else if (strstr(r.error, "no status line") != NULL && p->c.len == 0)
+			stop_dropped++;		/* closed without a byte: no hang, no garbage */
+		else
+			FAIL("request %d at shutdown: %s", i, r.error);
+		hc_response_free(&r);
+		hc_close(&p->c);
+	}
+	fprintf(stderr, "  # at stop: %d answered 503, %d dropped\n", stop_answered, stop_dropped);
+
+	/* nothing pinned, nothing queued, every block back after retiring */
+	for (int i = 0; i < SH_COUNT; i++)
+		CHECK_EQ(pins(i), 0);
+	CHECK(request_queue_take_all(&queue) == NULL);
+	CHECK(!request_queue_push(&queue, &(ShapeRequest) {0}));
+	for (int i = 0; i < SH_COUNT; i++)
+		if (shape_table_state(table, slot_of[i]) != SHAPE_FREE)
+			shape_table_retire(table, slot_of[i]);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+
+	/* the port is free again */
+	{
+		HcConn		c;
+
+		CHECK(!hc_open(&c, port, 2));
+		hc_close(&c);
+	}
+}
+
+/* regression: http_server_stop resumes parked and queued connections, then calls  MHD_stop_daemon at once; a worker that has not yet run a resumed  connection's handler closes it unanswered (no 503) */
+TEST(stop_answers_every_outstanding_request)
+{
+	CHECK_EQ(stop_answered, STOP_PARKED + STOP_QUEUED);
+	CHECK_EQ(stop_dropped, 0);
+}
+
+TEST(cleanup)
+{
+	if (main_running)
+	{
+		atomic_store(&main_stop, true);
+		pthread_join(main_thread, NULL);
+		main_running = false;
+	}
+	if (server != NULL)
+	{
+		http_server_stop(server);
+		server = NULL;
+	}
+	request_queue_destroy(&queue);
+	free(arena_mem);
+	free(table_mem);
+	free(big_record);
+}
+
+UNIT_MAIN()

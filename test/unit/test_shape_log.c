@@ -1,0 +1,1034 @@
+/*
+ * test_shape_log.c
+ *		The per-shape log in a block arena (src/shm/shape_log.c): appends,
+ *		chunks, publication, lookups, arena exhaustion and release, and a
+ *		concurrent writer with lock-free readers (the case TSan checks).
+ */
+#include "unit.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "shape_log.h"
+
+/* ---------------------------------------------------------- helpers */
+
+static ShapeLogArena *
+arena_new(size_t bytes, void **mem_out)
+{
+	size_t		size = (bytes + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE * SLOG_BLOCK_SIZE;
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+
+	if (mem == NULL)
+		return NULL;
+	memset(mem, 0xa5, size);	/* garbage, as shared memory may hold */
+	*mem_out = mem;
+	return slog_arena_init(mem, size);
+}
+
+/* Deterministic payload bytes for record `id`. */
+static void
+fill_payload(char *buf, uint32_t len, uint64_t id)
+{
+	uint64_t	x = id * 0x9e3779b97f4a7c15ull + 1;
+
+	for (uint32_t i = 0; i < len; i++)
+	{
+		if (i % 8 == 0)
+		{
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+		}
+		buf[i] = (char) (x >> (8 * (i % 8)));
+	}
+}
+
+/* Checks the record at pos: header fields and payload. */
+static bool
+check_record(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *log,
+			 uint64_t pos, uint64_t id, uint32_t len, uint32_t kind, LogOffset o)
+{
+	SlogRecordHeader hdr;
+	char	   *want;
+	char	   *got;
+	bool		ok = true;
+
+	memset(&hdr, 0, sizeof(hdr));
+	slog_read_header(arena, log, pos, &hdr);
+	if (hdr.len != len || hdr.kind != kind || hdr.tx != o.tx || hdr.op != o.op)
+	{
+		unit_fail(file, line, "record %llu at %llu: header (len %u kind %u %lld_%llu), "
+				  "expected (len %u kind %u %lld_%llu)",
+				  (unsigned long long) id, (unsigned long long) pos, hdr.len, hdr.kind,
+				  (long long) hdr.tx, (unsigned long long) hdr.op,
+				  len, kind, (long long) o.tx, (unsigned long long) o.op);
+		return false;
+	}
+	want = malloc(len + 1);
+	got = malloc(len + 1);
+	fill_payload(want, len, id);
+	memset(got, 0, len + 1);
+	slog_copy_out(arena, log, pos + sizeof(SlogRecordHeader), got, len);
+	if (memcmp(want, got, len) != 0)
+	{
+		unit_fail(file, line, "record %llu at %llu: payload of %u bytes differs",
+				  (unsigned long long) id, (unsigned long long) pos, len);
+		ok = false;
+	}
+	free(want);
+	free(got);
+	return ok;
+}
+
+#define CHECK_RECORD(arena, log, pos, id, len, kind, o) \
+	check_record(__FILE__, __LINE__, arena, log, pos, id, len, kind, o)
+
+static SlogResult
+append_id(ShapeLogArena *arena, ShapeLog *log, uint64_t id, uint32_t len,
+		  uint32_t kind, LogOffset o)
+{
+	char	   *buf = malloc(len ? len : 1);
+	SlogResult	res;
+
+	fill_payload(buf, len, id);
+	res = slog_append(arena, log, o, kind, buf, len);
+	free(buf);
+	return res;
+}
+
+static LogOffset
+off(int64_t tx, uint64_t op)
+{
+	LogOffset	o = {tx, op};
+
+	return o;
+}
+
+/* ---------------------------------------------------------- arena */
+
+TEST(arena_sizes)
+{
+	void	   *mem;
+	ShapeLogArena *arena;
+	size_t		size;
+
+	CHECK_EQ(slog_record_span(0), 24);
+	CHECK_EQ(slog_record_span(1), 32);
+	CHECK_EQ(slog_record_span(8), 32);
+	CHECK_EQ(slog_record_span(9), 40);
+	CHECK_EQ(sizeof(SlogRecordHeader), 24);
+
+	/* one header block plus eight blocks: exactly eight blocks */
+	size = 9 * (size_t) SLOG_BLOCK_SIZE;
+	mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	CHECK_EQ(arena->nblocks, 8);
+	CHECK_EQ(arena->blocks_offset, SLOG_BLOCK_SIZE);
+	CHECK_EQ(slog_arena_free_blocks(arena), 8);
+	free(mem);
+
+	/* slog_arena_size gives room for exactly the blocks asked for */
+	size = slog_arena_size(8 * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(size % SLOG_BLOCK_SIZE, 0);
+	mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	CHECK_EQ(arena->nblocks, 8);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	CHECK(arena->blocks_offset + (size_t) arena->nblocks * SLOG_BLOCK_SIZE <= size);
+	free(mem);
+
+	/* too small for any block */
+	mem = aligned_alloc(SLOG_BLOCK_SIZE, SLOG_BLOCK_SIZE);
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, 1024);
+	CHECK_EQ(arena->nblocks, 0);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	{
+		ShapeLog	log;
+
+		slog_init(&log);
+		CHECK_EQ(append_id(arena, &log, 1, 10, SLOG_RECORD_CHANGE, off(0, 0)), SLOG_FULL);
+		CHECK_EQ(slog_close_chunk(arena, &log, off(0, 0)), SLOG_FULL);
+		slog_release(arena, &log);
+	}
+	free(mem);
+}
+
+/* ------------------------------------------------- append and locate */
+
+/*
+ * The log of this test: a snapshot in three chunks, then changes with real
+ * offsets, partly in a closed chunk, partly in the open tail.
+ */
+typedef struct Rec
+{
+	uint32_t	len;
+	uint32_t	kind;
+	LogOffset	o;
+	uint64_t	pos;			/* filled in as appended */
+} Rec;
+
+static Rec recs[] = {
+	/* chunk 0, ends 0_0: small records, one exactly 8-aligned, one empty */
+	{10, SLOG_RECORD_CHANGE, {0, 0}}, {0, SLOG_RECORD_CHANGE, {0, 0}},
+	{8, SLOG_RECORD_CHANGE, {0, 0}}, {30000, SLOG_RECORD_CHANGE, {0, 0}},
+	/* chunk 1, ends 0_1: the first straddles the first block boundary */
+	{5000, SLOG_RECORD_CHANGE, {0, 1}}, {1, SLOG_RECORD_CHANGE, {0, 1}},
+	/* chunk 2, ends 0_2: larger than a block (100 KB), then snapshot-end */
+	{100 * 1024, SLOG_RECORD_CHANGE, {0, 2}}, {77, SLOG_RECORD_CONTROL, {0, 2}},
+	/* chunk 3, ends 150_0: changes */
+	{300, SLOG_RECORD_CHANGE, {100, 0}}, {301, SLOG_RECORD_CHANGE, {100, 2}},
+	{302, SLOG_RECORD_CHANGE, {150, 0}},
+	/* the open tail */
+	{40000, SLOG_RECORD_CHANGE, {200, 0}}, {5, SLOG_RECORD_CHANGE, {200, 2}},
+};
+#define NRECS ((int) (sizeof(recs) / sizeof(recs[0])))
+static const int chunk_last[] = {3, 5, 7, 10};	/* last record of each chunk */
+
+static void
+check_range(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *log,
+			const SlogPublished *pub, LogOffset after, bool ready, int first, int last,
+			LogOffset chunk_end, bool beyond)
+{
+	SlogRange	r;
+	char		a[LOG_OFFSET_TEXT_LEN];
+
+	log_offset_format(after, a, sizeof(a));
+	memset(&r, 0x5a, sizeof(r));
+	slog_locate(arena, log, pub, after, &r);
+	if (r.ready != ready)
+	{
+		unit_fail(file, line, "locate(%s): ready %d, expected %d", a, r.ready, ready);
+		return;
+	}
+	if (!ready)
+		return;
+	if (r.beyond_end != beyond)
+		unit_fail(file, line, "locate(%s): beyond_end %d, expected %d", a, r.beyond_end, beyond);
+	if (log_offset_cmp(r.chunk_end, chunk_end) != 0)
+	{
+		char		g[LOG_OFFSET_TEXT_LEN];
+		char		w[LOG_OFFSET_TEXT_LEN];
+
+		log_offset_format(r.chunk_end, g, sizeof(g));
+		log_offset_format(chunk_end, w, sizeof(w));
+		unit_fail(file, line, "locate(%s): chunk_end %s, expected %s", a, g, w);
+	}
+	/* records first..last inclusive; first > last means an empty range */
+	{
+		/* (every empty range of this test sits at the end of the data) */
+		uint64_t	want_start = first <= last ? recs[first].pos : pub->data_end;
+		uint64_t	want_end = first <= last ?
+			recs[last].pos + slog_record_span(recs[last].len) : want_start;
+
+		if (r.start != want_start || r.end != want_end)
+		{
+			unit_fail(file, line, "locate(%s): [%llu, %llu), expected [%llu, %llu)", a,
+					  (unsigned long long) r.start, (unsigned long long) r.end,
+					  (unsigned long long) want_start, (unsigned long long) want_end);
+			return;
+		}
+	}
+	/* the bytes in the range are exactly those records */
+	for (int i = first; i <= last; i++)
+		if (!check_record(file, line, arena, log, recs[i].pos, (uint64_t) i, recs[i].len,
+						  recs[i].kind, recs[i].o))
+			break;
+}
+
+#define CHECK_RANGE(after, ready, first, last, chunk_end, beyond) \
+	check_range(__FILE__, __LINE__, arena, &log, &pub, after, ready, first, last, chunk_end, beyond)
+
+TEST(append_publish_locate)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(64 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	log;
+	SlogPublished pub;
+	int			c = 0;
+	uint32_t	nblocks;
+
+	REQUIRE(arena != NULL);
+	nblocks = arena->nblocks;
+	slog_init(&log);
+
+	/* nothing published yet: nothing to serve, not even for -1 */
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.data_end, 0);
+	CHECK_EQ(pub.chunk_count, 0);
+	CHECK_EQ(pub.flags, 0);
+	CHECK_EQ(pub.last.tx, -1);
+	CHECK_RANGE(LOG_OFFSET_BEFORE_ALL, false, 0, -1, off(0, 0), false);
+
+	for (int i = 0; i < NRECS; i++)
+	{
+		recs[i].pos = log.write_pos;
+		REQUIRE_EQ(append_id(arena, &log, (uint64_t) i, recs[i].len, recs[i].kind, recs[i].o),
+				   SLOG_OK);
+		CHECK_EQ(log.write_pos, recs[i].pos + slog_record_span(recs[i].len));
+		if (c < 4 && i == chunk_last[c])
+		{
+			REQUIRE_EQ(slog_close_chunk(arena, &log, recs[i].o), SLOG_OK);
+			c++;
+			CHECK_EQ(log.chunk_count, c);
+		}
+		if (i == 4)
+		{
+			/* appended but not published: readers see the old state */
+			slog_read_published(&log, &pub);
+			CHECK_EQ(pub.data_end, 0);
+
+			/* chunk 0 published, snapshot running */
+			slog_publish(&log, off(0, 0), 0);
+			slog_read_published(&log, &pub);
+			CHECK_EQ(pub.data_end, recs[4].pos + slog_record_span(recs[4].len));
+			CHECK_EQ(pub.chunk_count, 1);
+			CHECK_EQ(pub.flags, 0);
+			CHECK(pub.last.tx == 0 && pub.last.op == 0);
+			CHECK_RANGE(LOG_OFFSET_BEFORE_ALL, true, 0, 3, off(0, 0), false);
+			/* the next chunk is still being written: wait */
+			CHECK_RANGE(off(0, 0), false, 0, -1, off(0, 0), false);
+			CHECK_RANGE(off(0, 5), false, 0, -1, off(0, 0), false);
+		}
+		if (i == 7)
+		{
+			/* the snapshot is done: three chunks */
+			slog_publish(&log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+			slog_read_published(&log, &pub);
+			CHECK_EQ(pub.chunk_count, 3);
+			CHECK_EQ(pub.flags, SLOG_SNAPSHOT_DONE);
+			CHECK_RANGE(off(0, 2), true, 8, 7, LOG_OFFSET_SNAPSHOT_END, false);
+			CHECK_RANGE(LOG_OFFSET_SNAPSHOT_END, true, 8, 7, LOG_OFFSET_SNAPSHOT_END, false);
+			CHECK_RANGE(off(1, 0), true, 8, 7, LOG_OFFSET_SNAPSHOT_END, true);
+		}
+	}
+	CHECK_EQ(c, 4);
+	slog_publish(&log, off(200, 2), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.data_end, log.write_pos);
+	CHECK_EQ(pub.chunk_count, 4);
+	CHECK(pub.last.tx == 200 && pub.last.op == 2);
+
+	/* every chunk from its predecessor's end */
+	CHECK_RANGE(LOG_OFFSET_BEFORE_ALL, true, 0, 3, off(0, 0), false);
+	CHECK_RANGE(off(0, 0), true, 4, 5, off(0, 1), false);
+	CHECK_RANGE(off(0, 1), true, 6, 7, off(0, 2), false);
+	CHECK_RANGE(off(0, 2), true, 8, 10, off(150, 0), false);
+	CHECK_RANGE(LOG_OFFSET_SNAPSHOT_END, true, 8, 10, off(150, 0), false);
+	/* mid-chunk offsets: exclusive of the offset itself */
+	CHECK_RANGE(off(1, 0), true, 8, 10, off(150, 0), false);
+	CHECK_RANGE(off(100, 0), true, 9, 10, off(150, 0), false);
+	CHECK_RANGE(off(100, 1), true, 9, 10, off(150, 0), false);
+	CHECK_RANGE(off(100, 2), true, 10, 10, off(150, 0), false);
+	CHECK_RANGE(off(149, LOG_OFFSET_OP_INF), true, 10, 10, off(150, 0), false);
+	/* the tail after the last chunk, once the snapshot is done */
+	CHECK_RANGE(off(150, 0), true, 11, 12, off(200, 2), false);
+	CHECK_RANGE(off(199, 7), true, 11, 12, off(200, 2), false);
+	CHECK_RANGE(off(200, 0), true, 12, 12, off(200, 2), false);
+	CHECK_RANGE(off(200, 1), true, 12, 12, off(200, 2), false);
+	/* at the end: an empty range; past it: beyond_end */
+	CHECK_RANGE(off(200, 2), true, 13, 12, off(200, 2), false);
+	CHECK_RANGE(off(200, 3), true, 13, 12, off(200, 2), true);
+	CHECK_RANGE(off(300, 0), true, 13, 12, off(200, 2), true);
+
+	/* a copy across block boundaries returns exactly the payload bytes */
+	{
+		uint32_t	len = recs[6].len;
+		char	   *want = malloc(len);
+		char	   *got = malloc(len + 64);
+
+		fill_payload(want, len, 6);
+		memset(got, 0x77, len + 64);
+		slog_copy_out(arena, &log, recs[6].pos + sizeof(SlogRecordHeader), got, len);
+		CHECK_MEM_EQ(got, want, len);
+		for (int i = 0; i < 64; i++)
+			if (got[len + i] != 0x77)
+			{
+				FAIL("slog_copy_out wrote past n");
+				break;
+			}
+		/* a piece in the middle, straddling a boundary */
+		{
+			uint64_t	p = recs[6].pos + sizeof(SlogRecordHeader);
+			uint64_t	boundary = (p / SLOG_BLOCK_SIZE + 2) * SLOG_BLOCK_SIZE;
+
+			slog_copy_out(arena, &log, boundary - 100, got, 200);
+			CHECK_MEM_EQ(got, want + (boundary - 100 - p), 200);
+		}
+		free(want);
+		free(got);
+	}
+
+	/* the straddling records really straddle */
+	CHECK(recs[4].pos / SLOG_BLOCK_SIZE !=
+		  (recs[4].pos + slog_record_span(recs[4].len) - 1) / SLOG_BLOCK_SIZE);
+	CHECK((recs[6].pos + slog_record_span(recs[6].len)) / SLOG_BLOCK_SIZE -
+		  recs[6].pos / SLOG_BLOCK_SIZE >= 3);
+
+	/* blocks: data, one directory, one index block */
+	{
+		uint32_t	data_blocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
+
+		CHECK_EQ(log.blocks_held, data_blocks + 2);
+		CHECK_EQ(slog_arena_free_blocks(arena), nblocks - log.blocks_held);
+	}
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), nblocks);
+	CHECK_EQ(log.write_pos, 0);
+	CHECK_EQ(log.blocks_held, 0);
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.data_end, 0);
+	CHECK_EQ(pub.chunk_count, 0);
+	CHECK_EQ(pub.flags, 0);
+	CHECK_EQ(pub.last.tx, -1);
+	free(mem);
+}
+
+TEST(empty_chunks_and_empty_log)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(16 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	log;
+	SlogPublished pub;
+	SlogRange	r;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+
+	/* an empty, finished snapshot: the tail is empty and up to date */
+	slog_publish(&log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	slog_locate(arena, &log, &pub, LOG_OFFSET_BEFORE_ALL, &r);
+	CHECK(r.ready);
+	CHECK(!r.beyond_end);
+	CHECK_EQ(r.start, 0);
+	CHECK_EQ(r.end, 0);
+	CHECK(log_offset_cmp(r.chunk_end, LOG_OFFSET_SNAPSHOT_END) == 0);
+
+	/* a closed chunk with no records */
+	REQUIRE_EQ(slog_close_chunk(arena, &log, off(0, 0)), SLOG_OK);
+	slog_publish(&log, off(0, 0), 0);
+	slog_read_published(&log, &pub);
+	slog_locate(arena, &log, &pub, LOG_OFFSET_BEFORE_ALL, &r);
+	CHECK(r.ready);
+	CHECK_EQ(r.start, 0);
+	CHECK_EQ(r.end, 0);
+	CHECK(r.chunk_end.tx == 0 && r.chunk_end.op == 0);
+	slog_locate(arena, &log, &pub, off(0, 0), &r);
+	CHECK(!r.ready);
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	free(mem);
+}
+
+TEST(many_chunks_binary_search)
+{
+	/* more chunks than fit in one index block */
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(64 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	log;
+	SlogPublished pub;
+	uint32_t	n = (uint32_t) SLOG_CHUNKS_PER_BLOCK * 2 + 7;
+	uint64_t   *pos = malloc(sizeof(uint64_t) * (n + 1));
+
+	REQUIRE(arena != NULL);
+	REQUIRE(pos != NULL);
+	slog_init(&log);
+	for (uint32_t k = 0; k < n; k++)
+	{
+		pos[k] = log.write_pos;
+		REQUIRE_EQ(append_id(arena, &log, k, k % 13, SLOG_RECORD_CHANGE, off(0, k)), SLOG_OK);
+		REQUIRE_EQ(slog_close_chunk(arena, &log, off(0, k)), SLOG_OK);
+	}
+	pos[n] = log.write_pos;
+	slog_publish(&log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.chunk_count, n);
+	for (int64_t k = -1; k < (int64_t) n; k++)
+	{
+		SlogRange	r;
+		LogOffset	after = k < 0 ? LOG_OFFSET_BEFORE_ALL : off(0, (uint64_t) k);
+
+		slog_locate(arena, &log, &pub, after, &r);
+		if (k + 1 < (int64_t) n)
+		{
+			if (!r.ready || r.start != pos[k + 1] || r.end != pos[k + 2] ||
+				r.chunk_end.tx != 0 || r.chunk_end.op != (uint64_t) (k + 1))
+			{
+				FAIL("locate(0_%lld) gave [%llu, %llu) ending %llu", (long long) k,
+					 (unsigned long long) r.start, (unsigned long long) r.end,
+					 (unsigned long long) r.chunk_end.op);
+				break;
+			}
+		}
+		else
+		{
+			CHECK(r.ready);
+			CHECK_EQ(r.start, pos[n]);
+			CHECK_EQ(r.end, pos[n]);
+			CHECK_UEQ(r.chunk_end.op, LOG_OFFSET_OP_INF);
+		}
+	}
+	/* three index blocks and one directory block */
+	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1);
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	free(pos);
+	free(mem);
+}
+
+/* -------------------------------------------------------- exhaustion */
+
+TEST(arena_exhaustion)
+{
+	/* eight blocks exactly */
+	size_t		size = 9 * (size_t) SLOG_BLOCK_SIZE;
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	ShapeLogArena *arena;
+	ShapeLog	a;
+	ShapeLog	b;
+	SlogPublished pub;
+	SlogRange	r;
+	int			n = 0;
+	const uint32_t big = 20000;	/* span 20024 */
+
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	REQUIRE_EQ(arena->nblocks, 8);
+	slog_init(&a);
+	slog_init(&b);
+
+	/* b takes a directory and two data blocks */
+	REQUIRE_EQ(append_id(arena, &b, 1000, big, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	REQUIRE_EQ(append_id(arena, &b, 1001, big, SLOG_RECORD_CHANGE, off(1, 2)), SLOG_OK);
+	CHECK_EQ(b.blocks_held, 3);
+	CHECK_EQ(slog_arena_free_blocks(arena), 5);
+
+	/* a gets a directory and four data blocks: six records of 20024 */
+	for (;;)
+	{
+		SlogResult	res = append_id(arena, &a, (uint64_t) n, big, SLOG_RECORD_CHANGE,
+									off(1, (uint64_t) n));
+
+		if (res != SLOG_OK)
+		{
+			CHECK_EQ(res, SLOG_FULL);
+			break;
+		}
+		if (++n > 100)
+			break;
+	}
+	CHECK_EQ(n, 6);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
+	CHECK_EQ(a.blocks_held, 5);
+
+	/* full: no index block for a chunk either, and nothing changed */
+	CHECK_EQ(slog_close_chunk(arena, &a, off(1, 5)), SLOG_FULL);
+	CHECK_EQ(a.chunk_count, 0);
+	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
+
+	/* a record that fits in the last attached block still goes in */
+	{
+		uint64_t	room = 4 * (uint64_t) SLOG_BLOCK_SIZE - a.write_pos;
+
+		CHECK_EQ(room, 10928);
+		REQUIRE_EQ(append_id(arena, &a, 6, (uint32_t) (room - 24), SLOG_RECORD_CHANGE, off(1, 6)),
+				   SLOG_OK);
+		n++;
+		CHECK_EQ(a.write_pos, 4 * (uint64_t) SLOG_BLOCK_SIZE);
+		CHECK_EQ(append_id(arena, &a, 7, 0, SLOG_RECORD_CHANGE, off(1, 7)), SLOG_FULL);
+	}
+
+	/* the records already there are intact and servable */
+	slog_publish(&a, off(1, 6), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&a, &pub);
+	slog_locate(arena, &a, &pub, LOG_OFFSET_BEFORE_ALL, &r);
+	CHECK(r.ready);
+	CHECK_EQ(r.start, 0);
+	CHECK_EQ(r.end, a.write_pos);
+	for (int i = 0; i < 6; i++)
+		CHECK_RECORD(arena, &a, (uint64_t) i * slog_record_span(big), (uint64_t) i, big,
+					 SLOG_RECORD_CHANGE, off(1, (uint64_t) i));
+	CHECK_RECORD(arena, &a, 6 * slog_record_span(big), 6, 10928 - 24, SLOG_RECORD_CHANGE,
+				 off(1, 6));
+
+	/* another log gives its blocks back: a can grow again */
+	slog_release(arena, &b);
+	CHECK_EQ(slog_arena_free_blocks(arena), 3);
+
+	/*
+	 * A record needing four new blocks gets the three there are, fails,
+	 * and keeps them attached: the log itself is unchanged.
+	 */
+	{
+		uint64_t	before = a.write_pos;
+
+		CHECK_EQ(append_id(arena, &a, 8, 4 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
+				 SLOG_FULL);
+		CHECK_EQ(a.write_pos, before);
+		CHECK_EQ(slog_arena_free_blocks(arena), 0);
+		CHECK_EQ(a.blocks_held, 8);
+		slog_read_published(&a, &pub);
+		CHECK_EQ(pub.data_end, before);
+	}
+
+	/* a smaller record reuses the blocks the failed append attached */
+	REQUIRE_EQ(append_id(arena, &a, 9, big, SLOG_RECORD_CHANGE, off(2, 2)), SLOG_OK);
+	REQUIRE_EQ(append_id(arena, &a, 10, big, SLOG_RECORD_CHANGE, off(2, 4)), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 8);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	slog_publish(&a, off(2, 4), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&a, &pub);
+	slog_locate(arena, &a, &pub, off(1, 6), &r);
+	CHECK(r.ready);
+	CHECK_EQ(r.start, 4 * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(r.end, 4 * (uint64_t) SLOG_BLOCK_SIZE + 2 * slog_record_span(big));
+	CHECK_RECORD(arena, &a, r.start, 9, big, SLOG_RECORD_CHANGE, off(2, 2));
+	CHECK_RECORD(arena, &a, r.start + slog_record_span(big), 10, big, SLOG_RECORD_CHANGE,
+				 off(2, 4));
+
+	/* release returns every block, the ones past write_pos included */
+	slog_release(arena, &a);
+	CHECK_EQ(slog_arena_free_blocks(arena), 8);
+
+	/* and the arena hands out all eight again, each once */
+	{
+		ShapeLog	c;
+		uint32_t	seen[8] = {0};
+
+		slog_init(&c);
+		for (int i = 0; i < 7; i++)
+			CHECK_EQ(append_id(arena, &c, (uint64_t) i, SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE,
+							   off(3, (uint64_t) i)), SLOG_OK);
+		CHECK_EQ(slog_arena_free_blocks(arena), 0);
+		for (int i = 0; i < 7; i++)
+		{
+			uint32_t	dir = atomic_load(&c.data_dirs[0]);
+			uint32_t	blk = ((uint32_t *) ((char *) arena + arena->blocks_offset +
+											 (size_t) dir * SLOG_BLOCK_SIZE))[i];
+
+			if (i == 0)
+			{
+				REQUIRE(dir < 8);
+				seen[dir]++;
+			}
+			REQUIRE(blk < 8);
+			seen[blk]++;
+		}
+		for (int i = 0; i < 8; i++)
+			CHECK_EQ(seen[i], 1);
+		for (int i = 0; i < 7; i++)
+			CHECK_RECORD(arena, &c, (uint64_t) i * SLOG_BLOCK_SIZE, (uint64_t) i,
+						 SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE, off(3, (uint64_t) i));
+		slog_release(arena, &c);
+		CHECK_EQ(slog_arena_free_blocks(arena), 8);
+	}
+	free(mem);
+}
+
+TEST(size_caps)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(8 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	log;
+	uint32_t	free_before;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	free_before = slog_arena_free_blocks(arena);
+
+	/* past the per-log data cap: refused before taking any block */
+	log.write_pos = SLOG_MAX_DATA_BYTES - 16;
+	CHECK_EQ(append_id(arena, &log, 1, 100, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_TOO_LARGE);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before);
+	log.write_pos = 0;
+
+	log.chunk_count = SLOG_MAX_CHUNKS;
+	CHECK_EQ(slog_close_chunk(arena, &log, off(1, 0)), SLOG_TOO_LARGE);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before);
+	log.chunk_count = 0;
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before);
+	free(mem);
+}
+
+TEST(logs_share_the_arena)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(40 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	logs[4];
+	uint32_t	nblocks;
+
+	REQUIRE(arena != NULL);
+	nblocks = arena->nblocks;
+	for (int l = 0; l < 4; l++)
+		slog_init(&logs[l]);
+	/* interleaved appends: blocks of different logs interleave in the arena */
+	for (int i = 0; i < 40; i++)
+		for (int l = 0; l < 4; l++)
+			REQUIRE_EQ(append_id(arena, &logs[l], (uint64_t) (l * 1000 + i), 4000 + (uint32_t) l,
+								 SLOG_RECORD_CHANGE, off(1 + l, (uint64_t) i)), SLOG_OK);
+	/* releasing one leaves the others intact */
+	slog_release(arena, &logs[1]);
+	for (int l = 0; l < 4; l++)
+	{
+		uint64_t	pos = 0;
+
+		if (l == 1)
+			continue;
+		for (int i = 0; i < 40; i++)
+		{
+			if (!CHECK_RECORD(arena, &logs[l], pos, (uint64_t) (l * 1000 + i), 4000 + (uint32_t) l,
+							  SLOG_RECORD_CHANGE, off(1 + l, (uint64_t) i)))
+				break;
+			pos += slog_record_span(4000 + (uint32_t) l);
+		}
+	}
+	/* the freed blocks are reused by a log that grows now */
+	for (int i = 0; i < 40; i++)
+		REQUIRE_EQ(append_id(arena, &logs[1], (uint64_t) (5000 + i), 3999, SLOG_RECORD_CHANGE,
+							 off(9, (uint64_t) i)), SLOG_OK);
+	for (int l = 0; l < 4; l++)
+		slog_release(arena, &logs[l]);
+	CHECK_EQ(slog_arena_free_blocks(arena), nblocks);
+	free(mem);
+}
+
+/* ------------------------------------------------------- concurrency */
+
+/*
+ * One writer appends records i = 0, 1, 2, ... at offsets (1 + i/4, 2*(i%4)),
+ * closes a chunk every few records and publishes (sometimes mid-chunk, so
+ * the open tail is served too).  Readers pick an offset, locate, and check
+ * that the range starts exactly at the next record and that every record in
+ * it is intact.  Published values must never go backwards.
+ */
+#define CONC_READERS 3
+
+typedef struct ConcState
+{
+	ShapeLogArena *arena;
+	ShapeLog	log;
+	_Atomic bool stop;
+	_Atomic uint64_t published_records;
+	_Atomic uint64_t reads[CONC_READERS];
+	_Atomic uint64_t records_checked;
+} ConcState;
+
+static LogOffset
+conc_offset(uint64_t i)
+{
+	return off((int64_t) (1 + i / 4), 2 * (i % 4));
+}
+
+static uint64_t
+conc_index(LogOffset o)
+{
+	return (uint64_t) (o.tx - 1) * 4 + o.op / 2;
+}
+
+static uint32_t
+conc_len(uint64_t i)
+{
+	uint64_t	h = i * 0x2545f4914f6cdd1dull;
+
+	/* mostly small records, now and then one that spans blocks */
+	return (h >> 40) % 20 == 0 ? (uint32_t) ((h >> 20) % 40000) : (uint32_t) ((h >> 20) % 1500);
+}
+
+static void *
+conc_writer(void *arg)
+{
+	ConcState  *s = arg;
+	uint64_t	i = 0;
+	double		until = unit_now() + 1.0;
+	uint64_t	x = 12345;
+
+	while (unit_now() < until)
+	{
+		int			n;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		n = 1 + (int) (x % 8);
+		for (int k = 0; k < n; k++, i++)
+		{
+			if (append_id(s->arena, &s->log, i, conc_len(i), SLOG_RECORD_CHANGE,
+						  conc_offset(i)) != SLOG_OK)
+				goto out;
+		}
+		if (x % 5 != 0 && slog_close_chunk(s->arena, &s->log, conc_offset(i - 1)) != SLOG_OK)
+			goto out;
+		slog_publish(&s->log, conc_offset(i - 1), SLOG_SNAPSHOT_DONE);
+		atomic_store(&s->published_records, i);
+		usleep(300);
+	}
+out:
+	atomic_store(&s->stop, true);
+	return NULL;
+}
+
+typedef struct ReaderArg
+{
+	ConcState  *s;
+	int			id;
+} ReaderArg;
+
+static void *
+conc_reader(void *arg)
+{
+	ReaderArg  *ra = arg;
+	ConcState  *s = ra->s;
+	SlogPublished prev = {0, 0, 0, {-1, 0}};
+	uint64_t	x = 777 + (uint64_t) ra->id;
+	char	   *buf = malloc(40000);
+	char	   *want = malloc(40000);
+
+	for (int pass = 0;; pass++)
+	{
+		SlogPublished pub;
+		SlogRange	r;
+		uint64_t	nrec;
+		int64_t		pick;
+		LogOffset	after;
+		uint64_t	pos;
+		uint64_t	expect;
+		bool		stopping = atomic_load(&s->stop);
+		bool		beyond;
+
+		slog_read_published(&s->log, &pub);
+		if (pub.data_end < prev.data_end || pub.chunk_count < prev.chunk_count ||
+			log_offset_cmp(pub.last, prev.last) < 0 || (prev.flags & ~pub.flags) != 0)
+		{
+			FAIL("reader %d: published state went backwards", ra->id);
+			break;
+		}
+		prev = pub;
+		if (pub.chunk_count == 0 && pub.data_end == 0)
+		{
+			if (stopping)
+				break;
+			continue;
+		}
+		nrec = conc_index(pub.last) + 1;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		/* -1, a record's own offset, or an offset between records */
+		pick = (int64_t) (x % (nrec + 1)) - 1;
+		after = pick < 0 ? LOG_OFFSET_BEFORE_ALL : conc_offset((uint64_t) pick);
+		if (pick >= 0 && (x >> 32) % 3 == 0)
+			after.op++;			/* odd ops never name a record */
+		beyond = log_offset_cmp(after, pub.last) > 0;
+		slog_locate(s->arena, &s->log, &pub, after, &r);
+		if (!r.ready)
+		{
+			FAIL("reader %d: not ready after %lld with the snapshot done", ra->id,
+				 (long long) pick);
+			break;
+		}
+		if (r.beyond_end != beyond || r.end > pub.data_end || r.start > r.end)
+		{
+			FAIL("reader %d: bad range [%llu, %llu) of %llu", ra->id,
+				 (unsigned long long) r.start, (unsigned long long) r.end,
+				 (unsigned long long) pub.data_end);
+			break;
+		}
+		expect = (uint64_t) (pick + 1);
+		if (expect < nrec && r.start == r.end)
+		{
+			FAIL("reader %d: empty range after record %lld of %llu", ra->id,
+				 (long long) pick, (unsigned long long) nrec);
+			break;
+		}
+		for (pos = r.start; pos < r.end; expect++)
+		{
+			SlogRecordHeader hdr;
+			uint32_t	len = conc_len(expect);
+
+			slog_read_header(s->arena, &s->log, pos, &hdr);
+			if (hdr.len != len || hdr.tx != conc_offset(expect).tx ||
+				hdr.op != conc_offset(expect).op || hdr.kind != SLOG_RECORD_CHANGE)
+			{
+				FAIL("reader %d: record %llu at %llu has a wrong header (%u %lld_%llu)",
+					 ra->id, (unsigned long long) expect, (unsigned long long) pos,
+					 hdr.len, (long long) hdr.tx, (unsigned long long) hdr.op);
+				goto done;
+			}
+			slog_copy_out(s->arena, &s->log, pos + sizeof(hdr), buf, len);
+			fill_payload(want, len, expect);
+			if (memcmp(buf, want, len) != 0)
+			{
+				FAIL("reader %d: record %llu has a wrong payload", ra->id,
+					 (unsigned long long) expect);
+				goto done;
+			}
+			atomic_fetch_add(&s->records_checked, 1);
+			pos += slog_record_span(len);
+		}
+		if (pos != r.end)
+		{
+			FAIL("reader %d: records overrun the range end", ra->id);
+			break;
+		}
+		/* the response offset covers the last record sent */
+		if (r.start < r.end && log_offset_cmp(r.chunk_end, conc_offset(expect - 1)) < 0)
+		{
+			FAIL("reader %d: chunk_end before the last record", ra->id);
+			break;
+		}
+		atomic_fetch_add(&s->reads[ra->id], 1);
+		if (stopping)
+			break;
+	}
+done:
+	free(buf);
+	free(want);
+	return NULL;
+}
+
+TEST(concurrent_writer_and_readers)
+{
+	void	   *mem;
+	ConcState  *s = calloc(1, sizeof(ConcState));
+	pthread_t	writer;
+	pthread_t	readers[CONC_READERS];
+	ReaderArg	args[CONC_READERS];
+	uint32_t	nblocks;
+
+	REQUIRE(s != NULL);
+	s->arena = arena_new(64u << 20, &mem);
+	REQUIRE(s->arena != NULL);
+	nblocks = s->arena->nblocks;
+	slog_init(&s->log);
+	for (int i = 0; i < CONC_READERS; i++)
+	{
+		args[i].s = s;
+		args[i].id = i;
+		pthread_create(&readers[i], NULL, conc_reader, &args[i]);
+	}
+	pthread_create(&writer, NULL, conc_writer, s);
+	pthread_join(writer, NULL);
+	for (int i = 0; i < CONC_READERS; i++)
+		pthread_join(readers[i], NULL);
+
+	CHECK(atomic_load(&s->published_records) > 200);
+	for (int i = 0; i < CONC_READERS; i++)
+		CHECK(atomic_load(&s->reads[i]) > 20);
+	CHECK(atomic_load(&s->records_checked) > 1000);
+	fprintf(stderr, "  # %llu records published, %llu/%llu/%llu reads, %llu records checked\n",
+			(unsigned long long) atomic_load(&s->published_records),
+			(unsigned long long) atomic_load(&s->reads[0]),
+			(unsigned long long) atomic_load(&s->reads[1]),
+			(unsigned long long) atomic_load(&s->reads[2]),
+			(unsigned long long) atomic_load(&s->records_checked));
+
+	slog_release(s->arena, &s->log);
+	CHECK_EQ(slog_arena_free_blocks(s->arena), nblocks);
+	free(mem);
+	free(s);
+}
+
+/*
+ * Several threads allocate and release logs against one small arena at
+ * once: the lock-free free list must never hand a block to two logs.
+ */
+#define POOL_THREADS 4
+
+typedef struct PoolArg
+{
+	ShapeLogArena *arena;
+	int			id;
+	_Atomic uint64_t *rounds;
+} PoolArg;
+
+static void *
+pool_worker(void *arg)
+{
+	PoolArg    *pa = arg;
+	ShapeLog	log;
+	double		until = unit_now() + 0.5;
+	uint64_t	round = 0;
+
+	slog_init(&log);
+	while (unit_now() < until)
+	{
+		int			n = 0;
+		uint64_t	pos = 0;
+
+		/* grab what we can, up to five records of about a block each */
+		for (; n < 5; n++)
+		{
+			uint64_t	id = (uint64_t) pa->id << 40 | round << 8 | (uint64_t) n;
+
+			if (append_id(pa->arena, &log, id, 30000, SLOG_RECORD_CHANGE,
+						  off(1, (uint64_t) n)) != SLOG_OK)
+				break;
+		}
+		/* another thread writing into one of our blocks would show here */
+		for (int i = 0; i < n; i++)
+		{
+			uint64_t	id = (uint64_t) pa->id << 40 | round << 8 | (uint64_t) i;
+
+			if (!CHECK_RECORD(pa->arena, &log, pos, id, 30000, SLOG_RECORD_CHANGE,
+							  off(1, (uint64_t) i)))
+				break;
+			pos += slog_record_span(30000);
+		}
+		slog_release(pa->arena, &log);
+		round++;
+	}
+	atomic_fetch_add(pa->rounds, round);
+	return NULL;
+}
+
+TEST(concurrent_block_allocation)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(17 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	pthread_t	th[POOL_THREADS];
+	PoolArg		args[POOL_THREADS];
+	_Atomic uint64_t rounds = 0;
+
+	REQUIRE(arena != NULL);
+	for (int i = 0; i < POOL_THREADS; i++)
+	{
+		args[i].arena = arena;
+		args[i].id = i;
+		args[i].rounds = &rounds;
+		pthread_create(&th[i], NULL, pool_worker, &args[i]);
+	}
+	for (int i = 0; i < POOL_THREADS; i++)
+		pthread_join(th[i], NULL);
+	CHECK(atomic_load(&rounds) > 10);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	/* the free list holds each block exactly once */
+	{
+		uint32_t	count = 0;
+		uint32_t	b = (uint32_t) atomic_load(&arena->free_head);
+		char	   *seen = calloc(arena->nblocks, 1);
+
+		while (b != SLOG_NO_BLOCK && count <= arena->nblocks)
+		{
+			REQUIRE(b < arena->nblocks);
+			CHECK_EQ(seen[b], 0);
+			seen[b] = 1;
+			count++;
+			b = atomic_load(&arena->next[b]);
+		}
+		CHECK_EQ(count, arena->nblocks);
+		free(seen);
+	}
+	free(mem);
+}
+
+UNIT_MAIN()
