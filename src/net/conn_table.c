@@ -19,7 +19,7 @@
  *
  * Notes on synchronization
  * ------------------------
- * - write_deadline_ms is stored by the connection's own thread (relaxed)
+ * - write_armed_ms is stored by the connection's own thread (relaxed)
  *   and read by the deadline thread; it sits alone on its cache line, so
  *   the write path shares nothing with any other connection.
  * - gen_state, fd, parked, peer and handle change under `lock` only;
@@ -52,7 +52,7 @@ conn_table_init(ConnTable *table, uint32_t nslots)
 	{
 		ConnSlot   *s = &table->slots[i];
 
-		atomic_init(&s->write_deadline_ms, 0);
+		atomic_init(&s->write_armed_ms, 0);
 		atomic_init(&s->gen_state, CONN_SLOT_FREE);
 		pthread_mutex_init(&s->lock, NULL);
 		s->fd = -1;
@@ -100,7 +100,7 @@ conn_table_open(ConnTable *table, int fd, const char *peer)
 	strncpy(s->peer, peer ? peer : "?", sizeof(s->peer) - 1);
 	s->peer[sizeof(s->peer) - 1] = '\0';
 	s->handle[0] = '\0';
-	atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_OPEN);
 	pthread_mutex_unlock(&s->lock);
 	return i;
@@ -120,7 +120,7 @@ conn_table_close(ConnTable *table, uint32_t i)
 	gs = atomic_load(&s->gen_state);
 	s->fd = -1;
 	s->parked = NULL;
-	atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_FREE);
 	pthread_mutex_unlock(&s->lock);
 

@@ -36,7 +36,8 @@ struct Waiter;
 typedef struct ConnSlot
 {
 	/* Written by the connection's own thread on every piece: its own line. */
-	_Alignas(128) _Atomic int64_t write_deadline_ms;	/* 0: no write pending */
+	_Alignas(128) _Atomic int64_t write_armed_ms;	/* when the pending piece was
+													 * handed over; 0: none */
 
 	/* Changed under `lock` only (open, close, reap, park, unpark). */
 	_Alignas(128) pthread_mutex_t lock;
@@ -79,17 +80,18 @@ conn_now_coarse_ms(void)
 /*
  * The write path: a piece was handed to the socket (arm), or the next one
  * is being asked for or the response ended (clear).  One relaxed store to
- * the connection's own cache line; no lock, no message.
+ * the connection's own cache line; no lock, no message.  The slot keeps
+ * when the piece was handed over, not a deadline, so that the deadline
+ * thread applies the timeout in force when it looks: a reload that lowers
+ * shape_sync.stalled_serve_timeout reaches writes already pending.
  */
 static inline void
 conn_deadline_arm(ConnTable *table, uint32_t slot)
 {
-	int64_t		timeout = atomic_load_explicit(&table->write_timeout_ms, memory_order_relaxed);
-
-	if (slot == CONN_NO_SLOT || timeout <= 0)
+	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].write_deadline_ms,
-						  conn_now_coarse_ms() + timeout, memory_order_relaxed);
+	atomic_store_explicit(&table->slots[slot].write_armed_ms, conn_now_coarse_ms(),
+						  memory_order_relaxed);
 }
 
 static inline void
@@ -97,7 +99,7 @@ conn_deadline_clear(ConnTable *table, uint32_t slot)
 {
 	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].write_deadline_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&table->slots[slot].write_armed_ms, 0, memory_order_relaxed);
 }
 
 #endif							/* CONN_TABLE_H */

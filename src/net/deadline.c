@@ -6,7 +6,7 @@
  * This file runs on its own thread and must not call into PostgreSQL.
  *
  * A response goes to its socket in pieces of at most
- * shape_sync.write_piece_size.  Handing a piece over stores a deadline in
+ * shape_sync.write_piece_size.  Handing a piece over stores the time in
  * the connection's own ConnTable slot, and asking for the next piece (the
  * previous one reached the kernel) or ending the response clears it: one
  * relaxed store each, on the connection's own cache line, with no lock, no
@@ -37,7 +37,7 @@
  *
  * Notes on synchronization
  * ------------------------
- * - Reads write_deadline_ms without a lock (relaxed); acts only under the
+ * - Reads write_armed_ms without a lock (relaxed); acts only under the
  *   slot's lock, after re-reading gen_state and the deadline (see
  *   conn_table.c).
  * - `stopping` is set once by deadline_stop, which wakes the thread and
@@ -62,28 +62,35 @@
 #define SWEEP_MIN_MS	20
 #define SWEEP_MAX_MS	1000
 
+/* Whether a write handed over at `armed` has stalled by `now`. */
+static inline bool
+deadline_passed(int64_t armed, int64_t timeout, int64_t now)
+{
+	return armed != 0 && timeout > 0 && now - armed >= timeout;
+}
+
 static bool
-deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t now)
+deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 {
 	ConnSlot   *s = &watch->conns->slots[i];
 	char		handle[CONN_HANDLE_LEN];
 	char		peer[CONN_PEER_LEN];
-	int64_t		late = 0;
+	int64_t		stalled = 0;
 	bool		reaped = false;
 
 	pthread_mutex_lock(&s->lock);
 	{
 		uint64_t	gs = atomic_load(&s->gen_state);
-		int64_t		deadline = atomic_load_explicit(&s->write_deadline_ms, memory_order_relaxed);
+		int64_t		armed = atomic_load_explicit(&s->write_armed_ms, memory_order_relaxed);
 
-		if ((gs & 0xFF) == CONN_SLOT_OPEN && deadline != 0 && deadline <= now && s->fd >= 0)
+		if ((gs & 0xFF) == CONN_SLOT_OPEN && deadline_passed(armed, timeout, now) && s->fd >= 0)
 		{
 			shutdown(s->fd, SHUT_RDWR);
 			atomic_store(&s->gen_state, (gs & ~(uint64_t) 0xFF) | CONN_SLOT_REAPED);
-			atomic_store_explicit(&s->write_deadline_ms, 0, memory_order_relaxed);
+			atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
 			memcpy(handle, s->handle, sizeof(handle));
 			memcpy(peer, s->peer, sizeof(peer));
-			late = now - deadline;
+			stalled = now - armed;
 			reaped = true;
 		}
 	}
@@ -93,8 +100,7 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t now)
 		atomic_fetch_add_explicit(&watch->counters->reaped, 1, memory_order_relaxed);
 		thread_log(THREAD_LOG_WARNING,
 				   "closed a stalled serve of shape %s to %s: a write made no progress for %lld ms",
-				   handle[0] ? handle : "(none)", peer,
-				   (long long) (atomic_load(&watch->conns->write_timeout_ms) + late));
+				   handle[0] ? handle : "(none)", peer, (long long) stalled);
 	}
 	return reaped;
 }
@@ -102,14 +108,17 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t now)
 int
 deadline_sweep(DeadlineWatch *watch, int64_t now)
 {
+	int64_t		timeout = atomic_load(&watch->conns->write_timeout_ms);
 	int			reaped = 0;
 
+	if (timeout <= 0)
+		return 0;
 	for (uint32_t i = 0; i < watch->conns->nslots; i++)
 	{
-		int64_t		deadline = atomic_load_explicit(&watch->conns->slots[i].write_deadline_ms,
-													memory_order_relaxed);
+		int64_t		armed = atomic_load_explicit(&watch->conns->slots[i].write_armed_ms,
+												 memory_order_relaxed);
 
-		if (deadline != 0 && deadline <= now && deadline_reap(watch, i, now))
+		if (deadline_passed(armed, timeout, now) && deadline_reap(watch, i, timeout, now))
 			reaped++;
 	}
 	return reaped;
@@ -142,12 +151,9 @@ deadline_main(void *arg)
 		pthread_cond_timedwait(&watch->wake, &watch->lock, &until);
 		if (atomic_load(&watch->stopping))
 			break;
-		if (timeout > 0)
-		{
-			pthread_mutex_unlock(&watch->lock);
-			deadline_sweep(watch, conn_now_coarse_ms());
-			pthread_mutex_lock(&watch->lock);
-		}
+		pthread_mutex_unlock(&watch->lock);
+		deadline_sweep(watch, conn_now_coarse_ms());
+		pthread_mutex_lock(&watch->lock);
 	}
 	pthread_mutex_unlock(&watch->lock);
 	return NULL;

@@ -9,8 +9,9 @@
  * Each message goes out as one event, "data: <json>\n\n", and a batch
  * that reaches the end of the log is followed by an up-to-date event whose
  * global_last_seen_lsn is the batch's commit LSN (the client resumes from
- * "<lsn>_0").  When the request finds data waiting, the stream carries it
- * and ends, as Electric does.  Otherwise the stream stays open for
+ * "<lsn>_0").  When the request finds data waiting, the stream carries all
+ * of it, chunk after chunk, to the end of the log and ends there, as
+ * Electric does.  Otherwise the stream stays open for
  * SSE_TIMEOUT_MS: the content reader parks the connection on the shape's
  * wait list (waiters.c) whenever it has sent everything, and resumes
  * sending when the log grows; a ": keep-alive" comment goes out after
@@ -177,7 +178,8 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 						 (unsigned long long) lsn);
 				sse_queue(st, event);
 			}
-			if (!st->hold)
+			/* a backlog longer than a chunk goes on to the end of the log */
+			if (!st->hold && st->range_up_to_date)
 				st->finished = true;
 			continue;
 		}
@@ -241,8 +243,11 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 		st->range_end = range->chunk_end;
 		st->range_up_to_date = log_offset_cmp(range->chunk_end, pub->last) >= 0;
 	}
-	log_offset_format(range->ready && range->start < range->end ? range->chunk_end
-					  : sc->query.offset, offset_text, sizeof(offset_text));
+	/*
+	 * The stream's own up-to-date events move the client on; the header
+	 * names where it started, so that a stream cut short resumes from there.
+	 */
+	log_offset_format(sc->query.offset, offset_text, sizeof(offset_text));
 
 	shape_conn_responded(sc);
 	if (sc->head_only)
