@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+#
+# bench/run.sh: every benchmark, one command.
+#   1. commit-to-client latency of shape_sync against LISTEN/NOTIFY, on a throwaway cluster
+#      (scripts/lib/cluster.sh, default shape_sync settings): bench/latency.json and the
+#      section "Commit-to-client latency" of bench/RESULTS.md;
+#   2. bench/deadline.sh: the per-write cost of the stall deadline against two alternatives,
+#      the section "Per-write cost of the stall deadline" of bench/RESULTS.md.
+# Other sections of bench/RESULTS.md are kept.
+#
+# Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
+# THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
+# raw-1, client-1, raw-100, sock-100, client-100). About 5 minutes with the defaults.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=../scripts/lib/cluster.sh
+source "$root/scripts/lib/cluster.sh"
+
+if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
+	echo "test/http/node_modules is missing (run scripts/install-deps.sh)" >&2
+	exit 1
+fi
+
+trap cluster_stop EXIT
+cluster_start ""
+
+export BENCH_JSON=$here/latency.json
+export BENCH_LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
+rc=0
+node "$here/latency.mjs" || rc=$?
+
+# machine facts for the report
+export BENCH_NPROC=$(nproc)
+export BENCH_FREE=$(free -h)
+export BENCH_CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+export BENCH_PG=$(cluster_psql -At -c 'SELECT version()')
+export BENCH_LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
+export BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+export BENCH_CONF=$(cluster_psql -At -c "SELECT string_agg(name || ' = ' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('shape_sync.long_poll_timeout', 'shape_sync.http_threads', 'shape_sync.chunk_bytes_threshold', 'synchronous_commit', 'fsync', 'wal_level')")
+node "$here/report.mjs" "$BENCH_JSON" "$here/RESULTS.md"
+cluster_stop
+bash "$here/deadline.sh" >/dev/null || rc=$?
+echo "wrote $here/RESULTS.md"
+exit "$rc"
