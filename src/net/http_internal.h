@@ -110,6 +110,25 @@ struct ShapeConn
 	SseStream	sse;			/* when live_sse */
 };
 
+/*
+ * Every response body goes through this: libmicrohttpd asks for the next
+ * piece only once the previous one reached the kernel, so the write
+ * deadline (deadline.c) is cleared on entry and armed when a piece is
+ * handed over.
+ */
+static inline ssize_t
+http_next_piece(ShapeConn *sc, ssize_t (*fill) (ShapeConn *sc, char *buf, size_t max),
+				char *buf, size_t max)
+{
+	ssize_t		n;
+
+	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
+	n = fill(sc, buf, max);
+	if (n > 0)
+		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
+	return n;
+}
+
 /* shape_serve.c */
 extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
 								   ShapeConn *sc);

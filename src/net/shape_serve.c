@@ -188,31 +188,16 @@ monotonic_us(void)
 
 /* ---------------------------------------------------------- body reader */
 
-/*
- * libmicrohttpd's content reader: fills `buf` with the next piece of the
- * body.  It is called again only once the previous piece reached the
- * kernel, so the pieces are the socket writes.
- */
 static ssize_t shape_body_fill(ShapeConn *sc, char *buf, size_t max);
 
-/*
- * The write deadline (deadline.c) brackets each piece: cleared when the
- * next piece is asked for, which means the previous one reached the
- * kernel, and armed when a piece is handed over.
- */
+/* libmicrohttpd's content reader for a JSON response. */
 static ssize_t
 shape_body_reader(void *cls, uint64_t offset, char *buf, size_t max)
 {
-	ShapeConn  *sc = cls;
-	ssize_t		n;
-
-	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
-	n = shape_body_fill(sc, buf, max);
-	if (n > 0)
-		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
-	return n;
+	return http_next_piece(cls, shape_body_fill, buf, max);
 }
 
+/* Fills `buf` with the next piece of the body: "[", records, tail. */
 static ssize_t
 shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 {

@@ -89,20 +89,15 @@ sse_has_news(void *arg)
 
 static ssize_t sse_fill(ShapeConn *sc, char *buf, size_t max);
 
-/* Write deadlines bracket each piece, as in shape_serve.c. */
+/* libmicrohttpd's content reader for an event stream. */
 static ssize_t
 sse_reader(void *cls, uint64_t offset, char *buf, size_t max)
 {
 	ShapeConn  *sc = cls;
-	ssize_t		n;
 
-	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
 	if (sc->waiter.client_gone)
 		return MHD_CONTENT_READER_END_WITH_ERROR;
-	n = sse_fill(sc, buf, max);
-	if (n > 0)
-		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
-	return n;
+	return http_next_piece(sc, sse_fill, buf, max);
 }
 
 static ssize_t
