@@ -85,6 +85,14 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 
 		if ((gs & 0xFF) == CONN_SLOT_OPEN && deadline_passed(armed, timeout, now) && s->fd >= 0)
 		{
+			struct linger abort_on_close = {1, 0};
+
+			/*
+			 * The close that follows sends a reset and frees the unsent
+			 * data at once, instead of an orphaned socket holding its send
+			 * queue for as long as the idle peer answers window probes.
+			 */
+			setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
 			shutdown(s->fd, SHUT_RDWR);
 			atomic_store(&s->gen_state, (gs & ~(uint64_t) 0xFF) | CONN_SLOT_REAPED);
 			atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);

@@ -401,7 +401,7 @@ registry_resolve(ShapeRequest *req)
 	PG_TRY();
 	{
 		if (req->has_definition || !req->delete_shape)
-			shape_def_validate(&req->def, &spec);
+			shape_def_validate(&req->def, &spec, true);
 		if (req->delete_shape)
 			reg_delete(req, req->has_definition ? &spec : NULL);
 		else

@@ -520,10 +520,12 @@ sdef_columns(const ShapeDefinition *def, Relation rel, ShapeSpec *spec)
 /*
  * Validates a client's shape definition and fills `spec`.  Raises an ERROR
  * with shape_def_error_field set when the definition is invalid.  Must run
- * in a transaction.
+ * in a transaction.  With `nowait`, a table locked by another session
+ * raises an error (with no field: the client may retry) instead of waiting:
+ * the worker's main thread must never block on a user's lock.
  */
 void
-shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec)
+shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 {
 	const char *schema = def->schema ? def->schema : "public";
 	Oid			relid;
@@ -538,8 +540,11 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a shape needs a table")));
 	}
-	relid = RangeVarGetRelid(makeRangeVar(pstrdup(schema), pstrdup(def->table), -1),
-							 AccessShareLock, true);
+	shape_def_error_field = NULL;	/* a lock not granted is no client error */
+	relid = RangeVarGetRelidExtended(makeRangeVar(pstrdup(schema), pstrdup(def->table), -1),
+									 AccessShareLock,
+									 RVR_MISSING_OK | (nowait ? RVR_NOWAIT : 0),
+									 NULL, NULL);
 	if (!OidIsValid(relid))
 	{
 		char		msg[512];

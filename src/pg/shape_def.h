@@ -66,7 +66,7 @@ typedef struct ShapeSpec
 extern const char *shape_def_error_field;
 extern char shape_def_http_message[512];
 
-extern void shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec);
+extern void shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait);
 extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 										  const AttrNumber *columns);
 extern char *shape_schema_json(const ShapeRelation *rel);

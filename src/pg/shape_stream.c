@@ -52,6 +52,7 @@
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -785,6 +786,15 @@ ss_check_relation(Oid relid)
 		{
 			ss_rotate_later(s, "its table was dropped");
 			continue;
+		}
+		if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		{
+			/* never wait on a user's lock here: look again next time */
+			MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+			ss_changed_relids = list_append_unique_oid(ss_changed_relids, relid);
+			MemoryContextSwitchTo(old);
+			return;
 		}
 		if (s->all_columns)
 			now = shape_relation_load(relid, 0, NULL);

@@ -133,7 +133,7 @@ shape_sync_validate_shape(PG_FUNCTION_ARGS)
 	StringInfoData buf;
 
 	sql_definition(fcinfo, &def, true);
-	shape_def_validate(&def, &spec);
+	shape_def_validate(&def, &spec, false);
 	rel = shape_relation_load(spec.relid, spec.ncolumns, spec.columns);
 
 	initStringInfo(&buf);
@@ -176,7 +176,7 @@ shape_sync_encode_rows(PG_FUNCTION_ARGS)
 
 	sql_definition(fcinfo, &def, false);
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
-	shape_def_validate(&def, &spec);
+	shape_def_validate(&def, &spec, false);
 
 	nestlevel = NewGUCNestLevel();
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
