@@ -52,6 +52,7 @@
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "access/sysattr.h"
 #include "storage/lmgr.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -86,6 +87,9 @@ typedef struct ShapeStream
 	ShapeRelation *rel;
 	RowEncoder	enc;
 	ExprState  *where;			/* NULL: every row matches */
+	int			nused;			/* columns the shape reads: selected, key, where */
+	AttrNumber *used_attnums;
+	Oid		   *used_types;		/* their types when the shape was made */
 	char	   *schema_json;	/* to notice a changed table */
 
 	bool		ready;			/* snapshot done: this stream writes the log */
@@ -180,6 +184,62 @@ ss_ensure_init(void)
 	}
 }
 
+static void
+ss_use_column(ShapeStream *s, AttrNumber attnum)
+{
+	for (int i = 0; i < s->nused; i++)
+		if (s->used_attnums[i] == attnum)
+			return;
+	s->used_attnums[s->nused] = attnum;
+	s->used_types[s->nused] = get_atttype(s->relid, attnum);
+	s->nused++;
+}
+
+/*
+ * Records the columns the shape reads from decoded tuples, with their
+ * types, so that a change decoded after an ALTER TABLE that changed one of
+ * them is never fed to an encoder or a where clause built for the old type.
+ */
+static void
+ss_note_used_columns(ShapeStream *s, Node *where)
+{
+	Bitmapset  *vars = NULL;
+	int			max = s->rel->ncolumns + s->rel->nkeys;
+	int			x = -1;
+
+	if (where != NULL)
+	{
+		pull_varattnos(where, 1, &vars);
+		max += bms_num_members(vars);
+	}
+	s->used_attnums = palloc(sizeof(AttrNumber) * Max(max, 1));
+	s->used_types = palloc(sizeof(Oid) * Max(max, 1));
+	for (int i = 0; i < s->rel->ncolumns; i++)
+		ss_use_column(s, s->rel->columns[i].attnum);
+	for (int i = 0; i < s->rel->nkeys; i++)
+		ss_use_column(s, s->rel->keys[i]);
+	while ((x = bms_next_member(vars, x)) >= 0)
+		ss_use_column(s, (AttrNumber) (x + FirstLowInvalidHeapAttributeNumber));
+}
+
+/* Whether a decoded tuple's descriptor still has the shape's column types. */
+static bool
+ss_types_match(ShapeStream *s, TupleDesc desc)
+{
+	for (int i = 0; i < s->nused; i++)
+	{
+		AttrNumber	attnum = s->used_attnums[i];
+		Form_pg_attribute att;
+
+		if (attnum < 1 || attnum > desc->natts)
+			return false;
+		att = TupleDescAttr(desc, attnum - 1);
+		if (att->attisdropped || att->atttypid != s->used_types[i])
+			return false;
+	}
+	return true;
+}
+
 /*
  * Prepares the stream of a new shape: its encoder and its where clause,
  * ready to run on decoded tuples.  Called by the registry, in a transaction.
@@ -208,8 +268,14 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	row_encoder_init(&s->enc, s->rel);
 	s->schema_json = shape_schema_json(s->rel);
 	if (spec->where_tree != NULL)
-		s->where = ExecInitExpr(expression_planner((Expr *) stringToNode(spec->where_tree)),
-								NULL);
+	{
+		Node	   *expr = stringToNode(spec->where_tree);
+
+		s->where = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+		ss_note_used_columns(s, expr);
+	}
+	else
+		ss_note_used_columns(s, NULL);
 	initStringInfo(&s->held);
 	MemoryContextSwitchTo(old);
 	{
@@ -557,6 +623,11 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 
 		if (!s->in_use || s->relid != relid || s->rotate)
 			continue;
+		if (!ss_types_match(s, desc))
+		{
+			ss_rotate_later(s, "a column it reads was dropped or changed type");
+			continue;
+		}
 		ss_change_for_shape(s, change->action, newslot, oldslot, op);
 	}
 	if (newslot)
