@@ -123,12 +123,12 @@ static ExprContext *ss_econtext;
 static List *ss_changed_relids; /* relcache invalidations seen */
 static bool ss_all_changed;
 static bool ss_callback_registered;
-static HTAB *ss_relids;			/* relid -> number of shapes on it */
+static HTAB *ss_relids;			/* relid -> the streams on it */
 
 typedef struct SsRelidEntry
 {
 	Oid			relid;
-	int			shapes;
+	List	   *slots;			/* int list: the streams on this relation */
 } SsRelidEntry;
 
 /* ------------------------------------------------------------ set-up */
@@ -281,8 +281,10 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	{
 		bool		found;
 		SsRelidEntry *e = hash_search(ss_relids, &spec->relid, HASH_ENTER, &found);
+		MemoryContext oldcxt = MemoryContextSwitchTo(ss_context);
 
-		e->shapes = found ? e->shapes + 1 : 1;
+		e->slots = lappend_int(found ? e->slots : NIL, (int) slot);
+		MemoryContextSwitchTo(oldcxt);
 		s->counted = true;
 	}
 }
@@ -301,8 +303,12 @@ shape_stream_remove(uint32 slot)
 	{
 		SsRelidEntry *e = s->counted ? hash_search(ss_relids, &s->relid, HASH_FIND, NULL) : NULL;
 
-		if (e && --e->shapes == 0)
-			hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
+		if (e)
+		{
+			e->slots = list_delete_int(e->slots, (int) slot);
+			if (e->slots == NIL)
+				hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
+		}
 	}
 	MemoryContextDelete(s->context);
 	memset(s, 0, sizeof(*s));
@@ -589,8 +595,9 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 void
 shape_stream_change(Relation rel, ReorderBufferChange *change)
 {
-	ShapeTable *table = ss_table();
 	Oid			relid = RelationGetRelid(rel);
+	SsRelidEntry *entry;
+	ListCell   *lc;
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *newslot = NULL;
 	TupleTableSlot *oldslot = NULL;
@@ -601,8 +608,9 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 		change->action != REORDER_BUFFER_CHANGE_DELETE)
 		return;
 	ss_op += 2;
-	if (!shape_stream_wants(relid))
-		return;
+	entry = ss_relids ? hash_search(ss_relids, &relid, HASH_FIND, NULL) : NULL;
+	if (entry == NULL)
+		return;					/* no shape on this table: one hash probe */
 
 	if (change->data.tp.newtuple)
 	{
@@ -617,11 +625,11 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	if (newslot && change->action == REORDER_BUFFER_CHANGE_UPDATE)
 		ss_patch_unchanged_toast(newslot, oldslot);
 
-	for (uint32 i = 0; i < table->nslots; i++)
+	foreach(lc, entry->slots)
 	{
-		ShapeStream *s = &ss_streams[i];
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
-		if (!s->in_use || s->relid != relid || s->rotate)
+		if (s->rotate)
 			continue;
 		if (!ss_types_match(s, desc))
 		{
