@@ -15,64 +15,23 @@
 #    did not restart, and it still serves snapshots, catch-up and live requests.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
+init_work
 
 LONG_POLL_S=30
 PROMPT_S=3
 
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '${LONG_POLL_S}s'
 shape_sync.stalled_serve_timeout = '60s'
-shape_sync.max_connections = 1000" start_cluster 5140
+shape_sync.max_connections = 1000" start_cluster_retrying 5140
+cluster_psql -c 'CREATE EXTENSION shape_sync'
+create_big_table 20000
 cluster_psql <<'SQL'
-CREATE EXTENSION shape_sync;
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, 20000) g;
 CREATE TABLE mid (id int PRIMARY KEY, payload text);
 INSERT INTO mid SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 5000) g;
 CREATE TABLE lp (id int PRIMARY KEY, v text);
 INSERT INTO lp VALUES (1, 'a');
 SQL
 
-now() { date +%s.%N; }
-diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-j() { python3 "$client" json "$@"; }
-in_use() { cluster_psql -At -c "SELECT in_use FROM shape_sync.admission WHERE kind = '$1'"; }
-slots_free() { [[ $(in_use initial) == 0 && $(in_use existing) == 0 ]]; }
-header() { tr -d '\r' <"$2" | sed -n "s/^$1: //Ip" | tail -n 1; }
-follow() {
-	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" offset=-1 handle='' inserts=0 n h=$work/follow.h b=$work/follow.b
-	for ((n = 0; n < 50; n++)); do
-		curl -sf --max-time 30 -D "$h" -o "$b" "$url&offset=$offset${handle:+&handle=$handle}" || return 1
-		handle=$(header electric-handle "$h")
-		offset=$(header electric-offset "$h")
-		inserts=$((inserts + $({ grep -o '"operation":"insert"' "$b" || true; } | wc -l)))
-		if [[ -n $(header electric-up-to-date "$h") ]]; then
-			echo "$handle $offset $inserts"
-			return 0
-		fi
-	done
-	return 1
-}
 # drained SECONDS: waits for both kinds to reach 0; prints how long it took
 drained() {
 	local t0 t1
@@ -95,11 +54,8 @@ pid_before=$(worker_pid)
 live="/v1/shape?table=lp&handle=$lp_handle&offset=$lp_offset&live=true"
 
 # ------------------------------------------------------- 1. parked clients leave at once
-python3 "$client" hold --url "$SHAPE_SYNC_URL" --path "$live" --path "$live" --path "$live&live_sse=true" \
-	--count 300 --quiet 0.5 --stop-file "$work/stop" --drain-seconds 0.2 --rst-every 2 --max-seconds 60 \
-	>"$work/parked.out" &
-helpers+=($!)
-hold_pid=$!
+start_hold parked --path "$live" --path "$live" --path "$live&live_sse=true" \
+	--count 300 --quiet 0.5 --drain-seconds 0.2 --rst-every 2 --max-seconds 60
 all_parked() { [[ $(in_use existing) == 300 ]]; }
 check "300 live requests (long-poll and SSE) are parked" wait_for 15 all_parked
 touch "$work/stop"
@@ -114,7 +70,7 @@ fi
 
 # ------------------------------------------------------- 2. 2000 random aborts
 enc_where=$(python3 -c 'import urllib.parse; print(urllib.parse.quote("id % 97 = "))')
-python3 "$client" aborts --url "$SHAPE_SYNC_URL" --total 2000 --concurrency 50 --seed "${SEED:-$RANDOM}" \
+python3 "$stall_client" aborts --url "$SHAPE_SYNC_URL" --total 2000 --concurrency 50 --seed "${SEED:-$RANDOM}" \
 	--kind snap_initial=2 --kind-path "snap_initial=/v1/shape?table=big&offset=-1" \
 	--kind snap_existing=2 --kind-path "snap_existing=/v1/shape?table=big&offset=-1&handle=$big_handle" \
 	--kind new_shape=1 --kind-path "new_shape=/v1/shape?table=mid&offset=-1&where=${enc_where}{n}" \

@@ -20,32 +20,17 @@
 # 4. ALTER SYSTEM + pg_reload_conf() changes the limits without a restart.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
+init_work
+# the writer of the locking session's fifo (section 2) is closed first
 cleanup() {
-	local p
 	exec 7>&- 2>/dev/null || true
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
+	cleanup_work
 }
 trap cleanup EXIT
 
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_concurrent_existing = 2
 shape_sync.max_concurrent_initial = 1
-shape_sync.long_poll_timeout = '20s'" start_cluster 5150
+shape_sync.long_poll_timeout = '20s'" start_cluster_retrying 5150
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;
 CREATE TABLE lp (id int PRIMARY KEY, v text);
@@ -53,26 +38,9 @@ INSERT INTO lp VALUES (1, 'a');
 CREATE TABLE lk (id int PRIMARY KEY);
 CREATE TABLE other (id int PRIMARY KEY);
 INSERT INTO other VALUES (1);
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, 10000) g;
 SQL
+create_big_table 10000
 
-j() { python3 "$client" json "$@"; }
-adm() { cluster_psql -At -c "SELECT $2 FROM shape_sync.admission WHERE kind = '$1'"; }
-header() { tr -d '\r' <"$2" | sed -n "s/^$1: //Ip" | tail -n 1; }
-follow() {
-	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" offset=-1 handle='' n h=$work/follow.h b=$work/follow.b
-	for ((n = 0; n < 50; n++)); do
-		curl -sf --max-time 30 -D "$h" -o "$b" "$url&offset=$offset${handle:+&handle=$handle}" || return 1
-		handle=$(header electric-handle "$h")
-		offset=$(header electric-offset "$h")
-		if [[ -n $(header electric-up-to-date "$h") ]]; then
-			echo "$handle $offset"
-			return 0
-		fi
-	done
-	return 1
-}
 # get NAME URL: status into $work/NAME.status, headers and body beside it
 get() {
 	curl -s --max-time 30 -D "$work/$1.h" -o "$work/$1.b" -w '%{http_code}' "$2" >"$work/$1.status" || true
@@ -91,7 +59,7 @@ check_503() {
 # wait_status FILE SECONDS: waits for a background get to write its status
 wait_status() { wait_for "$2" test -s "$1"; }
 
-read -r handle offset < <(follow lp) || true
+read -r handle offset _ < <(follow lp) || true
 check "the lp shape exists" test -n "$handle"
 pid_before=$(worker_pid)
 live="$SHAPE_SYNC_URL/v1/shape?table=lp&handle=$handle&offset=$offset&live=true"
@@ -130,7 +98,6 @@ cluster_psql -c "INSERT INTO lp VALUES (2, 'wake')"
 check "the parked requests are answered" wait_for 10 bash -c "test -s '$work/park1.status' && test -s '$work/park2.status'"
 expect_eq "both with the change" "200 200" "$(cat "$work/park1.status") $(cat "$work/park2.status")"
 expect_match "whose body holds the new row" '"wake"' "$(cat "$work/park1.b")"
-slots_free() { [[ $(adm initial in_use) == 0 && $(adm existing in_use) == 0 ]]; }
 check "the slots come back" wait_for 3 slots_free
 get after "$catchup"
 expect_eq "a catch-up request succeeds again" 200 "$(cat "$work/after.status")"
@@ -180,7 +147,7 @@ get new_again "$SHAPE_SYNC_URL/v1/shape?table=other&offset=-1&where=id%20%3E%200
 expect_eq "a new shape is served again" 200 "$(cat "$work/new_again.status")"
 
 # ------------------------------------------------------------ 3. a slow snapshot
-python3 "$client" slow --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1&where=id%20%3E%200" \
+python3 "$stall_client" slow --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1&where=id%20%3E%200" \
 	--rcvbuf 65536 --read 16384 --sleep 0.1 --max-seconds 60 >"$work/slow.out" &
 helpers+=($!)
 slow_pid=$!
@@ -197,7 +164,7 @@ cluster_psql -c "ALTER SYSTEM SET shape_sync.max_concurrent_existing = 3" \
 	-c "ALTER SYSTEM SET shape_sync.max_concurrent_initial = 5" -c "SELECT pg_reload_conf()" >/dev/null
 new_max() { [[ "$(adm initial max) $(adm existing max)" == "5 3" ]]; }
 check "after ALTER SYSTEM and pg_reload_conf() admission.max shows 5 and 3" wait_for 10 new_max
-read -r handle offset < <(follow lp) || true
+read -r handle offset _ < <(follow lp) || true
 live="$SHAPE_SYNC_URL/v1/shape?table=lp&handle=$handle&offset=$offset&live=true"
 for i in 1 2 3; do
 	get "p$i" "$live" &

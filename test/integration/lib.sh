@@ -61,3 +61,123 @@ wait_for() {
 		sleep 0.2
 	done
 }
+
+# ---------------------------------------------------------------- shared setup
+#
+# What the stalled_* and admission_* scripts have in common: a cluster started
+# with retries, a scratch folder with background helpers, the big table, and
+# the helpers that read shapes, the admission view and stall_client.py output.
+
+stall_client=$here/stall_client.py
+
+# start_cluster_retrying BASE_PORT: cluster_start on a free port from BASE_PORT; another cluster may take it first, so up to three tries
+start_cluster_retrying() {
+	local _
+	for _ in 1 2 3; do
+		cluster_start "$(cluster_free_port "$1")" && return 0
+		cluster_stop
+		sleep 1
+	done
+	return 1
+}
+
+# init_work: a scratch folder $work and a list $helpers of background PIDs, both cleaned up (with the cluster) on exit
+init_work() {
+	work=$(mktemp -d)
+	helpers=()
+	trap cleanup_work EXIT
+}
+
+# cleanup_work: kills the helpers, stops the cluster, removes $work
+cleanup_work() {
+	local p
+	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
+	cluster_stop
+	rm -rf "$work"
+}
+
+# create_big_table ROWS: table big (id, payload) with ROWS rows of 512 bytes of payload
+create_big_table() {
+	cluster_psql -c "CREATE TABLE big (id int PRIMARY KEY, payload text)" \
+		-c "INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, $1) g"
+}
+
+# now: the time in seconds, with nanoseconds
+now() { date +%s.%N; }
+# diff_s A B: B - A, in seconds with two decimals
+diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+# le A B: A <= B (numbers with decimals)
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# j FILE EVENT EXPR: a value from a stall_client.py report (see its `json` command)
+j() { python3 "$stall_client" json "$@"; }
+# wait_event FILE EVENT SECONDS: waits until the report in FILE has EVENT
+wait_event() { wait_for "$3" j "$1" "$2" 'd["event"]' >/dev/null 2>&1; }
+
+# reaped: shape_sync.stalled_serves_reaped()
+reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
+# adm KIND COLUMN: a column of shape_sync.admission for KIND (initial or existing)
+adm() { cluster_psql -At -c "SELECT $2 FROM shape_sync.admission WHERE kind = '$1'"; }
+# in_use KIND: admitted requests of KIND right now
+in_use() { adm "$1" in_use; }
+# slots_free: no request of either kind holds an admission slot
+slots_free() { [[ $(in_use initial) == 0 && $(in_use existing) == 0 ]]; }
+
+# header NAME FILE: the last value of header NAME in a curl -D dump
+header() { tr -d '\r' <"$2" | sed -n "s/^$1: //Ip" | tail -n 1; }
+
+# follow TABLE: reads a shape from offset=-1 until up-to-date; prints
+# "HANDLE OFFSET INSERTS" (the offset to go live from)
+follow() {
+	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" offset=-1 handle='' inserts=0 n h=$work/follow.h b=$work/follow.b
+	for ((n = 0; n < 50; n++)); do
+		curl -sf --max-time 30 -D "$h" -o "$b" "$url&offset=$offset${handle:+&handle=$handle}" || return 1
+		handle=$(header electric-handle "$h")
+		offset=$(header electric-offset "$h")
+		inserts=$((inserts + $({ grep -o '"operation":"insert"' "$b" || true; } | wc -l)))
+		if [[ -n $(header electric-up-to-date "$h") ]]; then
+			echo "$handle $offset $inserts"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# start_hold NAME ARGS...: `stall_client.py hold ARGS` in the background, its report in $work/NAME.out, its PID in $hold_pid; it stops when $work/stop appears
+start_hold() {
+	local name=$1
+	shift
+	rm -f "$work/stop"
+	python3 "$stall_client" hold --url "$SHAPE_SYNC_URL" --stop-file "$work/stop" "$@" >"$work/$name.out" &
+	helpers+=($!)
+	# shellcheck disable=SC2034 # the callers' to stop or wait for
+	hold_pid=$!
+}
+
+# stop_hold PID TENTHS: creates $work/stop, gives the helper TENTHS tenths of a second to finish its report, then kills it
+stop_hold() {
+	local i
+	touch "$work/stop"
+	for ((i = 0; i < $2; i++)); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+	rm -f "$work/stop"
+}
+
+# stall_warned HANDLE PORTS: each client port has a WARNING that a stalled serve of shape HANDLE to it was closed
+stall_warned() {
+	local p
+	for p in $2; do
+		grep -Eq "WARNING: .*closed a stalled serve of shape $1 to [^ ]*:$p: a write made no progress for [0-9]+ ms" \
+			"$SHAPE_SYNC_LOG" || return 1
+	done
+}
+
+# stall_ms HANDLE PORT: the milliseconds without progress that the last such WARNING for PORT reports (0 when none)
+stall_ms() {
+	grep -Eo "closed a stalled serve of shape $1 to [^ ]*:$2: a write made no progress for [0-9]+ ms" \
+		"$SHAPE_SYNC_LOG" | grep -Eo '[0-9]+ ms$' | grep -Eo '[0-9]+' | tail -n 1 || echo 0
+}

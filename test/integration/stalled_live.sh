@@ -13,71 +13,21 @@
 #    large table that has no shape yet.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
+init_work
 
 TIMEOUT_S=2
 SLACK_S=2
 ROWS=20000 # x 512 bytes of payload: about 10 MB of messages
 
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '${TIMEOUT_S}s'
 shape_sync.long_poll_timeout = '30s'
-shape_sync.socket_send_buffer = '64kB'" start_cluster 5110
+shape_sync.socket_send_buffer = '64kB'" start_cluster_retrying 5110
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;
 CREATE TABLE items (id int PRIMARY KEY, payload text);
 INSERT INTO items VALUES (0, 'seed');
-CREATE TABLE big (id int PRIMARY KEY, payload text);
 SQL
-cluster_psql -c "INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, $ROWS) g"
-
-now() { date +%s.%N; }
-diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
-j() { python3 "$client" json "$@"; }
-reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
-in_use() { cluster_psql -At -c "SELECT in_use FROM shape_sync.admission WHERE kind = '$1'"; }
-slots_free() { [[ $(in_use initial) == 0 && $(in_use existing) == 0 ]]; }
-header() { tr -d '\r' <"$2" | sed -n "s/^$1: //Ip" | tail -n 1; }
-
-# follow TABLE: reads a shape from offset=-1 until up-to-date; prints
-# "HANDLE OFFSET INSERTS" (the offset to go live from)
-follow() {
-	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" offset=-1 handle='' inserts=0 n h=$work/follow.h b=$work/follow.b
-	for ((n = 0; n < 50; n++)); do
-		curl -sf --max-time 30 -D "$h" -o "$b" "$url&offset=$offset${handle:+&handle=$handle}" || return 1
-		handle=$(header electric-handle "$h")
-		offset=$(header electric-offset "$h")
-		inserts=$((inserts + $({ grep -o '"operation":"insert"' "$b" || true; } | wc -l)))
-		if [[ -n $(header electric-up-to-date "$h") ]]; then
-			echo "$handle $offset $inserts"
-			return 0
-		fi
-	done
-	return 1
-}
-
-# wait_event FILE EVENT SECONDS
-wait_event() { wait_for "$3" j "$1" "$2" 'd["event"]' >/dev/null 2>&1; }
+create_big_table "$ROWS"
 
 # check_reaped WHAT FILE HANDLE REAPED_BEFORE COUNT: the helper's COUNT
 # connections were reaped in time, logged and counted
@@ -100,18 +50,10 @@ check_reaped() {
 
 	local port ports logged=0
 	ports=$(j "$out" connected '" ".join(map(str, d["ports"]))')
-	warned() {
-		local p
-		for p in $ports; do
-			grep -Eq "WARNING: .*closed a stalled serve of shape $handle to [^ ]*:$p: a write made no progress for [0-9]+ ms" \
-				"$SHAPE_SYNC_LOG" || return 1
-		done
-	}
-	check "$what: a WARNING names the shape and each client" wait_for 5 warned
+	check "$what: a WARNING names the shape and each client" wait_for 5 stall_warned "$handle" "$ports"
 	for port in $ports; do
 		local ms
-		ms=$(grep -Eo "closed a stalled serve of shape $handle to [^ ]*:$port: a write made no progress for [0-9]+ ms" \
-			"$SHAPE_SYNC_LOG" | grep -Eo '[0-9]+ ms$' | grep -Eo '[0-9]+' | tail -n 1) || ms=0
+		ms=$(stall_ms "$handle" "$port")
 		if ((ms >= TIMEOUT_S * 1000 && ms <= (TIMEOUT_S + SLACK_S) * 1000)); then
 			logged=$((logged + 1))
 		else
@@ -122,30 +64,15 @@ check_reaped() {
 	check "$what: the admission slots come back" wait_for 3 slots_free
 }
 
-# finish_hold FILE PID: stops a hold helper and waits for its report
-finish_hold() {
-	touch "$work/stop"
-	local i
-	for ((i = 0; i < 100; i++)); do
-		kill -0 "$2" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill "$2" 2>/dev/null || true
-	wait "$2" 2>/dev/null || true
-	rm -f "$work/stop"
-}
-
 pid_before=$(worker_pid)
 
 # ---------------------------------------------------------------- 1. live long-polls
 read -r handle offset _ < <(follow items) || true
 check "the items shape is created" test -n "$handle"
 live_path="/v1/shape?table=items&handle=$handle&offset=$offset&live=true"
-python3 "$client" hold --url "$SHAPE_SYNC_URL" --path "$live_path" --path "$live_path" --path "$live_path" \
+start_hold live --path "$live_path" --path "$live_path" --path "$live_path" \
 	--path "$live_path&live_sse=true" --count 4 --rcvbuf 4096 \
-	--quiet 1 --stop-file "$work/stop" --max-seconds 60 --drain-seconds 3 >"$work/live.out" &
-helpers+=($!)
-live_pid=$!
+	--quiet 1 --max-seconds 60 --drain-seconds 3
 parked() { [[ $(in_use existing) == 4 ]]; }
 check "three long-polls and an SSE stream are parked (existing in_use = 4)" wait_for 10 parked
 reaped_before=$(reaped)
@@ -154,7 +81,7 @@ cluster_psql -c "INSERT INTO items SELECT g, repeat(md5(g::text), 16) FROM gener
 check_reaped "live" "$work/live.out" "$handle" "$reaped_before" 4
 expect_eq "stalled_serves_reaped() counts the four live reaps" $((reaped_before + 4)) "$(reaped)"
 
-finish_hold "$work/live.out" "$live_pid"
+stop_hold "$hold_pid" 100
 expect_eq "each live client got a 200 whose body was cut short" "[200, 200, 200, 200] [false, false, false, false]" \
 	"$(j "$work/live.out" "done" '[c["status"] for c in d["conns"]]') $(j "$work/live.out" "done" '[c["complete"] for c in d["conns"]]')"
 
@@ -168,17 +95,15 @@ expect_eq "a client reading the shape from scratch gets every row" $((ROWS + 1))
 
 # ---------------------------------------------------------------- 2. a snapshot
 reaped_before=$(reaped)
-python3 "$client" hold --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1" --count 3 --rcvbuf 4096 \
-	--quiet 1 --stop-file "$work/stop" --max-seconds 60 --drain-seconds 3 >"$work/snap.out" &
-helpers+=($!)
-snap_pid=$!
+start_hold snap --path "/v1/shape?table=big&offset=-1" --count 3 --rcvbuf 4096 \
+	--quiet 1 --max-seconds 60 --drain-seconds 3
 check "three never-reading clients ask for the big table's snapshot" wait_event "$work/snap.out" connected 10
 big_handle=$(curl -s --max-time 30 -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1" | tr -d '\r' |
 	sed -n 's/^electric-handle: //Ip')
 check "the big shape exists" test -n "$big_handle"
 check_reaped "snapshot" "$work/snap.out" "$big_handle" "$reaped_before" 3
 expect_eq "stalled_serves_reaped() counts the three snapshot reaps" $((reaped_before + 3)) "$(reaped)"
-finish_hold "$work/snap.out" "$snap_pid"
+stop_hold "$hold_pid" 100
 expect_eq "each snapshot client got a 200 whose body was cut short" "[200, 200, 200] [false, false, false]" \
 	"$(j "$work/snap.out" "done" '[c["status"] for c in d["conns"]]') $(j "$work/snap.out" "done" '[c["complete"] for c in d["conns"]]')"
 read -r _ _ inserts < <(follow big) || inserts=0

@@ -12,45 +12,16 @@
 # 50 stalled connections are opened and reaped: RssAnon must not keep growing.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
+init_work
 
 N=50
 SNDBUF_KB=64
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '30s'
 shape_sync.socket_send_buffer = '${SNDBUF_KB}kB'
-shape_sync.write_piece_size = '256kB'" start_cluster 5160
-cluster_psql <<'SQL'
-CREATE EXTENSION shape_sync;
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, 20000) g;
-SQL
+shape_sync.write_piece_size = '256kB'" start_cluster_retrying 5160
+cluster_psql -c 'CREATE EXTENSION shape_sync'
+create_big_table 20000
 
-now() { date +%s.%N; }
-diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-j() { python3 "$client" json "$@"; }
-reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
-in_use() { cluster_psql -At -c "SELECT in_use FROM shape_sync.admission WHERE kind = '$1'"; }
-slots_free() { [[ $(in_use initial) == 0 && $(in_use existing) == 0 ]]; }
 # kb FIELD: a field of the worker's /proc status, in kB
 kb() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$pid/status"; }
 # sockets: the server side of the HTTP port, from ss -tmn: "COUNT SENDQ_TOTAL W_TOTAL STATES"
@@ -72,22 +43,9 @@ print(n, sendq, w, ",".join("%s=%d" % kv for kv in sorted(states.items())) or "-
 }
 # hold NAME: N never-reading connections on the snapshot; waits until they are stalled
 hold() {
-	rm -f "$work/stop"
-	python3 "$client" hold --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1" --count "$N" \
-		--rcvbuf 4096 --quiet 1.5 --stop-file "$work/stop" --max-seconds 100 --drain-seconds 1 >"$work/$1.out" &
-	helpers+=($!)
-	hold_pid=$!
-	wait_for 30 j "$work/$1.out" stalled 'd["event"]' >/dev/null 2>&1
-}
-release() {
-	touch "$work/stop"
-	local i
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$hold_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill "$hold_pid" 2>/dev/null || true
-	wait "$hold_pid" 2>/dev/null || true
+	start_hold "$1" --path "/v1/shape?table=big&offset=-1" --count "$N" \
+		--rcvbuf 4096 --quiet 1.5 --max-seconds 100 --drain-seconds 1
+	wait_event "$work/$1.out" stalled 30
 }
 
 have_ss=true
@@ -141,7 +99,7 @@ if $have_ss; then
 	read -r socks sendq wq states < <(sockets)
 	echo "# kernel after the reaps (clients still connected, not reading): $socks sockets ($states), Send-Q $sendq bytes, skmem w $wq bytes"
 fi
-release
+stop_hold "$hold_pid" 50
 
 # two more rounds: memory is reused, not accumulated
 for round in 2 3; do
@@ -153,7 +111,7 @@ for round in 2 3; do
 	sleep 1
 	anon_r=$(kb RssAnon)
 	echo "# worker after round $round: VmRSS $(kb VmRSS) kB (RssAnon ${anon_r} kB)"
-	release
+	stop_hold "$hold_pid" 50
 done
 growth=$((anon_r - anon2))
 echo "# RssAnon growth from round 1 to round 3: ${growth} kB"

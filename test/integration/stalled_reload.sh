@@ -14,42 +14,14 @@
 #    reaped at once.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
+init_work
 
 SLACK_S=3
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '30s'
-shape_sync.socket_send_buffer = '64kB'" start_cluster 5170
-cluster_psql <<'SQL'
-CREATE EXTENSION shape_sync;
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, 20000) g;
-SQL
+shape_sync.socket_send_buffer = '64kB'" start_cluster_retrying 5170
+cluster_psql -c 'CREATE EXTENSION shape_sync'
+create_big_table 20000
 
-now() { date +%s.%N; }
-diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
-j() { python3 "$client" json "$@"; }
-reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
 want_timeout=
 applied() { [[ $(cluster_psql -At -c "SHOW shape_sync.stalled_serve_timeout") == "$want_timeout" ]]; }
 set_timeout() {
@@ -57,23 +29,11 @@ set_timeout() {
 	cluster_psql -c "ALTER SYSTEM SET shape_sync.stalled_serve_timeout = '$1'" -c "SELECT pg_reload_conf()" >/dev/null
 	wait_for 5 applied
 }
+# hold NAME: three never-reading connections on the snapshot; waits until they are stalled
 hold() {
-	rm -f "$work/stop"
-	python3 "$client" hold --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1" --count 3 \
-		--rcvbuf 4096 --quiet 1 --stop-file "$work/stop" --max-seconds 90 --drain-seconds 1 >"$work/$1.out" &
-	helpers+=($!)
-	hold_pid=$!
-	wait_for 20 j "$work/$1.out" stalled 'd["event"]' >/dev/null 2>&1
-}
-release() {
-	touch "$work/stop"
-	local i
-	for ((i = 0; i < 50; i++)); do
-		kill -0 "$hold_pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill "$hold_pid" 2>/dev/null || true
-	wait "$hold_pid" 2>/dev/null || true
+	start_hold "$1" --path "/v1/shape?table=big&offset=-1" --count 3 \
+		--rcvbuf 4096 --quiet 1 --max-seconds 90 --drain-seconds 1
+	wait_event "$work/$1.out" stalled 20
 }
 
 handle=$(curl -s --max-time 60 -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1" | tr -d '\r' |
@@ -108,11 +68,10 @@ check "each reap is logged" wait_for 5 warned
 # (the stalled piece was handed over a little after the first bytes arrived)
 min_ms=$(awk -v s="$stalled_for" 'BEGIN { printf "%d", s * 1000 - 500 }')
 for p in $ports; do
-	ms=$(grep -Eo "closed a stalled serve of shape $handle to [^ ]*:$p: a write made no progress for [0-9]+ ms" \
-		"$SHAPE_SYNC_LOG" | grep -Eo '[0-9]+ ms$' | grep -Eo '[0-9]+' | tail -n 1) || ms=0
+	ms=$(stall_ms "$handle" "$p")
 	check "the WARNING for port $p reports the real stall (${ms} ms, at least ${min_ms} ms)" test "${ms:-0}" -ge "$min_ms"
 done
-release
+stop_hold "$hold_pid" 50
 
 # ------------------------------------------------------------ 2. disabling
 check "the timeout is set to 4 s" set_timeout 4s
@@ -130,5 +89,5 @@ if wait_for 10 again; then
 else
 	fail "the stalled serves were not reaped after the check was enabled again"
 fi
-release
+stop_hold "$hold_pid" 50
 finish

@@ -12,41 +12,23 @@
 # timed whole responses, or each write call regardless of progress, fails here.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$work"' EXIT
+init_work
 
 TIMEOUT_S=2
 ROWS=25000 # x 512 bytes of payload: about 16 MB
 
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '${TIMEOUT_S}s'
 shape_sync.chunk_bytes_threshold = '32MB'
-shape_sync.socket_send_buffer = '64kB'" start_cluster 5120
-cluster_psql <<'SQL'
-CREATE EXTENSION shape_sync;
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-SQL
-cluster_psql -c "INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, $ROWS) g"
-j() { python3 "$client" json "$@"; }
-reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
+shape_sync.socket_send_buffer = '64kB'" start_cluster_retrying 5120
+cluster_psql -c 'CREATE EXTENSION shape_sync'
+create_big_table "$ROWS"
 
 # the shape exists and its snapshot is done: the slow read is of one whole chunk
 size=$(curl -s --max-time 60 -o /dev/null -w '%{size_download}' "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1")
 echo "# the first chunk is $size bytes"
 check "the first chunk is one response of more than 15 MB" test "$size" -gt 15000000
 
-python3 "$client" slow --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1" \
+python3 "$stall_client" slow --url "$SHAPE_SYNC_URL" --path "/v1/shape?table=big&offset=-1" \
 	--rcvbuf 262144 --read 65536 --sleep 0.06 --max-seconds 90 >"$work/slow.out"
 echo "# slow reader: $(j "$work/slow.out" "" '{k: d[k] for k in ("body_bytes", "seconds", "rate_kb_s", "reads", "max_buffered_ahead")}')"
 secs=$(j "$work/slow.out" "" 'int(d["seconds"])')

@@ -16,47 +16,16 @@
 # released, and the server keeps serving.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-client=$(cd "$(dirname "$0")" && pwd)/stall_client.py
-work=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$work"
-}
-trap cleanup EXIT
+init_work
 
 TIMEOUT_S=2
 SLACK_S=2
 ROWS=20000
 
-# start_cluster BASE_PORT: another cluster may take the free port first; retry
-start_cluster() {
-	local _
-	for _ in 1 2 3; do
-		cluster_start "$(cluster_free_port "$1")" && return 0
-		cluster_stop
-		sleep 1
-	done
-	return 1
-}
-
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '${TIMEOUT_S}s'
-shape_sync.socket_send_buffer = '64kB'" start_cluster 5130
-cluster_psql <<'SQL'
-CREATE EXTENSION shape_sync;
-CREATE TABLE big (id int PRIMARY KEY, payload text);
-SQL
-cluster_psql -c "INSERT INTO big SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, $ROWS) g"
-
-now() { date +%s.%N; }
-diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
-j() { python3 "$client" json "$@"; }
-reaped() { cluster_psql -At -c 'SELECT shape_sync.stalled_serves_reaped()'; }
-in_use() { cluster_psql -At -c "SELECT in_use FROM shape_sync.admission WHERE kind = '$1'"; }
-slots_free() { [[ $(in_use initial) == 0 && $(in_use existing) == 0 ]]; }
+shape_sync.socket_send_buffer = '64kB'" start_cluster_retrying 5130
+cluster_psql -c 'CREATE EXTENSION shape_sync'
+create_big_table "$ROWS"
 
 path="/v1/shape?table=big&offset=-1"
 hdrs=$(curl -s --max-time 60 -D - -o "$work/full" "$SHAPE_SYNC_URL$path" | tr -d '\r')
@@ -66,10 +35,10 @@ echo "# the first chunk is $size bytes"
 check "the snapshot is ready and its first chunk is large (> 5 MB)" test "$size" -gt 5000000
 pid_before=$(worker_pid)
 
-python3 "$client" trickle --url "$SHAPE_SYNC_URL" --path "$path" --rcvbuf 4096 --read 100 --interval 1 \
+python3 "$stall_client" trickle --url "$SHAPE_SYNC_URL" --path "$path" --rcvbuf 4096 --read 100 --interval 1 \
 	--stop-file "$work/stop" --max-seconds 60 >"$work/a.out" &
 helpers+=($!)
-python3 "$client" trickle --url "$SHAPE_SYNC_URL" --path "$path" --rcvbuf 1 --read 100 --interval 0.1 \
+python3 "$stall_client" trickle --url "$SHAPE_SYNC_URL" --path "$path" --rcvbuf 1 --read 100 --interval 0.1 \
 	--stop-file "$work/stop" --max-seconds 60 >"$work/b.out" &
 helpers+=($!)
 connected() { [[ -n $(j "$work/a.out" connected 'd["t"]' 2>/dev/null) && -n $(j "$work/b.out" connected 'd["t"]' 2>/dev/null) ]]; }
@@ -93,7 +62,7 @@ done_both() { [[ -n $(j "$work/a.out" "done" 'd["t0"]' 2>/dev/null) && -n $(j "$
 check "the clients stop" wait_for 10 done_both
 
 # B's connection moved data at the TCP level at least once a second up to the reap
-gaps=$(python3 "$client" json "$work/b.out" "done" "
+gaps=$(python3 "$stall_client" json "$work/b.out" "done" "
 (lambda t_reap: (lambda pts: '%d %.2f' % (len(pts), max(b[0] - a[0] for a, b in zip(pts, pts[1:])) if len(pts) > 1 else 99))(
   [s for i, s in enumerate(d['samples']) if s[0] <= t_reap and (i == 0 or s[2] > d['samples'][i - 1][2])]
 ))($t_reaped - d['t0'] - 0.5)")
@@ -105,14 +74,7 @@ check "client B read something in every timeout window (${increases} increases)"
 echo "# client A read $(j "$work/a.out" "done" 'd["read"]') bytes, client B $(j "$work/b.out" "done" 'd["read"]') bytes"
 
 ports=$(for f in a b; do j "$work/$f.out" connected 'd["port"]'; done)
-warned() {
-	local p
-	for p in $ports; do
-		grep -Eq "WARNING: .*closed a stalled serve of shape $handle to [^ ]*:$p: a write made no progress for [0-9]+ ms" \
-			"$SHAPE_SYNC_LOG" || return 1
-	done
-}
-check "a WARNING names the shape and each trickling client" wait_for 5 warned
+check "a WARNING names the shape and each trickling client" wait_for 5 stall_warned "$handle" "$ports"
 expect_eq "stalled_serves_reaped() counts exactly the two" 2 "$(reaped)"
 check "the admission slots come back" wait_for 3 slots_free
 status=$(curl -s --max-time 60 -o "$work/again" -w '%{http_code}' "$SHAPE_SYNC_URL$path")

@@ -11,36 +11,16 @@
 #define _GNU_SOURCE
 #include "unit.h"
 
-#include <poll.h>
-#include <pthread.h>
 #include <sched.h>
 
-#include "http_client.h"
-#include "http_server.h"
 #include "json_text.h"
-#include "request_queue.h"
-#include "shape_table.h"
 
 #define NSLOTS		16
 #define NBLOCKS		256			/* 8 MB of log */
-#define PIECE_SIZE	16384
-#define TIMEOUT_S	20
 #define LONG_POLL_MS 1000
 
 /* ------------------------------------------------------------ fixture */
 
-static void *arena_mem;
-static void *table_mem;
-static ShapeLogArena *arena;
-static ShapeTable *table;
-static RequestQueue queue;
-static Admission admission;
-static HttpServer *server;
-static int	port;
-
-static pthread_t main_thread;
-static bool main_running;
-static _Atomic bool main_stop;
 static _Atomic int resolutions;
 
 /* the shapes the fake main thread knows */
@@ -52,8 +32,8 @@ enum
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live"
 };
-static uint32_t slot_of[SH_COUNT];
-static uint32_t gen_of[SH_COUNT];
+
+#include "server_fixture.h"
 
 #define SCHEMA_JSON "{\"id\":{\"type\":\"int4\",\"pk_index\":0},\"title\":{\"type\":\"text\"}}"
 #define MISSING_BODY "{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"Table \\\"public\\\".\\\"missing\\\" does not exist. If the table name contains capitals or special characters you must quote it.\"]}}"
@@ -79,56 +59,6 @@ static uint32_t gen_of[SH_COUNT];
 
 #define BIG_LEN (1024 * 1024)
 static char *big_record;
-
-static void
-append(uint32_t slot, LogOffset o, uint32_t kind, const char *payload, size_t len)
-{
-	SlogResult	res = slog_append(arena, &table->slots[slot].log, o, kind, payload,
-								  (uint32_t) len);
-
-	if (res != SLOG_OK)
-		FAIL("slog_append: %d", res);
-}
-
-static void
-append_str(uint32_t slot, LogOffset o, const char *payload)
-{
-	append(slot, o, SLOG_RECORD_CHANGE, payload, strlen(payload));
-}
-
-static void
-close_chunk(uint32_t slot, LogOffset end)
-{
-	if (slog_close_chunk(arena, &table->slots[slot].log, end) != SLOG_OK)
-		FAIL("slog_close_chunk failed");
-}
-
-static uint32_t
-new_shape(int which, ShapeState state)
-{
-	uint32_t	slot = shape_table_claim(table);
-	ShapeSlot  *s;
-
-	if (slot == SHAPE_NO_SLOT)
-	{
-		FAIL("no free slot");
-		return slot;
-	}
-	s = &table->slots[slot];
-	shape_table_new_handle(table, 1000 + (uint32_t) which, 1700000000000000LL, s->handle);
-	snprintf(s->relation, sizeof(s->relation), "\"public\".\"%s\"", shape_names[which]);
-	shape_table_set_state(table, slot, state);
-	shape_table_publish_handle(table, slot);	/* as the registry does */
-	slot_of[which] = slot;
-	gen_of[which] = atomic_load(&s->generation);
-	return slot;
-}
-
-static const char *
-handle_of(int which)
-{
-	return table->slots[slot_of[which]].handle;
-}
 
 /* Resolves one request the way the registry would, from a fixed list. */
 static void
@@ -236,68 +166,6 @@ resolve(ShapeRequest *req)
 	res->schema_json = strdup(SCHEMA_JSON);
 }
 
-static void *
-fake_main(void *arg)
-{
-	while (!atomic_load(&main_stop))
-	{
-		struct pollfd p = {queue.wake_fd, POLLIN, 0};
-		ShapeRequest *list;
-
-		poll(&p, 1, 20);
-		list = request_queue_take_all(&queue);
-		while (list != NULL)
-		{
-			ShapeRequest *next = list->next;	/* done() gives req away */
-
-			resolve(list);
-			list->done(list);
-			list = next;
-		}
-	}
-	return NULL;
-}
-
-static int
-probe_free_port(void)
-{
-	struct sockaddr_in sa;
-	socklen_t	len = sizeof(sa);
-	int			fd = socket(AF_INET, SOCK_STREAM, 0);
-	int			p = -1;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 &&
-		getsockname(fd, (struct sockaddr *) &sa, &len) == 0)
-		p = ntohs(sa.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return p;
-}
-
-static uint64_t
-pins(int which)
-{
-	return atomic_load(&table->slots[slot_of[which]].pins) & ~SHAPE_PIN_RETIRED;
-}
-
-/* Waits until a shape's pin count is `want`; false after timeout_s. */
-static bool
-wait_pins(int which, uint64_t want, double timeout_s)
-{
-	double		until = unit_now() + timeout_s;
-
-	while (unit_now() < until)
-	{
-		if (pins(which) == want)
-			return true;
-		usleep(2000);
-	}
-	return pins(which) == want;
-}
-
 /* ----------------------------------------------------- client helpers */
 
 /* One request on a fresh connection; Connection: close. */
@@ -350,19 +218,12 @@ shape_target(const char *table_name, const char *offset, const char *handle, con
 
 TEST(server_starts)
 {
-	size_t		asize = slog_arena_size((uint64_t) NBLOCKS * SLOG_BLOCK_SIZE);
 	HttpServerOptions opts;
 	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
 		.long_poll_timeout_ms = LONG_POLL_MS};
-	char		err[256] = "";
 	uint32_t	s;
 
-	arena_mem = aligned_alloc(SLOG_BLOCK_SIZE, asize);
-	table_mem = malloc(shape_table_size(NSLOTS));
-	REQUIRE(arena_mem != NULL && table_mem != NULL);
-	arena = slog_arena_init(arena_mem, asize);
-	table = shape_table_init(table_mem, NSLOTS, arena);
-	REQUIRE_EQ(request_queue_init(&queue), 0);
+	REQUIRE(fixture_init(NSLOTS, NBLOCKS, 1000));
 
 	/* items: chunk 0 ends 0_0, the final chunk 0_1 holds the snapshot end */
 	s = new_shape(SH_ITEMS, SHAPE_SNAPSHOTTING);
@@ -426,37 +287,13 @@ TEST(server_starts)
 	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 
 	/* live: a one-record snapshot, then changes appended by the tests */
-	s = new_shape(SH_LIVE, SHAPE_SNAPSHOTTING);
-	append_str(s, (LogOffset) {0, 0}, L0);
-	close_chunk(s, (LogOffset) {0, 0});
-	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	new_live_shape(SH_LIVE, L0);
 
 	REQUIRE_EQ(UNIT_FAILURES(), 0);
 
-	admission_init(&admission, 1000, 1000);
-	memset(&opts, 0, sizeof(opts));
-	opts.listen_addresses = "127.0.0.1";
-	opts.admission = &admission;
-	opts.threads = 4;
-	opts.connection_limit = 256;
-	opts.write_piece_size = PIECE_SIZE;
-	opts.socket_send_buffer = 16384;
-	opts.shapes = table;
-	opts.queue = &queue;
-	for (int attempt = 0; attempt < 10 && server == NULL; attempt++)
-	{
-		port = probe_free_port();
-		if (port <= 0)
-			continue;
-		opts.port = port;
-		server = http_server_start(&opts, &settings, err, sizeof(err));
-	}
-	if (server == NULL)
-		FAIL("http_server_start: %s", err);
+	fixture_options(&opts, 256, 16384);
+	fixture_start(&opts, &settings, resolve);
 	REQUIRE(server != NULL);
-	pthread_create(&main_thread, NULL, fake_main, NULL);
-	main_running = true;
 }
 
 TEST(start_fails_cleanly_on_a_bad_address)
@@ -1017,24 +854,6 @@ TEST(one_megabyte_record_intact)
 
 /* ------------------------------------------------------------ parking */
 
-typedef struct Parked
-{
-	HcConn		c;
-	bool		open;
-} Parked;
-
-static bool
-park(Parked *p, const char *target)
-{
-	char		req[2048];
-
-	p->open = hc_open(&p->c, port, TIMEOUT_S);
-	if (!p->open)
-		return false;
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target);
-	return hc_send(&p->c, req, strlen(req));
-}
-
 static void
 publish_parked_chunk0(void)
 {
@@ -1048,13 +867,13 @@ publish_parked_chunk0(void)
 
 TEST(parked_requests_wake_when_the_log_grows)
 {
-	Parked		p[6];
+	Client		p[6];
 	HcResponse	r;
 	int			n = 6;
 
 	REQUIRE(server != NULL);
 	for (int i = 0; i < n; i++)
-		REQUIRE(park(&p[i], shape_target("parked", "-1", NULL, NULL)));
+		REQUIRE(client_get(&p[i], shape_target("parked", "-1", NULL, NULL)));
 	/* each resolved request pins the shape, then parks */
 	if (!wait_pins(SH_PARKED, (uint64_t) n, 10))
 		FAIL("pins = %llu, expected %d", (unsigned long long) pins(SH_PARKED), n);
@@ -1096,7 +915,7 @@ TEST(parked_requests_wake_when_the_log_grows)
 			 (unsigned long long) pins(SH_PARKED));
 
 	/* a request for the next chunk parks until the snapshot ends */
-	REQUIRE(park(&p[0], shape_target("parked", "0_0", handle_of(SH_PARKED), NULL)));
+	REQUIRE(client_get(&p[0], shape_target("parked", "0_0", handle_of(SH_PARKED), NULL)));
 	if (!wait_pins(SH_PARKED, 1, 10))
 		FAIL("the second parked request did not pin");
 	CHECK(!hc_readable(&p[0].c, 200));
@@ -1130,7 +949,7 @@ TEST(parked_requests_wake_when_the_log_grows)
 
 TEST(retired_while_parked_is_409)
 {
-	Parked		p;
+	Client		p;
 	HcResponse	r;
 	uint32_t	s;
 
@@ -1138,7 +957,7 @@ TEST(retired_while_parked_is_409)
 	s = slot_of[SH_DOOMED];
 	/* the writer has put something in the log: it must go back */
 	append_str(s, (LogOffset) {0, 0}, P0);
-	REQUIRE(park(&p, shape_target("doomed", "-1", NULL, NULL)));
+	REQUIRE(client_get(&p, shape_target("doomed", "-1", NULL, NULL)));
 	if (!wait_pins(SH_DOOMED, 1, 10))
 		FAIL("the request did not pin the shape");
 	CHECK(!hc_readable(&p.c, 200));
@@ -1172,11 +991,11 @@ TEST(retired_while_parked_is_409)
 
 TEST(parked_client_that_leaves_is_noticed)
 {
-	Parked		p;
+	Client		p;
 
 	REQUIRE(server != NULL);
 	/* the stopper shape never grows: only the client leaving ends this */
-	REQUIRE(park(&p, shape_target("stopper", "-1", NULL, NULL)));
+	REQUIRE(client_get(&p, shape_target("stopper", "-1", NULL, NULL)));
 	if (!wait_pins(SH_STOPPER, 1, 10))
 		FAIL("the request did not pin the shape");
 	CHECK(!hc_readable(&p.c, 100));
@@ -1226,17 +1045,6 @@ TEST(stalled_reader_is_reaped)
 }
 
 /* ---------------------------------------------------------- live mode */
-
-/* The live shape's log grows by one change at (tx, 0), published. */
-static void
-live_change(int64_t tx, const char *payload)
-{
-	uint32_t	s = slot_of[SH_LIVE];
-
-	append_str(s, (LogOffset) {tx, 0}, payload);
-	slog_publish(&table->slots[s].log, (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
-	shape_table_note_lsn(table, 0);		/* no change to last_seen_lsn (5000) */
-}
 
 static long long
 cursor_of(const HcResponse *r)
@@ -1288,7 +1096,7 @@ TEST(live_request_times_out_up_to_date)
 
 TEST(live_request_wakes_on_a_change)
 {
-	Parked		p;
+	Client		p;
 	HcResponse	r;
 	char		target[512];
 	long long	expect_cursor;
@@ -1296,12 +1104,12 @@ TEST(live_request_wakes_on_a_change)
 	REQUIRE(server != NULL);
 	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true&cursor=",
 			 handle_of(SH_LIVE));
-	REQUIRE(park(&p, target));
+	REQUIRE(client_get(&p, target));
 	if (!wait_pins(SH_LIVE, 1, 10))
 		FAIL("the live request did not pin the shape");
 	CHECK(!hc_readable(&p.c, 200));
 
-	live_change(1000, C1000);
+	live_change(SH_LIVE, 1000, C1000);
 	http_server_wake_shape(server, slot_of[SH_LIVE]);
 	if (hc_read_response(&p.c, false, &r))
 	{
@@ -1338,7 +1146,7 @@ TEST(live_request_wakes_on_a_change)
 
 TEST(out_of_bounds_offset_waits_then_400)
 {
-	Parked		p;
+	Client		p;
 	HcResponse	r;
 	double		t0;
 	double		took;
@@ -1356,10 +1164,10 @@ TEST(out_of_bounds_offset_waits_then_400)
 	hc_response_free(&r);
 
 	/* the log gets there meanwhile: served normally */
-	REQUIRE(park(&p, shape_target("live", "2000_0", handle_of(SH_LIVE), NULL)));
+	REQUIRE(client_get(&p, shape_target("live", "2000_0", handle_of(SH_LIVE), NULL)));
 	if (!wait_pins(SH_LIVE, 1, 10))
 		FAIL("the out-of-bounds request did not pin the shape");
-	live_change(3000, C3000);
+	live_change(SH_LIVE, 3000, C3000);
 	http_server_wake_shape(server, slot_of[SH_LIVE]);
 	if (hc_read_response(&p.c, false, &r))
 	{
@@ -1428,7 +1236,7 @@ TEST(sse_streams_changes)
 	if (!wait_pins(SH_LIVE, 1, 5))
 		FAIL("the SSE stream does not hold the shape");
 
-	live_change(4000, C4000);
+	live_change(SH_LIVE, 4000, C4000);
 	http_server_wake_shape(server, slot_of[SH_LIVE]);
 	while (!ended && r.body_len < strlen(want))
 		if (!hc_read_chunk(&c, &r, &cap, &ended))
@@ -1448,7 +1256,7 @@ TEST(sse_streams_changes)
 	hc_close(&c);
 	for (int round = 0; round < 10 && pins(SH_LIVE) != 0; round++)
 	{
-		live_change(5000 + round, "{\"key\":\"more\"}");
+		live_change(SH_LIVE, 5000 + round, "{\"key\":\"more\"}");
 		http_server_wake_shape(server, slot_of[SH_LIVE]);
 		wait_pins(SH_LIVE, 0, 0.3);
 	}
@@ -1680,8 +1488,8 @@ queued_count(void)
 
 TEST(stop_with_parked_and_queued_requests)
 {
-	Parked		parked[STOP_PARKED];
-	Parked		queued[STOP_QUEUED];
+	Client		parked[STOP_PARKED];
+	Client		queued[STOP_QUEUED];
 	pthread_t	th;
 	StopArg		sa;
 	struct timespec ts;
@@ -1691,18 +1499,16 @@ TEST(stop_with_parked_and_queued_requests)
 
 	/* requests parked on a shape that never grows */
 	for (int i = 0; i < STOP_PARKED; i++)
-		REQUIRE(park(&parked[i], shape_target("stopper", "-1", NULL, NULL)));
+		REQUIRE(client_get(&parked[i], shape_target("stopper", "-1", NULL, NULL)));
 	if (!wait_pins(SH_STOPPER, STOP_PARKED, 10))
 		FAIL("the stopper requests did not all pin (%llu)",
 			 (unsigned long long) pins(SH_STOPPER));
 	CHECK(!hc_readable(&parked[0].c, 200));
 
 	/* the main thread stops serving the queue; requests wait in it */
-	atomic_store(&main_stop, true);
-	pthread_join(main_thread, NULL);
-	main_running = false;
+	stop_fake_main();
 	for (int i = 0; i < STOP_QUEUED; i++)
-		REQUIRE(park(&queued[i], shape_target("items", "-1", NULL, NULL)));
+		REQUIRE(client_get(&queued[i], shape_target("items", "-1", NULL, NULL)));
 	until = unit_now() + 10;
 	while (queued_count() < STOP_QUEUED && unit_now() < until)
 		usleep(1000);
@@ -1728,7 +1534,7 @@ TEST(stop_with_parked_and_queued_requests)
 	 */
 	for (int i = 0; i < STOP_PARKED + STOP_QUEUED; i++)
 	{
-		Parked	   *p = i < STOP_PARKED ? &parked[i] : &queued[i - STOP_PARKED];
+		Client	   *p = i < STOP_PARKED ? &parked[i] : &queued[i - STOP_PARKED];
 		HcResponse	r;
 
 		if (hc_read_response(&p->c, false, &r))
@@ -1778,20 +1584,7 @@ TEST(stop_answers_every_outstanding_request)
 
 TEST(cleanup)
 {
-	if (main_running)
-	{
-		atomic_store(&main_stop, true);
-		pthread_join(main_thread, NULL);
-		main_running = false;
-	}
-	if (server != NULL)
-	{
-		http_server_stop(server);
-		server = NULL;
-	}
-	request_queue_destroy(&queue);
-	free(arena_mem);
-	free(table_mem);
+	fixture_cleanup();
 	free(big_record);
 }
 

@@ -10,28 +10,20 @@
  *		and one that reads slowly but steadily is not.
  *
  * The tests run in order and share one server (started by the first,
- * stopped by the last), like test_http_server.c, whose fixture this
- * duplicates in miniature.
+ * stopped by the last), like test_http_server.c, whose fixture
+ * (server_fixture.h) they share.
  */
 #define _GNU_SOURCE
 #include "unit.h"
 
-#include <poll.h>
-#include <pthread.h>
 #include <sys/resource.h>
 
-#include "http_client.h"
 #include "http_internal.h"		/* the server's Waiters, for clients_gone */
-#include "http_server.h"
-#include "request_queue.h"
-#include "shape_table.h"
 #include "thread_log.h"
 
 #define NSLOTS		8
 #define NBLOCKS		320			/* 10 MB of log */
-#define PIECE_SIZE	16384
 #define SNDBUF		16384		/* the kernel doubles it */
-#define TIMEOUT_S	20
 #define LONG_POLL_MS 8000		/* far longer than any client-gone check */
 #define STALL_MS	300
 #define HUGE_MIN	(6 * 1024 * 1024)
@@ -39,30 +31,18 @@
 
 /* ------------------------------------------------------------ fixture */
 
-static void *arena_mem;
-static void *table_mem;
-static ShapeLogArena *arena;
-static ShapeTable *table;
-static RequestQueue queue;
-static Admission admission;
-static HttpServer *server;
-static int	port;
 static HttpRuntimeSettings settings = {
 	.cache_max_age = 5, .cache_stale_age = 300,
 	.long_poll_timeout_ms = LONG_POLL_MS, .stalled_serve_timeout_ms = STALL_MS
 };
-
-static pthread_t main_thread;
-static bool main_running;
-static _Atomic bool main_stop;
 
 enum
 {
 	SH_LIVE_A, SH_LIVE_B, SH_LIVE_C, SH_HUGE, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {"live_a", "live_b", "live_c", "huge"};
-static uint32_t slot_of[SH_COUNT];
-static uint32_t gen_of[SH_COUNT];
+
+#include "server_fixture.h"
 
 /* the body of GET huge at offset -1: "[" records joined by "," "]" */
 static char *huge_body;
@@ -72,70 +52,13 @@ static size_t huge_len;
 #define CHANGE_A "{\"key\":\"a1\",\"value\":{\"id\":\"a\"},\"headers\":{\"operation\":\"insert\"}}"
 #define CHANGE_B "{\"key\":\"b1\",\"value\":{\"id\":\"b\"},\"headers\":{\"operation\":\"insert\"}}"
 
-static void
-append(uint32_t slot, LogOffset o, const char *payload, size_t len)
-{
-	if (slog_append(arena, &table->slots[slot].log, o, SLOG_RECORD_CHANGE, payload,
-					(uint32_t) len) != SLOG_OK)
-		FAIL("slog_append failed");
-}
-
-static uint32_t
-new_shape(int which)
-{
-	uint32_t	slot = shape_table_claim(table);
-	ShapeSlot  *s;
-
-	if (slot == SHAPE_NO_SLOT)
-	{
-		FAIL("no free slot");
-		return slot;
-	}
-	s = &table->slots[slot];
-	shape_table_new_handle(table, 2000 + (uint32_t) which, 1700000000000000LL, s->handle);
-	snprintf(s->relation, sizeof(s->relation), "\"public\".\"%s\"", shape_names[which]);
-	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
-	shape_table_publish_handle(table, slot);
-	slot_of[which] = slot;
-	gen_of[which] = atomic_load(&s->generation);
-	return slot;
-}
-
-static const char *
-handle_of(int which)
-{
-	return table->slots[slot_of[which]].handle;
-}
-
-/* A shape with a one-record snapshot, done: live requests park at its end. */
-static void
-new_live_shape(int which)
-{
-	uint32_t	s = new_shape(which);
-
-	append(s, (LogOffset) {0, 0}, L0, strlen(L0));
-	slog_close_chunk(arena, &table->slots[s].log, (LogOffset) {0, 0});
-	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-}
-
-/* The live shape's log grows by one change at (tx, 0), published. */
-static void
-live_change(int which, int64_t tx, const char *payload)
-{
-	uint32_t	s = slot_of[which];
-
-	append(s, (LogOffset) {tx, 0}, payload, strlen(payload));
-	slog_publish(&table->slots[s].log, (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
-}
-
 /* huge: one snapshot chunk of records of assorted sizes, HUGE_MIN bytes or more */
 static void
 new_huge_shape(void)
 {
 	static const char alphabet[] =
 		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	uint32_t	s = new_shape(SH_HUGE);
+	uint32_t	s = new_shape(SH_HUGE, SHAPE_SNAPSHOTTING);
 	uint64_t	x = 0x853c49e6748fea9bull;
 	size_t		cap = HUGE_MIN + 256 * 1024;
 	char	   *rec = malloc(128 * 1024);
@@ -168,7 +91,7 @@ new_huge_shape(void)
 			rec[i] = alphabet[x % 64];
 		}
 		memcpy(rec + len - 3, "\"}}", 3);
-		append(s, (LogOffset) {0, 0}, rec, len);
+		append(s, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, rec, len);
 		if (n > 0)
 			huge_body[huge_len++] = ',';
 		memcpy(huge_body + huge_len, rec, len);
@@ -177,7 +100,7 @@ new_huge_shape(void)
 	}
 	huge_body[huge_len++] = ']';
 	free(rec);
-	slog_close_chunk(arena, &table->slots[s].log, (LogOffset) {0, 0});
+	close_chunk(s, (LogOffset) {0, 0});
 	shape_table_set_state(table, s, SHAPE_READY);
 	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 }
@@ -203,61 +126,7 @@ resolve(ShapeRequest *req)
 	res->error_json = strdup("{\"message\":\"unknown test shape\"}");
 }
 
-static void *
-fake_main(void *arg)
-{
-	while (!atomic_load(&main_stop))
-	{
-		struct pollfd p = {queue.wake_fd, POLLIN, 0};
-		ShapeRequest *list;
-
-		poll(&p, 1, 20);
-		list = request_queue_take_all(&queue);
-		while (list != NULL)
-		{
-			ShapeRequest *next = list->next;	/* done() gives req away */
-
-			resolve(list);
-			list->done(list);
-			list = next;
-		}
-	}
-	return NULL;
-}
-
-static int
-probe_free_port(void)
-{
-	struct sockaddr_in sa;
-	socklen_t	len = sizeof(sa);
-	int			fd = socket(AF_INET, SOCK_STREAM, 0);
-	int			p = -1;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0 &&
-		getsockname(fd, (struct sockaddr *) &sa, &len) == 0)
-		p = ntohs(sa.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return p;
-}
-
 /* ------------------------------------------------------ observations */
-
-static uint64_t
-pins(int which)
-{
-	return atomic_load(&table->slots[slot_of[which]].pins) & ~SHAPE_PIN_RETIRED;
-}
-
-static uint32_t
-in_use(void)
-{
-	return atomic_load(&admission.in_use[ADMISSION_INITIAL]) +
-		atomic_load(&admission.in_use[ADMISSION_EXISTING]);
-}
 
 static uint64_t
 clients_gone(void)
@@ -323,34 +192,6 @@ log_warnings_with(const char *needle)
 }
 
 /* ----------------------------------------------------- client helpers */
-
-typedef struct Client
-{
-	HcConn		c;
-	bool		open;
-} Client;
-
-/* Opens a connection and sends one GET (Connection: close). */
-static bool
-client_get(Client *cl, const char *target)
-{
-	char		req[2048];
-
-	cl->open = hc_open(&cl->c, port, TIMEOUT_S);
-	if (!cl->open)
-		return false;
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-			 target);
-	return hc_send(&cl->c, req, strlen(req));
-}
-
-static void
-client_close(Client *cl)
-{
-	if (cl->open)
-		hc_close(&cl->c);
-	cl->open = false;
-}
 
 static const char *
 live_target(int which)
@@ -445,9 +286,7 @@ TEST(park_thread_starts_consumes_notifications_and_stops_promptly)
 
 TEST(server_starts)
 {
-	size_t		asize = slog_arena_size((uint64_t) NBLOCKS * SLOG_BLOCK_SIZE);
 	HttpServerOptions opts;
-	char		err[256] = "";
 	struct rlimit rl;
 
 	/* MANY clients and their server ends, at once */
@@ -457,42 +296,17 @@ TEST(server_starts)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 
-	arena_mem = aligned_alloc(SLOG_BLOCK_SIZE, asize);
-	table_mem = malloc(shape_table_size(NSLOTS));
-	REQUIRE(arena_mem != NULL && table_mem != NULL);
-	arena = slog_arena_init(arena_mem, asize);
-	table = shape_table_init(table_mem, NSLOTS, arena);
-	REQUIRE_EQ(request_queue_init(&queue), 0);
-	new_live_shape(SH_LIVE_A);
-	new_live_shape(SH_LIVE_B);
-	new_live_shape(SH_LIVE_C);
+	REQUIRE(fixture_init(NSLOTS, NBLOCKS, 2000));
+	new_live_shape(SH_LIVE_A, L0);
+	new_live_shape(SH_LIVE_B, L0);
+	new_live_shape(SH_LIVE_C, L0);
 	new_huge_shape();
 	shape_table_note_lsn(table, 5000);
 	REQUIRE_EQ(UNIT_FAILURES(), 0);
 
-	admission_init(&admission, 1000, 1000);
-	memset(&opts, 0, sizeof(opts));
-	opts.listen_addresses = "127.0.0.1";
-	opts.admission = &admission;
-	opts.threads = 4;
-	opts.connection_limit = 2 * MANY + 64;
-	opts.write_piece_size = PIECE_SIZE;
-	opts.socket_send_buffer = SNDBUF;
-	opts.shapes = table;
-	opts.queue = &queue;
-	for (int attempt = 0; attempt < 10 && server == NULL; attempt++)
-	{
-		port = probe_free_port();
-		if (port <= 0)
-			continue;
-		opts.port = port;
-		server = http_server_start(&opts, &settings, err, sizeof(err));
-	}
-	if (server == NULL)
-		FAIL("http_server_start: %s", err);
+	fixture_options(&opts, 2 * MANY + 64, SNDBUF);
+	fixture_start(&opts, &settings, resolve);
 	REQUIRE(server != NULL);
-	pthread_create(&main_thread, NULL, fake_main, NULL);
-	main_running = true;
 	log_reset();
 }
 
@@ -924,21 +738,8 @@ TEST(slow_steady_reader_gets_everything_and_is_not_reaped)
 
 TEST(cleanup)
 {
-	if (main_running)
-	{
-		atomic_store(&main_stop, true);
-		pthread_join(main_thread, NULL);
-		main_running = false;
-	}
-	if (server != NULL)
-	{
-		http_server_stop(server);
-		server = NULL;
-	}
-	request_queue_destroy(&queue);
+	fixture_cleanup();
 	log_reset();
-	free(arena_mem);
-	free(table_mem);
 	free(huge_body);
 }
 
