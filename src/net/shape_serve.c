@@ -8,15 +8,22 @@
  *
  * A request goes through these phases (ShapeConnPhase):
  *
- *	NEW        parse and validate the parameters; hand the definition to
- *	           the main thread and suspend (RESOLVING)
+ *	NEW        parse and validate the parameters; take an admission slot;
+ *	           hand the definition to the main thread and suspend
+ *	           (RESOLVING)
  *	RESOLVING  resumed with the main thread's answer: an error, or the
  *	           shape's (slot, generation, handle); pin the shape's log
- *	RESOLVED   find the chunk to send; if the snapshot has not produced it
- *	           yet, park on the shape's wait list (WAITING) until the
- *	           main thread says the log grew
+ *	RESOLVED   find the chunk to send.  If there is none yet (the snapshot
+ *	           has not produced it, a live request is at the end of the
+ *	           log, the offset is past the end), park on the shape's wait
+ *	           list (WAITING, waiters.c) until the log grows, the deadline
+ *	           passes or the client leaves
  *	RESPONDED  a response is queued; the body is copied from the shared
- *	           log, piece by piece, by shape_body_reader
+ *	           log, piece by piece, by shape_body_reader (or, for
+ *	           live_sse, by sse_stream.c)
+ *
+ * The admission slot and the pin are released when libmicrohttpd reports
+ * the request complete, however it ended (shape_conn_free).
  *
  * The body of a 200 is "[" + the chunk's records joined by "," + an
  * optional up-to-date control message + "]".  Records are copied straight
