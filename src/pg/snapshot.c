@@ -449,8 +449,14 @@ shape_sync_snapshot_main(Datum arg)
 		atomic_store_explicit(&writer.slot->snapshot_rows, writer.rows, memory_order_relaxed);
 		writer.slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
 		shape_table_note_lsn(table, strtou64(lsn_text, NULL, 10));
+		/*
+		 * Publish, then hand over: the main thread takes the pen when it
+		 * sees READY, and must find the whole snapshot published by then.
+		 */
+		slog_publish(&writer.slot->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 		shape_table_set_state(table, task.slot, SHAPE_READY);
-		snap_publish(&writer, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+		shape_table_mark_dirty(table, task.slot);
+		shape_sync_wake_worker();
 	}
 	PG_CATCH();
 	{
