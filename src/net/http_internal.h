@@ -57,14 +57,9 @@ typedef enum ShapeConnPhase
 /* The body of a shape response, produced piece by piece. */
 typedef struct BodyCursor
 {
-	uint64_t	pos;			/* next record */
-	uint64_t	end;			/* end of the last record to send */
-	uint32_t	rec_len;		/* payload bytes of the current record */
-	uint32_t	rec_sent;		/* ... already sent */
-	bool		in_record;
+	SlogCursor	records;		/* the range's records */
 	bool		opened;			/* "[" sent */
 	bool		any;			/* a message was sent (commas) */
-	bool		tail_sent;		/* up-to-date and "]" sent */
 	char		tail[192];		/* ",{up-to-date...}]" or "]" */
 	size_t		tail_len;
 	size_t		tail_off;
@@ -76,13 +71,10 @@ typedef struct SseStream
 	bool		hold;			/* keep the stream open for new changes */
 	bool		finished;
 	LogOffset	after;			/* everything up to here has been sent */
-	uint64_t	pos;			/* next record of the current range */
-	uint64_t	end;
+	SlogCursor	records;		/* the current range's records */
+	bool		in_range;		/* a range is being sent */
 	LogOffset	range_end;		/* the current range's chunk end */
 	bool		range_up_to_date;	/* the range reaches the end of the log */
-	int			record_stage;	/* 0: none, 1: payload of the current record */
-	uint32_t	rec_len;
-	uint32_t	rec_sent;
 	char		pending[256];	/* framing and control events waiting to go */
 	size_t		pending_len;
 	size_t		pending_off;

@@ -221,37 +221,18 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 	}
 	while (n < limit)
 	{
-		if (b->in_record)
+		if (b->records.in_record)
+			n += slog_cursor_copy(arena, log, &b->records, buf + n, limit - n);
+		else if (slog_cursor_more(&b->records))
 		{
-			size_t		step = b->rec_len - b->rec_sent;
+			size_t		need = slog_cursor_peek(arena, log, &b->records) + (b->any ? 1 : 0);
 
-			if (step > limit - n)
-				step = limit - n;
-			slog_copy_out(arena, log, b->pos + sizeof(SlogRecordHeader) + b->rec_sent,
-						  buf + n, step);
-			n += step;
-			b->rec_sent += (uint32_t) step;
-			if (b->rec_sent == b->rec_len)
-			{
-				b->pos += slog_record_span(b->rec_len);
-				b->in_record = false;
-			}
-		}
-		else if (b->pos < b->end)
-		{
-			SlogRecordHeader hdr;
-			size_t		need;
-
-			slog_read_header(arena, log, b->pos, &hdr);
-			need = hdr.len + (b->any ? 1 : 0);
 			if (need > limit - n && n > 0)
 				break;			/* whole messages per piece when they fit */
 			if (b->any)
 				buf[n++] = ',';
 			b->any = true;
-			b->in_record = true;
-			b->rec_len = hdr.len;
-			b->rec_sent = 0;
+			slog_cursor_begin(arena, log, &b->records);
 		}
 		else if (b->tail_off < b->tail_len)
 		{
@@ -365,8 +346,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	not_modified = inm != NULL && etag_matches(inm, etag);
 
 	/* body: the records of the range, then up-to-date, then "]" */
-	sc->body.pos = data ? range->start : 0;
-	sc->body.end = data ? range->end : 0;
+	slog_cursor_init(&sc->body.records, data ? range->start : 0, data ? range->end : 0);
 	lsn = atomic_load_explicit(&server->shapes->last_seen_lsn, memory_order_relaxed);
 	if (live && data && response_offset.tx > 0)
 		lsn = (uint64_t) response_offset.tx;
@@ -376,7 +356,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail),
 											  "%s{\"headers\":{\"control\":\"up-to-date\","
 											  "\"global_last_seen_lsn\":\"%llu\"}}]",
-											  sc->body.pos < sc->body.end ? "," : "",
+											  slog_cursor_more(&sc->body.records) ? "," : "",
 											  (unsigned long long) lsn);
 	else
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail), "]");

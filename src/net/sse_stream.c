@@ -72,8 +72,8 @@ sse_next_range(ShapeConn *sc)
 	slog_locate(shapes->arena, &shapes->slots[slot].log, &pub, st->after, &range);
 	if (!range.ready || range.start >= range.end)
 		return false;
-	st->pos = range.start;
-	st->end = range.end;
+	slog_cursor_init(&st->records, range.start, range.end);
+	st->in_range = true;
 	st->range_end = range.chunk_end;
 	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
 	return true;
@@ -125,41 +125,27 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 				return (ssize_t) n;
 			continue;
 		}
-		if (st->record_stage == 1)
+		if (st->records.in_record)
 		{
-			size_t		step = st->rec_len - st->rec_sent;
-
-			if (step > limit - n)
-				step = limit - n;
-			slog_copy_out(arena, log, st->pos + sizeof(SlogRecordHeader) + st->rec_sent,
-						  buf + n, step);
-			n += step;
-			st->rec_sent += (uint32_t) step;
-			if (st->rec_sent < st->rec_len)
+			n += slog_cursor_copy(arena, log, &st->records, buf + n, limit - n);
+			if (st->records.in_record)
 				return (ssize_t) n;
-			st->pos += slog_record_span(st->rec_len);
-			st->record_stage = 0;
 			sse_queue(st, "\n\n");
 			continue;
 		}
-		if (st->pos < st->end)
+		if (slog_cursor_more(&st->records))
 		{
-			SlogRecordHeader hdr;
-
-			slog_read_header(arena, log, st->pos, &hdr);
-			if (n > 0 && hdr.len + 8 > limit - n)
+			if (n > 0 && slog_cursor_peek(arena, log, &st->records) + 8 > limit - n)
 				return (ssize_t) n;		/* whole events per piece when they fit */
 			sse_queue(st, "data: ");
-			st->record_stage = 1;
-			st->rec_len = hdr.len;
-			st->rec_sent = 0;
+			slog_cursor_begin(arena, log, &st->records);
 			continue;
 		}
-		if (st->end > 0)
+		if (st->in_range)
 		{
 			/* the range is out: up-to-date if it reached the end of the log */
 			st->after = st->range_end;
-			st->end = st->pos = 0;
+			st->in_range = false;
 			st->keepalive_ms = waiters_now_ms() + SSE_KEEPALIVE_MS;
 			if (st->range_up_to_date)
 			{
@@ -233,8 +219,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	st->keepalive_ms = now + SSE_KEEPALIVE_MS;
 	if (range->ready && range->start < range->end)
 	{
-		st->pos = range->start;
-		st->end = range->end;
+		slog_cursor_init(&st->records, range->start, range->end);
+		st->in_range = true;
 		st->range_end = range->chunk_end;
 		st->range_up_to_date = log_offset_cmp(range->chunk_end, pub->last) >= 0;
 	}
@@ -258,7 +244,7 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	MHD_add_response_header(response, "electric-handle", sc->request.result.handle);
 	MHD_add_response_header(response, "electric-offset", offset_text);
 	MHD_add_response_header(response, "electric-cursor", cursor);
-	MHD_add_response_header(response, "electric-has-data", st->end > 0 ? "true" : "false");
+	MHD_add_response_header(response, "electric-has-data", st->in_range ? "true" : "false");
 	http_add_cors_headers(response, sc->connection);
 	ret = MHD_queue_response(sc->connection, MHD_HTTP_OK, response);
 	MHD_destroy_response(response);

@@ -490,3 +490,62 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 	}
 	range->start = pos;
 }
+
+/* ------------------------------------------------------------- cursors */
+
+void
+slog_cursor_init(SlogCursor *cursor, uint64_t start, uint64_t end)
+{
+	cursor->pos = start;
+	cursor->end = end;
+	cursor->len = cursor->sent = 0;
+	cursor->in_record = false;
+}
+
+/* Whether records remain: one being copied, or one not yet begun. */
+bool
+slog_cursor_more(const SlogCursor *cursor)
+{
+	return cursor->in_record || cursor->pos < cursor->end;
+}
+
+/* The payload length of the next record; call when !in_record and more. */
+uint32_t
+slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor)
+{
+	SlogRecordHeader hdr;
+
+	slog_read_header(arena, log, cursor->pos, &hdr);
+	return hdr.len;
+}
+
+/* Starts copying the next record. */
+void
+slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)
+{
+	cursor->len = slog_cursor_peek(arena, log, cursor);
+	cursor->sent = 0;
+	cursor->in_record = true;
+}
+
+/*
+ * Copies up to n bytes of the current record's payload and returns how
+ * many; the cursor moves to the next record once the payload is out.
+ */
+size_t
+slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
+				 char *dst, size_t n)
+{
+	size_t		step = cursor->len - cursor->sent;
+
+	if (step > n)
+		step = n;
+	slog_copy_out(arena, log, cursor->pos + sizeof(SlogRecordHeader) + cursor->sent, dst, step);
+	cursor->sent += (uint32_t) step;
+	if (cursor->sent == cursor->len)
+	{
+		cursor->pos += slog_record_span(cursor->len);
+		cursor->in_record = false;
+	}
+	return step;
+}

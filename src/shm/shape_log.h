@@ -139,6 +139,28 @@ extern void slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
 extern void slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
 						  uint64_t pos, char *dst, size_t n);
 
+/*
+ * Walks the records of a range, copying each payload out in as many
+ * pieces as the caller's buffers require.
+ */
+typedef struct SlogCursor
+{
+	uint64_t	pos;			/* the current (or next) record */
+	uint64_t	end;			/* end of the range */
+	uint32_t	len;			/* payload bytes of the current record */
+	uint32_t	sent;			/* ... copied out so far */
+	bool		in_record;
+} SlogCursor;
+
+extern void slog_cursor_init(SlogCursor *cursor, uint64_t start, uint64_t end);
+extern bool slog_cursor_more(const SlogCursor *cursor);
+extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
+								 const SlogCursor *cursor);
+extern void slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log,
+							  SlogCursor *cursor);
+extern size_t slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log,
+							   SlogCursor *cursor, char *dst, size_t n);
+
 static inline uint64_t
 slog_record_span(uint32_t len)
 {
