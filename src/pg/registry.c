@@ -193,14 +193,18 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 	{
 		StringInfoData buf;
 
+		/* a table another session holds locked: worth another try soon */
+		req->result.retry = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
+
 		initStringInfo(&buf);
 		appendStringInfoString(&buf, "{\"message\":");
 		escape_json(&buf, edata->message ? edata->message : "internal error");
 		appendStringInfoChar(&buf, '}');
 		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
 		req->result.error_json = reg_malloc_string(buf.data);
-		ereport(LOG,
-				(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
+		if (!req->result.retry)
+			ereport(LOG,
+					(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
 		return;
 	}
 	if (shape_def_http_message[0] != '\0')

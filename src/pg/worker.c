@@ -57,6 +57,7 @@ PGDLLEXPORT void shape_sync_worker_main(Datum arg);
 
 static HttpServer *worker_http = NULL;
 static RequestQueue worker_queue;
+static ShapeRequest *worker_deferred = NULL;	/* waiting to retry a lock */
 
 static void
 worker_emit_thread_log(ThreadLogLevel level, const char *line)
@@ -133,6 +134,14 @@ worker_connection_limit(void)
 static void
 worker_shutdown(int code, Datum arg)
 {
+	/* requests waiting for a lock get their 503 now */
+	while (worker_deferred != NULL)
+	{
+		ShapeRequest *next = worker_deferred->next;
+
+		worker_deferred->done(worker_deferred);
+		worker_deferred = next;
+	}
 	if (worker_http != NULL)
 	{
 		http_server_stop(worker_http);
@@ -145,12 +154,32 @@ worker_shutdown(int code, Datum arg)
 	registry_stop();
 }
 
+/*
+ * Requests whose table was locked by another session when last tried: the
+ * main thread never waits on a lock, it tries again on a later iteration,
+ * for up to RESOLVE_RETRY_MS, before answering 503.  A snapshot worker
+ * setting REPLICA IDENTITY FULL holds such a lock for a moment.
+ */
+#define RESOLVE_RETRY_MS	3000
+
 /* Resolves every queued shape request, then hands each answer back. */
 static void
 worker_resolve_requests(void)
 {
 	ShapeRequest *list = request_queue_take_all(&worker_queue);
+	int64		now_ms = GetCurrentTimestamp() / 1000;
 
+	/* the deferred ones go first: they came first */
+	if (worker_deferred != NULL)
+	{
+		ShapeRequest *last = worker_deferred;
+
+		while (last->next != NULL)
+			last = last->next;
+		last->next = list;
+		list = worker_deferred;
+		worker_deferred = NULL;
+	}
 	if (list == NULL)
 		return;
 	pgstat_report_activity(STATE_RUNNING, "resolving shape requests");
@@ -158,7 +187,13 @@ worker_resolve_requests(void)
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	for (ShapeRequest *req = list; req != NULL; req = req->next)
+	{
+		if (req->first_try_ms == 0)
+			req->first_try_ms = now_ms;
+		shape_resolution_free(&req->result);
+		memset(&req->result, 0, sizeof(req->result));
 		registry_resolve(req);
+	}
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -168,7 +203,13 @@ worker_resolve_requests(void)
 	{
 		ShapeRequest *next = list->next;
 
-		list->done(list);
+		if (list->result.retry && now_ms - list->first_try_ms < RESOLVE_RETRY_MS)
+		{
+			list->next = worker_deferred;
+			worker_deferred = list;
+		}
+		else
+			list->done(list);
 		list = next;
 	}
 }
@@ -246,7 +287,9 @@ shape_sync_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		WaitEvent	fired[3];
-		long		timeout = more_wal ? 0 : decoder_wal_pending() ? 2 : 1000;
+		long		timeout = more_wal ? 0 :
+			decoder_wal_pending() ? 2 :
+			worker_deferred != NULL ? 20 : 1000;
 
 		(void) WaitEventSetWait(events, timeout, fired, lengthof(fired), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

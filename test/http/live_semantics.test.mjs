@@ -127,9 +127,10 @@ describe('live long-poll semantics', () => {
     assert.equal(res.status, 200)
     assert.equal(res.headers.get('cache-control'), 'public, max-age=5, stale-while-revalidate=5')
     assert.match(res.headers.get('electric-cursor'), /^\d+$/)
-    // cursor = ceil((now_s - 1728432000) / T) * T, T = long_poll_timeout in seconds (cursor= was empty)
+    // cursor = ceil((now_s - 1728432000) / T) * T, T = long_poll_timeout in seconds, now_s in
+    // whole seconds as Electric takes it (DateTime.diff truncates); cursor= was empty
     const T = LONG_POLL_MS / 1000
-    const windows = [sentAt, Date.now()].map((ms) => Math.ceil((ms / 1000 - 1728432000) / T) * T)
+    const windows = [sentAt, Date.now()].map((ms) => Math.ceil((Math.floor(ms / 1000) - 1728432000) / T) * T)
     assert.ok(
       windows.includes(Number(res.headers.get('electric-cursor'))),
       `electric-cursor ${res.headers.get('electric-cursor')} is the current ${T} s window (${windows})`,
