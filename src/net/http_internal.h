@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "http_server.h"
 #include "deadline.h"
@@ -119,6 +120,19 @@ http_next_piece(ShapeConn *sc, ssize_t (*fill) (ShapeConn *sc, char *buf, size_t
 	if (n > 0)
 		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
 	return n;
+}
+
+/* Copies what fits of src[*off, len) into dst (room bytes); returns the count. */
+static inline size_t
+http_copy_some(char *dst, size_t room, const char *src, size_t len, size_t *off)
+{
+	size_t		step = len - *off;
+
+	if (step > room)
+		step = room;
+	memcpy(dst, src + *off, step);
+	*off += step;
+	return step;
 }
 
 /* shape_serve.c */

@@ -235,15 +235,7 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 			slog_cursor_begin(arena, log, &b->records);
 		}
 		else if (b->tail_off < b->tail_len)
-		{
-			size_t		step = b->tail_len - b->tail_off;
-
-			if (step > limit - n)
-				step = limit - n;
-			memcpy(buf + n, b->tail + b->tail_off, step);
-			n += step;
-			b->tail_off += step;
-		}
+			n += http_copy_some(buf + n, limit - n, b->tail, b->tail_len, &b->tail_off);
 		else
 			break;
 	}

@@ -114,13 +114,8 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 	{
 		if (st->pending_off < st->pending_len)
 		{
-			size_t		step = st->pending_len - st->pending_off;
-
-			if (step > limit - n)
-				step = limit - n;
-			memcpy(buf + n, st->pending + st->pending_off, step);
-			n += step;
-			st->pending_off += step;
+			n += http_copy_some(buf + n, limit - n, st->pending, st->pending_len,
+								&st->pending_off);
 			if (n == limit)
 				return (ssize_t) n;
 			continue;
