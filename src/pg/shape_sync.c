@@ -13,9 +13,10 @@
  *	            (the main loop), registry.c (shapes by definition),
  *	            shape_def.c (validation), row_encoder.c, snapshot.c,
  *	            sql_api.c
- *	 src/net/   the HTTP threads, which never call PostgreSQL
- *	 src/shm/   what both sides share: shape table, shape logs, the request
- *	            queue, offsets
+ *	 src/net/   the HTTP threads, which never call PostgreSQL, and the
+ *	            request queue through which they ask the main thread
+ *	 src/shm/   shared memory both sides read: shape table, shape logs,
+ *	            admission slots, offsets
  *
  * IDENTIFICATION
  *	  src/pg/shape_sync.c

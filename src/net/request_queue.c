@@ -21,12 +21,12 @@
  *   still queued, so no request is stranded.
  *
  * IDENTIFICATION
- *	  src/shm/request_queue.c
+ *	  src/net/request_queue.c
  *
  *-------------------------------------------------------------------------
  */
 #ifdef POSTGRES_H
-#error "request_queue.c is shared by threads and must not include postgres.h"
+#error "request_queue.c runs on HTTP threads and must not include postgres.h"
 #endif
 
 #include "request_queue.h"

@@ -10,7 +10,7 @@
  * ever waits for the other.
  *
  * IDENTIFICATION
- *	  src/shm/request_queue.h
+ *	  src/net/request_queue.h
  *
  *-------------------------------------------------------------------------
  */
