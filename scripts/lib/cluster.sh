@@ -30,6 +30,9 @@
 #                              cluster, for debugging the harness itself)
 #   SHAPE_SYNC_HEALTH_TIMEOUT  seconds to wait for GET /v1/health to answer 200 (default 30;
 #                              0 skips the wait)
+#   SHAPE_SYNC_MANAGE_REPLICA_IDENTITY  shape_sync.manage_replica_identity (default on: the
+#                              tests create tables as they go and let the worker set
+#                              REPLICA IDENTITY FULL; the demo uses off, the server's default)
 #   PG_CONFIG / PG_BINDIR      which PostgreSQL to use (default: pg_config on PATH)
 
 SHAPE_SYNC_PG_OS_USER=${SHAPE_SYNC_PG_OS_USER:-shapesync}
@@ -165,6 +168,7 @@ cluster_start() {
 		printf "shape_sync.listen_addresses = 'localhost'\n"
 		printf "shape_sync.database = 'postgres'\n"
 		printf "shape_sync.log_memory = '256MB'\n"
+		printf 'shape_sync.manage_replica_identity = %s\n' "${SHAPE_SYNC_MANAGE_REPLICA_IDENTITY:-on}"
 		printf 'log_min_messages = info\n'
 		printf 'logging_collector = off\n'
 		if [[ -n ${SHAPE_SYNC_EXTRA_CONF:-} ]]; then

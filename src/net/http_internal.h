@@ -17,11 +17,14 @@
 #include <string.h>
 
 #include "http_server.h"
+#include "access_policy.h"
 #include "deadline.h"
 #include "request_parse.h"
 #include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
+#define HTTP_POOL_EXTRA		(64 * 1024)	/* a connection's memory beyond one piece */
+#define HTTP_MAX_QUERY_ARGS 1024	/* query arguments a request may carry */
 #define SERVER_NAME			"shape_sync/0.1.0"
 
 typedef struct ShapeConn ShapeConn;
@@ -38,10 +41,15 @@ struct HttpServer
 	DeadlineWatch deadlines;	/* reaps stalled serves */
 	Admission  *admission;		/* in shared memory */
 	Waiters		waiters;		/* parked connections, by shape slot */
+	AccessPolicy access;		/* secret, loopback-only, Host, Origin */
+	bool		access_ready;	/* `access` was initialised */
+	size_t		max_uri_len;	/* longer request targets get 414 */
+	unsigned	max_query_args; /* more arguments get 400 */
 	_Atomic int cache_max_age;
 	_Atomic int cache_stale_age;
 	_Atomic int long_poll_timeout_ms;
 	_Atomic bool allow_shape_deletion;
+	_Atomic int max_where_length;	/* bytes */
 	_Atomic bool stopping;		/* set once, by http_server_stop */
 	_Atomic int unanswered;		/* shape requests with no response queued yet */
 };

@@ -174,50 +174,257 @@ http_respond_preflight(struct MHD_Connection *connection)
 	return ret;
 }
 
+/* ------------------------------------------------------------- routing */
+
+typedef enum HttpRoute
+{
+	ROUTE_NONE,
+	ROUTE_ROOT,					/* / */
+	ROUTE_HEALTH,				/* /v1/health */
+	ROUTE_SHAPE					/* /v1/shape */
+} HttpRoute;
+
+/*
+ * The one place a path becomes a route.  `url` is the path libmicrohttpd
+ * percent-decoded, so /v1/%73hape is /v1/shape (and is authenticated as
+ * such); every other spelling (/v1/shape/, /v1//shape, /V1/shape) is no
+ * route at all, and a path with an encoded NUL never gets here.
+ */
+static HttpRoute
+http_route(const char *url)
+{
+	if (strcmp(url, "/v1/shape") == 0)
+		return ROUTE_SHAPE;
+	if (strcmp(url, "/v1/health") == 0)
+		return ROUTE_HEALTH;
+	if (strcmp(url, "/") == 0)
+		return ROUTE_ROOT;
+	return ROUTE_NONE;
+}
+
+/*
+ * Markers that http_request_begins leaves as a request's first con_cls,
+ * before libmicrohttpd parses the query: the request target was refused.
+ */
+static char http_target_too_long;
+static char http_too_many_args;
+static char http_path_has_nul;
+
+/* con_cls of a request answered at its first call (refused, bad target) */
+static char http_answered;
+
+static bool
+http_is_target_marker(const void *con_cls)
+{
+	return con_cls == &http_target_too_long || con_cls == &http_too_many_args ||
+		con_cls == &http_path_has_nul;
+}
+
+/* Whether con_cls is a ShapeConn this file allocated. */
+static bool
+http_owns_shape_conn(const void *con_cls)
+{
+	return con_cls != NULL && con_cls != &http_plain_request &&
+		con_cls != &http_answered && !http_is_target_marker(con_cls);
+}
+
+/*
+ * libmicrohttpd's URI log callback: it runs on the raw request target
+ * (path?query, still percent-encoded), before libmicrohttpd splits the
+ * query into arguments.  Each argument takes a record from the
+ * connection's memory pool, and libmicrohttpd 0.9.75 stalls the connection
+ * for good when the pool runs out while it parses them (the client waits
+ * until it gives up), so a target longer than a quarter of the pool, or
+ * with more arguments than a quarter of the pool holds, is refused here:
+ * its query is cut off at the "?" (the buffer is the connection's own
+ * writable read buffer, and libmicrohttpd parses the query only after this
+ * returns), and the handler answers 414 or 400.  An encoded NUL in the
+ * path is refused too: the decoded path would end at it, and
+ * /v1/shape%00x must not route like /v1/shape.
+ */
+static void *
+http_request_begins(void *cls, const char *uri, struct MHD_Connection *connection)
+{
+	HttpServer *server = cls;
+	char	   *query = strchr(uri, '?');
+	size_t		path_len = query ? (size_t) (query - uri) : strlen(uri);
+	size_t		len = path_len + (query ? strlen(query) : 0);
+	void	   *marker = NULL;
+
+	for (size_t i = 0; i + 2 < path_len && marker == NULL; i++)
+		if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0')
+			marker = &http_path_has_nul;
+	if (marker == NULL && len > server->max_uri_len)
+		marker = &http_target_too_long;
+	if (marker == NULL && query != NULL)
+	{
+		unsigned	args = 1;
+
+		for (const char *p = query; *p; p++)
+			if (*p == '&' && ++args > server->max_query_args)
+			{
+				marker = &http_too_many_args;
+				break;
+			}
+	}
+	if (marker != NULL && query != NULL)
+		query[1] = '\0';		/* nothing left for libmicrohttpd to parse */
+	return marker;
+}
+
+/* ------------------------------------------------------- access control */
+
+static const char *
+http_header_n(struct MHD_Connection *connection, enum MHD_ValueKind kind,
+			  const char *key, size_t *len)
+{
+	const char *value = NULL;
+
+	*len = 0;
+	if (MHD_lookup_connection_value_n(connection, kind, key, strlen(key),
+									  &value, len) != MHD_YES)
+		return NULL;
+	return value;
+}
+
+/* Gathers what access_decide looks at and asks it. */
+static AccessVerdict
+http_check_access(HttpServer *server, struct MHD_Connection *connection,
+				  const AccessRules *rules, bool needs_secret)
+{
+	const union MHD_ConnectionInfo *addr =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	AccessRequest req = {0};
+
+	req.peer_loopback = addr != NULL && access_sockaddr_is_loopback(addr->client_addr);
+	req.host = http_header_n(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST, &req.host_len);
+	req.origin = http_header_n(connection, MHD_HEADER_KIND, "Origin", &req.origin_len);
+	req.needs_secret = needs_secret;
+	if (needs_secret && access_has_secret(rules))
+	{
+		req.secret = http_header_n(connection, MHD_GET_ARGUMENT_KIND, "secret",
+								   &req.secret_len);
+		if (req.secret == NULL)
+			req.secret = http_header_n(connection, MHD_GET_ARGUMENT_KIND, "api_secret",
+									   &req.secret_len);
+	}
+	return access_decide(rules, &req);
+}
+
+/*
+ * Answers a refused request: 401 as Electric words it, 403 saying which
+ * rule refused it.  Nothing of the request is echoed, and a page of a
+ * refused origin gets no CORS headers.
+ */
+static enum MHD_Result
+http_respond_refused(HttpServer *server, struct MHD_Connection *connection,
+					 const AccessRules *rules, AccessVerdict verdict)
+{
+	size_t		origin_len;
+	const char *origin = http_header_n(connection, MHD_HEADER_KIND, "Origin", &origin_len);
+	bool		cors = verdict == ACCESS_SECRET_REQUIRED &&
+		access_origin_allowed(rules, origin, origin_len);
+	const char *body;
+
+	switch (verdict)
+	{
+		case ACCESS_SECRET_REQUIRED:
+			return http_respond_json(connection, MHD_HTTP_UNAUTHORIZED,
+									 "{\"message\":\"Unauthorized - Invalid API secret\"}", cors);
+		case ACCESS_PEER_NOT_LOOPBACK:
+			body = "{\"message\":\"Forbidden: while no secret is set "
+				"(shape_sync.secret), this server serves loopback clients only\"}";
+			break;
+		case ACCESS_HOST_NOT_LOOPBACK:
+			body = "{\"message\":\"Forbidden: while no secret is set "
+				"(shape_sync.secret), the Host header must name a loopback address\"}";
+			break;
+		case ACCESS_ORIGIN_NOT_ALLOWED:
+		default:
+			body = "{\"message\":\"Forbidden: requests from this origin are not allowed "
+				"(shape_sync.cors_allowed_origins)\"}";
+			break;
+	}
+	return http_respond_json(connection, MHD_HTTP_FORBIDDEN, body, false);
+}
+
+/* The first call for a request: route it, decide access, set up its state. */
+static enum MHD_Result
+http_begin_request(HttpServer *server, struct MHD_Connection *connection,
+				   const char *url, const char *method, void **con_cls)
+{
+	HttpRoute	route = http_route(url);
+	bool		is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
+	bool		is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+	bool		is_delete = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
+	bool		is_options = strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
+	const AccessRules *rules;
+	AccessVerdict verdict;
+	ShapeConn  *sc;
+	const union MHD_ConnectionInfo *info;
+
+	void	   *marker = *con_cls;
+
+	*con_cls = &http_answered;	/* unless it goes on below */
+	if (marker == &http_path_has_nul)
+		return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
+	if (marker == &http_target_too_long)
+		return http_respond_json(connection, MHD_HTTP_URI_TOO_LONG,
+								 "{\"message\":\"The request target is too long\"}", false);
+	if (marker == &http_too_many_args)
+		return http_respond_json(connection, MHD_HTTP_BAD_REQUEST,
+								 "{\"message\":\"Invalid request\",\"errors\":{\"query\":"
+								 "[\"The request has too many query parameters\"]}}", false);
+	if (route != ROUTE_SHAPE)
+	{
+		*con_cls = &http_plain_request;
+		return MHD_YES;
+	}
+
+	/* every method on the shape route, the preflight without the secret */
+	rules = access_policy_rules(&server->access);
+	verdict = http_check_access(server, connection, rules, !is_options);
+	if (verdict != ACCESS_ALLOWED)
+		return http_respond_refused(server, connection, rules, verdict);
+
+	if (!(is_get || is_head || (is_delete && atomic_load(&server->allow_shape_deletion))))
+	{
+		*con_cls = &http_plain_request;
+		return MHD_YES;
+	}
+	sc = calloc(1, sizeof(ShapeConn));
+	if (sc == NULL)
+		return MHD_NO;
+	info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	sc->server = server;
+	sc->connection = connection;
+	sc->conn_slot = info && info->socket_context ?
+		(uint32_t) ((uintptr_t) info->socket_context - 1) : CONN_NO_SLOT;
+	sc->waiter.conn_slot = sc->conn_slot;
+	sc->admitted = ADMISSION_NONE;
+	atomic_fetch_add(&server->unanswered, 1);
+	sc->waiter.connection = connection;
+	sc->head_only = is_head;
+	sc->delete_shape = is_delete;
+	sc->request.owner = sc;
+	sc->request.result.slot = SHAPE_NO_SLOT;
+	*con_cls = sc;
+	return MHD_YES;
+}
+
 static enum MHD_Result
 http_access(void *cls, struct MHD_Connection *connection, const char *url,
 			const char *method, const char *version, const char *upload_data,
 			size_t *upload_data_size, void **con_cls)
 {
 	HttpServer *server = cls;
-	bool		is_get = strcmp(method, MHD_HTTP_METHOD_GET) == 0;
-	bool		is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-	bool		shape_route = strcmp(url, "/v1/shape") == 0;
+	HttpRoute	route;
 
-	if (*con_cls == NULL)
-	{
-		bool		is_delete = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0 &&
-			atomic_load(&server->allow_shape_deletion);
-
-		if (shape_route && (is_get || is_head || is_delete))
-		{
-			ShapeConn  *sc = calloc(1, sizeof(ShapeConn));
-			const union MHD_ConnectionInfo *info =
-				MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-
-			if (sc == NULL)
-				return MHD_NO;
-			sc->server = server;
-			sc->connection = connection;
-			sc->conn_slot = info && info->socket_context ?
-				(uint32_t) ((uintptr_t) info->socket_context - 1) : CONN_NO_SLOT;
-			sc->waiter.conn_slot = sc->conn_slot;
-			sc->admitted = ADMISSION_NONE;
-			atomic_fetch_add(&server->unanswered, 1);
-			sc->waiter.connection = connection;
-			sc->head_only = is_head;
-			sc->delete_shape = is_delete;
-			sc->request.owner = sc;
-			sc->request.result.slot = SHAPE_NO_SLOT;
-			*con_cls = sc;
-		}
-		else
-			*con_cls = &http_plain_request;
-		return MHD_YES;
-	}
+	if (*con_cls == NULL || http_is_target_marker(*con_cls))
+		return http_begin_request(server, connection, url, method, con_cls);
 
 	/* request bodies are not used by any route; discard them */
-	if (*upload_data_size != 0)
+	if (*upload_data_size != 0 || *con_cls == &http_answered)
 	{
 		*upload_data_size = 0;
 		return MHD_YES;
@@ -226,7 +433,8 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 	if (*con_cls != &http_plain_request)
 		return shape_serve(server, connection, (ShapeConn *) *con_cls);
 
-	if (shape_route)
+	route = http_route(url);
+	if (route == ROUTE_SHAPE)
 	{
 		if (strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0)
 			return http_respond_preflight(connection);
@@ -241,7 +449,8 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		return http_respond_json(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
 								 "{\"message\":\"method not allowed\"}", true);
 	}
-	if (strcmp(url, "/v1/health") == 0 && (is_get || is_head))
+	if (route == ROUTE_HEALTH &&
+		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
 	{
 		struct MHD_Response *response;
 		static const char body[] = "{\"status\":\"active\"}";
@@ -259,7 +468,8 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		MHD_destroy_response(response);
 		return ret;
 	}
-	if (strcmp(url, "/") == 0 && (is_get || is_head))
+	if (route == ROUTE_ROOT &&
+		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
 		return http_respond_text(connection, MHD_HTTP_OK, "");
 	return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
 }
@@ -268,7 +478,7 @@ static void
 http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 			   enum MHD_RequestTerminationCode toe)
 {
-	if (*con_cls != NULL && *con_cls != &http_plain_request)
+	if (http_owns_shape_conn(*con_cls))
 		shape_conn_free((ShapeConn *) *con_cls);
 	*con_cls = NULL;
 }
@@ -441,7 +651,9 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
 	/* room for one write piece plus headers and the request */
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	(intptr_t) (options->write_piece_size + 64 * 1024), NULL};
+	(intptr_t) (options->write_piece_size + HTTP_POOL_EXTRA), NULL};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_URI_LOG_CALLBACK,
+	(intptr_t) http_request_begins, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
 	(intptr_t) http_completed, server};
@@ -508,6 +720,17 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->waiters.epoll_fd = server->waiters.notify_fd = -1;	/* nothing to close yet */
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
+	/* see http_request_begins: what a connection's memory pool can parse */
+	server->max_uri_len = (options->write_piece_size + HTTP_POOL_EXTRA) / 4;
+	server->max_query_args = (unsigned) ((options->write_piece_size + HTTP_POOL_EXTRA) / 256);
+	if (server->max_query_args > HTTP_MAX_QUERY_ARGS)
+		server->max_query_args = HTTP_MAX_QUERY_ARGS;
+	if (access_policy_init(&server->access, &settings->access, err, errlen) != 0)
+	{
+		free(server);
+		return NULL;
+	}
+	server->access_ready = true;
 	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
 		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0)
 	{
@@ -516,7 +739,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 		return NULL;
 	}
 	atomic_init(&server->stopping, false);
-	http_server_apply_settings(server, settings);
+	(void) http_server_apply_settings(server, settings, err, errlen);
 	MHD_set_panic_func(http_mhd_panic, NULL);
 
 	/* threads inherit the creator's mask: keep every signal off them */
@@ -566,14 +789,17 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	return server;
 }
 
-void
-http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settings)
+int
+http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settings,
+						   char *err, size_t errlen)
 {
 	atomic_store(&server->cache_max_age, settings->cache_max_age);
 	atomic_store(&server->cache_stale_age, settings->cache_stale_age);
 	atomic_store(&server->long_poll_timeout_ms, settings->long_poll_timeout_ms);
 	atomic_store(&server->allow_shape_deletion, settings->allow_shape_deletion);
 	atomic_store(&server->conns.write_timeout_ms, settings->stalled_serve_timeout_ms);
+	atomic_store(&server->max_where_length, settings->max_where_length);
+	return access_policy_update(&server->access, &settings->access, err, errlen);
 }
 
 void
@@ -595,6 +821,8 @@ http_server_free(HttpServer *server)
 {
 	waiters_destroy(&server->waiters);
 	conn_table_destroy(&server->conns);
+	if (server->access_ready)
+		access_policy_destroy(&server->access);
 	free(server);
 }
 

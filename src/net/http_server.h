@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "access_policy.h"
 #include "admission.h"
 #include "request_queue.h"
 #include "shape_table.h"
@@ -44,6 +45,8 @@ typedef struct HttpRuntimeSettings
 	int			long_poll_timeout_ms;
 	bool		allow_shape_deletion;	/* DELETE /v1/shape */
 	int			stalled_serve_timeout_ms;	/* 0: never reap */
+	int			max_where_length;	/* bytes of a where clause */
+	AccessSettings access;		/* copied; the strings may go after the call */
 } HttpRuntimeSettings;
 
 /*
@@ -57,8 +60,10 @@ extern HttpServer *http_server_start(const HttpServerOptions *options,
 /* Answers pending and parked requests, then stops and joins all threads. */
 extern void http_server_stop(HttpServer *server);
 
-extern void http_server_apply_settings(HttpServer *server,
-									   const HttpRuntimeSettings *settings);
+/* Returns 0, or -1 with a message in err (the old access rules stay). */
+extern int	http_server_apply_settings(HttpServer *server,
+									   const HttpRuntimeSettings *settings,
+									   char *err, size_t errlen);
 
 /* Resumes the connections waiting for this shape's log to grow. */
 extern void http_server_wake_shape(HttpServer *server, uint32_t slot);

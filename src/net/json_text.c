@@ -20,6 +20,7 @@
 #include "json_text.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,4 +166,45 @@ json_message_body(const char *key, const char *message)
 	json_buf_put_string(&out, message);
 	json_buf_putc(&out, '}');
 	return json_buf_finish(&out);
+}
+
+bool
+utf8_is_valid(const char *s, size_t len)
+{
+	const unsigned char *p = (const unsigned char *) s;
+	const unsigned char *end = p + len;
+
+	while (p < end)
+	{
+		unsigned char c = *p;
+		size_t		n;
+		uint32_t	cp;
+		uint32_t	min;
+
+		if (c < 0x80)
+		{
+			p++;
+			continue;
+		}
+		if (c >= 0xC2 && c <= 0xDF)
+			n = 1, cp = c & 0x1F, min = 0x80;
+		else if (c >= 0xE0 && c <= 0xEF)
+			n = 2, cp = c & 0x0F, min = 0x800;
+		else if (c >= 0xF0 && c <= 0xF4)
+			n = 3, cp = c & 0x07, min = 0x10000;
+		else
+			return false;		/* a continuation byte, C0, C1 or F5..FF */
+		if ((size_t) (end - p) <= n)
+			return false;
+		for (size_t i = 1; i <= n; i++)
+		{
+			if ((p[i] & 0xC0) != 0x80)
+				return false;
+			cp = (cp << 6) | (p[i] & 0x3F);
+		}
+		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+			return false;
+		p += n + 1;
+	}
+	return true;
 }

@@ -31,6 +31,13 @@ extern void json_buf_printf(JsonBuf *buf, const char *fmt,...)
 extern void json_buf_put_string(JsonBuf *buf, const char *s);
 extern char *json_buf_finish(JsonBuf *buf);
 
+/*
+ * Whether s[0, len) is well-formed UTF-8: no overlong forms, no
+ * surrogates, nothing past U+10FFFF.  A NUL byte is well-formed; callers
+ * that refuse it check for it themselves.
+ */
+extern bool utf8_is_valid(const char *s, size_t len);
+
 /* {"message":"<msg>"}-style bodies, malloc'd; NULL when out of memory. */
 extern char *json_message_body(const char *key, const char *message);
 

@@ -9,10 +9,15 @@
  * Everything a client sends passes through here before anything else looks
  * at it, so every function is total over its input: arbitrary bytes give
  * either a parsed value or an error message, never a crash or an unbounded
- * allocation (identifiers are capped at 63 bytes, params at REQ_MAX_PARAMS).
- * The rules and messages follow Electric's API so that the official client
- * sees the errors it expects.  The where clause is not parsed here: only
- * PostgreSQL's parser, on the main thread, decides what it means.
+ * allocation (identifiers are capped at 63 bytes, params at REQ_MAX_PARAMS,
+ * the where clause at shape_sync.max_where_length).  Values come with their
+ * lengths: a value of a known parameter that holds a NUL byte (a decoded
+ * %00, which would silently cut it short) or is not well-formed UTF-8 is an
+ * error of that parameter.  An error is reported once however many
+ * parameters repeat it.  The rules and messages follow Electric's API so
+ * that the official client sees the errors it expects.  The where clause is
+ * not parsed here: only PostgreSQL's parser, on the main thread, decides
+ * what it means.
  *
  * IDENTIFICATION
  *	  src/net/request_parse.c
@@ -40,11 +45,17 @@ request_errors_add(RequestErrors *errs, const char *field, const char *fmt,...)
 
 	if (errs->count >= REQ_MAX_ERRORS)
 		return;
-	e = &errs->items[errs->count++];
+	e = &errs->items[errs->count];
 	e->field = field;
 	va_start(ap, fmt);
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
+	/* one error said once, however many parameters repeat it */
+	for (int i = 0; i < errs->count; i++)
+		if (strcmp(errs->items[i].field, field) == 0 &&
+			strcmp(errs->items[i].message, e->message) == 0)
+			return;
+	errs->count++;
 }
 
 /*
@@ -279,11 +290,20 @@ fail:
 
 /* ------------------------------------------------------------- the query */
 
+/* Whether the key (or value), key_len bytes, is exactly `name`. */
+static bool
+key_is(const char *key, size_t key_len, const char *name)
+{
+	size_t		n = strlen(name);
+
+	return key_len == n && memcmp(key, name, n) == 0;
+}
+
 /* Electric: any value other than "false" turns a flag on. */
 static bool
-flag_value(const char *value)
+flag_value(const char *value, size_t len)
 {
-	return value == NULL || strcmp(value, "false") != 0;
+	return !key_is(value, len, "false");
 }
 
 /* "params[N]" with 1 <= N <= REQ_MAX_PARAMS; 0 when the key is not one. */
@@ -311,76 +331,113 @@ replace_string(char **slot, const char *value)
 	*slot = strdup(value ? value : "");
 }
 
+/*
+ * A value a known parameter may carry: no NUL byte (libmicrohttpd decodes
+ * %00, and the value would silently end there) and well-formed UTF-8.
+ */
+static bool
+value_acceptable(RequestErrors *errs, const char *field, const char *value, size_t len)
+{
+	if (memchr(value, '\0', len) != NULL)
+	{
+		request_errors_add(errs, field, "must not contain a NUL byte");
+		return false;
+	}
+	if (!utf8_is_valid(value, len))
+	{
+		request_errors_add(errs, field, "must be valid UTF-8");
+		return false;
+	}
+	return true;
+}
+
 void
-shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, const char *value)
+shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_len,
+				const char *value, size_t value_len)
 {
 	char		err[200];
 	int			pidx;
 
 	if (value == NULL)
+	{
 		value = "";
+		value_len = 0;
+	}
+	if (memchr(key, '\0', key_len) != NULL)
+		return;					/* not any parameter's name: ignored */
 
-	if (strcmp(key, "table") == 0)
+	if (key_is(key, key_len, "table"))
 	{
 		free(q->def.schema);
 		free(q->def.table);
 		q->def.schema = q->def.table = NULL;
-		q->has_table = value[0] != '\0';
-		if (q->has_table &&
+		q->has_table = value_len > 0;
+		if (q->has_table && value_acceptable(errs, "table", value, value_len) &&
 			!parse_table_name(value, &q->def.schema, &q->def.table, err, sizeof(err)))
 			request_errors_add(errs, "table", "%s", err);
 	}
-	else if (strcmp(key, "offset") == 0)
+	else if (key_is(key, key_len, "offset"))
 	{
 		q->has_offset = true;
-		q->offset_now = strcmp(value, "now") == 0;
-		q->bad_offset = !q->offset_now && !log_offset_parse(value, &q->offset);
+		q->offset_now = strcmp(value, "now") == 0 && value_len == 3;
+		q->bad_offset = !q->offset_now &&
+			(strlen(value) != value_len || !log_offset_parse(value, &q->offset));
 		if (q->bad_offset)
 			request_errors_add(errs, "offset", "has invalid format");
 	}
-	else if (strcmp(key, "handle") == 0)
-		replace_string(&q->handle, value);
-	else if (strcmp(key, "live") == 0)
-		q->live = flag_value(value);
-	else if (strcmp(key, "live_sse") == 0 || strcmp(key, "experimental_live_sse") == 0)
-		q->live_sse = q->live_sse || flag_value(value);
-	else if (strcmp(key, "cursor") == 0)
-		replace_string(&q->cursor, value);
-	else if (strcmp(key, "where") == 0)
-		replace_string(&q->def.where, value);
-	else if (strcmp(key, "columns") == 0)
+	else if (key_is(key, key_len, "handle"))
+	{
+		if (value_acceptable(errs, "handle", value, value_len))
+			replace_string(&q->handle, value);
+	}
+	else if (key_is(key, key_len, "live"))
+		q->live = flag_value(value, value_len);
+	else if (key_is(key, key_len, "live_sse") || key_is(key, key_len, "experimental_live_sse"))
+		q->live_sse = q->live_sse || flag_value(value, value_len);
+	else if (key_is(key, key_len, "cursor"))
+	{
+		if (value_acceptable(errs, "cursor", value, value_len))
+			replace_string(&q->cursor, value);
+	}
+	else if (key_is(key, key_len, "where"))
+	{
+		if (value_acceptable(errs, "where", value, value_len))
+			replace_string(&q->def.where, value);
+	}
+	else if (key_is(key, key_len, "columns"))
 	{
 		for (int i = 0; i < q->def.ncolumns; i++)
 			free(q->def.columns[i]);
 		free(q->def.columns);
 		q->def.columns = NULL;
 		q->def.ncolumns = 0;
-		if (!parse_column_list(value, &q->def.columns, &q->def.ncolumns, err, sizeof(err)))
+		if (value_acceptable(errs, "columns", value, value_len) &&
+			!parse_column_list(value, &q->def.columns, &q->def.ncolumns, err, sizeof(err)))
 			request_errors_add(errs, "columns", "%s", err);
 	}
-	else if (strcmp(key, "replica") == 0)
+	else if (key_is(key, key_len, "replica"))
 	{
-		if (strcmp(value, "full") == 0)
+		if (key_is(value, value_len, "full"))
 			q->def.replica_full = true;
-		else if (strcmp(value, "default") == 0)
+		else if (key_is(value, value_len, "default"))
 			q->def.replica_full = false;
 		else
 			request_errors_add(errs, "replica", "is invalid");
 	}
-	else if (strcmp(key, "log") == 0)
+	else if (key_is(key, key_len, "log"))
 	{
-		if (strcmp(value, "changes_only") == 0)
+		if (key_is(value, value_len, "changes_only"))
 			q->def.changes_only = true;
-		else if (strcmp(value, "full") == 0)
+		else if (key_is(value, value_len, "full"))
 			q->def.changes_only = false;
 		else
 			request_errors_add(errs, "log", "is invalid");
 	}
-	else if (strncmp(key, "subset__", 8) == 0)
+	else if (key_len >= 8 && strncmp(key, "subset__", 8) == 0)
 	{
 		/* the client's where_expr/order_by_expr echoes carry no request */
-		if (strcmp(key, "subset__where_expr") != 0 &&
-			strcmp(key, "subset__order_by_expr") != 0)
+		if (!key_is(key, key_len, "subset__where_expr") &&
+			!key_is(key, key_len, "subset__order_by_expr"))
 			q->subset = true;
 	}
 	else if ((pidx = param_index(key)) != 0)
@@ -391,6 +448,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, const char 
 							   REQ_MAX_PARAMS);
 			return;
 		}
+		if (!value_acceptable(errs, "params", value, value_len))
+			return;
 		if (pidx > q->def.nparams)
 		{
 			char	  **grown = realloc(q->def.params, (size_t) pidx * sizeof(char *));
@@ -408,7 +467,7 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, const char 
 }
 
 void
-shape_query_finish(ShapeQuery *q, RequestErrors *errs)
+shape_query_finish(ShapeQuery *q, RequestErrors *errs, int max_where_length)
 {
 	bool		initial = !q->has_offset || q->offset_now ||
 		log_offset_is_before_all(q->offset);
@@ -431,6 +490,11 @@ shape_query_finish(ShapeQuery *q, RequestErrors *errs)
 		request_errors_add(errs, "live", "can't be true when offset == -1");
 	if (q->live_sse && !q->live)
 		request_errors_add(errs, "live_sse", "can't be true unless live is also true");
+	if (q->def.where != NULL && max_where_length > 0 &&
+		strlen(q->def.where) > (size_t) max_where_length)
+		request_errors_add(errs, "where",
+						   "The where clause is %zu bytes long; this server accepts at most %d (shape_sync.max_where_length)",
+						   strlen(q->def.where), max_where_length);
 }
 
 void

@@ -50,12 +50,19 @@ typedef struct ShapeQuery
 	bool		subset;			/* some subset__* parameter was given */
 } ShapeQuery;
 
-/* Feeds one decoded key/value pair; unknown keys are ignored. */
+/*
+ * Feeds one decoded key/value pair, with their lengths (a decoded %00 is a
+ * NUL inside them); value may be NULL.  Unknown keys are ignored.
+ */
 extern void shape_query_add(ShapeQuery *q, RequestErrors *errs,
-							const char *key, const char *value);
+							const char *key, size_t key_len,
+							const char *value, size_t value_len);
 
-/* Checks the cross-parameter rules once all pairs are in. */
-extern void shape_query_finish(ShapeQuery *q, RequestErrors *errs);
+/*
+ * Checks the cross-parameter rules once all pairs are in, and the where
+ * clause against max_where_length bytes (0: no limit).
+ */
+extern void shape_query_finish(ShapeQuery *q, RequestErrors *errs, int max_where_length);
 
 /* DELETE /v1/shape: a handle, a definition, or both. */
 extern void shape_query_finish_delete(ShapeQuery *q, RequestErrors *errs);

@@ -41,6 +41,8 @@ typedef enum ShapeResolveStatus
 {
 	SHAPE_RESOLVE_OK = 0,
 	SHAPE_RESOLVE_INVALID,		/* 400: `error_json` holds the body */
+	SHAPE_RESOLVE_FORBIDDEN,	/* 403: shape_sync.role may not read it;
+								 * `error_json` holds the body */
 	SHAPE_RESOLVE_UNAVAILABLE,	/* 503: `error_json` holds the body */
 	SHAPE_RESOLVE_FAILED,		/* the shape's snapshot failed just now:
 								 * `error_status` and `error_json` */

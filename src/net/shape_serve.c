@@ -559,11 +559,12 @@ shape_request_done(ShapeRequest *req)
 }
 
 static enum MHD_Result
-shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+				  const char *value, size_t value_size)
 {
 	void	  **args = cls;
 
-	shape_query_add(args[0], args[1], key, value);
+	shape_query_add(args[0], args[1], key, key_size, value, value_size);
 	return MHD_YES;
 }
 
@@ -573,11 +574,11 @@ shape_start(ShapeConn *sc)
 	RequestErrors errs = {0};
 	void	   *args[2] = {&sc->query, &errs};
 
-	MHD_get_connection_values(sc->connection, MHD_GET_ARGUMENT_KIND, shape_collect_arg, args);
+	MHD_get_connection_values_n(sc->connection, MHD_GET_ARGUMENT_KIND, shape_collect_arg, args);
 	if (sc->delete_shape)
 		shape_query_finish_delete(&sc->query, &errs);
 	else
-		shape_query_finish(&sc->query, &errs);
+		shape_query_finish(&sc->query, &errs, atomic_load(&sc->server->max_where_length));
 	if (errs.count > 0)
 	{
 		char	   *body = request_errors_json(&errs);
@@ -621,6 +622,8 @@ shape_after_resolve(ShapeConn *sc)
 	{
 		case SHAPE_RESOLVE_INVALID:
 			return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST, res->error_json, 0);
+		case SHAPE_RESOLVE_FORBIDDEN:
+			return shape_respond_error(sc, MHD_HTTP_FORBIDDEN, res->error_json, 0);
 		case SHAPE_RESOLVE_UNAVAILABLE:
 			if (res->error_json != NULL)
 				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,

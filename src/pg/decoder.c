@@ -48,6 +48,7 @@
 #include "utils/varlena.h"
 
 #include "decoder.h"
+#include "shape_stream.h"
 
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
 
@@ -188,6 +189,8 @@ decoder_step(void)
 			break;				/* the rest is not flushed yet */
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
+		if (shape_stream_recheck_pending())
+			break;				/* checks first: see shape_stream.c */
 		if (++n % 256 == 0)
 		{
 			CHECK_FOR_INTERRUPTS();

@@ -9,6 +9,17 @@
  * worker applying them at its next loop iteration.  The names are part of
  * the interface: operators' configuration files use them.
  *
+ * shape_sync.secret is never shown and never logged.  PostgreSQL logs
+ * "parameter changed to <value>" when the postmaster reloads a changed
+ * setting, and prints the value of a setting its check hook refuses, so
+ * the check hook moves the secret into the setting's `extra` (which
+ * PostgreSQL keeps, copies and frees with the value but never prints) and
+ * blanks the value itself: to PostgreSQL the setting is always "", so no
+ * reload ever reports a change, SHOW and pg_settings print "********"
+ * through the show hook, and GUC_SUPERUSER_ONLY hides even that from
+ * other roles.  The worker reads the real value through
+ * shape_sync_secret().
+ *
  * IDENTIFICATION
  *	  src/pg/guc.c
  *
@@ -17,9 +28,11 @@
 #include "postgres.h"
 
 #include <limits.h>
+#include <string.h>
 
 #include "utils/guc.h"
 
+#include "access_policy.h"
 #include "guc.h"
 
 int			shape_sync_port = 3000;
@@ -40,6 +53,65 @@ int			shape_sync_max_concurrent_initial = 300;
 int			shape_sync_max_concurrent_existing = 10000;
 int			shape_sync_stalled_serve_timeout = 60000;
 int			shape_sync_socket_send_buffer = 64;
+bool		shape_sync_insecure = false;
+char	   *shape_sync_cors_allowed_origins = NULL;
+char	   *shape_sync_role = NULL;
+bool		shape_sync_manage_replica_identity = false;
+int			shape_sync_max_where_length = 8192;
+int			shape_sync_max_where_constant_size = 64 * 1024;
+int			shape_sync_snapshot_statement_timeout = 300000;
+
+static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
+static const char *guc_secret_value = "";	/* its extra: the secret */
+
+/* See the file header: the secret goes to `extra`, the value becomes "". */
+static bool
+guc_check_secret(char **newval, void **extra, GucSource source)
+{
+	size_t		len = strlen(*newval);
+	char	   *secret = malloc(len + 1);
+
+	if (secret != NULL)
+		memcpy(secret, *newval, len + 1);
+	explicit_bzero(*newval, len);	/* even a refusal below prints "" */
+	if (secret == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
+		return false;
+	}
+	*extra = secret;
+	return true;
+}
+
+static void
+guc_assign_secret(const char *newval, void *extra)
+{
+	guc_secret_value = extra ? (const char *) extra : "";
+}
+
+static const char *
+guc_show_secret(void)
+{
+	return guc_secret_value[0] != '\0' ? "********" : "";
+}
+
+const char *
+shape_sync_secret(void)
+{
+	return guc_secret_value;
+}
+
+static bool
+guc_check_origins(char **newval, void **extra, GucSource source)
+{
+	char		err[256];
+
+	if (access_origins_valid(*newval, err, sizeof(err)))
+		return true;
+	GUC_check_errdetail("%s.", err);
+	return false;
+}
 
 void
 shape_sync_define_gucs(void)
@@ -186,6 +258,70 @@ shape_sync_define_gucs(void)
 							&shape_sync_socket_send_buffer,
 							64, 0, 64 * 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.secret",
+							   "Sets the secret every shape request must carry as secret= or api_secret=.",
+							   "Without a secret, and unless shape_sync.insecure is on, only loopback clients are served. The value is never shown or logged.",
+							   &guc_secret_blank,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   guc_check_secret, guc_assign_secret, guc_show_secret);
+
+	DefineCustomBoolVariable("shape_sync.insecure",
+							 "Serves clients of every address without a secret.",
+							 "Anyone who can reach the port then reads every table shape_sync.role can read.",
+							 &shape_sync_insecure,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.cors_allowed_origins",
+							   "Sets the browser origins allowed to make shape requests.",
+							   "A comma-separated list of scheme://host[:port]; \"*\" allows every origin once a secret is set, and only loopback origins while loopback clients only are served.",
+							   &shape_sync_cors_allowed_origins,
+							   "*",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   guc_check_origins, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.role",
+							   "Sets the role whose privileges shapes are read with.",
+							   "Validation, snapshots and where clauses run as this role; it must not be a superuser. Tables it cannot SELECT, or whose row-level security applies to it, are refused.",
+							   &shape_sync_role,
+							   "pg_read_all_data",
+							   PGC_SIGHUP, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("shape_sync.manage_replica_identity",
+							 "Lets the worker set REPLICA IDENTITY FULL on tables that get a shape.",
+							 "Off: a table without REPLICA IDENTITY FULL is refused. On: the table's owner's ALTER TABLE runs with a short lock_timeout.",
+							 &shape_sync_manage_replica_identity,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.max_where_length",
+							"Sets the longest where clause a shape may have.",
+							NULL,
+							&shape_sync_max_where_length,
+							8192, 64, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.max_where_constant_size",
+							"Sets the largest total size of the constants a where clause folds to.",
+							"The folded clause is kept for the shape's life and evaluated on every change of its table.",
+							&shape_sync_max_where_constant_size,
+							64 * 1024, 1024, 256 * 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.snapshot_statement_timeout",
+							"Sets how long a shape's snapshot query may run.",
+							"A snapshot that takes longer fails; 0 disables the limit.",
+							&shape_sync_snapshot_statement_timeout,
+							300000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("shape_sync");

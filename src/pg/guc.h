@@ -29,6 +29,16 @@ extern int	shape_sync_max_concurrent_initial;
 extern int	shape_sync_max_concurrent_existing;
 extern int	shape_sync_stalled_serve_timeout;	/* ms */
 extern int	shape_sync_socket_send_buffer;	/* kB */
+extern bool shape_sync_insecure;
+extern char *shape_sync_cors_allowed_origins;
+extern char *shape_sync_role;
+extern bool shape_sync_manage_replica_identity;
+extern int	shape_sync_max_where_length;	/* bytes */
+extern int	shape_sync_max_where_constant_size; /* bytes */
+extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
+
+/* shape_sync.secret, which PostgreSQL itself only ever sees as "". */
+extern const char *shape_sync_secret(void);
 
 extern void shape_sync_define_gucs(void);
 

@@ -21,6 +21,11 @@
  * FAILED_SHAPE_RETENTION: clients asking for the same definition meanwhile
  * get the error at once instead of starting another doomed snapshot.
  *
+ * Resolving runs as shape_sync.role (shape_role.c): the definition is
+ * validated, and the shape's stream prepared, with that role's privileges,
+ * and its snapshot worker is told to read as it.  What the role may not
+ * read is answered 403; a shape_sync.role that cannot be used, 503.
+ *
  * When the worker (re)starts, shapes left in shared memory by its previous
  * life are retired: their clients get 409 and refetch.
  *
@@ -48,6 +53,7 @@
 #include "guc.h"
 #include "registry.h"
 #include "shape_def.h"
+#include "shape_role.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 #include "snapshot.h"
@@ -62,6 +68,8 @@ typedef struct RegistryEntry
 	uint32		generation;
 	ShapeSpec	spec;
 	char	   *schema_json;
+	Oid			role;			/* read as this role */
+	bool		manage_replica_identity;	/* the snapshot may set it */
 	bool		launched;		/* a snapshot worker was started */
 	BackgroundWorkerHandle *worker;
 	dsm_segment *definition;
@@ -189,6 +197,21 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 	const char *field = shape_def_error_field;
 	char	   *message;
 
+	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfoString(&buf, "{\"message\":\"Forbidden\",\"errors\":{");
+		escape_json(&buf, field ? field : "table");
+		appendStringInfoString(&buf, ":[");
+		escape_json(&buf, shape_def_http_message[0] && field ? shape_def_http_message :
+					edata->message);
+		appendStringInfoString(&buf, "]}}");
+		req->result.status = SHAPE_RESOLVE_FORBIDDEN;
+		req->result.error_json = reg_malloc_string(buf.data);
+		return;
+	}
 	if (field == NULL)
 	{
 		StringInfoData buf;
@@ -202,7 +225,8 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 		appendStringInfoChar(&buf, '}');
 		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
 		req->result.error_json = reg_malloc_string(buf.data);
-		if (!req->result.retry)
+		/* a shape_sync.role that cannot be used is logged once, by the worker */
+		if (!req->result.retry && edata->sqlerrcode != ERRCODE_CONFIG_FILE_ERROR)
 			ereport(LOG,
 					(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
 		return;
@@ -276,6 +300,8 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	e->identity_hash = hash;
 	e->identity = pstrdup(identity);
 	e->generation = atomic_load(&s->generation);
+	e->role = GetUserId();
+	e->manage_replica_identity = shape_sync_manage_replica_identity;
 	reg_copy_spec(&e->spec, spec);
 	e->schema_json = shape_schema_json(rel);
 	e->queued_at = GetCurrentTimestamp();
@@ -390,8 +416,8 @@ reg_delete(ShapeRequest *req, const ShapeSpec *spec)
 
 /*
  * Resolves one request: fills req->result.  Runs inside a transaction on
- * the main thread; validation errors are caught in a subtransaction and
- * become the client's 400.
+ * the main thread, as shape_sync.role; validation errors are caught in a
+ * subtransaction and become the client's 400 or 403.
  */
 void
 registry_resolve(ShapeRequest *req)
@@ -400,16 +426,23 @@ registry_resolve(ShapeRequest *req)
 	ResourceOwner oldowner = CurrentResourceOwner;
 	ShapeSpec	spec;
 
+	shape_def_error_field = NULL;	/* what failed is this request's business */
+	shape_def_http_message[0] = '\0';
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
+		ShapeRoleSaved saved;
+
+		/* an error leaves the role with the subtransaction */
+		shape_role_become(shape_role_resolve(), &saved);
 		if (req->has_definition || !req->delete_shape)
 			shape_def_validate(&req->def, &spec, true);
 		if (req->delete_shape)
 			reg_delete(req, req->has_definition ? &spec : NULL);
 		else
 			reg_resolve_valid(req, &spec);
+		shape_role_restore(&saved);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -584,7 +617,8 @@ registry_maintain(void)
 		{
 			MemoryContext old = MemoryContextSwitchTo(reg_context);
 
-			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec,
+			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec, e->role,
+										e->manage_replica_identity,
 										shape_sync_chunk_bytes_threshold, &e->definition);
 			MemoryContextSwitchTo(old);
 		}

@@ -13,9 +13,21 @@
  * no client text is spliced into SQL.
  *
  * The where clause is limited like a publication row filter, because it
- * will also be evaluated on decoded tuples: built-in immutable functions
- * and operators only, no subqueries, aggregates, window functions,
- * set-returning functions or system columns.
+ * will also be evaluated on decoded tuples: immutable functions and
+ * operators of pg_catalog only, no subqueries, aggregates, window
+ * functions, set-returning functions or system columns.  It is analysed
+ * with search_path pinned to pg_catalog, its constants are folded once,
+ * here, and the folded tree is what the snapshot and the stream evaluate,
+ * so nothing resolves names again later; the folded constants are bounded
+ * by shape_sync.max_where_constant_size.
+ *
+ * Validation runs as the current user (shape_sync.role in the worker, the
+ * caller in SQL), and refuses what that user could not read with SELECT:
+ * the schema without USAGE, the table or a column the shape reads (its
+ * columns, key and where clause) without SELECT, and a table whose
+ * row-level security applies to the user, because a shape is shared by all
+ * its clients.  A table without REPLICA IDENTITY FULL is refused too,
+ * unless shape_sync.manage_replica_identity lets the snapshot worker set it.
  *
  * Failures are ordinary ereport(ERROR)s, so the SQL function
  * validate_shape() reports them the PostgreSQL way.  The HTTP path catches
@@ -37,8 +49,10 @@
 #include "catalog/catalog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
@@ -50,14 +64,17 @@
 #include "parser/parse_relation.h"
 #include "parser/parser.h"
 #include "rewrite/rewriteManip.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
 
+#include "guc.h"
 #include "row_encoder.h"
 #include "shape_def.h"
 #include "shape_table.h"
@@ -66,6 +83,8 @@
 
 const char *shape_def_error_field = NULL;
 char		shape_def_http_message[512];
+
+static void sdef_check_readable(Relation rel, const ShapeSpec *spec);
 
 /* Records the field and Electric's wording for the error about to be raised. */
 static void
@@ -183,22 +202,22 @@ shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 	return sr;
 }
 
-/* "schema"."table", each part quoted the PostgreSQL way. */
+/* "schema"."table", each part quoted the PostgreSQL way, always. */
 char *
-shape_quoted_relation(const ShapeRelation *rel)
+shape_quoted_name(const char *schema, const char *table)
 {
 	StringInfoData buf;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '"');
-	for (const char *p = rel->schema; *p; p++)
+	for (const char *p = schema; *p; p++)
 	{
 		if (*p == '"')
 			appendStringInfoChar(&buf, '"');
 		appendStringInfoChar(&buf, *p);
 	}
 	appendStringInfoString(&buf, "\".\"");
-	for (const char *p = rel->table; *p; p++)
+	for (const char *p = table; *p; p++)
 	{
 		if (*p == '"')
 			appendStringInfoChar(&buf, '"');
@@ -206,6 +225,12 @@ shape_quoted_relation(const ShapeRelation *rel)
 	}
 	appendStringInfoChar(&buf, '"');
 	return buf.data;
+}
+
+char *
+shape_quoted_relation(const ShapeRelation *rel)
+{
+	return shape_quoted_name(rel->schema, rel->table);
 }
 
 /* --------------------------------------------------------- where clause */
@@ -266,10 +291,12 @@ sdef_bind_params(Node *node, SdefParams *params)
 	return expression_tree_mutator(node, sdef_bind_params, params);
 }
 
+/* Functions a where clause may not call: all but pg_catalog's own. */
 static bool
-sdef_user_function(Oid funcid, void *context)
+sdef_foreign_function(Oid funcid, void *context)
 {
-	return funcid >= FirstNormalObjectId;
+	return funcid >= FirstNormalObjectId ||
+		get_func_namespace(funcid) != PG_CATALOG_NAMESPACE;
 }
 
 /* Rejects what a row filter on decoded tuples cannot evaluate. */
@@ -285,12 +312,12 @@ sdef_check_node(Node *node, void *context)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("system columns and whole-row references are not allowed in a shape's where clause")));
 	}
-	if (check_functions_in_node(node, sdef_user_function, NULL))
+	if (check_functions_in_node(node, sdef_foreign_function, NULL))
 	{
-		sdef_failing("where", "User-defined functions and operators are not allowed in where clauses");
+		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("user-defined functions and operators are not allowed in a shape's where clause"),
+				 errmsg("only functions and operators of pg_catalog are allowed in a shape's where clause"),
 				 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
 	}
 	if (IsA(node, CoerceToDomain) &&
@@ -304,6 +331,25 @@ sdef_check_node(Node *node, void *context)
 				 errdetail("A domain's check constraints may call functions that are not safe while decoding the WAL.")));
 	}
 	return expression_tree_walker(node, sdef_check_node, context);
+}
+
+/* Adds up the bytes of the constants in a (folded) expression. */
+static bool
+sdef_constant_bytes(Node *node, Size *total)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Const))
+	{
+		Const	   *c = (Const *) node;
+
+		if (!c->constisnull)
+			*total += c->constlen > 0 ? (Size) c->constlen :
+				c->constlen == -1 ? VARSIZE_ANY(DatumGetPointer(c->constvalue)) :
+				strlen(DatumGetCString(c->constvalue)) + 1;
+		return false;
+	}
+	return expression_tree_walker(node, sdef_constant_bytes, total);
 }
 
 typedef struct SdefErrorContext
@@ -415,11 +461,38 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 
 	error_context_stack = errcb.previous;
 	free_parsestate(pstate);
-	*tree = nodeToString(expr);
+	/* the clause as written, parameters bound: the shape's identity */
 	*sql_out = deparse_expression(expr,
 								  deparse_context_for(RelationGetRelationName(rel),
 													  RelationGetRelid(rel)),
 								  false, false);
+	/*
+	 * Fold once, here: the stream and the snapshot evaluate this tree.  (It
+	 * is not deparsed: folding drops what only the parser needs, such as a
+	 * COLLATE clause's node, which the deparsed identity must keep.)
+	 */
+	expr = eval_const_expressions(NULL, expr);
+	{
+		Size		bytes = 0;
+
+		sdef_constant_bytes(expr, &bytes);
+		if (bytes > (Size) shape_sync_max_where_constant_size)
+		{
+			char		msg[256];
+
+			snprintf(msg, sizeof(msg),
+					 "The where clause's constants take %zu bytes; this server allows at most %d (shape_sync.max_where_constant_size)",
+					 bytes, shape_sync_max_where_constant_size);
+			sdef_failing("where", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the constants of a shape's where clause take %zu bytes, more than \"%s\" allows",
+							bytes, "shape_sync.max_where_constant_size"),
+					 errdetail("The limit is %d bytes.", shape_sync_max_where_constant_size)));
+		}
+	}
+
+	*tree = nodeToString(expr);
 }
 
 /* ---------------------------------------------------------- validation */
@@ -572,6 +645,22 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 				 errmsg("\"%s.%s\" is not an ordinary user table", schema, def->table),
 				 errdetail("Shapes can be defined on ordinary tables only; views, partitioned tables and system catalogs are not supported.")));
 	}
+	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL && !shape_sync_manage_replica_identity)
+	{
+		char	   *quoted = shape_quoted_name(schema, def->table);
+		char		msg[512];
+
+		snprintf(msg, sizeof(msg),
+				 "Table %s does not have REPLICA IDENTITY FULL, which shapes need; the database operator can run: ALTER TABLE %s REPLICA IDENTITY FULL",
+				 quoted, quoted);
+		sdef_failing("table", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table %s does not have REPLICA IDENTITY FULL", quoted),
+				 errdetail("Shapes need the old values of updated and deleted rows, which PostgreSQL logs in full only with REPLICA IDENTITY FULL."),
+				 errhint("Run ALTER TABLE %s REPLICA IDENTITY FULL, or let shape_sync set it by turning on \"%s\".",
+						 quoted, "shape_sync.manage_replica_identity")));
+	}
 	spec->relid = relid;
 	spec->flags = (def->replica_full ? SHAPE_FLAG_REPLICA_FULL : 0) |
 		(def->changes_only ? SHAPE_FLAG_CHANGES_ONLY : 0);
@@ -583,15 +672,116 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 		 * Parameters are read, and constants deparsed, under Electric's
 		 * display settings, whatever the session's: the clause then means the
 		 * same in the snapshot worker and the decoder, which use them too.
+		 * Names resolve in pg_catalog first, then in the table's schema
+		 * (for its types), whatever the session's path; a function or
+		 * operator found outside pg_catalog is refused below.
 		 */
 		int			nestlevel = NewGUCNestLevel();
 
 		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
+		(void) set_config_option("search_path",
+								 psprintf("pg_catalog, %s", quote_identifier(schema)),
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		sdef_where(def, rel, &spec->where_sql, &spec->where_tree);
 		AtEOXact_GUC(true, nestlevel);
 	}
+	sdef_check_readable(rel, spec);
 	table_close(rel, NoLock);
 	shape_def_error_field = NULL;
+}
+
+/* The columns a shape reads: its own, its key's and its where clause's. */
+static int
+sdef_read_columns(const ShapeSpec *spec, AttrNumber **out)
+{
+	ShapeRelation *rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
+	Bitmapset  *cols = NULL;
+	AttrNumber *attnums;
+	int			n = 0;
+	int			x = -1;
+
+	for (int i = 0; i < rel->ncolumns; i++)
+		cols = bms_add_member(cols, rel->columns[i].attnum);
+	for (int i = 0; i < rel->nkeys; i++)
+		cols = bms_add_member(cols, rel->keys[i]);
+	if (spec->where_tree != NULL)
+	{
+		Bitmapset  *vars = NULL;
+
+		pull_varattnos(stringToNode(spec->where_tree), 1, &vars);
+		while ((x = bms_next_member(vars, x)) >= 0)
+			cols = bms_add_member(cols, x + FirstLowInvalidHeapAttributeNumber);
+		x = -1;
+	}
+	attnums = palloc(sizeof(AttrNumber) * Max(bms_num_members(cols), 1));
+	while ((x = bms_next_member(cols, x)) >= 0)
+		attnums[n++] = (AttrNumber) x;
+	*out = attnums;
+	return n;
+}
+
+/* Refuses the shape, with 403, when the current user cannot read it. */
+static void
+sdef_check_readable(Relation rel, const ShapeSpec *spec)
+{
+	AttrNumber *attnums;
+	int			n = sdef_read_columns(spec, &attnums);
+	const char *field = "table";
+	char	   *problem = shape_read_problem(RelationGetRelid(rel), n, attnums, &field);
+
+	if (problem == NULL)
+		return;
+	sdef_failing(field, problem);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("a shape cannot be served to role \"%s\"",
+					GetUserNameFromId(GetUserId(), false)),
+			 errdetail("%s.", problem)));
+}
+
+/*
+ * Whether the current user could read these columns of the relation with
+ * SELECT: USAGE on its schema, SELECT on the table or on each column, and
+ * no row-level security that applies to it.  NULL when it could; else the
+ * reason, as a sentence for the client, with *field the request parameter
+ * it concerns.
+ */
+char *
+shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const char **field)
+{
+	Oid			user = GetUserId();
+	char	   *role = GetUserNameFromId(user, false);
+	Oid			nsp = get_rel_namespace(relid);
+	char	   *relname = shape_quoted_name(get_namespace_name(nsp), get_rel_name(relid));
+	int			rls;
+
+	*field = "table";
+	if (pg_namespace_aclcheck(nsp, user, ACL_USAGE) != ACLCHECK_OK)
+		return psprintf("Role \"%s\" has no USAGE privilege on the schema of table %s",
+						role, relname);
+	if (pg_class_aclcheck(relid, user, ACL_SELECT) != ACLCHECK_OK)
+	{
+		StringInfoData missing;
+
+		if (pg_attribute_aclcheck_all(relid, user, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
+			return psprintf("Role \"%s\" may not SELECT from table %s", role, relname);
+		initStringInfo(&missing);
+		for (int i = 0; i < nattnums; i++)
+			if (pg_attribute_aclcheck(relid, attnums[i], user, ACL_SELECT) != ACLCHECK_OK)
+				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+								 quote_identifier(get_attname(relid, attnums[i], false)));
+		if (missing.len > 0)
+		{
+			*field = "columns";
+			return psprintf("Role \"%s\" may not SELECT these columns of table %s, which the shape reads: %s",
+							role, relname, missing.data);
+		}
+	}
+	rls = check_enable_rls(relid, InvalidOid, true);
+	if (rls == RLS_ENABLED)
+		return psprintf("Table %s has row-level security that applies to role \"%s\"; a shape is shared by all its clients, so such a table is not served",
+						relname, role);
+	return NULL;
 }
 
 /* ----------------------------------------------------- electric-schema */

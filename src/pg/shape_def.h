@@ -56,7 +56,7 @@ typedef struct ShapeSpec
 	int			ncolumns;
 	AttrNumber *columns;		/* selected attnums, ascending */
 	char	   *where_sql;		/* deparsed, parameters bound; NULL if none */
-	char	   *where_tree;		/* the same, as nodeToString(); NULL if none */
+	char	   *where_tree;		/* the folded tree, nodeToString(); NULL if none */
 } ShapeSpec;
 
 /*
@@ -71,6 +71,9 @@ extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 										  const AttrNumber *columns);
 extern char *shape_schema_json(const ShapeRelation *rel);
 extern char *shape_identity(const ShapeSpec *spec);
+extern char *shape_quoted_name(const char *schema, const char *table);
 extern char *shape_quoted_relation(const ShapeRelation *rel);
+extern char *shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums,
+								const char **field);
 
 #endif							/* SHAPE_DEF_H */

@@ -32,6 +32,16 @@
  * get 409 must-refetch.  A shape whose log runs out of memory is rotated
  * too.  Rotations are applied between decoding batches.
  *
+ * Privileges.  Each shape is read as the role it was validated as
+ * (shape_sync.role, shape_role.c): its where clause and its encoder run as
+ * that role on every change.  A GRANT or REVOKE on its table or columns, a
+ * row-level security change, or a change of roles, memberships or schemas
+ * invalidates caches; the batch being decoded ends at the record that
+ * carried the invalidation, and before decoding goes on the shapes
+ * concerned are checked again as that role: one it can no longer read is
+ * rotated, and its clients' new requests get 403.  A change of
+ * shape_sync.role rotates the shapes read as the old one.
+ *
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
@@ -50,6 +60,7 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "access/sysattr.h"
@@ -64,6 +75,7 @@
 
 #include "registry.h"
 #include "row_encoder.h"
+#include "shape_role.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 
@@ -80,6 +92,7 @@ typedef struct ShapeStream
 	uint32		slot;
 	uint32		generation;
 	Oid			relid;
+	Oid			role;			/* read as this role (shape_sync.role) */
 	bool		replica_full;
 	bool		all_columns;	/* no column list: new columns count too */
 	int			threshold;
@@ -122,6 +135,7 @@ static uint64 ss_op;			/* the next op position */
 static ExprContext *ss_econtext;
 static List *ss_changed_relids; /* relcache invalidations seen */
 static bool ss_all_changed;
+static bool ss_recheck_now;		/* end the decoding batch: check first */
 static bool ss_callback_registered;
 static HTAB *ss_relids;			/* relid -> the streams on it */
 
@@ -149,13 +163,43 @@ ss_relcache_callback(Datum arg, Oid relid)
 	if (!OidIsValid(relid))
 	{
 		ss_all_changed = true;
+		ss_recheck_now = true;
 		return;
 	}
-	if (!shape_stream_wants(relid) || list_member_oid(ss_changed_relids, relid))
+	if (!shape_stream_wants(relid))
+		return;
+	ss_recheck_now = true;
+	if (list_member_oid(ss_changed_relids, relid))
 		return;
 	old = MemoryContextSwitchTo(ss_context);
 	ss_changed_relids = lappend_oid(ss_changed_relids, relid);
 	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Roles, memberships or schemas changed: any shape's role may have lost
+ * (or its role gained SUPERUSER); check them all.
+ */
+static void
+ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0)
+		return;
+	ss_all_changed = true;
+	ss_recheck_now = true;
+}
+
+void
+shape_stream_recheck_all(void)
+{
+	ss_all_changed = true;
+	ss_recheck_now = true;
+}
+
+bool
+shape_stream_recheck_pending(void)
+{
+	return ss_recheck_now;
 }
 
 static void
@@ -180,6 +224,9 @@ ss_ensure_init(void)
 	if (!ss_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(ss_relcache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, ss_syscache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, ss_syscache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, ss_syscache_callback, (Datum) 0);
 		ss_callback_registered = true;
 	}
 }
@@ -242,7 +289,8 @@ ss_types_match(ShapeStream *s, TupleDesc desc)
 
 /*
  * Prepares the stream of a new shape: its encoder and its where clause,
- * ready to run on decoded tuples.  Called by the registry, in a transaction.
+ * ready to run on decoded tuples.  Called by the registry, in a
+ * transaction, as the role the shape is read as.
  */
 void
 shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chunk_threshold)
@@ -261,6 +309,7 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	s->slot = slot;
 	s->generation = generation;
 	s->relid = spec->relid;
+	s->role = GetUserId();
 	s->replica_full = (spec->flags & SHAPE_FLAG_REPLICA_FULL) != 0;
 	s->all_columns = spec->ncolumns == 0;
 	s->threshold = chunk_threshold;
@@ -629,6 +678,8 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
+		ShapeRoleSaved saved;
+
 		if (s->rotate)
 			continue;
 		if (!ss_types_match(s, desc))
@@ -636,7 +687,9 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 			ss_rotate_later(s, "a column it reads was dropped or changed type");
 			continue;
 		}
+		shape_role_become(s->role, &saved);
 		ss_change_for_shape(s, change->action, newslot, oldslot, op);
+		shape_role_restore(&saved);
 	}
 	if (newslot)
 		ExecDropSingleTupleTableSlot(newslot);
@@ -847,9 +900,13 @@ ss_take_over(ShapeStream *s)
 	s->appended = false;
 }
 
-/* Rotates the shapes of a relation that is gone or whose columns changed. */
+/*
+ * Rotates the shapes of a relation that is gone, whose columns changed, or
+ * that their role can no longer read.  `role` is what shape_sync.role
+ * names now, or InvalidOid when it cannot be used.
+ */
 static void
-ss_check_relation(Oid relid)
+ss_check_relation(Oid relid, Oid role)
 {
 	ShapeTable *table = ss_table();
 
@@ -891,6 +948,20 @@ ss_check_relation(Oid relid)
 			now->ncolumns != s->rel->ncolumns ||
 			strcmp(now->table, s->rel->table) != 0 || strcmp(now->schema, s->rel->schema) != 0)
 			ss_rotate_later(s, "its table's definition changed");
+		else if (s->role != role)
+			ss_rotate_later(s, "\"shape_sync.role\" changed or cannot be used");
+		else
+		{
+			ShapeRoleSaved saved;
+			const char *field;
+			char	   *problem;
+
+			shape_role_become(s->role, &saved);
+			problem = shape_read_problem(relid, s->nused, s->used_attnums, &field);
+			shape_role_restore(&saved);
+			if (problem != NULL)
+				ss_rotate_later(s, problem);
+		}
 	}
 }
 
@@ -900,7 +971,7 @@ ss_check_relation(Oid relid)
  * relation's shapes instead of ending the worker.
  */
 static void
-ss_check_relation_guarded(Oid relid)
+ss_check_relation_guarded(Oid relid, Oid role)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -909,7 +980,7 @@ ss_check_relation_guarded(Oid relid)
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
-		ss_check_relation(relid);
+		ss_check_relation(relid, role);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
@@ -950,8 +1021,11 @@ shape_stream_maintain(void)
 			ss_take_over(s);
 	}
 
+	ss_recheck_now = false;
 	if (ss_changed_relids != NIL || ss_all_changed)
 	{
+		Oid			role;
+
 		changed = ss_changed_relids;
 		ss_changed_relids = NIL;
 		if (ss_all_changed)
@@ -966,8 +1040,9 @@ shape_stream_maintain(void)
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
+		role = shape_role_usable();
 		foreach(lc, changed)
-			ss_check_relation_guarded(lfirst_oid(lc));
+			ss_check_relation_guarded(lfirst_oid(lc), role);
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		list_free(changed);

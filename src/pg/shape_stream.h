@@ -36,4 +36,13 @@ extern void shape_stream_commit(void);
  */
 extern void shape_stream_maintain(void);
 
+/* Check every shape's table and privileges at the next maintain. */
+extern void shape_stream_recheck_all(void);
+
+/*
+ * Whether an invalidation asked for checks since the last maintain: the
+ * decoder ends its batch there, so the checks run before what follows.
+ */
+extern bool shape_stream_recheck_pending(void);
+
 #endif							/* SHAPE_STREAM_H */

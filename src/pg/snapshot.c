@@ -7,8 +7,15 @@
  * stalls the main worker.  The worker opens a REPEATABLE READ, READ ONLY
  * transaction, records pg_current_snapshot() (the xmin, xmax and xip list
  * that will stitch the snapshot to the replication stream) and runs the
- * shape's query through a cursor, built from the shape's analysed
- * definition, never from client text.  Each row is encoded once
+ * shape's query.  The query is a tree built around the validated, folded
+ * where clause (snap_build_query), planned and run by the executor: no
+ * text is parsed again, so no name can bind to anything but what was
+ * validated.  It runs as the shape's role (shape_sync.role), in a
+ * security-restricted operation with search_path pinned to pg_catalog, so
+ * the executor's own privilege checks apply, and within
+ * shape_sync.snapshot_statement_timeout.  A table whose row-level
+ * security applies to the role is refused: the stream could not filter
+ * its changes the same way.  Each row is encoded once
  * (row_encoder.c) and appended to the shape's log; a chunk closes when the
  * running size (message bytes plus one per row) reaches
  * shape_sync.chunk_bytes_threshold, and each closed chunk is published at
@@ -29,13 +36,20 @@
  */
 #include "postgres.h"
 
+#include "access/sysattr.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "parser/parse_node.h"
+#include "parser/parse_relation.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
@@ -44,11 +58,14 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
 #include "row_encoder.h"
+#include "shape_role.h"
 #include "shared_state.h"
 #include "snapshot.h"
 
@@ -58,6 +75,8 @@ typedef struct SnapshotTask
 	uint32		slot;
 	uint32		generation;
 	Oid			dboid;
+	Oid			role;			/* read as this role */
+	bool		manage_replica_identity;	/* may set REPLICA IDENTITY FULL */
 	dsm_handle	handle;
 } SnapshotTask;
 
@@ -69,8 +88,11 @@ typedef struct SnapshotDefinition
 	int32		chunk_threshold;
 	int32		ncolumns;
 	int32		where_len;		/* -1: no where clause */
-	/* AttrNumber columns[ncolumns], then the where text */
+	/* AttrNumber columns[ncolumns], then the where tree (nodeToString) */
 } SnapshotDefinition;
+
+/* How long the owner's ALTER TABLE may wait for its lock. */
+#define REPLICA_IDENTITY_LOCK_TIMEOUT_MS	100
 
 /* The writer's state while appending to the shape log. */
 typedef struct SnapshotWriter
@@ -88,26 +110,137 @@ static uint32 snap_slot = SHAPE_NO_SLOT;	/* pinned by this worker */
 
 /* ----------------------------------------------------------------- scan */
 
+/* Receives the snapshot query's rows and encodes each as it comes. */
+typedef struct SnapshotReceiver
+{
+	DestReceiver pub;
+	RowEncoder	enc;
+	const AttrNumber *fetched;	/* attnum of each target list entry */
+	int			nfetched;
+	Datum	   *values;			/* by attnum - 1 */
+	bool	   *nulls;
+	StringInfoData message;
+	SnapshotEmit emit;
+	void	   *arg;
+} SnapshotReceiver;
+
+static bool
+snap_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	SnapshotReceiver *r = (SnapshotReceiver *) self;
+
+	slot_getallattrs(slot);
+	for (int c = 0; c < r->nfetched; c++)
+	{
+		r->values[r->fetched[c] - 1] = slot->tts_values[c];
+		r->nulls[r->fetched[c] - 1] = slot->tts_isnull[c];
+	}
+	resetStringInfo(&r->message);
+	row_encoder_snapshot_row(&r->enc, r->values, r->nulls, &r->message);
+	r->emit(r->arg, r->message.data, r->message.len);
+	return true;
+}
+
+static void
+snap_receiver_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+snap_receiver_shutdown(DestReceiver *self)
+{
+}
+
+static void
+snap_receiver_destroy(DestReceiver *self)
+{
+}
+
+/*
+ * SELECT <the shape's and its key's columns> FROM ONLY <table> WHERE
+ * <where>, built as a query tree around the validated, folded where tree:
+ * no text is parsed again, so no name can resolve to anything but what was
+ * validated.  The range table entry asks for SELECT on exactly the columns
+ * read, for the executor's privilege check.
+ */
+static Query *
+snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Node *where)
+{
+	ParseState *pstate = make_parsestate(NULL);
+	ParseNamespaceItem *nsitem;
+	RangeTblEntry *rte;
+	RangeTblRef *rtr = makeNode(RangeTblRef);
+	Query	   *query = makeNode(Query);
+	TupleDesc	desc = RelationGetDescr(relation);
+	Bitmapset  *where_cols = NULL;
+	int			x = -1;
+
+	nsitem = addRangeTableEntryForRelation(pstate, relation, AccessShareLock, NULL,
+										   false, true);
+	rte = nsitem->p_rte;
+	for (int i = 0; i < nfetched; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, fetched[i] - 1);
+		Var		   *var = makeVar(1, fetched[i], att->atttypid, att->atttypmod,
+								  att->attcollation, 0);
+
+		query->targetList = lappend(query->targetList,
+									makeTargetEntry((Expr *) var, (AttrNumber) (i + 1),
+													pstrdup(NameStr(att->attname)), false));
+		rte->selectedCols = bms_add_member(rte->selectedCols,
+										   fetched[i] - FirstLowInvalidHeapAttributeNumber);
+	}
+	if (where != NULL)
+		pull_varattnos(where, 1, &where_cols);
+	while ((x = bms_next_member(where_cols, x)) >= 0)
+		rte->selectedCols = bms_add_member(rte->selectedCols, x);
+
+	query->commandType = CMD_SELECT;
+	query->querySource = QSRC_ORIGINAL;
+	query->canSetTag = true;
+	query->rtable = pstate->p_rtable;
+	rtr->rtindex = 1;
+	query->jointree = makeFromExpr(list_make1(rtr), where);
+	free_parsestate(pstate);
+	return query;
+}
+
 void
 snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 {
 	ShapeRelation *rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
-	RowEncoder	enc;
-	StringInfoData sql;
-	StringInfoData message;
-	AttrNumber *fetched;		/* attnum of each select-list entry */
+	Relation	relation;
+	SnapshotReceiver receiver;
+	AttrNumber *fetched;
 	int			nfetched = 0;
-	Datum	   *values;
-	bool	   *nulls;
-	SPIPlanPtr	plan;
-	Portal		portal;
+	Query	   *query;
+	List	   *rewritten;
+	PlannedStmt *plan;
+	QueryDesc  *qd;
+	int			rls;
 
-	row_encoder_init(&enc, rel);
+	/* a shape is shared by all its clients: never a row-filtered one */
+	rls = check_enable_rls(spec->relid, InvalidOid, true);
+	if (rls == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("table %s has row-level security that applies to role \"%s\"",
+						shape_quoted_relation(rel), GetUserNameFromId(GetUserId(), false)),
+				 errdetail("A shape is shared by all its clients, so such a table is not served.")));
 
-	/* select the shape's columns and the key columns, each once */
-	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys));
-	initStringInfo(&sql);
-	appendStringInfoString(&sql, "SELECT ");
+	memset(&receiver, 0, sizeof(receiver));
+	receiver.pub.receiveSlot = snap_receive;
+	receiver.pub.rStartup = snap_receiver_startup;
+	receiver.pub.rShutdown = snap_receiver_shutdown;
+	receiver.pub.rDestroy = snap_receiver_destroy;
+	receiver.pub.mydest = DestNone;
+	receiver.emit = emit;
+	receiver.arg = arg;
+	row_encoder_init(&receiver.enc, rel);
+	initStringInfo(&receiver.message);
+
+	/* the shape's columns and the key columns, each once */
+	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys + 1));
 	for (int i = 0; i < rel->ncolumns + rel->nkeys; i++)
 	{
 		AttrNumber	attnum = i < rel->ncolumns ? rel->columns[i].attnum :
@@ -116,66 +249,48 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 
 		for (int j = 0; j < nfetched; j++)
 			dup = dup || fetched[j] == attnum;
-		if (dup)
-			continue;
-		appendStringInfo(&sql, "%s%s", nfetched > 0 ? ", " : "",
-						 quote_identifier(get_attname(rel->relid, attnum, false)));
-		fetched[nfetched++] = attnum;
+		if (!dup)
+			fetched[nfetched++] = attnum;
 	}
-	if (nfetched == 0)
-		appendStringInfoString(&sql, "NULL");
-	appendStringInfo(&sql, " FROM ONLY %s",
-					 quote_qualified_identifier(rel->schema, rel->table));
-	if (spec->where_sql != NULL)
-		appendStringInfo(&sql, " WHERE %s", spec->where_sql);
+	receiver.fetched = fetched;
+	receiver.nfetched = nfetched;
+	receiver.values = palloc0(sizeof(Datum) * Max(rel->natts, 1));
+	receiver.nulls = palloc(sizeof(bool) * Max(rel->natts, 1));
+	memset(receiver.nulls, true, sizeof(bool) * Max(rel->natts, 1));
 
-	values = palloc0(sizeof(Datum) * Max(rel->natts, 1));
-	nulls = palloc(sizeof(bool) * Max(rel->natts, 1));
-	memset(nulls, true, sizeof(bool) * Max(rel->natts, 1));
-	initStringInfo(&message);
+	relation = table_open(spec->relid, AccessShareLock);
+	query = snap_build_query(relation, fetched, nfetched,
+							 spec->where_tree ? stringToNode(spec->where_tree) : NULL);
+	table_close(relation, NoLock);
 
-	plan = SPI_prepare(sql.data, 0, NULL);
-	if (plan == NULL)
-		elog(ERROR, "could not prepare snapshot query \"%s\": %s",
-			 sql.data, SPI_result_code_string(SPI_result));
-	portal = SPI_cursor_open(NULL, plan, NULL, NULL, true);
-	for (;;)
-	{
-		SPI_cursor_fetch(portal, true, 1000);
-		if (SPI_processed == 0)
-			break;
-		for (uint64 r = 0; r < SPI_processed; r++)
-		{
-			HeapTuple	tuple = SPI_tuptable->vals[r];
+	rewritten = QueryRewrite(query);
+	if (list_length(rewritten) != 1 ||
+		((Query *) linitial(rewritten))->commandType != CMD_SELECT ||
+		((Query *) linitial(rewritten))->hasRowSecurity)
+		elog(ERROR, "snapshot query of %s was rewritten unexpectedly",
+			 shape_quoted_relation(rel));
+	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
 
-			for (int c = 0; c < nfetched; c++)
-			{
-				int			idx = fetched[c] - 1;
-
-				values[idx] = SPI_getbinval(tuple, SPI_tuptable->tupdesc, c + 1, &nulls[idx]);
-			}
-			resetStringInfo(&message);
-			row_encoder_snapshot_row(&enc, values, nulls, &message);
-			emit(arg, message.data, message.len);
-		}
-		SPI_freetuptable(SPI_tuptable);
-		CHECK_FOR_INTERRUPTS();
-	}
-	SPI_cursor_close(portal);
-	SPI_freeplan(plan);
+	qd = CreateQueryDesc(plan, "shape_sync snapshot", GetActiveSnapshot(), InvalidSnapshot,
+						 &receiver.pub, NULL, NULL, 0);
+	ExecutorStart(qd, 0);
+	ExecutorRun(qd, ForwardScanDirection, 0, true);
+	ExecutorFinish(qd);
+	ExecutorEnd(qd);
+	FreeQueryDesc(qd);
 }
 
 /* ---------------------------------------------------------------- launch */
 
 BackgroundWorkerHandle *
-snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec,
-				int chunk_threshold, dsm_segment **segment)
+snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, Oid role,
+				bool manage_replica_identity, int chunk_threshold, dsm_segment **segment)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 	SnapshotTask task;
 	SnapshotDefinition *def;
-	int			where_len = spec->where_sql ? (int) strlen(spec->where_sql) : -1;
+	int			where_len = spec->where_tree ? (int) strlen(spec->where_tree) : -1;
 	Size		size;
 	dsm_segment *seg;
 	char	   *p;
@@ -194,11 +309,14 @@ snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec,
 	memcpy(p, spec->columns, sizeof(AttrNumber) * spec->ncolumns);
 	p += sizeof(AttrNumber) * spec->ncolumns;
 	if (where_len >= 0)
-		memcpy(p, spec->where_sql, where_len + 1);
+		memcpy(p, spec->where_tree, where_len + 1);
 
+	memset(&task, 0, sizeof(task));
 	task.slot = slot;
 	task.generation = generation;
 	task.dboid = MyDatabaseId;
+	task.role = role;
+	task.manage_replica_identity = manage_replica_identity;
 	task.handle = dsm_segment_handle(seg);
 
 	memset(&worker, 0, sizeof(worker));
@@ -319,39 +437,53 @@ snap_end_message(StringInfo buf, const char *snapshot)
 
 /*
  * Shapes need the old row of every update and delete, to tell rows moving
- * out of a where clause and to send old values: set REPLICA IDENTITY FULL
- * on the table, as Electric does, in a transaction of its own that commits
- * before the snapshot is taken, so that every change the snapshot does not
- * see is logged in full.
+ * out of a where clause and to send old values.  When the operator lets it
+ * (shape_sync.manage_replica_identity), the worker sets REPLICA IDENTITY
+ * FULL on the table, in a transaction of its own that commits before the
+ * snapshot is taken, so that every change the snapshot does not see is
+ * logged in full.  The ALTER TABLE runs as the table's owner, in a
+ * security-restricted operation, and waits at most
+ * REPLICA_IDENTITY_LOCK_TIMEOUT_MS for its lock: it never queues behind a
+ * long transaction, holding up every query of the table behind it.
  */
 static void
 snap_ensure_replica_identity_full(Oid relid)
 {
 	Relation	rel;
 	char		ident;
+	Oid			owner;
 	char	   *name;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	rel = table_open(relid, AccessShareLock);
 	ident = rel->rd_rel->relreplident;
+	owner = rel->rd_rel->relowner;
 	name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									  RelationGetRelationName(rel));
 	table_close(rel, AccessShareLock);
 	if (ident != REPLICA_IDENTITY_FULL)
 	{
+		ShapeRoleSaved saved;
+
 		pgstat_report_activity(STATE_RUNNING, "setting REPLICA IDENTITY FULL for a shape");
+		(void) set_config_option("lock_timeout",
+								 psprintf("%d", REPLICA_IDENTITY_LOCK_TIMEOUT_MS),
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+		shape_role_become(owner, &saved);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		if (SPI_execute(psprintf("ALTER TABLE ONLY %s REPLICA IDENTITY FULL", name),
 						false, 0) != SPI_OK_UTILITY)
 			elog(ERROR, "could not set REPLICA IDENTITY FULL on %s", name);
-		ereport(LOG,
-				(errmsg("shape_sync set REPLICA IDENTITY FULL on table %s", name),
-				 errdetail("Shapes need the old values of updated and deleted rows.")));
 		SPI_finish();
 		PopActiveSnapshot();
+		shape_role_restore(&saved);
+		ereport(LOG,
+				(errmsg("shape_sync set REPLICA IDENTITY FULL on table %s", name),
+				 errdetail("Shapes need the old values of updated and deleted rows, and \"%s\" is on.",
+						   "shape_sync.manage_replica_identity")));
 	}
 	CommitTransactionCommand();
 }
@@ -371,6 +503,132 @@ snap_on_exit(int code, Datum arg)
 	shape_sync_wake_worker();
 }
 
+/*
+ * What the shape's clients are told of a failed snapshot: an HTTP status
+ * and a message.  What a client can change (a narrower shape) is a 400,
+ * what it may not read a 403, what may pass (memory, a busy table) a 503.
+ */
+static uint32
+snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len)
+{
+	switch (edata->sqlerrcode)
+	{
+		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
+			snprintf(message, len, "%s: %s %s", edata->message,
+					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
+			return 400;
+		case ERRCODE_OUT_OF_MEMORY:
+			snprintf(message, len, "%s: %s %s", edata->message,
+					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
+			return 503;
+		case ERRCODE_QUERY_CANCELED:
+			if (shape_sync_snapshot_statement_timeout > 0 &&
+				elapsed_ms >= shape_sync_snapshot_statement_timeout)
+			{
+				snprintf(message, len,
+						 "The shape's snapshot took longer than the %d ms that shape_sync.snapshot_statement_timeout allows; narrow the shape with a where clause",
+						 shape_sync_snapshot_statement_timeout);
+				return 400;
+			}
+			break;
+		case ERRCODE_INSUFFICIENT_PRIVILEGE:
+			snprintf(message, len, "Forbidden: %s", edata->message);
+			return 403;
+		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
+			snprintf(message, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
+			return 400;
+		case ERRCODE_LOCK_NOT_AVAILABLE:
+			snprintf(message, len,
+					 "The table is in use: REPLICA IDENTITY FULL could not be set within %d ms, please retry",
+					 REPLICA_IDENTITY_LOCK_TIMEOUT_MS);
+			return 503;
+	}
+	snprintf(message, len, "The shape's snapshot failed: %s", edata->message);
+	return 500;
+}
+
+/*
+ * The snapshot itself: in a REPEATABLE READ, READ ONLY transaction, as
+ * the shape's role, within shape_sync.snapshot_statement_timeout.
+ */
+static void
+snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spec,
+		  TimestampTz started)
+{
+	ShapeTable *table = writer->table;
+	ShapeRoleSaved saved;
+	char	   *snapshot_text;
+	char	   *lsn_text;
+	StringInfoData end;
+	LogOffset	offset;
+	Relation	rel;
+
+	if (task->manage_replica_identity)
+		snap_ensure_replica_identity_full(spec->relid);
+
+	pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+	XactReadOnly = true;
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SET, true, 0, false);
+	if (shape_sync_snapshot_statement_timeout > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	shape_role_become(task->role, &saved);
+
+	if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
+					"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
+					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read the snapshot's visibility");
+	snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+
+	/* what the stream needs must still hold, now that the snapshot is taken */
+	rel = table_open(spec->relid, AccessShareLock);
+	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"%s\" does not have REPLICA IDENTITY FULL any more",
+						RelationGetRelationName(rel)),
+				 errhint("The database operator can run ALTER TABLE ... REPLICA IDENTITY FULL.")));
+	table_close(rel, NoLock);
+
+	snapshot_scan(spec, snap_emit, writer);
+
+	initStringInfo(&end);
+	snap_end_message(&end, snapshot_text);
+	offset.tx = 0;
+	offset.op = writer->chunk;
+	snap_check(writer, slog_append(table->arena, &writer->slot->log, offset,
+								   SLOG_RECORD_CONTROL, end.data, (uint32) end.len));
+	snap_check(writer, slog_close_chunk(table->arena, &writer->slot->log, offset));
+	atomic_store_explicit(&writer->slot->snapshot_rows, writer->rows, memory_order_relaxed);
+	writer->slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
+	shape_table_note_lsn(table, strtou64(lsn_text, NULL, 10));
+
+	shape_role_restore(&saved);
+	if (shape_sync_snapshot_statement_timeout > 0)
+		disable_timeout(STATEMENT_TIMEOUT, false);
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	/*
+	 * Publish, then hand over: the main thread takes the pen when it sees
+	 * READY, and must find the whole snapshot published by then.
+	 */
+	slog_publish(&writer->slot->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	shape_table_set_state(table, task->slot, SHAPE_READY);
+	shape_table_mark_dirty(table, task->slot);
+	shape_sync_wake_worker();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
 void
 shape_sync_snapshot_main(Datum arg)
 {
@@ -380,11 +638,7 @@ shape_sync_snapshot_main(Datum arg)
 	dsm_segment *seg;
 	SnapshotDefinition *def;
 	ShapeSpec	spec;
-	char	   *snapshot_text;
-	char	   *lsn_text;
-	StringInfoData end;
 	TimestampTz started = GetCurrentTimestamp();
-	LogOffset	offset;
 
 	memcpy(&task, MyBgworkerEntry->bgw_extra, sizeof(task));
 	pqsignal(SIGTERM, die);
@@ -406,85 +660,37 @@ shape_sync_snapshot_main(Datum arg)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("could not map the definition of shape %s", writer.slot->handle)));
 	def = dsm_segment_address(seg);
+	memset(&spec, 0, sizeof(spec));
 	spec.relid = def->relid;
 	spec.flags = def->flags;
 	spec.ncolumns = def->ncolumns;
 	spec.columns = palloc(sizeof(AttrNumber) * Max(def->ncolumns, 1));
 	memcpy(spec.columns, def + 1, sizeof(AttrNumber) * def->ncolumns);
-	spec.where_sql = def->where_len < 0 ? NULL :
+	spec.where_tree = def->where_len < 0 ? NULL :
 		pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns);
 	writer.threshold = def->chunk_threshold;
 	dsm_detach(seg);
 
-	snap_ensure_replica_identity_full(spec.relid);
-
-	pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	XactIsoLevel = XACT_REPEATABLE_READ;
-	XactReadOnly = true;
-	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-
 	PG_TRY();
 	{
-		if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
-						"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
-						true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read the snapshot's visibility");
-		snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-
-		snapshot_scan(&spec, snap_emit, &writer);
-
-		initStringInfo(&end);
-		snap_end_message(&end, snapshot_text);
-		offset.tx = 0;
-		offset.op = writer.chunk;
-		snap_check(&writer, slog_append(table->arena, &writer.slot->log, offset,
-										SLOG_RECORD_CONTROL, end.data, (uint32) end.len));
-		snap_check(&writer, slog_close_chunk(table->arena, &writer.slot->log, offset));
-		atomic_store_explicit(&writer.slot->snapshot_rows, writer.rows, memory_order_relaxed);
-		writer.slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
-		shape_table_note_lsn(table, strtou64(lsn_text, NULL, 10));
-		/*
-		 * Publish, then hand over: the main thread takes the pen when it
-		 * sees READY, and must find the whole snapshot published by then.
-		 */
-		slog_publish(&writer.slot->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-		shape_table_set_state(table, task.slot, SHAPE_READY);
-		shape_table_mark_dirty(table, task.slot);
-		shape_sync_wake_worker();
+		snap_take(&writer, &task, &spec, started);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
 		MemoryContext ecxt = MemoryContextSwitchTo(TopMemoryContext);
 		char		message[SHAPE_ERROR_LEN];
+		uint32		status;
 
 		edata = CopyErrorData();
 		MemoryContextSwitchTo(ecxt);
-		if (edata->sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED ||
-			edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY)
-			snprintf(message, sizeof(message), "%s: %s %s", edata->message,
-					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
-		else
-			snprintf(message, sizeof(message), "The shape's snapshot failed: %s",
-					 edata->message);
-		snap_fail(&writer,
-				  edata->sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED ? 400 :
-				  edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY ? 503 : 500,
-				  message);
+		status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
+							  message, sizeof(message));
+		snap_fail(&writer, status, message);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s: snapshot of %llu rows in %lld ms",
 							 writer.slot->handle, (unsigned long long) writer.rows,

@@ -25,12 +25,15 @@ typedef void (*SnapshotEmit) (void *arg, const char *message, int len);
 extern void snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg);
 
 /*
- * Starts a snapshot worker for the shape in `slot`.  The definition travels
- * in a DSM segment that the caller keeps (*segment) until the worker ends.
- * Returns NULL when no background worker slot is free.
+ * Starts a snapshot worker for the shape in `slot`, to read as `role`, and
+ * to set REPLICA IDENTITY FULL first when manage_replica_identity allows.
+ * The definition travels in a DSM segment that the caller keeps
+ * (*segment) until the worker ends.  Returns NULL when no background
+ * worker slot is free.
  */
 extern BackgroundWorkerHandle *snapshot_launch(uint32 slot, uint32 generation,
-											   const ShapeSpec *spec,
+											   const ShapeSpec *spec, Oid role,
+											   bool manage_replica_identity,
 											   int chunk_threshold,
 											   dsm_segment **segment);
 

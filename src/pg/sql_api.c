@@ -5,8 +5,12 @@
  *
  * validate_shape() and encode_rows() run the very code the HTTP path runs
  * (shape_def.c, snapshot.c, row_encoder.c) in the caller's backend, so a
- * definition can be checked, and its messages seen, from psql.  The other
- * functions read shared memory without locks, as the HTTP threads do.
+ * definition can be checked, and its messages seen, from psql.  They run
+ * with the caller's privileges, not shape_sync.role's: a role that may
+ * call encode_rows() reads no more than it could with SELECT.  To see what
+ * the HTTP path would allow, call them after SET ROLE to shape_sync.role.
+ * The other functions read shared memory without locks, as the HTTP
+ * threads do.
  *
  * In SQL, names follow PostgreSQL's own rules (the table argument is a
  * possibly qualified name, the columns a comma-separated list), so the
@@ -22,7 +26,6 @@
 #include <stdatomic.h>
 
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"
@@ -180,10 +183,7 @@ shape_sync_encode_rows(PG_FUNCTION_ARGS)
 
 	nestlevel = NewGUCNestLevel();
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	snapshot_scan(&spec, sql_emit_row, rsinfo);
-	SPI_finish();
 	AtEOXact_GUC(true, nestlevel);
 	return (Datum) 0;
 }

@@ -44,11 +44,13 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "access_policy.h"
 #include "decoder.h"
 #include "guc.h"
 #include "http_server.h"
 #include "registry.h"
 #include "row_encoder.h"
+#include "shape_role.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 #include "thread_log.h"
@@ -90,10 +92,89 @@ worker_runtime_settings(void)
 	settings.long_poll_timeout_ms = shape_sync_long_poll_timeout;
 	settings.allow_shape_deletion = shape_sync_allow_shape_deletion;
 	settings.stalled_serve_timeout_ms = shape_sync_stalled_serve_timeout;
+	settings.max_where_length = shape_sync_max_where_length;
+	settings.access.secret = shape_sync_secret();
+	settings.access.insecure = shape_sync_insecure;
+	settings.access.cors_allowed_origins = shape_sync_cors_allowed_origins;
 	admission_set_limits(&shape_sync_shared->admission,
 						 (uint32) shape_sync_max_concurrent_initial,
 						 (uint32) shape_sync_max_concurrent_existing);
 	return settings;
+}
+
+/* Whether every entry of shape_sync.listen_addresses is a loopback address. */
+static bool
+worker_listens_on_loopback_only(void)
+{
+	char	   *copy = pstrdup(shape_sync_listen_addresses);
+	bool		loopback = true;
+
+	for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ","))
+	{
+		while (*tok == ' ')
+			tok++;
+		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
+			*--e = '\0';
+		if (*tok != '\0' && strcmp(tok, "::1") != 0 &&
+			!access_host_is_loopback(tok, strlen(tok)))
+			loopback = false;
+	}
+	pfree(copy);
+	return loopback;
+}
+
+/*
+ * Says who can reach the shapes, at start and whenever a reload changes
+ * it: a WARNING when every address is served without a secret.
+ */
+static void
+worker_report_exposure(void)
+{
+	static int	reported = -1;
+	int			exposure = shape_sync_secret()[0] != '\0' ? 0 :
+		shape_sync_insecure ? 1 : 2;
+
+	if (exposure == reported)
+		return;
+	reported = exposure;
+	if (exposure == 1)
+		ereport(WARNING,
+				(errmsg("shape_sync serves every client without a secret"),
+				 errdetail("\"%s\" is on and \"%s\" is not set: anyone who can reach port %d can read every table that \"%s\" can read.",
+						   "shape_sync.insecure", "shape_sync.secret", shape_sync_port,
+						   "shape_sync.role"),
+				 errhint("Set \"%s\", or turn \"%s\" off to serve loopback clients only.",
+						 "shape_sync.secret", "shape_sync.insecure")));
+	else if (exposure == 2 && !worker_listens_on_loopback_only())
+		ereport(LOG,
+				(errmsg("shape_sync serves loopback clients only"),
+				 errdetail("\"%s\" is not set, so requests from other addresses get 403.",
+						   "shape_sync.secret"),
+				 errhint("Set \"%s\" to serve them.", "shape_sync.secret")));
+}
+
+/*
+ * Warns, at start and whenever a reload changes it, when shape_sync.role
+ * cannot be used; shape requests then get 503 until it is fixed.
+ */
+static void
+worker_check_role(void)
+{
+	static char *reported = NULL;
+	char	   *problem;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	problem = shape_role_problem();
+	if (problem != NULL && (reported == NULL || strcmp(problem, reported) != 0))
+		ereport(WARNING,
+				(errmsg("shape_sync cannot serve shapes: %s", problem),
+				 errhint("Set \"%s\" to a role without SUPERUSER that may SELECT the tables to serve, such as pg_read_all_data.",
+						 "shape_sync.role")));
+	if (reported != NULL)
+		pfree(reported);
+	reported = problem ? MemoryContextStrdup(TopMemoryContext, problem) : NULL;
+	CommitTransactionCommand();
 }
 
 /*
@@ -265,6 +346,7 @@ shape_sync_worker_main(Datum arg)
 	options.socket_send_buffer = (size_t) shape_sync_socket_send_buffer * 1024;
 	options.connection_limit = worker_connection_limit();
 	settings = worker_runtime_settings();
+	worker_check_role();
 
 	before_shmem_exit(worker_shutdown, 0);
 	worker_http = http_server_start(&options, &settings, err, sizeof(err));
@@ -278,6 +360,7 @@ shape_sync_worker_main(Datum arg)
 	ereport(LOG,
 			(errmsg("shape_sync serving database \"%s\" on %s port %d",
 					shape_sync_database, shape_sync_listen_addresses, shape_sync_port)));
+	worker_report_exposure();
 
 	events = CreateWaitEventSet(TopMemoryContext, 3);
 	AddWaitEventToSet(events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
@@ -297,10 +380,19 @@ shape_sync_worker_main(Datum arg)
 
 		if (ConfigReloadPending)
 		{
+			char	   *role_before = pstrdup(shape_sync_role);
+
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			settings = worker_runtime_settings();
-			http_server_apply_settings(worker_http, &settings);
+			if (http_server_apply_settings(worker_http, &settings, err, sizeof(err)) != 0)
+				ereport(WARNING,
+						(errmsg("shape_sync kept its previous access settings: %s", err)));
+			worker_report_exposure();
+			worker_check_role();
+			if (strcmp(role_before, shape_sync_role) != 0)
+				shape_stream_recheck_all();	/* shapes read as the old role go */
+			pfree(role_before);
 		}
 		worker_resolve_requests();
 		registry_maintain();

@@ -66,7 +66,7 @@ describe('raw protocol: snapshot and catch-up', () => {
          (2, 'b/c "q" \\ é', 5, NULL, NULL, 'v'),
          (3, '', -9223372036854775808, '{}', '{{NULL}}', '')`,
     ])
-    first = await fetchShape({ table, offset: '-1' }, { headers: { Origin: 'http://app.example.test' } })
+    first = await fetchShape({ table, offset: '-1' }, { headers: { Origin: 'http://app.localhost:5173' } })
     handle = first.headers.get('electric-handle')
   })
 
@@ -87,7 +87,7 @@ describe('raw protocol: snapshot and catch-up', () => {
   })
 
   it('carries CORS headers: allow-origin echoes Origin, expose-headers lists the Electric headers', async () => {
-    assert.equal(first.headers.get('access-control-allow-origin'), 'http://app.example.test')
+    assert.equal(first.headers.get('access-control-allow-origin'), 'http://app.localhost:5173')
     const exposed = headerList(first.headers, 'access-control-expose-headers')
     for (const h of EXPOSED_HEADERS) assert.ok(exposed.includes(h), `access-control-expose-headers has ${h}: ${exposed}`)
     const noOrigin = await fetchShape({ table, offset: '-1' })
@@ -321,14 +321,14 @@ describe('raw protocol: other routes', () => {
     const res = await fetchRaw(`${SHAPE_URL}?table=whatever&offset=-1`, {
       method: 'OPTIONS',
       headers: {
-        Origin: 'http://app.example.test',
+        Origin: 'http://app.localhost:5173',
         'Access-Control-Request-Method': 'GET',
         'Access-Control-Request-Headers': 'if-none-match',
       },
     })
     assert.equal(res.status, 204)
     assert.equal(res.text, '')
-    assert.equal(res.headers.get('access-control-allow-origin'), 'http://app.example.test')
+    assert.equal(res.headers.get('access-control-allow-origin'), 'http://app.localhost:5173')
     const methods = headerList(res.headers, 'access-control-allow-methods')
     for (const m of ['get', 'head', 'options']) assert.ok(methods.includes(m), `allow-methods has ${m}: ${methods}`)
     assert.ok(

@@ -2,15 +2,21 @@
  * fuzz_shape_query.c
  *		A whole query string through shape_query_add / shape_query_finish.
  *
- * The input is split like a decoded query string: pairs separated by '&'
- * (or NUL), key and value by the first '='; a key without '=' has a NULL
- * value, as libmicrohttpd passes it.  Oracles: the error body is valid JSON
- * of the documented shape; an accepted query satisfies the cross-parameter
- * rules of section 1.1; nothing leaks (ASan).
+ * The input is split like a decoded query string: pairs separated by '&',
+ * key and value by the first '='; a key without '=' has a NULL value, as
+ * libmicrohttpd passes it.  Keys and values go in with their lengths, so a
+ * NUL byte in the input is a decoded %00 inside them.  Oracles: the error
+ * body is valid JSON of the documented shape and says each error once; an
+ * accepted query satisfies the cross-parameter rules of section 1.1, holds
+ * no NUL and only well-formed UTF-8 in what the main thread will parse, and
+ * a where clause within the limit; nothing leaks (ASan).
  */
 #include "fuzz_common.h"
 
+#include "json_text.h"
 #include "request_parse.h"
+
+#define FUZZ_WHERE_LIMIT	512
 
 static void
 feed(ShapeQuery *q, RequestErrors *errs, const uint8_t *data, size_t size)
@@ -26,20 +32,29 @@ feed(ShapeQuery *q, RequestErrors *errs, const uint8_t *data, size_t size)
 		char	   *eq;
 		char	   *key = buf + i;
 
-		while (j < size && buf[j] != '&' && buf[j] != '\0')
+		while (j < size && buf[j] != '&')
 			j++;
 		buf[j] = '\0';
-		eq = strchr(key, '=');
+		eq = memchr(key, '=', j - i);
 		if (eq)
 		{
 			*eq = '\0';
-			shape_query_add(q, errs, key, eq + 1);
+			shape_query_add(q, errs, key, (size_t) (eq - key), eq + 1,
+							(size_t) (buf + j - eq - 1));
 		}
-		else if (key[0] != '\0')
-			shape_query_add(q, errs, key, NULL);
+		else if (j > i)
+			shape_query_add(q, errs, key, j - i, NULL, 0);
 		i = j + 1;
 	}
 	free(buf);
+}
+
+/* A string the main thread will parse: no NUL cut it short, valid UTF-8. */
+static void
+check_text(const char *s)
+{
+	if (s != NULL)
+		FUZZ_ASSERT(utf8_is_valid(s, strlen(s)));
 }
 
 static void
@@ -51,6 +66,10 @@ check_errors(const RequestErrors *errs)
 	FUZZ_ASSERT(json_is_valid(json));
 	FUZZ_ASSERT(strncmp(json, "{\"message\":\"Invalid request\",\"errors\":{", 39) == 0);
 	FUZZ_ASSERT(errs->count >= 1 && errs->count <= REQ_MAX_ERRORS);
+	for (int i = 0; i < errs->count; i++)
+		for (int j = 0; j < i; j++)
+			FUZZ_ASSERT(strcmp(errs->items[i].field, errs->items[j].field) != 0 ||
+						strcmp(errs->items[i].message, errs->items[j].message) != 0);
 	free(json);
 }
 
@@ -67,7 +86,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&q, 0, sizeof(q));
 	memset(&errs, 0, sizeof(errs));
 	feed(&q, &errs, data, size);
-	shape_query_finish(&q, &errs);
+	shape_query_finish(&q, &errs, FUZZ_WHERE_LIMIT);
 	if (errs.count > 0)
 		check_errors(&errs);
 	else
@@ -88,7 +107,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(q.def.nparams >= 0 && q.def.nparams <= REQ_MAX_PARAMS);
 		FUZZ_ASSERT((q.def.columns == NULL) == (q.def.ncolumns == 0));
 		for (int i = 0; i < q.def.ncolumns; i++)
+		{
 			FUZZ_ASSERT(q.def.columns[i][0] != '\0');
+			check_text(q.def.columns[i]);
+		}
+		check_text(q.def.table);
+		check_text(q.def.schema);
+		check_text(q.def.where);
+		for (int i = 0; i < q.def.nparams; i++)
+			check_text(q.def.params[i]);
+		FUZZ_ASSERT(q.def.where == NULL || strlen(q.def.where) <= FUZZ_WHERE_LIMIT);
 	}
 	shape_query_free(&q);
 

@@ -314,7 +314,7 @@ client_get(Client *cl, const char *target)
 	cl->open = hc_open(&cl->c, port, TIMEOUT_S);
 	if (!cl->open)
 		return false;
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
 			 target);
 	return hc_send(&cl->c, req, strlen(req));
 }

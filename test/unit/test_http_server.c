@@ -97,6 +97,12 @@ resolve(ShapeRequest *req)
 		res->error_json = NULL;
 		return;
 	}
+	if (strcmp(t, "forbidden") == 0)
+	{
+		res->status = SHAPE_RESOLVE_FORBIDDEN;
+		res->error_json = strdup("{\"message\":\"Forbidden\",\"errors\":{\"table\":[\"no\"]}}");
+		return;
+	}
 	if (strcmp(t, "busy") == 0)
 	{
 		res->status = SHAPE_RESOLVE_UNAVAILABLE;
@@ -408,13 +414,13 @@ TEST(options_preflight)
 
 	REQUIRE(server != NULL);
 	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape",
-							 "Origin: https://app.example\r\n"
+							 "Origin: http://app.localhost:5173\r\n"
 							 "Access-Control-Request-Method: GET\r\n"
 							 "Access-Control-Request-Headers: If-None-Match, x-custom, traceparent\r\n",
 							 &r), &r);
 	CHECK_EQ(r.status, 204);
 	CHECK_EQ(r.body_len, 0);
-	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example");
+	CHECK_HEADER(&r, "access-control-allow-origin", "http://app.localhost:5173");
 	CHECK_HEADER(&r, "access-control-allow-methods", "GET, POST, HEAD, DELETE, OPTIONS");
 	CHECK_HEADER(&r, "access-control-allow-headers", "if-none-match,traceparent");
 	CHECK_HEADER(&r, "access-control-max-age", "86400");
@@ -753,7 +759,7 @@ TEST(keep_alive_two_requests_one_connection)
 	REQUIRE(server != NULL);
 	REQUIRE(hc_open(&c, port, TIMEOUT_S));
 	snprintf(req, sizeof(req),
-			 "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", shape_target("items", "-1", NULL, NULL));
+			 "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", shape_target("items", "-1", NULL, NULL));
 	REQUIRE(hc_send(&c, req, strlen(req)));
 	if (!hc_read_response(&c, false, &r))
 		FAIL("first response: %s", r.error);
@@ -763,10 +769,10 @@ TEST(keep_alive_two_requests_one_connection)
 	hc_response_free(&r);
 
 	/* pipelined: two requests in one write */
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 			 shape_target("items", "0_0", handle_of(SH_ITEMS), NULL));
 	snprintf(req + strlen(req), sizeof(req) - strlen(req),
-			 "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+			 "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
 	REQUIRE(hc_send(&c, req, strlen(req)));
 	if (!hc_read_response(&c, false, &r))
 		FAIL("second response: %s", r.error);
@@ -807,7 +813,7 @@ TEST(settings_apply_at_runtime)
 		.long_poll_timeout_ms = LONG_POLL_MS};
 
 	REQUIRE(server != NULL);
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_1", handle_of(SH_ITEMS), NULL), &r), &r);
 	CHECK_HEADER(&r, "cache-control", "public, max-age=17, stale-while-revalidate=42");
 	hc_response_free(&r);
@@ -817,7 +823,243 @@ TEST(settings_apply_at_runtime)
 	hc_response_free(&r);
 	s.cache_max_age = 5;
 	s.cache_stale_age = 300;
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
+}
+
+/* ---------------------------------------------------- access control */
+
+/* Sends `raw` as is on a fresh connection and reads one response. */
+static bool
+request_raw(const char *raw, HcResponse *r)
+{
+	HcConn		c;
+	bool		ok;
+
+	memset(r, 0, sizeof(*r));
+	if (!hc_open(&c, port, TIMEOUT_S))
+	{
+		snprintf(r->error, sizeof(r->error), "connect failed: %s", strerror(errno));
+		return false;
+	}
+	ok = hc_send(&c, raw, strlen(raw)) && hc_read_response(&c, false, r);
+	hc_close(&c);
+	return ok;
+}
+
+static void
+use_access(const char *secret, bool insecure, const char *origins)
+{
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS, .allow_shape_deletion = true,
+		.access = {.secret = secret, .insecure = insecure, .cors_allowed_origins = origins}};
+	char		err[256];
+
+	if (http_server_apply_settings(server, &s, err, sizeof(err)) != 0)
+		FAIL("apply_settings: %s", err);
+}
+
+static int
+status_of(const char *method, const char *target, const char *headers)
+{
+	HcResponse	r;
+	int			status;
+
+	if (!request(method, target, headers, &r))
+	{
+		FAIL("%s %s: %s", method, target, r.error);
+		hc_response_free(&r);
+		return -1;
+	}
+	status = r.status;
+	hc_response_free(&r);
+	return status;
+}
+
+/*
+ * GHSA-m4f6-p2j8-rq76: Electric authenticated the raw path and routed a
+ * normalised one.  Here every spelling is the route it routes to, and is
+ * authenticated as that, or is no route.
+ */
+TEST(secret_guards_every_spelling_of_the_route)
+{
+	static const char *const same_route[] = {"/v1/shape", "/v1/%73hape", "/v1/sh%61pe",
+	"/%761/shape", "/v1%2Fshape"};
+	static const char *const no_route[] = {"/v1/shape/", "/v1//shape", "//v1/shape",
+		"/V1/shape", "/v1/Shape", "/v1/./shape", "/v1/shape/..", "/v1/shape%00",
+		"/v1/shape%00/x", "/v1/shape%2F", "/v1/shape;x", "/v1/shape%20",
+	"/v1/shape.json"};
+	char		target[256];
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	use_access("letmein", false, "*");
+	for (size_t i = 0; i < sizeof(same_route) / sizeof(same_route[0]); i++)
+	{
+		snprintf(target, sizeof(target), "%s?table=items&offset=-1", same_route[i]);
+		CHECK_EQ(status_of("GET", target, NULL), 401);
+		CHECK_EQ(status_of("HEAD", target, NULL), 401);
+		CHECK_EQ(status_of("DELETE", target, NULL), 401);
+		CHECK_EQ(status_of("POST", target, "Content-Length: 0\r\n"), 401);
+		snprintf(target, sizeof(target), "%s?table=items&offset=-1&secret=letmein",
+				 same_route[i]);
+		CHECK_EQ(status_of("GET", target, NULL), 200);
+		snprintf(target, sizeof(target), "%s?table=items&offset=-1&api_secret=letmein",
+				 same_route[i]);
+		CHECK_EQ(status_of("GET", target, NULL), 200);
+	}
+	for (size_t i = 0; i < sizeof(no_route) / sizeof(no_route[0]); i++)
+	{
+		snprintf(target, sizeof(target), "%s?table=items&offset=-1", no_route[i]);
+		CHECK_EQ(status_of("GET", target, NULL), 404);
+		if (status_of("GET", target, NULL) != 404)
+			fprintf(stderr, "  %s is not 404\n", no_route[i]);
+		snprintf(target, sizeof(target), "%s?table=items&offset=-1&secret=letmein", no_route[i]);
+		CHECK_EQ(status_of("GET", target, NULL), 404);
+	}
+
+	/* Electric's body, no cache, and nothing of the request echoed */
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&secret=letmei", &r), &r);
+	CHECK_EQ(r.status, 401);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Unauthorized - Invalid API secret\"}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	CHECK_HEADER(&r, "content-type", "application/json; charset=utf-8");
+	CHECK(hc_header(&r, "electric-handle") == NULL);
+	hc_response_free(&r);
+	/* the secret with a NUL after it is not the secret */
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1&secret=letmein%00", NULL), 401);
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1&secret=letmein&secret=x", NULL),
+			 200);
+
+	/* what stays open */
+	CHECK_EQ(status_of("OPTIONS", "/v1/shape", NULL), 204);
+	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
+	CHECK_EQ(status_of("GET", "/", NULL), 200);
+	use_access(NULL, false, "*");
+}
+
+TEST(loopback_only_refuses_foreign_hosts_and_origins)
+{
+	HcResponse	r;
+	char		req[512];
+	const char *target = "/v1/shape?table=items&offset=-1";
+
+	REQUIRE(server != NULL);
+	use_access(NULL, false, "*");
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: rebind.evil.example:%d\r\n"
+			 "Connection: close\r\n\r\n", target, port);
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 403);
+	CHECK(strstr(r.body, "Host header") != NULL);
+	CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
+	hc_response_free(&r);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost:%d\r\n"
+			 "Connection: close\r\n\r\n", target, port);
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	/* HTTP/1.0 without Host is fine */
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\n\r\n", target);
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+
+	/* a page of another site gets 403 and no CORS headers; a local one is echoed */
+	REQUIRE_RESPONSE(request("GET", target, "Origin: https://evil.example\r\n", &r), &r);
+	CHECK_EQ(r.status, 403);
+	CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
+	hc_response_free(&r);
+	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape", "Origin: https://evil.example\r\n"
+							 "Access-Control-Request-Method: GET\r\n", &r), &r);
+	CHECK_EQ(r.status, 403);
+	CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
+	hc_response_free(&r);
+	REQUIRE_RESPONSE(request("GET", target, "Origin: http://localhost:5173\r\n", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "access-control-allow-origin", "http://localhost:5173");
+	hc_response_free(&r);
+
+	/* with a secret, "*" allows any origin; a list only what it names */
+	use_access("k", false, "*");
+	REQUIRE_RESPONSE(request("GET", "/v1/shape?table=items&offset=-1&secret=k",
+							 "Origin: https://app.example.com\r\n", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example.com");
+	hc_response_free(&r);
+	/* a 401 a page may read: CORS headers for an allowed origin */
+	REQUIRE_RESPONSE(request("GET", target, "Origin: https://app.example.com\r\n", &r), &r);
+	CHECK_EQ(r.status, 401);
+	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example.com");
+	hc_response_free(&r);
+	use_access("k", false, "https://app.example.com");
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1&secret=k",
+					   "Origin: https://other.example\r\n"), 403);
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1&secret=k",
+					   "Origin: https://app.example.com\r\n"), 200);
+	/* insecure: every Host */
+	use_access(NULL, true, "*");
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: app.example.com\r\n"
+			 "Connection: close\r\n\r\n", target);
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	use_access(NULL, false, "*");
+}
+
+/* regression: thousands of params[n] left the connection hanging until the client gave up */
+TEST(oversized_targets_get_answers)
+{
+	char	   *req = malloc(200000);
+	size_t		n;
+	HcResponse	r;
+
+	REQUIRE(server != NULL && req != NULL);
+	/* many arguments in a target short enough: 1,500 take 15 kB */
+	n = (size_t) sprintf(req, "GET /v1/shape?table=items&offset=-1");
+	for (int i = 0; i < 1500; i++)
+		n += (size_t) sprintf(req + n, "&a=%d", i % 10);
+	sprintf(req + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK(strstr(r.body, "too many query parameters") != NULL);
+	hc_response_free(&r);
+	/* a target longer than a quarter of a connection's memory */
+	n = (size_t) sprintf(req, "GET /v1/shape?table=items&offset=-1&where=");
+	memset(req + n, 'x', 30000);
+	sprintf(req + n + 30000, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+	REQUIRE_RESPONSE(request_raw(req, &r), &r);
+	CHECK_EQ(r.status, 414);
+	hc_response_free(&r);
+	/* and the server still answers */
+	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
+	free(req);
+}
+
+TEST(forbidden_resolution_is_403)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	REQUIRE_RESPONSE(GET(shape_target("forbidden", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 403);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Forbidden\",\"errors\":{\"table\":[\"no\"]}}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	hc_response_free(&r);
+}
+
+TEST(where_length_is_limited)
+{
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+	.long_poll_timeout_ms = LONG_POLL_MS, .max_where_length = 10};
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	http_server_apply_settings(server, &s, NULL, 0);
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&where=id%3E12345678", &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK(strstr(r.body, "shape_sync.max_where_length") != NULL);
+	hc_response_free(&r);
+	s.max_where_length = 0;
+	http_server_apply_settings(server, &s, NULL, 0);
 }
 
 TEST(one_megabyte_record_intact)
@@ -1016,7 +1258,7 @@ TEST(stalled_reader_is_reaped)
 	double		until;
 
 	REQUIRE(server != NULL);
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 
 	/* a client with a tiny receive window that never reads */
 	fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -1027,7 +1269,7 @@ TEST(stalled_reader_is_reaped)
 	sa.sin_port = htons((uint16_t) port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	REQUIRE(connect(fd, (struct sockaddr *) &sa, sizeof(sa)) == 0);
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n",
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 			 shape_target("big", "-1", NULL, NULL));
 	REQUIRE(send(fd, req, strlen(req), MSG_NOSIGNAL) == (ssize_t) strlen(req));
 
@@ -1041,7 +1283,7 @@ TEST(stalled_reader_is_reaped)
 	close(fd);
 
 	s.stalled_serve_timeout_ms = 0;
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 }
 
 /* ---------------------------------------------------------- live mode */
@@ -1194,7 +1436,7 @@ TEST(sse_streams_changes)
 	REQUIRE(server != NULL);
 	/* data waiting: sent as events, and the stream ends */
 	snprintf(req, sizeof(req), "GET /v1/shape?table=live&offset=1000_0&handle=%s&live=true"
-			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: x\r\n"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 			 "Accept: text/event-stream\r\nConnection: close\r\n\r\n", handle_of(SH_LIVE));
 	REQUIRE(hc_open(&c, port, TIMEOUT_S));
 	REQUIRE(hc_send(&c, req, strlen(req)));
@@ -1216,7 +1458,7 @@ TEST(sse_streams_changes)
 
 	/* at the end of the log: the stream stays open and carries new changes */
 	snprintf(req, sizeof(req), "GET /v1/shape?table=live&offset=3000_0&handle=%s&live=true"
-			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: x\r\n"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 			 "Accept: text/event-stream\r\n\r\n", handle_of(SH_LIVE));
 	REQUIRE(hc_open(&c, port, TIMEOUT_S));
 	REQUIRE(hc_send(&c, req, strlen(req)));
@@ -1273,7 +1515,7 @@ TEST(delete_when_allowed)
 	char		target[256];
 
 	REQUIRE(server != NULL);
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 
 	snprintf(target, sizeof(target), "/v1/shape?handle=%s", handle_of(SH_ITEMS));
 	REQUIRE_RESPONSE(request("DELETE", target, NULL, &r), &r);
@@ -1298,7 +1540,7 @@ TEST(delete_when_allowed)
 	hc_response_free(&r);
 
 	s.allow_shape_deletion = false;
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 	REQUIRE_RESPONSE(request("DELETE", target, NULL, &r), &r);
 	CHECK_EQ(r.status, 405);
 	hc_response_free(&r);

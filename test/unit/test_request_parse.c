@@ -6,6 +6,7 @@
  */
 #include "unit.h"
 
+#include "json_text.h"
 #include "request_parse.h"
 
 /* ---------------------------------------------------------- helpers */
@@ -70,8 +71,9 @@ run_query(QueryCase *c, const char *const *kv, int npairs)
 {
 	memset(c, 0, sizeof(*c));
 	for (int i = 0; i < npairs; i++)
-		shape_query_add(&c->q, &c->errs, kv[2 * i], kv[2 * i + 1]);
-	shape_query_finish(&c->q, &c->errs);
+		shape_query_add(&c->q, &c->errs, kv[2 * i], strlen(kv[2 * i]), kv[2 * i + 1],
+						kv[2 * i + 1] ? strlen(kv[2 * i + 1]) : 0);
+	shape_query_finish(&c->q, &c->errs, 0);
 	c->json = c->errs.count > 0 ? request_errors_json(&c->errs) : NULL;
 }
 
@@ -744,6 +746,188 @@ TEST(errors_cap_and_truncation)
 	longmsg[sizeof(longmsg) - 1] = '\0';
 	request_errors_add(&errs, "f", "%s", longmsg);
 	CHECK_EQ(strlen(errs.items[0].message), sizeof(errs.items[0].message) - 1);
+}
+
+/* ------------------------------------------------- hostile bytes */
+
+/* One pair with explicit lengths (a decoded %00 sits inside them), then the rules. */
+static char *
+query_n(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_len,
+		const char *value, size_t value_len)
+{
+	memset(q, 0, sizeof(*q));
+	memset(errs, 0, sizeof(*errs));
+	shape_query_add(q, errs, "offset", 6, "-1", 2);
+	if (strcmp(key, "table") != 0)
+		shape_query_add(q, errs, "table", 5, "items", 5);
+	shape_query_add(q, errs, key, key_len, value, value_len);
+	shape_query_finish(q, errs, 0);
+	return errs->count > 0 ? request_errors_json(errs) : NULL;
+}
+
+/* regression: table=t%00x was served as table t */
+TEST(nul_in_a_value_is_refused)
+{
+	static const struct
+	{
+		const char *key;
+		const char *field;
+	}			keys[] = {{"table", "table"}, {"where", "where"}, {"columns", "columns"},
+	{"params[1]", "params"}, {"handle", "handle"}, {"cursor", "cursor"}};
+	ShapeQuery	q;
+	RequestErrors errs;
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+	{
+		char		want[128];
+		char	   *json = query_n(&q, &errs, keys[i].key, strlen(keys[i].key), "t\0x", 3);
+
+		snprintf(want, sizeof(want), INVALID("\"%s\":[\"must not contain a NUL byte\"]"),
+				 keys[i].field);
+		CHECK(json != NULL);
+		if (json)
+			CHECK_STR_EQ(json, want);
+		free(json);
+		shape_query_free(&q);
+	}
+	/* an offset with a NUL is no offset */
+	memset(&q, 0, sizeof(q));
+	memset(&errs, 0, sizeof(errs));
+	shape_query_add(&q, &errs, "table", 5, "items", 5);
+	shape_query_add(&q, &errs, "offset", 6, "-1\0x", 4);
+	shape_query_finish(&q, &errs, 0);
+	CHECK(q.bad_offset);
+	shape_query_free(&q);
+	/* a flag with a NUL is not "false" */
+	memset(&q, 0, sizeof(q));
+	memset(&errs, 0, sizeof(errs));
+	shape_query_add(&q, &errs, "live", 4, "false\0", 6);
+	CHECK(q.live);
+	shape_query_free(&q);
+}
+
+TEST(nul_in_a_key_is_no_known_key)
+{
+	ShapeQuery	q;
+	RequestErrors errs;
+	char	   *json;
+
+	memset(&q, 0, sizeof(q));
+	memset(&errs, 0, sizeof(errs));
+	shape_query_add(&q, &errs, "table\0x", 7, "items", 5);
+	shape_query_add(&q, &errs, "offset", 6, "-1", 2);
+	shape_query_finish(&q, &errs, 0);
+	CHECK(!q.has_table);
+	json = request_errors_json(&errs);
+	CHECK_STR_EQ(json, INVALID("\"table\":[\"can't be blank\"]"));
+	free(json);
+	shape_query_free(&q);
+}
+
+/* regression: invalid UTF-8 in where, params or columns was accepted */
+TEST(invalid_utf8_is_refused)
+{
+	static const char *const bad[] = {
+		"\xff", "a\xc3", "\xc0\x80", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+		"\x80", "\xf8\x88\x80\x80\x80", "x\xe2\x82"
+	};
+	static const char *const fields[] = {"where", "columns", "params[1]", "table"};
+	ShapeQuery	q;
+	RequestErrors errs;
+
+	for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++)
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		{
+			char	   *json = query_n(&q, &errs, fields[f], strlen(fields[f]), bad[i],
+									   strlen(bad[i]));
+
+			CHECK(json != NULL && strstr(json, "must be valid UTF-8") != NULL);
+			if (json == NULL || strstr(json, "must be valid UTF-8") == NULL)
+				fprintf(stderr, "  %s with bad[%zu] -> %s\n", fields[f], i, json ? json : "accepted");
+			free(json);
+			shape_query_free(&q);
+		}
+	/* well-formed multi-byte text is fine */
+	{
+		static const char ok[] = "title = '\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80'";
+
+		CHECK(query_n(&q, &errs, "where", 5, ok, sizeof(ok) - 1) == NULL);
+	}
+	shape_query_free(&q);
+}
+
+TEST(utf8_validator_edges)
+{
+	CHECK(utf8_is_valid("", 0));
+	CHECK(utf8_is_valid("abc", 3));
+	CHECK(utf8_is_valid("\xc2\x80", 2));			/* U+0080 */
+	CHECK(utf8_is_valid("\xdf\xbf", 2));			/* U+07FF */
+	CHECK(utf8_is_valid("\xe0\xa0\x80", 3));		/* U+0800 */
+	CHECK(utf8_is_valid("\xed\x9f\xbf", 3));		/* U+D7FF */
+	CHECK(utf8_is_valid("\xee\x80\x80", 3));		/* U+E000 */
+	CHECK(utf8_is_valid("\xf0\x90\x80\x80", 4));	/* U+10000 */
+	CHECK(utf8_is_valid("\xf4\x8f\xbf\xbf", 4));	/* U+10FFFF */
+	CHECK(!utf8_is_valid("\xc1\xbf", 2));			/* overlong */
+	CHECK(!utf8_is_valid("\xe0\x9f\xbf", 3));		/* overlong */
+	CHECK(!utf8_is_valid("\xf0\x8f\xbf\xbf", 4));	/* overlong */
+	CHECK(!utf8_is_valid("\xed\xbf\xbf", 3));		/* surrogate */
+	CHECK(!utf8_is_valid("\xf4\x90\x80\x80", 4));	/* past U+10FFFF */
+	CHECK(!utf8_is_valid("\xe2\x82", 2));			/* cut short */
+	CHECK(!utf8_is_valid("\xe2\x28\xa1", 3));		/* not a continuation */
+	CHECK(utf8_is_valid("a\0b", 3));				/* NUL is the caller's business */
+}
+
+/* regression: 1,000 params past the limit gave one copy of the error per param */
+TEST(one_error_said_once)
+{
+	ShapeQuery	q = {0};
+	RequestErrors errs = {0};
+	char	   *json;
+
+	shape_query_add(&q, &errs, "table", 5, "items", 5);
+	shape_query_add(&q, &errs, "offset", 6, "-1", 2);
+	for (int i = 1; i <= 1000; i++)
+	{
+		char		key[32];
+		int			n = snprintf(key, sizeof(key), "params[%d]", 1000 + i);
+
+		shape_query_add(&q, &errs, key, (size_t) n, "1", 1);
+	}
+	shape_query_finish(&q, &errs, 0);
+	json = request_errors_json(&errs);
+	CHECK_EQ(errs.count, 1);
+	CHECK_STR_EQ(json, INVALID("\"params\":[\"at most 256 parameters are supported\"]"));
+	free(json);
+	shape_query_free(&q);
+
+	/* different messages of one field are all kept */
+	memset(&errs, 0, sizeof(errs));
+	request_errors_add(&errs, "f", "a");
+	request_errors_add(&errs, "f", "b");
+	request_errors_add(&errs, "f", "a");
+	request_errors_add(&errs, "g", "a");
+	CHECK_EQ(errs.count, 3);
+}
+
+TEST(where_length_limit)
+{
+	ShapeQuery	q = {0};
+	RequestErrors errs = {0};
+	char		where[101];
+	char	   *json;
+
+	memset(where, 'x', 100);
+	where[100] = '\0';
+	shape_query_add(&q, &errs, "table", 5, "items", 5);
+	shape_query_add(&q, &errs, "offset", 6, "-1", 2);
+	shape_query_add(&q, &errs, "where", 5, where, 100);
+	shape_query_finish(&q, &errs, 100);
+	CHECK_EQ(errs.count, 0);
+	shape_query_finish(&q, &errs, 99);
+	json = request_errors_json(&errs);
+	CHECK_STR_EQ(json, INVALID("\"where\":[\"The where clause is 100 bytes long; this server accepts at most 99 (shape_sync.max_where_length)\"]"));
+	free(json);
+	shape_query_free(&q);
 }
 
 /* regression: parse_identifier echoes one byte of a multi-byte character with %c,  so the 400 body can hold a truncated UTF-8 sequence */

@@ -498,7 +498,7 @@ TEST(long_poll_timeout_answers_up_to_date)
 
 	REQUIRE(server != NULL);
 	s.long_poll_timeout_ms = 300;
-	http_server_apply_settings(server, &s);
+	http_server_apply_settings(server, &s, NULL, 0);
 	t0 = unit_now();
 	REQUIRE(client_get(&cl, live_target(SH_LIVE_C)));
 	if (hc_read_response(&cl.c, false, &r))
@@ -519,7 +519,7 @@ TEST(long_poll_timeout_answers_up_to_date)
 	hc_response_free(&r);
 	client_close(&cl);
 	CHECK(WAIT_FOR(in_use() == 0 && pins(SH_LIVE_C) == 0, 5));
-	http_server_apply_settings(server, &settings);
+	http_server_apply_settings(server, &settings, NULL, 0);
 }
 
 /* ---------------------------------------------------- stalled writes */
@@ -566,7 +566,7 @@ send_get(int fd, const char *target)
 	char		req[1024];
 	size_t		n;
 
-	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
 			 target);
 	n = strlen(req);
 	return send(fd, req, n, MSG_NOSIGNAL) == (ssize_t) n;

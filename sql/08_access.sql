@@ -1,0 +1,76 @@
+--
+-- 08_access: what validation refuses so that no shape reads more than its
+-- role could with SELECT, and no where clause can bind or fold into
+-- something else than what was validated.  validate_shape() and
+-- encode_rows() run as the caller, so SET ROLE shows what a role may serve.
+--
+CREATE TABLE acc (id int PRIMARY KEY, title text, v varchar(10), secret text);
+ALTER TABLE acc REPLICA IDENTITY FULL;
+INSERT INTO acc VALUES (1, 'a', 'X', 's1'), (2, 'b', 'Y', 's2');
+CREATE TABLE acc_rls (id int PRIMARY KEY, owner text);
+ALTER TABLE acc_rls REPLICA IDENTITY FULL;
+ALTER TABLE acc_rls ENABLE ROW LEVEL SECURITY;
+CREATE POLICY acc_rls_own ON acc_rls USING (owner = current_user);
+CREATE ROLE acc_reader NOLOGIN;
+CREATE ROLE acc_none NOLOGIN;
+CREATE ROLE acc_bypass NOLOGIN BYPASSRLS;
+GRANT USAGE ON SCHEMA shape_sync TO acc_reader, acc_none, acc_bypass;
+GRANT EXECUTE ON FUNCTION shape_sync.validate_shape(text, text, text[], text, text),
+    shape_sync.encode_rows(text, text, text[], text) TO acc_reader, acc_none, acc_bypass;
+GRANT SELECT (id, title, v) ON acc TO acc_reader;
+GRANT SELECT ON acc_rls TO acc_reader, acc_bypass;
+
+-- Column privileges: the shape's columns, its key and its where clause.
+SET ROLE acc_reader;
+SELECT shape_sync.validate_shape('acc', columns => 'id,title') ->> 'columns' AS columns;
+SELECT shape_sync.validate_shape('acc');
+SELECT shape_sync.validate_shape('acc', 'secret = ''s1''', columns => 'id,title');
+SELECT count(*) FROM shape_sync.encode_rows('acc', columns => 'id,title');
+SELECT count(*) FROM shape_sync.encode_rows('acc');
+RESET ROLE;
+
+-- No privilege at all on the table.
+SET ROLE acc_none;
+SELECT shape_sync.validate_shape('acc', columns => 'id');
+RESET ROLE;
+
+-- Row-level security that applies to the role: refused, not filtered.
+SET ROLE acc_reader;
+SELECT shape_sync.validate_shape('acc_rls');
+SELECT count(*) FROM shape_sync.encode_rows('acc_rls');
+RESET ROLE;
+-- A role with BYPASSRLS is how an operator serves such a table on purpose.
+SET ROLE acc_bypass;
+SELECT shape_sync.validate_shape('acc_rls') ->> 'relation' AS relation;
+RESET ROLE;
+
+-- Functions and operators come from pg_catalog only, whatever else is on the path.
+SELECT shape_sync.validate_shape('acc', 'information_schema._pg_char_max_length(25, 14) = 10');
+-- A function of the same name in the table's schema does not bind instead.
+CREATE FUNCTION public.lower(text) RETURNS text IMMUTABLE LANGUAGE sql AS 'SELECT ''hijacked''';
+SELECT shape_sync.validate_shape('acc', 'lower(title) = ''a''') ->> 'where' AS deparsed;
+DROP FUNCTION public.lower(text);
+
+-- One that matches better than pg_catalog's is refused, never run: lower(v)
+-- on a varchar column would bind to public.lower(varchar).
+SELECT shape_sync.validate_shape('acc', 'lower(v) = ''x''') ->> 'where' AS deparsed;
+CREATE FUNCTION public.lower(varchar) RETURNS text IMMUTABLE LANGUAGE plpgsql
+    AS $$BEGIN RAISE EXCEPTION 'public.lower(varchar) ran'; END$$;
+SELECT * FROM shape_sync.encode_rows('acc', 'lower(v) = ''x''', columns => 'id,v');
+SELECT shape_sync.validate_shape('acc', 'lower(v::text) = ''x''') ->> 'where' AS deparsed;
+DROP FUNCTION public.lower(varchar);
+
+-- Constants are folded once, at validation, and bounded.
+SELECT shape_sync.validate_shape('acc', 'title <> repeat(''x'', 100000)');
+SELECT shape_sync.validate_shape('acc', 'title <> repeat(''x'', 1000)') ->> 'where' AS deparsed;
+SELECT shape_sync.validate_shape('acc', 'id > 1 / 0');
+SELECT count(*) FROM shape_sync.encode_rows('acc', 'id > 1 + $1', '{0}');
+
+-- Subqueries are refused before they could name anything.
+SELECT shape_sync.validate_shape('acc', 'EXISTS (SELECT FROM acc_rls)');
+
+DROP TABLE acc, acc_rls;
+REVOKE ALL ON FUNCTION shape_sync.validate_shape(text, text, text[], text, text),
+    shape_sync.encode_rows(text, text, text[], text) FROM acc_reader, acc_none, acc_bypass;
+REVOKE ALL ON SCHEMA shape_sync FROM acc_reader, acc_none, acc_bypass;
+DROP ROLE acc_reader, acc_none, acc_bypass;
