@@ -123,6 +123,7 @@ typedef struct ShapeStream
 	StringInfoData held;		/* the latest message, without its "}}" */
 	bool		appended;
 	bool		rotate;			/* rotate at the next maintain */
+	bool		needs_check;	/* privileges changed maybe: check at commit */
 	bool		counted;		/* counted in ss_relids */
 } ShapeStream;
 
@@ -153,21 +154,46 @@ ss_table(void)
 	return shape_sync_shared->table;
 }
 
+/* Every stream's table and privileges are to be checked again. */
+static void
+ss_mark_all_for_check(void)
+{
+	ShapeTable *table = ss_table();
+
+	for (uint32 i = 0; i < table->nslots; i++)
+		if (ss_streams[i].in_use)
+			ss_streams[i].needs_check = true;
+	ss_all_changed = true;
+	ss_recheck_now = true;
+}
+
+/*
+ * A relcache invalidation: its table's definition, privileges or row-level
+ * security may have changed.  It may come in the middle of decoding, at
+ * the point of the WAL where the change was committed (or, within a
+ * transaction, made): its streams check their privileges before their
+ * next commit is published (shape_stream_commit), and the table is checked
+ * in full, against the current catalog, at the next maintain.
+ */
 static void
 ss_relcache_callback(Datum arg, Oid relid)
 {
 	MemoryContext old;
+	SsRelidEntry *entry;
+	ListCell   *lc;
 
 	if (ss_streams == NULL)
 		return;
 	if (!OidIsValid(relid))
 	{
-		ss_all_changed = true;
-		ss_recheck_now = true;
+		ss_mark_all_for_check();
 		return;
 	}
-	if (!shape_stream_wants(relid))
+	entry = hash_search(ss_relids, &relid, HASH_FIND, NULL);
+	if (entry == NULL)
 		return;
+	foreach(lc, entry->slots)
+		ss_streams[lfirst_int(lc)].needs_check = true;
 	ss_recheck_now = true;
 	if (list_member_oid(ss_changed_relids, relid))
 		return;
@@ -185,15 +211,14 @@ ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
 	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0)
 		return;
-	ss_all_changed = true;
-	ss_recheck_now = true;
+	ss_mark_all_for_check();
 }
 
 void
 shape_stream_recheck_all(void)
 {
-	ss_all_changed = true;
-	ss_recheck_now = true;
+	if (ss_streams != NULL)
+		ss_mark_all_for_check();
 }
 
 bool
@@ -793,6 +818,48 @@ shape_stream_truncate(int nrelations, Relation *relations)
 				ss_rotate_later(&ss_streams[i], "its table was truncated");
 }
 
+/*
+ * An invalidation came since the stream's privileges were last checked:
+ * check them again, as of this point of the WAL (decoding reads the
+ * catalog as it was when the transaction committed).  A shape its role can
+ * no longer read is rotated.
+ */
+static void
+ss_recheck_privileges(ShapeStream *s)
+{
+	ShapeRoleSaved saved;
+	const char *field;
+	char	   *problem = NULL;
+	MemoryContext old = CurrentMemoryContext;
+
+	s->needs_check = false;
+	shape_role_become(s->role, &saved);
+	PG_TRY();
+	{
+		problem = shape_read_problem(s->relid, s->nused, s->used_attnums, &field);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(old);
+		edata = CopyErrorData();
+		FlushErrorState();
+		problem = psprintf("its privileges could not be checked: %s", edata->message);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	shape_role_restore(&saved);
+	if (problem != NULL)
+		ss_rotate_later(s, problem);
+}
+
+/*
+ * The transaction reaches each shape's readers whole, in one publish, or
+ * not at all: a shape marked for rotation during it (its role lost the
+ * right to read it, its log ran out of memory, a change failed) publishes
+ * nothing of it.
+ */
 void
 shape_stream_commit(void)
 {
@@ -803,8 +870,12 @@ shape_stream_commit(void)
 	{
 		ShapeStream *s = lfirst(lc);
 
+		if (s->needs_check && !s->rotate)
+			ss_recheck_privileges(s);
 		ss_release_held(s, true);
-		if (!s->ready && s->txn_pending != NULL)
+		if (s->rotate)
+			;					/* retired at the next maintain */
+		else if (!s->ready && s->txn_pending != NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(s->context);
 
@@ -932,6 +1003,7 @@ ss_check_relation(Oid relid, Oid role)
 			MemoryContextSwitchTo(old);
 			return;
 		}
+		s->needs_check = false;
 		if (s->all_columns)
 			now = shape_relation_load(relid, 0, NULL);
 		else
