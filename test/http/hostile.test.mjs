@@ -1,0 +1,183 @@
+// A corpus of hostile requests, sent as raw bytes over TCP: each must get a prompt, clean
+// answer (the status listed, a JSON body where the answer is JSON) with no side effect: no
+// shape created, no table touched, the worker alive, nothing in the server log.
+
+import { after, before, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import net from 'node:net'
+import { readFileSync } from 'node:fs'
+
+import { BASE_URL, closePool, query, uniqueSuffix } from './helpers.mjs'
+
+const sfx = uniqueSuffix()
+const T = `hostile_${sfx}`
+const { hostname, port } = new URL(BASE_URL)
+
+// Sends `raw` (a string of bytes, latin1) and reads until the server closes or answers
+// a whole response; resolves {status, headers, body, ms}.  Times out after 10 s.
+function send(raw, { timeoutMs = 10000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const t0 = Date.now()
+    const chunks = []
+    const sock = net.connect({ host: hostname === 'localhost' ? '127.0.0.1' : hostname, port: Number(port) })
+    const timer = setTimeout(() => {
+      sock.destroy()
+      reject(new Error(`no answer within ${timeoutMs} ms`))
+    }, timeoutMs)
+    sock.on('data', (d) => chunks.push(d))
+    sock.on('error', () => {})
+    sock.on('close', () => {
+      clearTimeout(timer)
+      const text = Buffer.concat(chunks).toString('latin1')
+      const m = /^HTTP\/1\.[01] (\d{3})/.exec(text)
+      const split = text.indexOf('\r\n\r\n')
+      const head = split >= 0 ? text.slice(0, split) : text
+      const headers = {}
+      for (const line of head.split('\r\n').slice(1)) {
+        const i = line.indexOf(':')
+        if (i > 0) headers[line.slice(0, i).toLowerCase()] = line.slice(i + 1).trim()
+      }
+      let body = split >= 0 ? text.slice(split + 4) : ''
+      if (/chunked/i.test(headers['transfer-encoding'] ?? '')) {
+        let out = ''
+        let rest = body
+        for (;;) {
+          const nl = rest.indexOf('\r\n')
+          const n = parseInt(rest.slice(0, nl), 16)
+          if (!(n > 0)) break
+          out += rest.slice(nl + 2, nl + 2 + n)
+          rest = rest.slice(nl + 2 + n + 2)
+        }
+        body = out
+      }
+      resolve({ status: m ? Number(m[1]) : 0, headers, body, ms: Date.now() - t0 })
+    })
+    sock.write(Buffer.from(raw, 'latin1'))
+  })
+}
+
+const get = (target, headers = '') =>
+  `GET ${target} HTTP/1.1\r\nHost: localhost:${port}\r\nConnection: close\r\n${headers}\r\n`
+const shape = (query) => get(`/v1/shape?table=${T}&offset=-1&${query}`)
+const many = (n, f) => Array.from({ length: n }, (_, i) => f(i)).join('&')
+
+// [name, raw request, expected status, a pattern the body must match (optional)]
+const CORPUS = [
+  ['NUL in table', get(`/v1/shape?table=${T}%00x&offset=-1`), 400, /"table":\["must not contain a NUL byte"\]/],
+  ['NUL in where', shape('where=true%00'), 400, /"where":\["must not contain a NUL byte"\]/],
+  ['NUL in a param', shape('where=id>$1&params[1]=1%00'), 400, /"params":\["must not contain a NUL byte"\]/],
+  ['NUL in columns', shape('columns=id%00'), 400, /"columns"/],
+  ['NUL in handle', get(`/v1/shape?table=${T}&offset=0_0&handle=a%00b`), 400, /"handle"/],
+  ['NUL in the path', get(`/v1/shape%00?table=${T}&offset=-1`), 404],
+  ['NUL in a key', get(`/v1/shape?table%00=x&table=${T}&offset=-1`), 200],
+  ['invalid UTF-8 in where', shape('where=title%3D%27%FF%27'), 400, /"where":\["must be valid UTF-8"\]/],
+  ['overlong NUL in columns', shape('columns=id,%C0%80'), 400, /must be valid UTF-8/],
+  ['a surrogate in a param', shape('where=title%3D$1&params[1]=%ED%A0%80'), 400, /"params":\["must be valid UTF-8"\]/],
+  ['invalid UTF-8 in table', get('/v1/shape?table=%FE%FF&offset=-1'), 400, /must be valid UTF-8/],
+  ['1,500 arguments', shape(many(1500, (i) => `x${i}=1`)), 400, /too many query parameters/],
+  ['5,000 params[n]', shape(many(5000, (i) => `params[${i + 1}]=${i}`)), 414],
+  ['300 params past the limit say so once', shape(many(300, (i) => `params[${i + 300}]=1`)), 400, /^\{"message":"Invalid request","errors":\{"params":\["at most 256 parameters are supported"\]\}\}$/],
+  ['a where of 9,000 bytes', shape(`where=${'x'.repeat(9000)}`), 400, /shape_sync\.max_where_length/],
+  ['a constant of 500 MB', shape(`where=${encodeURIComponent("title <> repeat('x', 500000000)")}`), 400, /shape_sync\.max_where_constant_size/],
+  ['many folded constants', shape(`where=${encodeURIComponent(Array.from({ length: 30 }, (_, i) => `title <> repeat('${i}', 5000)`).join(' AND '))}`), 400, /max_where_constant_size/],
+  ['a subquery', shape(`where=${encodeURIComponent('id IN (SELECT 1)')}`), 400, /Subqueries are not allowed/],
+  ['a subquery on a catalog', shape(`where=${encodeURIComponent("EXISTS (SELECT FROM pg_authid)")}`), 400, /Subqueries are not allowed/],
+  ['a volatile function', shape(`where=${encodeURIComponent('random() > 0.5')}`), 400, /immutable/],
+  ['pg_sleep', shape(`where=${encodeURIComponent('pg_sleep(30) IS NULL')}`), 400, /immutable/],
+  ['pg_read_file', shape(`where=${encodeURIComponent("pg_read_file('/etc/passwd') IS NOT NULL")}`), 400, /immutable/],
+  ['current_user', shape(`where=${encodeURIComponent("current_user = 'postgres'")}`), 400, /immutable/],
+  ['a second statement', shape(`where=${encodeURIComponent('true; DROP TABLE x')}`), 400, /"where"/],
+  ['breaking out of parentheses', shape(`where=${encodeURIComponent('true) OR (1=1')}`), 400, /syntax error/],
+  ['a comment to the end', shape(`where=${encodeURIComponent('true --')}`), 200],
+  ['a system column', shape(`where=${encodeURIComponent("xmin = '1'")}`), 400, /System columns/],
+  ['a whole-row reference', shape(`where=${encodeURIComponent(`${T} IS NOT NULL`)}`), 400, /"where"/],
+  ['division by zero in a constant', shape(`where=${encodeURIComponent('id > 1 / 0')}`), 400, /division by zero/],
+  ['an aggregate', shape(`where=${encodeURIComponent('count(*) > 0')}`), 400, /aggregate/],
+  ['a set-returning function', shape(`where=${encodeURIComponent('id IN (generate_series(1, 3))')}`), 400, /"where"/],
+  ['deep nesting', shape(`where=${'('.repeat(2000)}true${')'.repeat(2000)}`), 200],
+  ['an unterminated string', shape(`where=${encodeURIComponent("title = 'x")}`), 400, /"where"/],
+  ['a catalog table', get('/v1/shape?table=pg_catalog.pg_authid&offset=-1'), 400, /"table"/],
+  ['a view of the catalog', get('/v1/shape?table=information_schema.tables&offset=-1'), 400, /"table"/],
+  ['a TOAST table', get('/v1/shape?table=pg_toast.pg_toast_1255&offset=-1'), 400, /"table"/],
+  ['a table name of 200 bytes', get(`/v1/shape?table=${'t'.repeat(200)}&offset=-1`), 400, /too long/],
+  ['2,000 column names', shape(`columns=${many(2000, (i) => `c${i}`).replace(/&/g, ',')}`), 400, /"columns"/],
+  ['a malformed escape', get('/v1/shape?table=%G1&offset=-1'), 400, /"table"/],
+  ['a trailing percent', get(`/v1/shape?table=${T}%&offset=-1`), 400, /"table"/],
+  ['an offset of three parts', get(`/v1/shape?table=${T}&offset=1_2_3`), 400, /"offset":\["has invalid format"\]/],
+  ['an offset that overflows', get(`/v1/shape?table=${T}&offset=99999999999999999999999_0&handle=h`), 400, /"offset"/],
+  ['a negative offset part', get(`/v1/shape?table=${T}&offset=0_-1&handle=h`), 400, /"offset"/],
+  ['live with offset -1', shape('live=true'), 400, /"live"/],
+  ['live_sse without live', get(`/v1/shape?table=${T}&offset=0_0&handle=h&live_sse=true`), 400, /"live_sse"/],
+  ['an unknown replica', shape('replica=evil'), 400, /"replica"/],
+  ['a handle of 10 kB for a missing table', get(`/v1/shape?table=nosuch_${sfx}&offset=0_0&handle=${'h'.repeat(10000)}`), 400, /"table"/],
+  ['PUT', `PUT /v1/shape?table=${T}&offset=-1 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, 405],
+  ['TRACE', `TRACE /v1/shape HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`, 405],
+  ['POST with a body', `POST /v1/shape?table=${T}&offset=-1 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nConnection: close\r\n\r\n{"a":`, 400],
+  ['DELETE while deletion is off', `DELETE /v1/shape?table=${T} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`, 405],
+  ['an absolute-form target', get(`http://attacker.example/v1/shape?table=${T}&offset=-1`), 404],
+  ['a rebinding Host', `GET /v1/shape?table=${T}&offset=-1 HTTP/1.1\r\nHost: attacker.example\r\nConnection: close\r\n\r\n`, 403],
+  ['a foreign Origin', get(`/v1/shape?table=${T}&offset=-1`, 'Origin: https://attacker.example\r\n'), 403],
+  ['the null Origin', get(`/v1/shape?table=${T}&offset=-1`, 'Origin: null\r\n'), 403],
+  ['500 headers', get('/v1/health', Array.from({ length: 500 }, (_, i) => `X-H${i}: ${'v'.repeat(50)}\r\n`).join('')), null],
+  ['one header of 400 kB', get('/v1/health', `X-Big: ${'v'.repeat(400000)}\r\n`), null],
+  ['no HTTP version', `GET /v1/shape?table=${T}&offset=-1\r\n\r\n`, null],
+  ['garbage', '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n', null],
+  ['a space in the target', `GET /v1/shape?table=a b&offset=-1 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`, null],
+]
+
+describe('hostile requests', () => {
+  let pidBefore
+  let shapesBefore
+  let logStart
+
+  before(async () => {
+    await query(`CREATE TABLE public.${T} (id int PRIMARY KEY, title text)`)
+    await query(`ALTER TABLE public.${T} REPLICA IDENTITY FULL`)
+    await query(`INSERT INTO public.${T} VALUES (1, 'a')`)
+    await query('CREATE EXTENSION IF NOT EXISTS shape_sync')
+    pidBefore = (await query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows[0]?.pid
+    shapesBefore = Number((await query('SELECT count(*) FROM shape_sync.shapes')).rows[0].count)
+    logStart = process.env.SHAPE_SYNC_LOG ? readFileSync(process.env.SHAPE_SYNC_LOG, 'latin1').length : 0
+  })
+
+  after(async () => {
+    await query(`DROP TABLE IF EXISTS public.${T}`)
+    await closePool()
+  })
+
+  for (const [name, raw, status, pattern] of CORPUS) {
+    it(`${name}: ${status ?? 'a clean answer or a close'}`, async () => {
+      const res = await send(raw)
+      assert.ok(res.ms < 9000, `answered in ${res.ms} ms`)
+      if (status === null) {
+        assert.ok(res.status === 0 || (res.status >= 400 && res.status < 500) || res.status === 200,
+          `no 5xx (got ${res.status})`)
+        return
+      }
+      assert.equal(res.status, status, `status (body: ${res.body.slice(0, 300)})`)
+      if (status >= 400 && status !== 404 && status !== 414 && status !== 405) {
+        assert.match(res.headers['content-type'] ?? '', /^application\/json/)
+        JSON.parse(res.body)
+      }
+      if (pattern) assert.match(res.body, pattern)
+    })
+  }
+
+  it('leaves the worker alive, creates no shape from the refused requests, and logs nothing', async () => {
+    const health = await send(get('/v1/health'))
+    assert.equal(health.status, 200)
+    const pid = (await query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows[0]?.pid
+    assert.equal(pid, pidBefore, 'the same worker process')
+    // the three valid requests of the corpus share one shape (comment, nesting, NUL key are
+    // different definitions: at most three new shapes)
+    const shapes = Number((await query('SELECT count(*) FROM shape_sync.shapes')).rows[0].count)
+    assert.ok(shapes - shapesBefore <= 3, `at most the corpus' 3 valid definitions became shapes (${shapes - shapesBefore})`)
+    const { rows } = await query(`SELECT count(*) AS n FROM shape_sync.shapes WHERE relation <> '"public"."${T}"' AND created_at > now() - interval '5 minutes' AND relation LIKE '%hostile%'`)
+    assert.equal(Number(rows[0].n), 0)
+    if (process.env.SHAPE_SYNC_LOG) {
+      const log = readFileSync(process.env.SHAPE_SYNC_LOG, 'latin1').slice(logStart)
+      const bad = log.split('\n').filter((l) => /ERROR|FATAL|PANIC|TRAP|terminated by signal|could not resolve a shape/.test(l))
+      assert.deepEqual(bad, [], 'no error in the server log')
+    }
+  })
+})
