@@ -56,7 +56,8 @@ if cluster_port_in_use "$HTTP_PORT"; then
 fi
 
 echo "==> starting PostgreSQL with shape_sync on port $HTTP_PORT"
-cluster_start "$HTTP_PORT"
+# the server's defaults: loopback clients only (no secret), no DDL on a client's say-so
+SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off cluster_start "$HTTP_PORT"
 cluster_psql -c 'CREATE EXTENSION shape_sync;'
 cluster_psql -f "$ROOT/scripts/sample-data.sql"
 
@@ -78,6 +79,12 @@ shape_sync is serving $SHAPE_SYNC_URL (tables: items, 300 rows; users, 200 rows)
 
   # and make one, in another terminal
   $PSQL -c "INSERT INTO items (title) VALUES ('hello')"
+
+  # a table of your own needs REPLICA IDENTITY FULL first: the server runs no DDL
+  $PSQL -c "CREATE TABLE notes (id int PRIMARY KEY, body text)" \\
+        -c "ALTER TABLE notes REPLICA IDENTITY FULL"
+
+  # only loopback clients are served until shape_sync.secret is set (see README, Security)
 
   # what the server holds
   $PSQL -c 'SELECT * FROM shape_sync.shapes'

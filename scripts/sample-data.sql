@@ -41,6 +41,11 @@ SELECT md5('user-' || i)::uuid,
        timestamptz '2024-01-01 00:00:00+00' + i * interval '1 day'
   FROM generate_series(1, 200) AS i;
 
+-- Shapes need the old row of every update and delete: replica identity is the operator's
+-- decision (shape_sync.manage_replica_identity is off), so the demo makes it here.
+ALTER TABLE items REPLICA IDENTITY FULL;
+ALTER TABLE users REPLICA IDENTITY FULL;
+
 COMMIT;
 
 ANALYZE items;
