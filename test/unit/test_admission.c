@@ -340,15 +340,19 @@ typedef struct Flipper
 	_Atomic uint32_t over;		/* times in_use exceeded the highest limit */
 	_Atomic uint64_t admitted;
 	_Atomic uint64_t refused;
+	_Atomic uint64_t rounds[NTHREADS];	/* loop iterations of each worker */
+	_Atomic int next_worker;
 } Flipper;
 
 static void *
 flip_worker(void *arg)
 {
 	Flipper    *f = arg;
+	int			me = atomic_fetch_add(&f->next_worker, 1);
 
 	while (!atomic_load(&f->stop))
 	{
+		atomic_fetch_add(&f->rounds[me], 1);
 		if (admission_acquire(&f->a, ADMISSION_EXISTING))
 		{
 			atomic_fetch_add(&f->admitted, 1);
@@ -378,11 +382,23 @@ TEST(concurrent_limit_changes)
 		admission_set_limits(&f.a, 0, limits[round % 7]);
 		usleep(2000);
 	}
-	/* limit 0 at the end: once the holders are out, nobody gets in */
+	/*
+	 * Limit 0 at the end: once the holders are out, nobody gets in.  An
+	 * acquire that read the old limit before the store may still succeed
+	 * (a lowered limit applies to requests that come after it), so wait
+	 * until every worker has gone round its loop twice since: any acquire
+	 * begun before the store has then ended.
+	 */
 	admission_set_limits(&f.a, 0, 0);
 	{
 		double		until = unit_now() + 5;
+		uint64_t	seen[NTHREADS];
 
+		for (int i = 0; i < NTHREADS; i++)
+			seen[i] = atomic_load(&f.rounds[i]);
+		for (int i = 0; i < NTHREADS; i++)
+			while (atomic_load(&f.rounds[i]) < seen[i] + 2 && unit_now() < until)
+				sched_yield();
 		while (IN_USE(&f.a, ADMISSION_EXISTING) != 0 && unit_now() < until)
 			sched_yield();
 	}
