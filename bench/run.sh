@@ -5,7 +5,9 @@
 #      (scripts/lib/cluster.sh, default shape_sync settings): bench/latency.json and the
 #      section "Commit-to-client latency" of bench/RESULTS.md;
 #   2. bench/deadline.sh: the per-write cost of the stall deadline against two alternatives,
-#      the section "Per-write cost of the stall deadline" of bench/RESULTS.md.
+#      the section "Per-write cost of the stall deadline" of bench/RESULTS.md;
+#   3. bench/access.sh: the cost of access control per request, the section "Cost of access
+#      control" of bench/RESULTS.md.
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -42,5 +44,6 @@ export BENCH_CONF=$(cluster_psql -At -c "SELECT string_agg(name || ' = ' || sett
 node "$here/report.mjs" "$BENCH_JSON" "$here/RESULTS.md"
 cluster_stop
 bash "$here/deadline.sh" >/dev/null || rc=$?
+bash "$here/access.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
