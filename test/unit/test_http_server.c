@@ -724,6 +724,13 @@ TEST(resolution_errors)
 	CHECK_HEADER(&r, "retry-after", "1");
 	hc_response_free(&r);
 	CHECK_EQ(pins(SH_STALE), 0);
+
+	/* what shape_sync.role may not read */
+	REQUIRE_RESPONSE(GET(shape_target("forbidden", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 403);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Forbidden\",\"errors\":{\"table\":[\"no\"]}}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	hc_response_free(&r);
 }
 
 TEST(definition_reaches_main_thread)
@@ -875,6 +882,25 @@ status_of(const char *method, const char *target, const char *headers)
 	return status;
 }
 
+/* A request with an Origin gets `status`, and `allow` as access-control-allow-origin (NULL: none). */
+static void
+check_origin(const char *method, const char *target, const char *origin, int status,
+			 const char *allow)
+{
+	HcResponse	r;
+	char		headers[256];
+
+	snprintf(headers, sizeof(headers), "Origin: %s\r\n%s", origin,
+			 strcmp(method, "OPTIONS") == 0 ? "Access-Control-Request-Method: GET\r\n" : "");
+	REQUIRE_RESPONSE(request(method, target, headers, &r), &r);
+	CHECK_EQ(r.status, status);
+	if (allow == NULL)
+		CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
+	else
+		CHECK_HEADER(&r, "access-control-allow-origin", allow);
+	hc_response_free(&r);
+}
+
 /*
  * GHSA-m4f6-p2j8-rq76: Electric authenticated the raw path and routed a
  * normalised one.  Here every spelling is the route it routes to, and is
@@ -964,32 +990,16 @@ TEST(loopback_only_refuses_foreign_hosts_and_origins)
 	hc_response_free(&r);
 
 	/* a page of another site gets 403 and no CORS headers; a local one is echoed */
-	REQUIRE_RESPONSE(request("GET", target, "Origin: https://evil.example\r\n", &r), &r);
-	CHECK_EQ(r.status, 403);
-	CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
-	hc_response_free(&r);
-	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape", "Origin: https://evil.example\r\n"
-							 "Access-Control-Request-Method: GET\r\n", &r), &r);
-	CHECK_EQ(r.status, 403);
-	CHECK(hc_header(&r, "access-control-allow-origin") == NULL);
-	hc_response_free(&r);
-	REQUIRE_RESPONSE(request("GET", target, "Origin: http://localhost:5173\r\n", &r), &r);
-	CHECK_EQ(r.status, 200);
-	CHECK_HEADER(&r, "access-control-allow-origin", "http://localhost:5173");
-	hc_response_free(&r);
+	check_origin("GET", target, "https://evil.example", 403, NULL);
+	check_origin("OPTIONS", "/v1/shape", "https://evil.example", 403, NULL);
+	check_origin("GET", target, "http://localhost:5173", 200, "http://localhost:5173");
 
 	/* with a secret, "*" allows any origin; a list only what it names */
 	use_access("k", false, "*");
-	REQUIRE_RESPONSE(request("GET", "/v1/shape?table=items&offset=-1&secret=k",
-							 "Origin: https://app.example.com\r\n", &r), &r);
-	CHECK_EQ(r.status, 200);
-	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example.com");
-	hc_response_free(&r);
+	check_origin("GET", "/v1/shape?table=items&offset=-1&secret=k", "https://app.example.com",
+				 200, "https://app.example.com");
 	/* a 401 a page may read: CORS headers for an allowed origin */
-	REQUIRE_RESPONSE(request("GET", target, "Origin: https://app.example.com\r\n", &r), &r);
-	CHECK_EQ(r.status, 401);
-	CHECK_HEADER(&r, "access-control-allow-origin", "https://app.example.com");
-	hc_response_free(&r);
+	check_origin("GET", target, "https://app.example.com", 401, "https://app.example.com");
 	use_access("k", false, "https://app.example.com");
 	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1&secret=k",
 					   "Origin: https://other.example\r\n"), 403);
@@ -1032,18 +1042,6 @@ TEST(oversized_targets_get_answers)
 	/* and the server still answers */
 	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
 	free(req);
-}
-
-TEST(forbidden_resolution_is_403)
-{
-	HcResponse	r;
-
-	REQUIRE(server != NULL);
-	REQUIRE_RESPONSE(GET(shape_target("forbidden", "-1", NULL, NULL), &r), &r);
-	CHECK_EQ(r.status, 403);
-	CHECK_STR_EQ(r.body, "{\"message\":\"Forbidden\",\"errors\":{\"table\":[\"no\"]}}");
-	CHECK_HEADER(&r, "cache-control", "no-store");
-	hc_response_free(&r);
 }
 
 TEST(where_length_is_limited)
