@@ -193,9 +193,13 @@ CREATE OPERATOR ### (LEFTARG = integer, RIGHTARG = integer, FUNCTION = int4eq);
 CREATE FUNCTION my_eq(integer, integer) RETURNS boolean
     LANGUAGE sql IMMUTABLE AS 'SELECT $1 = $2';
 CREATE OPERATOR #=# (LEFTARG = integer, RIGHTARG = integer, FUNCTION = my_eq);
+SELECT jsonb_pretty(shape_sync.validate_shape('items', 'public.plus_one(id) = 2'));
+SELECT jsonb_pretty(shape_sync.validate_shape('items', 'id OPERATOR(public.#=#) 2'));
+-- (unqualified, names resolve in pg_catalog only)
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'plus_one(id) = 2'));
-SELECT jsonb_pretty(shape_sync.validate_shape('items', 'id #=# 2'));
--- An operator of our own over a built-in function is a built-in function.
+-- An operator of another schema is refused by its name, even over a built-in
+-- function; unqualified, names resolve in pg_catalog only.
+SELECT shape_sync.validate_shape('items', 'id OPERATOR(public.###) 2') ->> 'where' AS deparsed;
 SELECT shape_sync.validate_shape('items', 'id ### 2') ->> 'where' AS deparsed;
 -- System columns and whole-row references.
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'xmin = ''1'''));
@@ -231,7 +235,7 @@ CREATE TYPE mood AS ENUM ('sad', 'happy');
 CREATE DOMAIN posint AS integer CHECK (VALUE > 0);
 CREATE TABLE moods (id posint PRIMARY KEY, m mood, t text);
 SELECT jsonb_pretty(shape_sync.validate_shape('moods'));
-SELECT shape_sync.validate_shape('moods', 't::mood = ''sad''') ->> 'where' AS deparsed;
+SELECT shape_sync.validate_shape('moods', 't::public.mood = ''sad''') ->> 'where' AS deparsed;
 DROP TABLE moods;
 DROP DOMAIN posint;
 DROP TYPE mood;
@@ -279,7 +283,7 @@ FROM (VALUES
     ('set-returning',         pg_temp.sqlstate_of('items', 'generate_series(1,2) > 1')),
     ('volatile',              pg_temp.sqlstate_of('items', 'random() > 0.5')),
     ('stable',                pg_temp.sqlstate_of('items', 'now() > ''2020-01-01''')),
-    ('user-defined function', pg_temp.sqlstate_of('items', 'plus_one(id) = 2')),
+    ('user-defined function', pg_temp.sqlstate_of('items', 'public.plus_one(id) = 2')),
     ('system column',         pg_temp.sqlstate_of('items', 'xmin = ''1''')),
     ('whole row',             pg_temp.sqlstate_of('items', 'items IS NOT NULL')),
     ('two statements',        pg_temp.sqlstate_of('items', 'true; select 1')),
@@ -310,7 +314,7 @@ SELECT shape_sync.validate_shape('emptycol', columns => 'id,""');
 -- Casts to a domain whose CHECK calls user code are refused.
 CREATE FUNCTION is_pos(int) RETURNS bool IMMUTABLE LANGUAGE sql AS 'SELECT $1 > 0';
 CREATE DOMAIN pdom AS int CHECK (is_pos(VALUE));
-SELECT shape_sync.validate_shape('emptycol', 'id::pdom > 0');
+SELECT shape_sync.validate_shape('emptycol', 'id::public.pdom > 0');
 DROP DOMAIN pdom;
 DROP FUNCTION is_pos(int);
 

@@ -51,8 +51,9 @@ CREATE FUNCTION public.lower(text) RETURNS text IMMUTABLE LANGUAGE sql AS 'SELEC
 SELECT shape_sync.validate_shape('acc', 'lower(title) = ''a''') ->> 'where' AS deparsed;
 DROP FUNCTION public.lower(text);
 
--- One that matches better than pg_catalog's is refused, never run: lower(v)
--- on a varchar column would bind to public.lower(varchar).
+-- Nor one that matches better than pg_catalog's: lower(v) on a varchar column
+-- would bind to public.lower(varchar) on the session's path; here it is
+-- pg_catalog.lower(text), and public.lower(varchar) never runs.
 SELECT shape_sync.validate_shape('acc', 'lower(v) = ''x''') ->> 'where' AS deparsed;
 CREATE FUNCTION public.lower(varchar) RETURNS text IMMUTABLE LANGUAGE plpgsql
     AS $$BEGIN RAISE EXCEPTION 'public.lower(varchar) ran'; END$$;
@@ -61,13 +62,54 @@ SELECT shape_sync.validate_shape('acc', 'lower(v::text) = ''x''') ->> 'where' AS
 DROP FUNCTION public.lower(varchar);
 
 -- Constants are folded once, at validation, and bounded.
-SELECT shape_sync.validate_shape('acc', 'title <> repeat(''x'', 100000)');
-SELECT shape_sync.validate_shape('acc', 'title <> repeat(''x'', 1000)') ->> 'where' AS deparsed;
+SELECT shape_sync.validate_shape('acc', 'title <> $1 || $1 || $1',
+    ARRAY[(SELECT string_agg('x', '') FROM generate_series(1, 30000))]);
+SELECT shape_sync.validate_shape('acc', 'title <> $1 || $1', '{abc}') ->> 'where' AS deparsed;
 SELECT shape_sync.validate_shape('acc', 'id > 1 / 0');
 SELECT count(*) FROM shape_sync.encode_rows('acc', 'id > 1 + $1', '{0}');
 
 -- Subqueries are refused before they could name anything.
 SELECT shape_sync.validate_shape('acc', 'EXISTS (SELECT FROM acc_rls)');
+
+-- Functions and operators of other schemas are refused by name, before analysis.
+CREATE FUNCTION public.acc_plus(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 + 1';
+SELECT shape_sync.validate_shape('acc', 'acc_plus(id) = 2');
+SELECT shape_sync.validate_shape('acc', 'public.acc_plus(id) = 2');
+SELECT shape_sync.validate_shape('acc', 'id OPERATOR(public.+) 1 = 2');
+SELECT shape_sync.validate_shape('acc', 'id OPERATOR(pg_catalog.+) 1 = 2') ->> 'where' AS deparsed;
+DROP FUNCTION public.acc_plus(int);
+
+-- No code of a database user runs while a literal or a parameter is read:
+-- a domain whose CHECK calls such code, directly or as the field of a
+-- composite or the element of an array, is refused before its input runs.
+CREATE FUNCTION public.acc_leak(text) RETURNS bool IMMUTABLE LANGUAGE plpgsql
+    AS $$BEGIN RAISE EXCEPTION 'acc_leak ran as %', current_user; END$$;
+CREATE DOMAIN public.acc_leaky AS text CHECK (public.acc_leak(VALUE));
+CREATE TYPE public.acc_wrap AS (v public.acc_leaky);
+CREATE DOMAIN public.acc_email AS text CHECK (VALUE ~ '@');
+CREATE TABLE acc_types (id int PRIMARY KEY, w public.acc_wrap, e public.acc_email, x xml);
+ALTER TABLE acc_types REPLICA IDENTITY FULL;
+SELECT shape_sync.validate_shape('acc_types', '$1::public.acc_leaky IS NOT NULL', '{x}');
+SELECT shape_sync.validate_shape('acc_types', '''(x)''::public.acc_wrap IS NOT NULL');
+SELECT shape_sync.validate_shape('acc_types', '''{x}''::public.acc_leaky[] IS NOT NULL');
+SELECT shape_sync.validate_shape('acc_types', 'w = ''(x)''');
+SELECT shape_sync.validate_shape('acc_types', 'x IS DOCUMENT');
+SELECT shape_sync.validate_shape('acc_types', '''<a/>''::xml IS DOCUMENT');
+-- a domain whose CHECK is built-in code only is fine
+SELECT shape_sync.validate_shape('acc_types', 'e = ''a@b''', columns => 'id,e') ->> 'where' AS deparsed;
+DROP TABLE acc_types;
+DROP TYPE public.acc_wrap;
+DROP DOMAIN public.acc_leaky, public.acc_email;
+DROP FUNCTION public.acc_leak(text);
+
+-- Functions whose output or time can grow far beyond their input.
+SELECT shape_sync.validate_shape('acc', 'title <> repeat(''x'', 10)');
+SELECT shape_sync.validate_shape('acc', 'lpad(title, 1000000000) <> ''''');
+SELECT shape_sync.validate_shape('acc', 'replace(title, ''a'', $1) <> ''''', '{xxxx}');
+SELECT shape_sync.validate_shape('acc', 'format(''%1000000s'', title) <> ''''');
+SELECT shape_sync.validate_shape('acc', 'factorial(id) > 0');
+SELECT shape_sync.validate_shape('acc', 'id::numeric ^ 100000 > 0');
+SELECT shape_sync.validate_shape('acc', 'power(id::float8, 2) > 4') ->> 'where' AS deparsed;
 
 DROP TABLE acc, acc_rls;
 REVOKE ALL ON FUNCTION shape_sync.validate_shape(text, text, text[], text, text),

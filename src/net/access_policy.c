@@ -25,7 +25,11 @@
  *	  does), but while loopback-only it allows only loopback origins: any
  *	  page the machine's browser opens could otherwise read the database
  *	  through the user's own localhost.  A request without Origin is not a
- *	  browser's cross-origin request and is not checked.
+ *	  browser's cross-origin request and is not checked, except that while
+ *	  loopback-only a request a browser marks Sec-Fetch-Site: cross-site (an
+ *	  <img> or a no-cors fetch of another site's page, which sends no
+ *	  Origin) gets 403 too: it could not read the answer, but it could make
+ *	  the server create shapes.
  *
  * Notes on synchronization
  * ------------------------
@@ -541,6 +545,9 @@ access_decide(const AccessRules *rules, const AccessRequest *req)
 			return ACCESS_PEER_NOT_LOOPBACK;
 		if (req->host != NULL && !access_host_is_loopback(req->host, req->host_len))
 			return ACCESS_HOST_NOT_LOOPBACK;
+		if (req->origin == NULL && req->fetch_site != NULL &&
+			req->fetch_site_len == 10 && strncasecmp(req->fetch_site, "cross-site", 10) == 0)
+			return ACCESS_ORIGIN_NOT_ALLOWED;
 	}
 	if (rules->secret != NULL && req->needs_secret &&
 		!access_secret_equal(rules->secret, rules->secret_len, req->secret, req->secret_len))

@@ -70,6 +70,8 @@ typedef struct AccessRequest
 	size_t		origin_len;
 	const char *secret;			/* secret= or api_secret= */
 	size_t		secret_len;
+	const char *fetch_site;		/* the Sec-Fetch-Site header */
+	size_t		fetch_site_len;
 	bool		needs_secret;	/* false for the CORS preflight */
 } AccessRequest;
 

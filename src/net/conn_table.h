@@ -38,6 +38,8 @@ typedef struct ConnSlot
 	/* Written by the connection's own thread on every piece: its own line. */
 	_Alignas(128) _Atomic int64_t write_armed_ms;	/* when the pending piece was
 													 * handed over; 0: none */
+	uint32_t	query_strings;	/* keys and values decoded for the current
+								 * request; the connection's thread only */
 
 	/* Changed under `lock` only (open, close, reap, park, unpark). */
 	_Alignas(128) pthread_mutex_t lock;

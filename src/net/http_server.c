@@ -242,10 +242,23 @@ http_owns_shape_conn(const void *con_cls)
  * path is refused too: the decoded path would end at it, and
  * /v1/shape%00x must not route like /v1/shape.
  */
+/* The connection's ConnTable slot, or NULL when it has none. */
+static ConnSlot *
+http_conn_slot(HttpServer *server, struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	if (info == NULL || info->socket_context == NULL)
+		return NULL;
+	return &server->conns.slots[(uintptr_t) info->socket_context - 1];
+}
+
 static void *
 http_request_begins(void *cls, const char *uri, struct MHD_Connection *connection)
 {
 	HttpServer *server = cls;
+	ConnSlot   *slot = http_conn_slot(server, connection);
 	char	   *query = strchr(uri, '?');
 	size_t		path_len = query ? (size_t) (query - uri) : strlen(uri);
 	size_t		len = path_len + (query ? strlen(query) : 0);
@@ -269,7 +282,29 @@ http_request_begins(void *cls, const char *uri, struct MHD_Connection *connectio
 	}
 	if (marker != NULL && query != NULL)
 		query[1] = '\0';		/* nothing left for libmicrohttpd to parse */
+	if (slot != NULL)
+		slot->query_strings = 0;
 	return marker;
+}
+
+/*
+ * libmicrohttpd's unescape callback: decodes each key and value of the
+ * query, then the path, as libmicrohttpd itself would.  It also backs up
+ * http_request_begins, which reads the target as a C string: a request
+ * line with a literal NUL byte before its "?" hides the query from it,
+ * while libmicrohttpd still parses all of it.  Past twice the arguments
+ * the pool can hold, the connection is shut down, so libmicrohttpd fails
+ * its next read and closes it, instead of stalling it with a full pool.
+ */
+static size_t
+http_unescape(void *cls, struct MHD_Connection *connection, char *s)
+{
+	HttpServer *server = cls;
+	ConnSlot   *slot = http_conn_slot(server, connection);
+
+	if (slot != NULL && ++slot->query_strings == 2 * server->max_query_args + 2)
+		(void) shutdown(slot->fd, SHUT_RDWR);
+	return MHD_http_unescape(s);
 }
 
 /* ------------------------------------------------------- access control */
@@ -299,6 +334,8 @@ http_check_access(HttpServer *server, struct MHD_Connection *connection,
 	req.peer_loopback = addr != NULL && access_sockaddr_is_loopback(addr->client_addr);
 	req.host = http_header_n(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST, &req.host_len);
 	req.origin = http_header_n(connection, MHD_HEADER_KIND, "Origin", &req.origin_len);
+	req.fetch_site = http_header_n(connection, MHD_HEADER_KIND, "Sec-Fetch-Site",
+								   &req.fetch_site_len);
 	req.needs_secret = needs_secret;
 	if (needs_secret && access_has_secret(rules))
 	{
@@ -638,7 +675,7 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 {
 	unsigned	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
 		MHD_USE_ERROR_LOG;
-	struct MHD_OptionItem opts[14];
+	struct MHD_OptionItem opts[16];
 	int			i = 0;
 
 	if (ipv6)
@@ -654,6 +691,8 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	(intptr_t) (options->write_piece_size + HTTP_POOL_EXTRA), NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_URI_LOG_CALLBACK,
 	(intptr_t) http_request_begins, server};
+	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_UNESCAPE_CALLBACK,
+	(intptr_t) http_unescape, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
 	(intptr_t) http_completed, server};

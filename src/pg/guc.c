@@ -60,6 +60,7 @@ bool		shape_sync_manage_replica_identity = false;
 int			shape_sync_max_where_length = 8192;
 int			shape_sync_max_where_constant_size = 64 * 1024;
 int			shape_sync_snapshot_statement_timeout = 300000;
+int			shape_sync_where_evaluation_timeout = 1000;
 
 static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
 static const char *guc_secret_value = "";	/* its extra: the secret */
@@ -321,6 +322,14 @@ shape_sync_define_gucs(void)
 							"A snapshot that takes longer fails; 0 disables the limit.",
 							&shape_sync_snapshot_statement_timeout,
 							300000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.where_evaluation_timeout",
+							"Sets how long evaluating a where clause may take, folded at validation or on one change.",
+							"A clause that takes longer is refused, or its shape fails; 0 disables the limit.",
+							&shape_sync_where_evaluation_timeout,
+							1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -36,6 +36,7 @@ extern bool shape_sync_manage_replica_identity;
 extern int	shape_sync_max_where_length;	/* bytes */
 extern int	shape_sync_max_where_constant_size; /* bytes */
 extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
+extern int	shape_sync_where_evaluation_timeout;	/* ms; 0: none */
 
 /* shape_sync.secret, which PostgreSQL itself only ever sees as "". */
 extern const char *shape_sync_secret(void);

@@ -48,8 +48,10 @@
 #include "access/table.h"
 #include "catalog/catalog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_range.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -62,10 +64,12 @@
 #include "parser/parse_node.h"
 #include "parser/parse_param.h"
 #include "parser/parse_relation.h"
+#include "parser/parse_type.h"
 #include "parser/parser.h"
 #include "rewrite/rewriteManip.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
@@ -73,6 +77,7 @@
 #include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 
 #include "guc.h"
 #include "row_encoder.h"
@@ -291,6 +296,79 @@ sdef_bind_params(Node *node, SdefParams *params)
 	return expression_tree_mutator(node, sdef_bind_params, params);
 }
 
+/*
+ * pg_catalog functions whose output can grow far beyond their input
+ * (repeat('x', 1e9)) or whose time can (factorial(1e5)): a client's
+ * constants go through them at validation, and every row on every change.
+ */
+static const char *const sdef_unbounded_functions[] = {
+	"repeat", "lpad", "rpad", "array_fill", "format", "replace", "regexp_replace",
+	"factorial", "numeric_fac", "power", "pow", "numeric_power"
+};
+
+static bool
+sdef_unbounded_function(Oid funcid, void *context)
+{
+	char	   *name = get_func_name(funcid);
+
+	if (name == NULL)
+		return false;
+	for (size_t i = 0; i < lengthof(sdef_unbounded_functions); i++)
+		if (strcmp(name, sdef_unbounded_functions[i]) == 0 &&
+			(strncmp(name, "pow", 3) != 0 || get_func_rettype(funcid) == NUMERICOID))
+		{
+			*(const char **) context = sdef_unbounded_functions[i];
+			return true;
+		}
+	return false;
+}
+
+/* ------------------------------------------------ evaluation deadline */
+
+static bool sdef_deadlines = false;
+
+void
+shape_eval_deadlines_enable(void)
+{
+	sdef_deadlines = true;
+}
+
+/*
+ * The worker's deadline for evaluating a where clause (folding it at
+ * validation, or on one decoded change): STATEMENT_TIMEOUT's timer, after
+ * which CHECK_FOR_INTERRUPTS, and the regex engine, raise "canceling
+ * statement due to statement timeout".  Re-arming it for each evaluation
+ * is cheap: PostgreSQL reprograms the timer only when the new deadline
+ * comes before the pending one.  SQL callers (validate_shape()) keep
+ * their own statement_timeout instead.
+ */
+void
+shape_eval_deadline_begin(void)
+{
+	if (sdef_deadlines && shape_sync_where_evaluation_timeout > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_where_evaluation_timeout);
+}
+
+/*
+ * Ends it.  Returns true when the deadline passed without the evaluation
+ * noticing (code that never checks for interrupts); the cancel it raised is
+ * dropped then, never left for later code.
+ */
+bool
+shape_eval_deadline_end(void)
+{
+	if (sdef_deadlines && shape_sync_where_evaluation_timeout > 0)
+	{
+		disable_timeout(STATEMENT_TIMEOUT, true);
+		if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+		{
+			QueryCancelPending = false;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Functions a where clause may not call: all but pg_catalog's own. */
 static bool
 sdef_foreign_function(Oid funcid, void *context)
@@ -303,6 +381,8 @@ sdef_foreign_function(Oid funcid, void *context)
 static bool
 sdef_check_node(Node *node, void *context)
 {
+	const char *unbounded = NULL;
+
 	if (node == NULL)
 		return false;
 	if (IsA(node, Var) && ((Var *) node)->varattno <= 0)
@@ -311,6 +391,19 @@ sdef_check_node(Node *node, void *context)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("system columns and whole-row references are not allowed in a shape's where clause")));
+	}
+	if (check_functions_in_node(node, sdef_unbounded_function, &unbounded))
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "%s() is not allowed in where clauses: its output or its time can grow far beyond its input",
+				 unbounded);
+		sdef_failing("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s() is not allowed in a shape's where clause", unbounded),
+				 errdetail("Its output or its time can grow far beyond its input, and the clause runs on every change of the table.")));
 	}
 	if (check_functions_in_node(node, sdef_foreign_function, NULL))
 	{
@@ -350,6 +443,261 @@ sdef_constant_bytes(Node *node, Size *total)
 		return false;
 	}
 	return expression_tree_walker(node, sdef_constant_bytes, total);
+}
+
+/* ------------------------------------------------------ type safety */
+
+static bool sdef_type_safe(Oid typid, int depth);
+
+/* Whether an expression (a domain's CHECK) calls code outside pg_catalog. */
+static bool
+sdef_expr_foreign(Node *node, void *context)
+{
+	int			depth = *(int *) context;
+
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, sdef_foreign_function, NULL))
+		return true;
+	if (IsA(node, CoerceToDomain) && !sdef_type_safe(((CoerceToDomain *) node)->resulttype, depth))
+		return true;
+	return expression_tree_walker(node, sdef_expr_foreign, context);
+}
+
+/* Whether every CHECK constraint of the domain calls pg_catalog functions only. */
+static bool
+sdef_domain_checks_safe(Oid domain, int depth)
+{
+	Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		safe = true;
+	int			next = depth + 1;
+
+	ScanKeyInit(&key, Anum_pg_constraint_contypid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(domain));
+	scan = systable_beginscan(conrel, ConstraintTypidIndexId, true, NULL, 1, &key);
+	while (safe && HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tup);
+		bool		isnull;
+		Datum		bin;
+
+		if (con->contype != CONSTRAINT_CHECK)
+			continue;
+		bin = heap_getattr(tup, Anum_pg_constraint_conbin, RelationGetDescr(conrel), &isnull);
+		if (!isnull)
+			safe = !sdef_expr_foreign(stringToNode(TextDatumGetCString(bin)), &next);
+	}
+	systable_endscan(scan);
+	table_close(conrel, AccessShareLock);
+	return safe;
+}
+
+/*
+ * Whether reading a value of this type from text runs built-in code only:
+ * its input function, and those of its parts.  A where clause's literals
+ * and parameters are read when it is validated, as shape_sync.role, so a
+ * domain whose CHECK calls a function any database user could have written
+ * (directly, or as the field of a composite or the element of an array)
+ * would run that function with the role's privileges.  Safe: the types of
+ * pg_catalog but xml (libxml2 parses it), enums, and arrays, composites,
+ * ranges and domains made of safe types, domains whose CHECKs call
+ * pg_catalog functions only.  Types of extensions are not: their code is
+ * not pg_catalog's.
+ */
+static bool
+sdef_type_safe(Oid typid, int depth)
+{
+	HeapTuple	tup;
+	Form_pg_type t;
+	bool		safe = false;
+
+	if (depth > 16)
+		return false;
+	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	t = (Form_pg_type) GETSTRUCT(tup);
+	switch (t->typtype)
+	{
+		case TYPTYPE_BASE:
+			if (IsTrueArrayType(t))
+				safe = sdef_type_safe(t->typelem, depth + 1);
+			else
+				safe = t->typnamespace == PG_CATALOG_NAMESPACE && typid != XMLOID;
+			break;
+		case TYPTYPE_PSEUDO:
+			safe = t->typnamespace == PG_CATALOG_NAMESPACE;
+			break;
+		case TYPTYPE_ENUM:
+			safe = true;		/* enum_in reads pg_enum, nothing else */
+			break;
+		case TYPTYPE_DOMAIN:
+			safe = sdef_type_safe(t->typbasetype, depth + 1) &&
+				sdef_domain_checks_safe(typid, depth);
+			break;
+		case TYPTYPE_COMPOSITE:
+			{
+				Relation	rel = relation_open(t->typrelid, AccessShareLock);
+				TupleDesc	desc = RelationGetDescr(rel);
+
+				safe = true;
+				for (int i = 0; i < desc->natts && safe; i++)
+					if (!TupleDescAttr(desc, i)->attisdropped)
+						safe = sdef_type_safe(TupleDescAttr(desc, i)->atttypid, depth + 1);
+				relation_close(rel, AccessShareLock);
+			}
+			break;
+		case TYPTYPE_RANGE:
+			{
+				HeapTuple	rng = SearchSysCache1(RANGETYPE, ObjectIdGetDatum(typid));
+				Oid			canonical = InvalidOid;
+
+				if (HeapTupleIsValid(rng))
+				{
+					canonical = ((Form_pg_range) GETSTRUCT(rng))->rngcanonical;
+					ReleaseSysCache(rng);
+				}
+
+				safe = sdef_type_safe(get_range_subtype(typid), depth + 1) &&
+					(!OidIsValid(canonical) || !sdef_foreign_function(canonical, NULL));
+			}
+			break;
+		case TYPTYPE_MULTIRANGE:
+			safe = sdef_type_safe(get_multirange_range(typid), depth + 1);
+			break;
+	}
+	ReleaseSysCache(tup);
+	return safe;
+}
+
+/*
+ * Refuses a type whose values the where clause would read from text;
+ * `what` names what has the type, in lower case ("a cast", "parameter $1").
+ */
+static void
+sdef_require_safe_type(Oid typid, const char *what)
+{
+	char		msg[512];
+
+	if (sdef_type_safe(typid, 0))
+		return;
+	snprintf(msg, sizeof(msg),
+			 "%c%s has type %s, which where clauses cannot use: reading its values runs code outside pg_catalog",
+			 pg_toupper((unsigned char) what[0]), what + 1, format_type_be(typid));
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s has type %s, which a shape's where clause cannot use", what,
+					format_type_be(typid)),
+			 errdetail("Reading its values would run code outside pg_catalog.")));
+}
+
+/* Whether a qualified name's schema, if it has one, is pg_catalog. */
+static bool
+sdef_name_in_catalog(List *names)
+{
+	return list_length(names) < 2 ||
+		strcmp(strVal(list_nth(names, list_length(names) - 2)), "pg_catalog") == 0;
+}
+
+/*
+ * Checks of the raw parse tree, before it is analysed: analysis already
+ * runs input functions (an unknown literal compared with a column, or
+ * cast, is read as that type then), so what could run code outside
+ * pg_catalog must be refused before.  Subqueries go here too, before they
+ * could name anything.
+ */
+static bool
+sdef_check_raw(Node *node, Relation rel)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, SubLink))
+	{
+		sdef_failing("where", "Subqueries are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("subqueries are not allowed in a shape's where clause")));
+	}
+	if ((IsA(node, FuncCall) && !sdef_name_in_catalog(((FuncCall *) node)->funcname)) ||
+		(IsA(node, A_Expr) && !sdef_name_in_catalog(((A_Expr *) node)->name)))
+	{
+		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("only functions and operators of pg_catalog are allowed in a shape's where clause")));
+	}
+	if (IsA(node, TypeCast))
+	{
+		Oid			typid = LookupTypeNameOid(NULL, ((TypeCast *) node)->typeName, true);
+
+		if (OidIsValid(typid))
+			sdef_require_safe_type(typid, "a cast");
+	}
+	if (IsA(node, ColumnRef))
+	{
+		List	   *fields = ((ColumnRef *) node)->fields;
+		Node	   *last = llast(fields);
+
+		if (IsA(last, String))
+		{
+			AttrNumber	attnum = get_attnum(RelationGetRelid(rel), strVal(last));
+
+			if (attnum > 0)
+			{
+				char		what[128];
+
+				snprintf(what, sizeof(what), "column \"%s\"", strVal(last));
+				sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), what);
+			}
+		}
+	}
+	return raw_expression_tree_walker(node, sdef_check_raw, rel);
+}
+
+/* eval_const_expressions within the worker's evaluation deadline. */
+static Node *
+sdef_fold(Node *expr)
+{
+	MemoryContext old = CurrentMemoryContext;
+	Node	   *volatile folded = NULL;
+	volatile bool expired = false;
+
+	shape_eval_deadline_begin();
+	PG_TRY();
+	{
+		folded = eval_const_expressions(NULL, expr);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		(void) shape_eval_deadline_end();
+		MemoryContextSwitchTo(old);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
+			PG_RE_THROW();
+		FlushErrorState();
+		expired = true;
+	}
+	PG_END_TRY();
+	if (shape_eval_deadline_end() || expired)
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "The where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows to evaluate",
+				 shape_sync_where_evaluation_timeout);
+		sdef_failing("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a shape's where clause took longer than \"%s\" allows to evaluate",
+						"shape_sync.where_evaluation_timeout")));
+	}
+	return folded;
 }
 
 typedef struct SdefErrorContext
@@ -430,6 +778,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	nsitem = addRangeTableEntryForRelation(pstate, rel, AccessShareLock, NULL, false, false);
 	addNSItemToQuery(pstate, nsitem, false, true, true);
 
+	sdef_check_raw(select->whereClause, rel);
 	expr = transformExpr(pstate, select->whereClause, EXPR_KIND_WHERE);
 	expr = coerce_to_boolean(pstate, expr, "WHERE");
 	assign_expr_collations(pstate, expr);
@@ -449,6 +798,14 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 				 errmsg("set-returning functions are not allowed in a shape's where clause")));
 	}
 	sdef_check_node(expr, NULL);
+	for (int i = 0; i < params.ntypes; i++)
+		if (OidIsValid(params.types[i]))
+		{
+			char		what[32];
+
+			snprintf(what, sizeof(what), "parameter $%d", i + 1);
+			sdef_require_safe_type(params.types[i], what);
+		}
 	expr = sdef_bind_params(expr, &params);
 	if (contain_mutable_functions(expr))
 	{
@@ -471,7 +828,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	 * is not deparsed: folding drops what only the parser needs, such as a
 	 * COLLATE clause's node, which the deparsed identity must keep.)
 	 */
-	expr = eval_const_expressions(NULL, expr);
+	expr = sdef_fold(expr);
 	{
 		Size		bytes = 0;
 
@@ -672,16 +1029,14 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 		 * Parameters are read, and constants deparsed, under Electric's
 		 * display settings, whatever the session's: the clause then means the
 		 * same in the snapshot worker and the decoder, which use them too.
-		 * Names resolve in pg_catalog first, then in the table's schema
-		 * (for its types), whatever the session's path; a function or
-		 * operator found outside pg_catalog is refused below.
+		 * Unqualified names resolve in pg_catalog only, whatever the
+		 * session's path; see sdef_check_raw for qualified ones.
 		 */
 		int			nestlevel = NewGUCNestLevel();
 
 		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
-		(void) set_config_option("search_path",
-								 psprintf("pg_catalog, %s", quote_identifier(schema)),
-								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 		sdef_where(def, rel, &spec->where_sql, &spec->where_tree);
 		AtEOXact_GUC(true, nestlevel);
 	}
@@ -750,12 +1105,20 @@ char *
 shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const char **field)
 {
 	Oid			user = GetUserId();
-	char	   *role = GetUserNameFromId(user, false);
+	char	   *role = GetUserNameFromId(user, true);
 	Oid			nsp = get_rel_namespace(relid);
-	char	   *relname = shape_quoted_name(get_namespace_name(nsp), get_rel_name(relid));
+	char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
+	char	   *table = get_rel_name(relid);
+	char	   *relname;
 	int			rls;
 
 	*field = "table";
+	/* decoding reads the catalog as of a commit: the table may be gone by then */
+	if (role == NULL)
+		return pstrdup("its role no longer exists");
+	if (nspname == NULL || table == NULL)
+		return pstrdup("its table no longer exists");
+	relname = shape_quoted_name(nspname, table);
 	if (pg_namespace_aclcheck(nsp, user, ACL_USAGE) != ACLCHECK_OK)
 		return psprintf("Role \"%s\" has no USAGE privilege on the schema of table %s",
 						role, relname);
@@ -767,9 +1130,17 @@ shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const cha
 			return psprintf("Role \"%s\" may not SELECT from table %s", role, relname);
 		initStringInfo(&missing);
 		for (int i = 0; i < nattnums; i++)
-			if (pg_attribute_aclcheck(relid, attnums[i], user, ACL_SELECT) != ACLCHECK_OK)
+		{
+			char	   *name = get_attname(relid, attnums[i], true);
+			bool		gone = false;
+			AclResult	acl = pg_attribute_aclcheck_ext(relid, attnums[i], user, ACL_SELECT, &gone);
+
+			if (name == NULL || gone)
+				return pstrdup("a column it reads no longer exists");
+			if (acl != ACLCHECK_OK)
 				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
-								 quote_identifier(get_attname(relid, attnums[i], false)));
+								 quote_identifier(name));
+		}
 		if (missing.len > 0)
 		{
 			*field = "columns";

@@ -73,6 +73,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "guc.h"
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
@@ -93,6 +94,7 @@ typedef struct ShapeStream
 	uint32		generation;
 	Oid			relid;
 	Oid			role;			/* read as this role (shape_sync.role) */
+	Oid			nsp;			/* the schema of its table */
 	bool		replica_full;
 	bool		all_columns;	/* no column list: new columns count too */
 	int			threshold;
@@ -168,28 +170,18 @@ ss_mark_all_for_check(void)
 }
 
 /*
- * A relcache invalidation: its table's definition, privileges or row-level
- * security may have changed.  It may come in the middle of decoding, at
- * the point of the WAL where the change was committed (or, within a
- * transaction, made): its streams check their privileges before their
- * next commit is published (shape_stream_commit), and the table is checked
- * in full, against the current catalog, at the next maintain.
+ * The streams of `relid` are to check their privileges before their next
+ * commit is published (shape_stream_commit), and the table is checked in
+ * full, against the current catalog, at the next maintain, before
+ * decoding goes on.
  */
 static void
-ss_relcache_callback(Datum arg, Oid relid)
+ss_mark_relation_for_check(Oid relid)
 {
+	SsRelidEntry *entry = hash_search(ss_relids, &relid, HASH_FIND, NULL);
 	MemoryContext old;
-	SsRelidEntry *entry;
 	ListCell   *lc;
 
-	if (ss_streams == NULL)
-		return;
-	if (!OidIsValid(relid))
-	{
-		ss_mark_all_for_check();
-		return;
-	}
-	entry = hash_search(ss_relids, &relid, HASH_FIND, NULL);
 	if (entry == NULL)
 		return;
 	foreach(lc, entry->slots)
@@ -203,15 +195,51 @@ ss_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
- * Roles, memberships or schemas changed: any shape's role may have lost
- * (or its role gained SUPERUSER); check them all.
+ * A relcache invalidation: a table's definition, privileges or row-level
+ * security may have changed.  It may come in the middle of decoding, at
+ * the point of the WAL where the change was committed (or, within a
+ * transaction, made).
+ */
+static void
+ss_relcache_callback(Datum arg, Oid relid)
+{
+	if (ss_streams == NULL)
+		return;
+	if (!OidIsValid(relid))
+		ss_mark_all_for_check();
+	else
+		ss_mark_relation_for_check(relid);
+}
+
+/*
+ * A role, a membership or a schema changed.  A membership may matter to
+ * any role, through the roles it is a member of: every shape is checked.
+ * A role or a schema matters only to the shapes read as that role or over
+ * a table of that schema (any role may change its own password, any user
+ * with CREATE make a schema: that must not recheck every shape).
  */
 static void
 ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
+	ShapeTable *table;
+
 	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0)
 		return;
-	ss_mark_all_for_check();
+	if (cacheid == AUTHMEMROLEMEM || hashvalue == 0)
+	{
+		ss_mark_all_for_check();
+		return;
+	}
+	table = ss_table();
+	for (uint32 i = 0; i < table->nslots; i++)
+	{
+		ShapeStream *s = &ss_streams[i];
+		Oid			key = cacheid == AUTHOID ? s->role : s->nsp;
+
+		if (s->in_use && !s->needs_check &&
+			GetSysCacheHashValue1(cacheid, ObjectIdGetDatum(key)) == hashvalue)
+			ss_mark_relation_for_check(s->relid);
+	}
 }
 
 void
@@ -335,6 +363,7 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	s->generation = generation;
 	s->relid = spec->relid;
 	s->role = GetUserId();
+	s->nsp = get_rel_namespace(spec->relid);
 	s->replica_full = (spec->flags & SHAPE_FLAG_REPLICA_FULL) != 0;
 	s->all_columns = spec->ncolumns == 0;
 	s->threshold = chunk_threshold;
@@ -468,6 +497,24 @@ ss_rotate_later(ShapeStream *s, const char *why)
 		ereport(LOG,
 				(errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
 	s->rotate = true;
+}
+
+/*
+ * The shape cannot be served as defined: it fails, with `message` for its
+ * clients (400), and the registry remembers the failure for a while, so
+ * the same definition is not made again at once (registry_maintain).
+ */
+static void
+ss_fail_later(ShapeStream *s, const char *message)
+{
+	ShapeTable *table = ss_table();
+	ShapeSlot  *slot = &table->slots[s->slot];
+
+	ss_rotate_later(s, message);
+	slot->error_status = 400;
+	strlcpy(slot->error, message, sizeof(slot->error));
+	shape_table_set_state(table, s->slot, SHAPE_FAILED);
+	shape_table_mark_dirty(table, s->slot);
 }
 
 /* Appends one finished message to the log, closing a chunk when full. */
@@ -734,7 +781,9 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 					TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
 	MemoryContext old = CurrentMemoryContext;
+	volatile bool too_slow = false;
 
+	shape_eval_deadline_begin();
 	PG_TRY();
 	{
 		ss_apply_change(s, action, newslot, oldslot, op);
@@ -743,13 +792,20 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 	{
 		ErrorData  *edata;
 
+		(void) shape_eval_deadline_end();
 		MemoryContextSwitchTo(old);
 		edata = CopyErrorData();
 		FlushErrorState();
-		ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			too_slow = true;
+		else
+			ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	if (shape_eval_deadline_end() || too_slow)
+		ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
+								  shape_sync_where_evaluation_timeout));
 }
 
 static void

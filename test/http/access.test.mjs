@@ -151,9 +151,13 @@ describe('access: shapes are read as shape_sync.role', () => {
   it('refuses functions from outside pg_catalog, even ones created after the shape', async () => {
     await query(`CREATE FUNCTION public.acc_fn_${sfx}(int) RETURNS bool IMMUTABLE LANGUAGE sql AS 'SELECT true'`)
     try {
-      const res = await fetchShape({ table: T.open, offset: '-1', where: `acc_fn_${sfx}(id)` })
+      let res = await fetchShape({ table: T.open, offset: '-1', where: `public.acc_fn_${sfx}(id)` })
       assert.equal(res.status, 400)
       assert.match(res.body.errors.where[0], /Only functions and operators of pg_catalog/)
+      // unqualified, names resolve in pg_catalog only
+      res = await fetchShape({ table: T.open, offset: '-1', where: `acc_fn_${sfx}(id)` })
+      assert.equal(res.status, 400)
+      assert.match(res.body.errors.where[0], /function acc_fn_\w+\(integer\) does not exist/)
     } finally {
       await query(`DROP FUNCTION public.acc_fn_${sfx}(int)`)
     }
@@ -292,5 +296,111 @@ describe('access: a snapshot that takes too long', () => {
       { timeoutMs: 10000, what: 'a snapshot to time out' },
     )
     assert.match(res.body.message, /shape_sync\.snapshot_statement_timeout/)
+  })
+})
+
+describe('access: where clauses cannot hurt the server', () => {
+  const table = `acc_eval_${sfx}`
+  const leak = `acc_leak_${sfx}`
+  const secretTable = `acc_secret_data_${sfx}`
+
+  before(async () => {
+    await query(`CREATE TABLE public.${table} (id int PRIMARY KEY, body text)`)
+    await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
+    await query(`INSERT INTO public.${table} VALUES (1, 'a few words')`)
+    await query(`CREATE TABLE public.${secretTable} (v text)`)
+    await query(`INSERT INTO public.${secretTable} VALUES ('TOPSECRET')`)
+    // what any database user with CREATE could write: a domain whose CHECK reads what it likes
+    await query(`CREATE FUNCTION public.${leak}(text) RETURNS bool LANGUAGE plpgsql AS
+      $$BEGIN RAISE EXCEPTION 'leak: % as %', (SELECT string_agg(v, ',') FROM public.${secretTable}), current_user; END$$`)
+    await query(`CREATE DOMAIN public.${leak}_d AS text CHECK (public.${leak}(VALUE))`)
+    await query(`CREATE TYPE public.${leak}_c AS (v public.${leak}_d)`)
+  })
+
+  after(async () => {
+    await query(`DROP TABLE IF EXISTS public.${table}, public.${secretTable}`)
+    await query(`DROP TYPE IF EXISTS public.${leak}_c`)
+    await query(`DROP DOMAIN IF EXISTS public.${leak}_d`)
+    await query(`DROP FUNCTION IF EXISTS public.${leak}(text)`)
+  })
+
+  it('never runs the CHECK of a domain a parameter or a literal would be read as', async () => {
+    for (const [where, params] of [
+      [`$1::public.${leak}_d IS NOT NULL`, ['x']],
+      [`'(x)'::public.${leak}_c IS NOT NULL`, undefined],
+      [`'{x}'::public.${leak}_d[] IS NOT NULL`, undefined],
+    ]) {
+      const res = await fetchShape({ table, offset: '-1', where, params })
+      assert.equal(res.status, 400, where)
+      assert.doesNotMatch(res.text, /TOPSECRET|leak:/, `${where}: the CHECK did not run`)
+      assert.match(res.body.errors.where[0], /runs code outside pg_catalog/)
+    }
+    // and the server's own settings were not changed by anything either
+    assert.equal((await fetchShape({ table, offset: '-1' })).status, 200)
+  })
+
+  it('refuses functions whose output can grow far beyond their input', async () => {
+    const res = await fetchShape({ table, offset: '-1', where: `strpos(repeat('a', 10000000), 'b') = 0` })
+    assert.equal(res.status, 400)
+    assert.match(res.body.errors.where[0], /repeat\(\) is not allowed/)
+  })
+
+  it('fails a shape whose where clause takes longer than shape_sync.where_evaluation_timeout on a change', async () => {
+    await setGuc('shape_sync.where_evaluation_timeout', '1ms')
+    try {
+      const where = `to_tsvector('english'::regconfig, body) @@ 'zebra'::tsquery`
+      // the setting is applied once a folding that takes a few ms is refused
+      await waitFor(async () => {
+        const r = await fetchShape({ table, offset: '-1', where: `to_tsvector('english'::regconfig, $1) @@ 'z'::tsquery`, params: ['word '.repeat(12000)] })
+        return r.status === 400 && /where_evaluation_timeout/.test(r.text)
+      }, { timeoutMs: 10000, what: 'the folding of a slow constant to be refused' })
+      const shape = await new RawShape({ table, where }).sync()
+      const live = holdLive(shape)
+      await query(`INSERT INTO public.${table} VALUES (2, repeat('word ', 2000000))`)
+      const res = await live
+      assert.equal(res.status, 400, `the live request ends with the shape's failure (${res.status} ${res.text.slice(0, 200)})`)
+      assert.match(res.body.message, /shape_sync\.where_evaluation_timeout/)
+      // other shapes go on
+      const other = await fetchShape({ table, offset: '-1', columns: ['id'] })
+      assert.equal(other.status, 200)
+    } finally {
+      await resetGuc('shape_sync.where_evaluation_timeout')
+      await query(`DELETE FROM public.${table} WHERE id = 2`)
+    }
+  })
+
+  it('survives a table dropped in the transaction that changed it', async () => {
+    const t = `acc_drop_${sfx}`
+    await query(`CREATE TABLE public.${t} (id int PRIMARY KEY)`)
+    await query(`ALTER TABLE public.${t} REPLICA IDENTITY FULL`)
+    const pid = (await query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows[0].pid
+    const shape = await new RawShape({ table: t }).sync()
+    const live = holdLive(shape)
+    // a REVOKE first, so the commit checks privileges against a catalog without the table
+    await query(`BEGIN; INSERT INTO public.${t} VALUES (1); REVOKE SELECT ON public.${t} FROM PUBLIC; DROP TABLE public.${t}; COMMIT`)
+    const res = await live
+    assert.equal(res.status, 409)
+    const after = (await query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows[0]?.pid
+    assert.equal(after, pid, 'the same worker: it did not crash')
+  })
+})
+
+describe('access: a page of another site with no Origin', () => {
+  const table = `acc_nocors_${sfx}`
+
+  before(async () => {
+    await query(`CREATE TABLE public.${table} (id int PRIMARY KEY)`)
+    await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
+  })
+
+  after(async () => {
+    await query(`DROP TABLE IF EXISTS public.${table}`)
+  })
+
+  it('is refused while loopback clients only are served (Sec-Fetch-Site: cross-site)', async () => {
+    const res = await fetchShape({ table, offset: '-1' }, { headers: { 'Sec-Fetch-Site': 'cross-site' } })
+    assert.equal(res.status, 403)
+    const same = await fetchShape({ table, offset: '-1' }, { headers: { 'Sec-Fetch-Site': 'same-site' } })
+    assert.equal(same.status, 200)
   })
 })

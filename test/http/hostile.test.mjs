@@ -78,8 +78,12 @@ const CORPUS = [
   ['5,000 params[n]', shape(many(5000, (i) => `params[${i + 1}]=${i}`)), 414],
   ['300 params past the limit say so once', shape(many(300, (i) => `params[${i + 300}]=1`)), 400, /^\{"message":"Invalid request","errors":\{"params":\["at most 256 parameters are supported"\]\}\}$/],
   ['a where of 9,000 bytes', shape(`where=${'x'.repeat(9000)}`), 400, /shape_sync\.max_where_length/],
-  ['a constant of 500 MB', shape(`where=${encodeURIComponent("title <> repeat('x', 500000000)")}`), 400, /shape_sync\.max_where_constant_size/],
-  ['many folded constants', shape(`where=${encodeURIComponent(Array.from({ length: 30 }, (_, i) => `title <> repeat('${i}', 5000)`).join(' AND '))}`), 400, /max_where_constant_size/],
+  ['a constant of 500 MB', shape(`where=${encodeURIComponent("title <> repeat('x', 500000000)")}`), 400, /repeat\(\) is not allowed/],
+  ['lpad to a gigabyte', shape(`where=${encodeURIComponent("lpad(title, 1000000000) <> ''")}`), 400, /lpad\(\) is not allowed/],
+  ['constants folded past the limit', shape(`where=${encodeURIComponent('title <> $1 || $1 || $1')}&params[1]=${'x'.repeat(30000)}`), 400, /shape_sync\.max_where_constant_size/],
+  ['a qualified function of another schema', shape(`where=${encodeURIComponent('public.f(id)')}`), 400, /Only functions and operators of pg_catalog/],
+  ['a cast to xml', shape(`where=${encodeURIComponent("'<a/>'::xml IS DOCUMENT")}`), 400, /runs code outside pg_catalog/],
+  ['a no-cors request of another site', get(`/v1/shape?table=${T}&offset=-1`, 'Sec-Fetch-Site: cross-site\r\n'), 403],
   ['a subquery', shape(`where=${encodeURIComponent('id IN (SELECT 1)')}`), 400, /Subqueries are not allowed/],
   ['a subquery on a catalog', shape(`where=${encodeURIComponent("EXISTS (SELECT FROM pg_authid)")}`), 400, /Subqueries are not allowed/],
   ['a volatile function', shape(`where=${encodeURIComponent('random() > 0.5')}`), 400, /immutable/],
@@ -122,6 +126,7 @@ const CORPUS = [
   ['one header of 400 kB', get('/v1/health', `X-Big: ${'v'.repeat(400000)}\r\n`), null],
   ['no HTTP version', `GET /v1/shape?table=${T}&offset=-1\r\n\r\n`, null],
   ['garbage', '\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n', null],
+  ['a NUL in the request line hiding 5,000 arguments', `GET /v1/shape\x00?table=${T}&${many(5000, (i) => `a=${i}`)} HTTP/1.1\r\nHost: localhost\r\n\r\n`, null],
   ['a space in the target', `GET /v1/shape?table=a b&offset=-1 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n`, null],
 ]
 

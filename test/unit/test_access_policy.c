@@ -223,6 +223,25 @@ TEST(loopback_only_without_a_secret)
 	CHECK(!access_origin_allowed(r, "null", 4));
 	/* a secret sent anyway changes nothing */
 	CHECK_EQ(decide(r, true, "localhost", NULL, "whatever", true), ACCESS_ALLOWED);
+	/* a page of another site that sends no Origin (an <img>, a no-cors fetch) */
+	{
+		AccessRequest req = {.peer_loopback = true, .host = "localhost", .host_len = 9,
+		.fetch_site = "cross-site", .fetch_site_len = 10, .needs_secret = true};
+
+		CHECK_EQ(access_decide(r, &req), ACCESS_ORIGIN_NOT_ALLOWED);
+		req.fetch_site = "same-site";
+		req.fetch_site_len = 9;
+		CHECK_EQ(access_decide(r, &req), ACCESS_ALLOWED);
+		req.fetch_site = "none";
+		req.fetch_site_len = 4;
+		CHECK_EQ(access_decide(r, &req), ACCESS_ALLOWED);
+		/* with a secret, such a page cannot know it: no need to look */
+		req.fetch_site = "cross-site";
+		req.fetch_site_len = 10;
+		req.secret = "k";
+		req.secret_len = 1;
+		CHECK_EQ(access_decide(rules_of("k", false, "*"), &req), ACCESS_ALLOWED);
+	}
 }
 
 TEST(with_a_secret)

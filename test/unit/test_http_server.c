@@ -1039,6 +1039,32 @@ TEST(oversized_targets_get_answers)
 	REQUIRE_RESPONSE(request_raw(req, &r), &r);
 	CHECK_EQ(r.status, 414);
 	hc_response_free(&r);
+	/*
+	 * A literal NUL before the "?" hides the query from the target check,
+	 * but not from libmicrohttpd: the connection is closed once the
+	 * arguments pass what its memory holds, instead of stalling.
+	 */
+	{
+		HcConn		c;
+		double		t0 = unit_now();
+		size_t		len;
+
+		n = (size_t) sprintf(req, "GET /v1/shape");
+		req[n++] = '\0';
+		n += (size_t) sprintf(req + n, "?table=items");
+		for (int i = 0; i < 3000; i++)
+			n += (size_t) sprintf(req + n, "&a=%d", i % 10);
+		len = n + (size_t) sprintf(req + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+		REQUIRE(hc_open(&c, port, TIMEOUT_S));
+		CHECK(hc_send(&c, req, len));
+		memset(&r, 0, sizeof(r));
+		(void) hc_read_response(&c, false, &r);
+		CHECK(unit_now() - t0 < 5);
+		if (r.status != 0)
+			CHECK(r.status >= 400 && r.status < 500);
+		hc_response_free(&r);
+		hc_close(&c);
+	}
 	/* and the server still answers */
 	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
 	free(req);
