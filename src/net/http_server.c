@@ -228,6 +228,18 @@ http_owns_shape_conn(const void *con_cls)
 		con_cls != &http_answered && !http_is_target_marker(con_cls);
 }
 
+/* The connection's ConnTable slot, or NULL when it has none. */
+static ConnSlot *
+http_conn_slot(HttpServer *server, struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	if (info == NULL || info->socket_context == NULL)
+		return NULL;
+	return &server->conns.slots[(uintptr_t) info->socket_context - 1];
+}
+
 /*
  * libmicrohttpd's URI log callback: it runs on the raw request target
  * (path?query, still percent-encoded), before libmicrohttpd splits the
@@ -242,18 +254,6 @@ http_owns_shape_conn(const void *con_cls)
  * path is refused too: the decoded path would end at it, and
  * /v1/shape%00x must not route like /v1/shape.
  */
-/* The connection's ConnTable slot, or NULL when it has none. */
-static ConnSlot *
-http_conn_slot(HttpServer *server, struct MHD_Connection *connection)
-{
-	const union MHD_ConnectionInfo *info =
-		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-
-	if (info == NULL || info->socket_context == NULL)
-		return NULL;
-	return &server->conns.slots[(uintptr_t) info->socket_context - 1];
-}
-
 static void *
 http_request_begins(void *cls, const char *uri, struct MHD_Connection *connection)
 {

@@ -34,13 +34,18 @@
  *
  * Privileges.  Each shape is read as the role it was validated as
  * (shape_sync.role, shape_role.c): its where clause and its encoder run as
- * that role on every change.  A GRANT or REVOKE on its table or columns, a
- * row-level security change, or a change of roles, memberships or schemas
- * invalidates caches; the batch being decoded ends at the record that
- * carried the invalidation, and before decoding goes on the shapes
- * concerned are checked again as that role: one it can no longer read is
- * rotated, and its clients' new requests get 403.  A change of
- * shape_sync.role rotates the shapes read as the old one.
+ * that role on every change, each evaluation within
+ * shape_sync.where_evaluation_timeout (a shape whose clause takes longer
+ * fails).  A GRANT or REVOKE on its table or columns, a row-level security
+ * change, or a change of its role, of memberships or of its schema
+ * invalidates caches, in decoding order.  A shape touched by a transaction
+ * after such an invalidation checks its privileges again, as of that
+ * commit, before anything of the transaction is published; and the batch
+ * being decoded ends at the record that carried the invalidation, so that
+ * every shape concerned is checked against the current catalog before
+ * decoding goes on.  A shape its role can no longer read is rotated, and
+ * its clients' new requests get 403.  A change of shape_sync.role rotates
+ * the shapes read as the old one.
  *
  * Everything here runs on the worker's main thread.
  *
@@ -511,6 +516,8 @@ ss_fail_later(ShapeStream *s, const char *message)
 	ShapeSlot  *slot = &table->slots[s->slot];
 
 	ss_rotate_later(s, message);
+	if (!s->ready)
+		return;					/* the snapshot worker has the slot's state */
 	slot->error_status = 400;
 	strlcpy(slot->error, message, sizeof(slot->error));
 	shape_table_set_state(table, s->slot, SHAPE_FAILED);
