@@ -22,8 +22,8 @@
  * - write_armed_ms is stored by the connection's own thread (relaxed)
  *   and read by the deadline thread; it sits alone on its cache line, so
  *   the write path shares nothing with any other connection.
- *   query_strings, on the same line, is the connection's own thread's
- *   alone.
+ *   query_strings, query_seen and query_refused, on the same line, are
+ *   the connection's own thread's alone.
  * - gen_state, fd, parked, peer and handle change under `lock` only;
  *   gen_state is also an atomic so that readers may peek without it.
  * - The free list is guarded by free_lock, taken at open and close only.

@@ -40,6 +40,8 @@ typedef struct ConnSlot
 													 * handed over; 0: none */
 	uint32_t	query_strings;	/* keys and values decoded for the current
 								 * request; the connection's thread only */
+	bool		query_seen;		/* its target showed a "?" to the URI callback */
+	bool		query_refused;	/* its arguments were cut short: answer 400 */
 
 	/* Changed under `lock` only (open, close, reap, park, unpark). */
 	_Alignas(128) pthread_mutex_t lock;

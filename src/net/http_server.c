@@ -283,7 +283,11 @@ http_request_begins(void *cls, const char *uri, struct MHD_Connection *connectio
 	if (marker != NULL && query != NULL)
 		query[1] = '\0';		/* nothing left for libmicrohttpd to parse */
 	if (slot != NULL)
+	{
 		slot->query_strings = 0;
+		slot->query_seen = query != NULL;
+		slot->query_refused = false;
+	}
 	return marker;
 }
 
@@ -292,9 +296,12 @@ http_request_begins(void *cls, const char *uri, struct MHD_Connection *connectio
  * query, then the path, as libmicrohttpd itself would.  It also backs up
  * http_request_begins, which reads the target as a C string: a request
  * line with a literal NUL byte before its "?" hides the query from it,
- * while libmicrohttpd still parses all of it.  Past twice the arguments
- * the pool can hold, the connection is shut down, so libmicrohttpd fails
- * its next read and closes it, instead of stalling it with a full pool.
+ * while libmicrohttpd still parses all of it, and may fill the pool.  Such
+ * a hidden query is seen here (more than the path to decode, though the
+ * target showed no "?"), and so is a query past twice the arguments the
+ * pool holds: the connection is shut down at once, so libmicrohttpd fails
+ * its next read and closes it instead of stalling, and the request, should
+ * it get that far, is answered 400.
  */
 static size_t
 http_unescape(void *cls, struct MHD_Connection *connection, char *s)
@@ -302,8 +309,16 @@ http_unescape(void *cls, struct MHD_Connection *connection, char *s)
 	HttpServer *server = cls;
 	ConnSlot   *slot = http_conn_slot(server, connection);
 
-	if (slot != NULL && ++slot->query_strings == 2 * server->max_query_args + 2)
-		(void) shutdown(slot->fd, SHUT_RDWR);
+	if (slot != NULL && !slot->query_refused)
+	{
+		slot->query_strings++;
+		if ((!slot->query_seen && slot->query_strings > 1) ||
+			slot->query_strings > 2 * server->max_query_args + 2)
+		{
+			slot->query_refused = true;
+			(void) shutdown(slot->fd, SHUT_RDWR);
+		}
+	}
 	return MHD_http_unescape(s);
 }
 
@@ -401,7 +416,10 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	const union MHD_ConnectionInfo *info;
 
 	void	   *marker = *con_cls;
+	ConnSlot   *slot = http_conn_slot(server, connection);
 
+	if (slot != NULL && slot->query_refused)
+		marker = &http_too_many_args;
 	*con_cls = &http_answered;	/* unless it goes on below */
 	if (marker == &http_path_has_nul)
 		return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");

@@ -310,8 +310,8 @@ shape_sync_define_gucs(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.max_where_constant_size",
-							"Sets the largest total size of the constants a where clause folds to.",
-							"The folded clause is kept for the shape's life and evaluated on every change of its table.",
+							"Sets the largest total size of the constants folding a where clause may make.",
+							"Every constant made while folding counts, the parameters and the intermediate ones included; the folded clause is kept for the shape's life.",
 							&shape_sync_max_where_constant_size,
 							64 * 1024, 1024, 256 * 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_BYTE,

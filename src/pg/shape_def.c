@@ -326,6 +326,8 @@ sdef_unbounded_function(Oid funcid, void *context)
 /* ------------------------------------------------ evaluation deadline */
 
 static bool sdef_deadlines = false;
+static bool sdef_deadline_armed = false;
+static TimestampTz sdef_deadline;	/* of the evaluation under way */
 
 void
 shape_eval_deadlines_enable(void)
@@ -335,8 +337,8 @@ shape_eval_deadlines_enable(void)
 
 /*
  * The worker's deadline for evaluating a where clause (folding it at
- * validation, or on one decoded change): STATEMENT_TIMEOUT's timer, after
- * which CHECK_FOR_INTERRUPTS, and the regex engine, raise "canceling
+ * validation, or matching one decoded row): STATEMENT_TIMEOUT's timer,
+ * after which CHECK_FOR_INTERRUPTS, and the regex engine, raise "canceling
  * statement due to statement timeout".  Re-arming it for each evaluation
  * is cheap: PostgreSQL reprograms the timer only when the new deadline
  * comes before the pending one.  SQL callers (validate_shape()) keep
@@ -345,28 +347,31 @@ shape_eval_deadlines_enable(void)
 void
 shape_eval_deadline_begin(void)
 {
-	if (sdef_deadlines && shape_sync_where_evaluation_timeout > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_where_evaluation_timeout);
+	if (!sdef_deadlines || shape_sync_where_evaluation_timeout <= 0)
+		return;
+	sdef_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												shape_sync_where_evaluation_timeout);
+	enable_timeout_at(STATEMENT_TIMEOUT, sdef_deadline);
+	sdef_deadline_armed = true;
 }
 
 /*
- * Ends it.  Returns true when the deadline passed without the evaluation
- * noticing (code that never checks for interrupts); the cancel it raised is
- * dropped then, never left for later code.
+ * Ends the evaluation under way, also after an error.  Returns whether its
+ * deadline passed: a cancel raised then is the deadline's (not
+ * pg_cancel_backend's), and one that code which never checks for
+ * interrupts left pending is dropped, never left for later code.  Without
+ * an evaluation under way, it does nothing and returns false.
  */
 bool
 shape_eval_deadline_end(void)
 {
-	if (sdef_deadlines && shape_sync_where_evaluation_timeout > 0)
-	{
-		disable_timeout(STATEMENT_TIMEOUT, true);
-		if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
-		{
-			QueryCancelPending = false;
-			return true;
-		}
-	}
-	return false;
+	if (!sdef_deadline_armed)
+		return false;
+	sdef_deadline_armed = false;
+	disable_timeout(STATEMENT_TIMEOUT, true);
+	if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+		QueryCancelPending = false;
+	return GetCurrentTimestamp() >= sdef_deadline;
 }
 
 /* Functions a where clause may not call: all but pg_catalog's own. */
@@ -449,50 +454,30 @@ sdef_constant_bytes(Node *node, Size *total)
 
 static bool sdef_type_safe(Oid typid, int depth);
 
-/* Whether an expression (a domain's CHECK) calls code outside pg_catalog. */
+/*
+ * Whether the domain has a CHECK constraint.  A domain's CHECK runs when a
+ * value is read as the domain, whatever its expression calls: even a
+ * pg_catalog function can run SQL (query_to_xml) or change the session
+ * (set_config), so a domain a database user made with a CHECK is never
+ * safe.  Domains of the system (information_schema's) are.
+ */
 static bool
-sdef_expr_foreign(Node *node, void *context)
-{
-	int			depth = *(int *) context;
-
-	if (node == NULL)
-		return false;
-	if (check_functions_in_node(node, sdef_foreign_function, NULL))
-		return true;
-	if (IsA(node, CoerceToDomain) && !sdef_type_safe(((CoerceToDomain *) node)->resulttype, depth))
-		return true;
-	return expression_tree_walker(node, sdef_expr_foreign, context);
-}
-
-/* Whether every CHECK constraint of the domain calls pg_catalog functions only. */
-static bool
-sdef_domain_checks_safe(Oid domain, int depth)
+sdef_domain_has_check(Oid domain)
 {
 	Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tup;
-	bool		safe = true;
-	int			next = depth + 1;
+	bool		found = false;
 
 	ScanKeyInit(&key, Anum_pg_constraint_contypid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(domain));
 	scan = systable_beginscan(conrel, ConstraintTypidIndexId, true, NULL, 1, &key);
-	while (safe && HeapTupleIsValid(tup = systable_getnext(scan)))
-	{
-		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tup);
-		bool		isnull;
-		Datum		bin;
-
-		if (con->contype != CONSTRAINT_CHECK)
-			continue;
-		bin = heap_getattr(tup, Anum_pg_constraint_conbin, RelationGetDescr(conrel), &isnull);
-		if (!isnull)
-			safe = !sdef_expr_foreign(stringToNode(TextDatumGetCString(bin)), &next);
-	}
+	while (!found && HeapTupleIsValid(tup = systable_getnext(scan)))
+		found = ((Form_pg_constraint) GETSTRUCT(tup))->contype == CONSTRAINT_CHECK;
 	systable_endscan(scan);
 	table_close(conrel, AccessShareLock);
-	return safe;
+	return found;
 }
 
 /*
@@ -503,9 +488,9 @@ sdef_domain_checks_safe(Oid domain, int depth)
  * (directly, or as the field of a composite or the element of an array)
  * would run that function with the role's privileges.  Safe: the types of
  * pg_catalog but xml (libxml2 parses it), enums, and arrays, composites,
- * ranges and domains made of safe types, domains whose CHECKs call
- * pg_catalog functions only.  Types of extensions are not: their code is
- * not pg_catalog's.
+ * ranges and domains made of safe types, a domain only when it has no
+ * CHECK or belongs to the system.  Types of extensions are not: their code
+ * is not pg_catalog's.
  */
 static bool
 sdef_type_safe(Oid typid, int depth)
@@ -536,7 +521,7 @@ sdef_type_safe(Oid typid, int depth)
 			break;
 		case TYPTYPE_DOMAIN:
 			safe = sdef_type_safe(t->typbasetype, depth + 1) &&
-				sdef_domain_checks_safe(typid, depth);
+				(typid < FirstNormalObjectId || !sdef_domain_has_check(typid));
 			break;
 		case TYPTYPE_COMPOSITE:
 			{
@@ -585,14 +570,52 @@ sdef_require_safe_type(Oid typid, const char *what)
 	if (sdef_type_safe(typid, 0))
 		return;
 	snprintf(msg, sizeof(msg),
-			 "%c%s has type %s, which where clauses cannot use: reading its values runs code outside pg_catalog",
+			 "%c%s has type %s, which where clauses cannot use: reading its values could run code of a database user or an extension",
 			 pg_toupper((unsigned char) what[0]), what + 1, format_type_be(typid));
 	sdef_failing("where", msg);
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 			 errmsg("%s has type %s, which a shape's where clause cannot use", what,
 					format_type_be(typid)),
-			 errdetail("Reading its values would run code outside pg_catalog.")));
+			 errdetail("Reading its values could run code of a database user or an extension."),
+			 errhint("A where clause may use PostgreSQL's built-in types but xml, enums, domains without a CHECK constraint, and arrays, composites and ranges of these.")));
+}
+
+/*
+ * A column reference must name a column of the table, of a safe type: a
+ * whole-row reference (the table's name, t.*) is a value of the table's
+ * row type, and a literal compared with it would be read as that type; a
+ * qualified name that is no column (t.f) is functional notation, f(t).
+ * An unqualified unknown name is left to the parser, whose error suggests
+ * the column meant.
+ */
+static void
+sdef_check_column_ref(ColumnRef *ref, Relation rel)
+{
+	Node	   *last = llast(ref->fields);
+	const char *name = IsA(last, String) ? strVal(last) : NULL;
+	AttrNumber	attnum = name != NULL ? get_attnum(RelationGetRelid(rel), name) :
+		InvalidAttrNumber;
+	char		what[128];
+
+	if (attnum == InvalidAttrNumber && list_length(ref->fields) == 1 && name != NULL &&
+		strcmp(name, RelationGetRelationName(rel)) != 0)
+		return;
+	if (attnum == InvalidAttrNumber && name != NULL && list_length(ref->fields) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" does not exist", name),
+				 errposition(ref->location + 1)));
+	if (attnum <= 0)
+	{
+		sdef_failing("where", "System columns and whole-row references are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("system columns and whole-row references are not allowed in a shape's where clause"),
+				 errposition(ref->location + 1)));
+	}
+	snprintf(what, sizeof(what), "column \"%s\"", name);
+	sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), what);
 }
 
 /* Whether a qualified name's schema, if it has one, is pg_catalog. */
@@ -638,27 +661,56 @@ sdef_check_raw(Node *node, Relation rel)
 			sdef_require_safe_type(typid, "a cast");
 	}
 	if (IsA(node, ColumnRef))
-	{
-		List	   *fields = ((ColumnRef *) node)->fields;
-		Node	   *last = llast(fields);
-
-		if (IsA(last, String))
-		{
-			AttrNumber	attnum = get_attnum(RelationGetRelid(rel), strVal(last));
-
-			if (attnum > 0)
-			{
-				char		what[128];
-
-				snprintf(what, sizeof(what), "column \"%s\"", strVal(last));
-				sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), what);
-			}
-		}
-	}
+		sdef_check_column_ref((ColumnRef *) node, rel);
 	return raw_expression_tree_walker(node, sdef_check_raw, rel);
 }
 
-/* eval_const_expressions within the worker's evaluation deadline. */
+/* Refuses constants of more than shape_sync.max_where_constant_size bytes in all. */
+static void
+sdef_check_constant_bytes(Size bytes)
+{
+	char		msg[256];
+
+	if (bytes <= (Size) shape_sync_max_where_constant_size)
+		return;
+	snprintf(msg, sizeof(msg),
+			 "The where clause's constants take %zu bytes or more; this server allows at most %d (shape_sync.max_where_constant_size)",
+			 bytes, shape_sync_max_where_constant_size);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("the constants of a shape's where clause take %zu bytes or more, more than \"%s\" allows",
+					bytes, "shape_sync.max_where_constant_size"),
+			 errdetail("The limit is %d bytes.", shape_sync_max_where_constant_size)));
+}
+
+/*
+ * Folds the constant parts of the clause one node at a time, from the
+ * leaves up, so that each constant is made, and counted, before the next
+ * is: all the constants folding makes, the intermediate ones included
+ * ($1 || $1 || $1 ...), may take at most shape_sync.max_where_constant_size
+ * bytes, so a client's clause of 8 kB cannot make the main thread build
+ * gigabytes before any check sees them.  Interrupts are looked at between
+ * nodes, within the worker's evaluation deadline.
+ */
+static Node *
+sdef_fold_mutator(Node *node, Size *made)
+{
+	Node	   *folded;
+
+	if (node == NULL || IsA(node, Const) || IsA(node, Var))
+		return node;
+	node = expression_tree_mutator(node, sdef_fold_mutator, made);
+	CHECK_FOR_INTERRUPTS();
+	if (contain_var_clause(node))
+		return node;
+	folded = eval_const_expressions(NULL, node);
+	if (IsA(folded, Const))
+		sdef_constant_bytes(folded, made);
+	sdef_check_constant_bytes(*made);
+	return folded;
+}
+
 static Node *
 sdef_fold(Node *expr)
 {
@@ -669,19 +721,25 @@ sdef_fold(Node *expr)
 	shape_eval_deadline_begin();
 	PG_TRY();
 	{
-		folded = eval_const_expressions(NULL, expr);
+		Size		made = 0;
+
+		/* the parameters' constants count too */
+		sdef_constant_bytes(expr, &made);
+		sdef_check_constant_bytes(made);
+		folded = sdef_fold_mutator(expr, &made);
+		/* what is left to simplify evaluates nothing heavy */
+		folded = eval_const_expressions(NULL, folded);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
 
-		(void) shape_eval_deadline_end();
+		expired = shape_eval_deadline_end();
 		MemoryContextSwitchTo(old);
 		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
+		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED || !expired)
 			PG_RE_THROW();
 		FlushErrorState();
-		expired = true;
 	}
 	PG_END_TRY();
 	if (shape_eval_deadline_end() || expired)
@@ -698,6 +756,51 @@ sdef_fold(Node *expr)
 						"shape_sync.where_evaluation_timeout")));
 	}
 	return folded;
+}
+
+/*
+ * At most this many column references in one expression that is not a
+ * boolean combination (AND, OR, NOT) of others: evaluated on every change,
+ * t || t || ... || t would cost the square of their number times the
+ * row's size.  a = 1 OR a = 2 OR ... counts one per comparison.
+ */
+#define WHERE_MAX_COLUMN_REFS	16
+
+static bool
+sdef_count_vars(Node *node, int *count)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Var))
+		(*count)++;
+	return expression_tree_walker(node, sdef_count_vars, count);
+}
+
+static bool
+sdef_check_column_refs(Node *node, void *context)
+{
+	int			count = 0;
+
+	if (node == NULL)
+		return false;
+	if (IsA(node, BoolExpr))
+		return expression_tree_walker(node, sdef_check_column_refs, context);
+	sdef_count_vars(node, &count);
+	if (count > WHERE_MAX_COLUMN_REFS)
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "An expression of the where clause refers to columns %d times; at most %d are allowed in one expression",
+				 count, WHERE_MAX_COLUMN_REFS);
+		sdef_failing("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("an expression of a shape's where clause refers to columns %d times", count),
+				 errdetail("At most %d references are allowed in one expression that is not an AND, OR or NOT of others.",
+						   WHERE_MAX_COLUMN_REFS)));
+	}
+	return false;
 }
 
 typedef struct SdefErrorContext
@@ -829,25 +932,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	 * COLLATE clause's node, which the deparsed identity must keep.)
 	 */
 	expr = sdef_fold(expr);
-	{
-		Size		bytes = 0;
-
-		sdef_constant_bytes(expr, &bytes);
-		if (bytes > (Size) shape_sync_max_where_constant_size)
-		{
-			char		msg[256];
-
-			snprintf(msg, sizeof(msg),
-					 "The where clause's constants take %zu bytes; this server allows at most %d (shape_sync.max_where_constant_size)",
-					 bytes, shape_sync_max_where_constant_size);
-			sdef_failing("where", msg);
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("the constants of a shape's where clause take %zu bytes, more than \"%s\" allows",
-							bytes, "shape_sync.max_where_constant_size"),
-					 errdetail("The limit is %d bytes.", shape_sync_max_where_constant_size)));
-		}
-	}
+	sdef_check_column_refs(expr, NULL);
 
 	*tree = nodeToString(expr);
 }

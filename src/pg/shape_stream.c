@@ -144,6 +144,7 @@ static ExprContext *ss_econtext;
 static List *ss_changed_relids; /* relcache invalidations seen */
 static bool ss_all_changed;
 static bool ss_recheck_now;		/* end the decoding batch: check first */
+static bool ss_eval_too_slow;	/* ss_matches ran past its deadline */
 static bool ss_callback_registered;
 static HTAB *ss_relids;			/* relid -> the streams on it */
 
@@ -652,7 +653,17 @@ ss_matches(ShapeStream *s, TupleTableSlot *slot)
 		MemoryContextSwitchTo(old);
 	}
 	ss_econtext->ecxt_scantuple = slot;
+	shape_eval_deadline_begin();
 	result = ExecEvalExprSwitchContext(s->where, ss_econtext, &isnull);
+	if (shape_eval_deadline_end())
+	{
+		/* code that never looked at interrupts ran past the deadline */
+		ss_eval_too_slow = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("a shape's where clause took longer than \"%s\" allows",
+						"shape_sync.where_evaluation_timeout")));
+	}
 	ResetExprContext(ss_econtext);
 	return !isnull && DatumGetBool(result);
 }
@@ -788,9 +799,7 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 					TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
 	MemoryContext old = CurrentMemoryContext;
-	volatile bool too_slow = false;
 
-	shape_eval_deadline_begin();
 	PG_TRY();
 	{
 		ss_apply_change(s, action, newslot, oldslot, op);
@@ -798,21 +807,20 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 	PG_CATCH();
 	{
 		ErrorData  *edata;
+		bool		too_slow = shape_eval_deadline_end() || ss_eval_too_slow;
 
-		(void) shape_eval_deadline_end();
+		ss_eval_too_slow = false;
 		MemoryContextSwitchTo(old);
 		edata = CopyErrorData();
 		FlushErrorState();
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			too_slow = true;
+		if (too_slow)
+			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
+									  shape_sync_where_evaluation_timeout));
 		else
 			ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
-	if (shape_eval_deadline_end() || too_slow)
-		ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
-								  shape_sync_where_evaluation_timeout));
 }
 
 static void
