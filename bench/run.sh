@@ -7,12 +7,14 @@
 #   2. bench/deadline.sh: the per-write cost of the stall deadline against two alternatives,
 #      the section "Per-write cost of the stall deadline" of bench/RESULTS.md;
 #   3. bench/access.sh: the cost of access control per request, the section "Cost of access
-#      control" of bench/RESULTS.md.
+#      control" of bench/RESULTS.md;
+#   4. bench/decode.sh: the cost of the where clause's evaluation deadline per decoded match,
+#      the section "Cost of the where clause's evaluation deadline" of bench/RESULTS.md.
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
 # THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
-# raw-1, client-1, raw-100, sock-100, client-100). About 5 minutes with the defaults.
+# raw-1, client-1, raw-100, sock-100, client-100). About 8 minutes with the defaults.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,5 +47,6 @@ node "$here/report.mjs" "$BENCH_JSON" "$here/RESULTS.md"
 cluster_stop
 bash "$here/deadline.sh" >/dev/null || rc=$?
 bash "$here/access.sh" >/dev/null || rc=$?
+bash "$here/decode.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"

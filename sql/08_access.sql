@@ -69,10 +69,31 @@ SELECT shape_sync.validate_shape('acc', 'title <> $1 || $1', '{abc}') ->> 'where
 -- limit is met long before the gigabytes these would build
 SELECT shape_sync.validate_shape('acc', 'length(' || repeat('$1 || ', 199) || '$1) > 0',
     ARRAY[(SELECT string_agg('x', '') FROM generate_series(1, 1000))]);
--- and one expression may refer to columns at most 16 times, not counting
--- the ANDs and ORs between expressions
-SELECT shape_sync.validate_shape('acc', 'length(' || repeat('title || ', 16) || 'title) > 0');
+-- what one row's evaluation holds is bounded: a column reference counts
+-- one, a function or operator that returns no boolean as many as the
+-- references beneath it, at most 256 in all
+SELECT shape_sync.validate_shape('acc', 'length(' || repeat('title || ', 16) || 'title) > 0') ->> 'where' IS NOT NULL AS accepted;
+SELECT shape_sync.validate_shape('acc', 'length(' || repeat('title || ', 24) || 'title) > 0');
+SELECT shape_sync.validate_shape('acc', repeat('lower(', 300) || 'title' || repeat(')', 300) || ' = ''''');
 SELECT shape_sync.validate_shape('acc', repeat('title = ''a'' OR ', 40) || 'id = 1') ->> 'where' IS NOT NULL AS accepted;
+SELECT shape_sync.validate_shape('acc', repeat('title = ''a'' OR ', 300) || 'id = 1');
+SELECT shape_sync.validate_shape('acc', 'title IN (' || (SELECT string_agg(quote_literal(g), ',') FROM generate_series(1, 300) g) || ')') ->> 'where' IS NOT NULL AS accepted;
+-- character(n) and bit(n) pad every value to n: n is at most 1024, however
+-- the type is reached, and before a literal is read as it
+SELECT shape_sync.validate_shape('acc', '''a''::char(10485760) IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', '''{a,a}''::character(2000)[] IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', 'title::char(5000) <> ''''');
+SELECT shape_sync.validate_shape('acc', 'bpchar(title, 99999, true) <> ''''');
+SELECT shape_sync.validate_shape('acc', 'bpchar(title, id, true) <> ''''');
+SELECT shape_sync.validate_shape('acc', '"bit"(id, 100000) IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', 'B''1''::bit(83886080) IS NOT NULL');
+CREATE DOMAIN public.acc_wide AS char(100000);
+CREATE TYPE public.acc_wide_row AS (c char(100000));
+SELECT shape_sync.validate_shape('acc', '''a''::public.acc_wide IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', '''{"(a)"}''::public.acc_wide_row[] IS NOT NULL');
+DROP TYPE public.acc_wide_row;
+DROP DOMAIN public.acc_wide;
+SELECT shape_sync.validate_shape('acc', 'title::char(10) = ''a''') ->> 'where' AS deparsed;
 SELECT shape_sync.validate_shape('acc', 'id > 1 / 0');
 SELECT count(*) FROM shape_sync.encode_rows('acc', 'id > 1 + $1', '{0}');
 
@@ -124,6 +145,11 @@ SELECT shape_sync.validate_shape('acc', 'lpad(title, 1000000000) <> ''''');
 SELECT shape_sync.validate_shape('acc', 'replace(title, ''a'', $1) <> ''''', '{xxxx}');
 SELECT shape_sync.validate_shape('acc', 'format(''%1000000s'', title) <> ''''');
 SELECT shape_sync.validate_shape('acc', 'factorial(id) > 0');
+SELECT shape_sync.validate_shape('acc', 'jsonb_pretty(to_jsonb(title)) <> ''''');
+SELECT shape_sync.validate_shape('acc', 'jsonb_path_query_array(to_jsonb(id), ''$[0,0][0,0]'') IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', 'to_jsonb(id) @@ ''$[0,0] == 1''');
+SELECT shape_sync.validate_shape('acc', 'ts_rewrite(''a''::tsquery, ''a''::tsquery, ''b''::tsquery) IS NOT NULL');
+
 SELECT shape_sync.validate_shape('acc', 'id::numeric ^ 100000 > 0');
 SELECT shape_sync.validate_shape('acc', 'power(id::float8, 2) > 4') ->> 'where' AS deparsed;
 

@@ -296,12 +296,14 @@ http_request_begins(void *cls, const char *uri, struct MHD_Connection *connectio
  * query, then the path, as libmicrohttpd itself would.  It also backs up
  * http_request_begins, which reads the target as a C string: a request
  * line with a literal NUL byte before its "?" hides the query from it,
- * while libmicrohttpd still parses all of it, and may fill the pool.  Such
- * a hidden query is seen here (more than the path to decode, though the
- * target showed no "?"), and so is a query past twice the arguments the
- * pool holds: the connection is shut down at once, so libmicrohttpd fails
- * its next read and closes it instead of stalling, and the request, should
- * it get that far, is answered 400.
+ * while libmicrohttpd still parses all of it, and may fill the pool.
+ * libmicrohttpd decodes the arguments first and the path last, so a hidden
+ * query shows here as a second string to decode although the target showed
+ * no "?": the connection is shut down at once, so libmicrohttpd fails its
+ * next read and closes it instead of stalling, and the request, should it
+ * get that far, is answered 400.  A visible query has at most twice the
+ * arguments http_request_begins let through; the second bound only guards
+ * against counting them differently from libmicrohttpd.
  */
 static size_t
 http_unescape(void *cls, struct MHD_Connection *connection, char *s)

@@ -48,6 +48,7 @@
 #include "utils/varlena.h"
 
 #include "decoder.h"
+#include "eval_deadline.h"
 #include "shape_stream.h"
 
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
@@ -176,6 +177,8 @@ decoder_step(void)
 
 	if (dec_ctx == NULL)
 		return false;
+	/* where clauses matched in the batch are held to their deadline */
+	eval_deadline_watch();
 	while (dec_ctx->reader->EndRecPtr < flushed)
 	{
 		char	   *errm = NULL;
@@ -198,6 +201,7 @@ decoder_step(void)
 				break;
 		}
 	}
+	eval_deadline_unwatch();
 	if (progress)
 	{
 		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);

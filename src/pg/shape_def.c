@@ -18,8 +18,19 @@
  * functions, set-returning functions or system columns.  It is analysed
  * with search_path pinned to pg_catalog, its constants are folded once,
  * here, and the folded tree is what the snapshot and the stream evaluate,
- * so nothing resolves names again later; the folded constants are bounded
- * by shape_sync.max_where_constant_size.
+ * so nothing resolves names again later.
+ *
+ * A client's clause must not be able to run anyone's code but PostgreSQL's,
+ * nor to make much from little.  Before analysis (which reads literals
+ * through their types' input functions), the raw tree is checked: names
+ * outside pg_catalog, column references that are not plain columns, and
+ * casts to types whose input runs a database user's or an extension's code
+ * or pads (character(n), bit(n)) are refused.  After it: functions whose
+ * output or time grows far beyond their input.  Folding goes one node at a
+ * time and counts every constant it makes against
+ * shape_sync.max_where_constant_size, within the worker's evaluation
+ * deadline (eval_deadline.c); and what one row's evaluation holds, counted
+ * in column values, is bounded (WHERE_MAX_VALUE_COST).
  *
  * Validation runs as the current user (shape_sync.role in the worker, the
  * caller in SQL), and refuses what that user could not read with SELECT:
@@ -77,8 +88,8 @@
 #include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
-#include "utils/timeout.h"
 
+#include "eval_deadline.h"
 #include "guc.h"
 #include "row_encoder.h"
 #include "shape_def.h"
@@ -303,7 +314,15 @@ sdef_bind_params(Node *node, SdefParams *params)
  */
 static const char *const sdef_unbounded_functions[] = {
 	"repeat", "lpad", "rpad", "array_fill", "format", "replace", "regexp_replace",
-	"factorial", "numeric_fac", "power", "pow", "numeric_power"
+	"factorial", "numeric_fac", "power", "pow", "numeric_power",
+	/* output quadratic in the nesting of its input */
+	"jsonb_pretty",
+	/* lax mode wraps a scalar as an array: $[0,0][0,0]... makes 2^k items */
+	"jsonb_path_query", "jsonb_path_query_array", "jsonb_path_query_first",
+	"jsonb_path_query_tz", "jsonb_path_query_array_tz", "jsonb_path_query_first_tz",
+	"jsonb_path_match", "jsonb_path_match_tz", "jsonb_path_match_opr",
+	/* rewrites every occurrence of its pattern with a query as large */
+	"ts_rewrite"
 };
 
 static bool
@@ -323,63 +342,57 @@ sdef_unbounded_function(Oid funcid, void *context)
 	return false;
 }
 
-/* ------------------------------------------------ evaluation deadline */
-
-static bool sdef_deadlines = false;
-static bool sdef_deadline_armed = false;
-static TimestampTz sdef_deadline;	/* of the evaluation under way */
-
-void
-shape_eval_deadlines_enable(void)
-{
-	sdef_deadlines = true;
-}
-
-/*
- * The worker's deadline for evaluating a where clause (folding it at
- * validation, or matching one decoded row): STATEMENT_TIMEOUT's timer,
- * after which CHECK_FOR_INTERRUPTS, and the regex engine, raise "canceling
- * statement due to statement timeout".  Re-arming it for each evaluation
- * is cheap: PostgreSQL reprograms the timer only when the new deadline
- * comes before the pending one.  SQL callers (validate_shape()) keep
- * their own statement_timeout instead.
- */
-void
-shape_eval_deadline_begin(void)
-{
-	if (!sdef_deadlines || shape_sync_where_evaluation_timeout <= 0)
-		return;
-	sdef_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												shape_sync_where_evaluation_timeout);
-	enable_timeout_at(STATEMENT_TIMEOUT, sdef_deadline);
-	sdef_deadline_armed = true;
-}
-
-/*
- * Ends the evaluation under way, also after an error.  Returns whether its
- * deadline passed: a cancel raised then is the deadline's (not
- * pg_cancel_backend's), and one that code which never checks for
- * interrupts left pending is dropped, never left for later code.  Without
- * an evaluation under way, it does nothing and returns false.
- */
-bool
-shape_eval_deadline_end(void)
-{
-	if (!sdef_deadline_armed)
-		return false;
-	sdef_deadline_armed = false;
-	disable_timeout(STATEMENT_TIMEOUT, true);
-	if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
-		QueryCancelPending = false;
-	return GetCurrentTimestamp() >= sdef_deadline;
-}
-
 /* Functions a where clause may not call: all but pg_catalog's own. */
 static bool
 sdef_foreign_function(Oid funcid, void *context)
 {
 	return funcid >= FirstNormalObjectId ||
 		get_func_namespace(funcid) != PG_CATALOG_NAMESPACE;
+}
+
+/*
+ * The longest character(n) or bit(n) a where clause may read a value as:
+ * reading pads the value to n, and n may be ten million, so that
+ * '{a,a,...}'::character(10485760)[] would build a gigabyte from a few
+ * bytes, at validation or, cast from a column, on every change.
+ */
+#define WHERE_MAX_PADDED_LENGTH	1024
+
+static void sdef_refuse_padding(const char *what, const char *type);
+
+/*
+ * The length coercions that pad (character(n), bit(n)), called or made by
+ * a cast of a column: the length, their second argument, must be a
+ * constant of at most WHERE_MAX_PADDED_LENGTH.
+ */
+static void
+sdef_check_padding(FuncExpr *func)
+{
+	int32		limit;
+	Node	   *length;
+
+	switch (func->funcid)
+	{
+		case F_BPCHAR_BPCHAR_INT4_BOOL:
+			limit = WHERE_MAX_PADDED_LENGTH + VARHDRSZ;
+			break;
+		case F_BIT_BIT_INT4_BOOL:
+		case F_BIT_INT4_INT4:
+		case F_BIT_INT8_INT4:
+			limit = WHERE_MAX_PADDED_LENGTH;
+			break;
+		default:
+			return;
+	}
+	length = list_length(func->args) >= 2 ? lsecond(func->args) : NULL;
+	if (length != NULL && IsA(length, Const) && !((Const *) length)->constisnull &&
+		DatumGetInt32(((Const *) length)->constvalue) <= limit)
+		return;
+	sdef_refuse_padding(psprintf("%s()", get_func_name(func->funcid)),
+						length != NULL && IsA(length, Const) && !((Const *) length)->constisnull ?
+						format_type_with_typemod(func->funcresulttype,
+												 DatumGetInt32(((Const *) length)->constvalue)) :
+						psprintf("%s of a length it computes", format_type_be(func->funcresulttype)));
 }
 
 /* Rejects what a row filter on decoded tuples cannot evaluate. */
@@ -410,6 +423,8 @@ sdef_check_node(Node *node, void *context)
 				 errmsg("%s() is not allowed in a shape's where clause", unbounded),
 				 errdetail("Its output or its time can grow far beyond its input, and the clause runs on every change of the table.")));
 	}
+	if (IsA(node, FuncExpr))
+		sdef_check_padding((FuncExpr *) node);
 	if (check_functions_in_node(node, sdef_foreign_function, NULL))
 	{
 		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
@@ -452,8 +467,6 @@ sdef_constant_bytes(Node *node, Size *total)
 
 /* ------------------------------------------------------ type safety */
 
-static bool sdef_type_safe(Oid typid, int depth);
-
 /*
  * Whether the domain has a CHECK constraint.  A domain's CHECK runs when a
  * value is read as the domain, whatever its expression calls: even a
@@ -480,58 +493,79 @@ sdef_domain_has_check(Oid domain)
 	return found;
 }
 
+/* What reading a value of a type from text could do that a where clause must not. */
+typedef enum SdefTypeProblem
+{
+	SDEF_TYPE_OK,
+	SDEF_TYPE_RUNS_CODE,		/* code of a database user or an extension */
+	SDEF_TYPE_PADS				/* character(n) or bit(n) beyond the limit */
+} SdefTypeProblem;
+
 /*
- * Whether reading a value of this type from text runs built-in code only:
- * its input function, and those of its parts.  A where clause's literals
- * and parameters are read when it is validated, as shape_sync.role, so a
- * domain whose CHECK calls a function any database user could have written
- * (directly, or as the field of a composite or the element of an array)
- * would run that function with the role's privileges.  Safe: the types of
- * pg_catalog but xml (libxml2 parses it), enums, and arrays, composites,
- * ranges and domains made of safe types, a domain only when it has no
- * CHECK or belongs to the system.  Types of extensions are not: their code
- * is not pg_catalog's.
+ * Whether reading a value of this type from text (with this typmod, -1 for
+ * none) runs built-in code only, and builds nothing much larger than the
+ * text: its input function, and those of its parts.  A where clause's
+ * literals and parameters are read when it is validated, as
+ * shape_sync.role, so a domain whose CHECK calls a function any database
+ * user could have written (directly, or as the field of a composite or the
+ * element of an array) would run that function with the role's privileges.
+ * Safe: the types of the system in pg_catalog but xml (libxml2 parses it),
+ * enums, and arrays, composites, ranges and domains made of safe types, a
+ * domain only when it has no CHECK or belongs to the system.  Types of
+ * extensions are not, even installed in pg_catalog: their code is not
+ * PostgreSQL's.  Padding types are safe up to WHERE_MAX_PADDED_LENGTH.
  */
-static bool
-sdef_type_safe(Oid typid, int depth)
+static SdefTypeProblem
+sdef_type_problem(Oid typid, int32 typmod, int depth)
 {
 	HeapTuple	tup;
 	Form_pg_type t;
-	bool		safe = false;
+	SdefTypeProblem problem = SDEF_TYPE_RUNS_CODE;
 
 	if (depth > 16)
-		return false;
+		return SDEF_TYPE_RUNS_CODE;
 	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
 	if (!HeapTupleIsValid(tup))
-		return false;
+		return SDEF_TYPE_RUNS_CODE;
 	t = (Form_pg_type) GETSTRUCT(tup);
 	switch (t->typtype)
 	{
 		case TYPTYPE_BASE:
 			if (IsTrueArrayType(t))
-				safe = sdef_type_safe(t->typelem, depth + 1);
+				problem = sdef_type_problem(t->typelem, typmod, depth + 1);
+			else if (t->typnamespace != PG_CATALOG_NAMESPACE ||
+					 typid >= FirstNormalObjectId || typid == XMLOID)
+				problem = SDEF_TYPE_RUNS_CODE;
+			else if ((typid == BPCHAROID && typmod > WHERE_MAX_PADDED_LENGTH + VARHDRSZ) ||
+					 (typid == BITOID && typmod > WHERE_MAX_PADDED_LENGTH))
+				problem = SDEF_TYPE_PADS;
 			else
-				safe = t->typnamespace == PG_CATALOG_NAMESPACE && typid != XMLOID;
+				problem = SDEF_TYPE_OK;
 			break;
 		case TYPTYPE_PSEUDO:
-			safe = t->typnamespace == PG_CATALOG_NAMESPACE;
+			problem = t->typnamespace == PG_CATALOG_NAMESPACE && typid < FirstNormalObjectId ?
+				SDEF_TYPE_OK : SDEF_TYPE_RUNS_CODE;
 			break;
 		case TYPTYPE_ENUM:
-			safe = true;		/* enum_in reads pg_enum, nothing else */
+			problem = SDEF_TYPE_OK;	/* enum_in reads pg_enum, nothing else */
 			break;
 		case TYPTYPE_DOMAIN:
-			safe = sdef_type_safe(t->typbasetype, depth + 1) &&
-				(typid < FirstNormalObjectId || !sdef_domain_has_check(typid));
+			problem = sdef_type_problem(t->typbasetype, t->typtypmod, depth + 1);
+			if (problem == SDEF_TYPE_OK && typid >= FirstNormalObjectId &&
+				sdef_domain_has_check(typid))
+				problem = SDEF_TYPE_RUNS_CODE;
 			break;
 		case TYPTYPE_COMPOSITE:
 			{
 				Relation	rel = relation_open(t->typrelid, AccessShareLock);
 				TupleDesc	desc = RelationGetDescr(rel);
 
-				safe = true;
-				for (int i = 0; i < desc->natts && safe; i++)
+				problem = SDEF_TYPE_OK;
+				for (int i = 0; i < desc->natts && problem == SDEF_TYPE_OK; i++)
 					if (!TupleDescAttr(desc, i)->attisdropped)
-						safe = sdef_type_safe(TupleDescAttr(desc, i)->atttypid, depth + 1);
+						problem = sdef_type_problem(TupleDescAttr(desc, i)->atttypid,
+													TupleDescAttr(desc, i)->atttypmod,
+													depth + 1);
 				relation_close(rel, AccessShareLock);
 			}
 			break;
@@ -545,17 +579,37 @@ sdef_type_safe(Oid typid, int depth)
 					canonical = ((Form_pg_range) GETSTRUCT(rng))->rngcanonical;
 					ReleaseSysCache(rng);
 				}
-
-				safe = sdef_type_safe(get_range_subtype(typid), depth + 1) &&
-					(!OidIsValid(canonical) || !sdef_foreign_function(canonical, NULL));
+				problem = sdef_type_problem(get_range_subtype(typid), -1, depth + 1);
+				if (problem == SDEF_TYPE_OK && OidIsValid(canonical) &&
+					sdef_foreign_function(canonical, NULL))
+					problem = SDEF_TYPE_RUNS_CODE;
 			}
 			break;
 		case TYPTYPE_MULTIRANGE:
-			safe = sdef_type_safe(get_multirange_range(typid), depth + 1);
+			problem = sdef_type_problem(get_multirange_range(typid), -1, depth + 1);
 			break;
 	}
 	ReleaseSysCache(tup);
-	return safe;
+	return problem;
+}
+
+/* Refuses a where clause that pads values beyond WHERE_MAX_PADDED_LENGTH. */
+static void
+sdef_refuse_padding(const char *what, const char *type)
+{
+	char		msg[512];
+
+	snprintf(msg, sizeof(msg),
+			 "%c%s reads values as %s, which where clauses cannot use: it pads every value to more than %d characters or bits",
+			 pg_toupper((unsigned char) what[0]), what + 1, type, WHERE_MAX_PADDED_LENGTH);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("%s reads values as %s, which a shape's where clause cannot use", what, type),
+			 errdetail("It pads every value to more than %d characters or bits.",
+					   WHERE_MAX_PADDED_LENGTH),
+			 errhint("A where clause may use character(n) and bit(n) up to n = %d, also inside arrays, composite types and domains.",
+					 WHERE_MAX_PADDED_LENGTH)));
 }
 
 /*
@@ -563,12 +617,15 @@ sdef_type_safe(Oid typid, int depth)
  * `what` names what has the type, in lower case ("a cast", "parameter $1").
  */
 static void
-sdef_require_safe_type(Oid typid, const char *what)
+sdef_require_safe_type(Oid typid, int32 typmod, const char *what)
 {
 	char		msg[512];
+	SdefTypeProblem problem = sdef_type_problem(typid, typmod, 0);
 
-	if (sdef_type_safe(typid, 0))
+	if (problem == SDEF_TYPE_OK)
 		return;
+	if (problem == SDEF_TYPE_PADS)
+		sdef_refuse_padding(what, format_type_with_typemod(typid, typmod));
 	snprintf(msg, sizeof(msg),
 			 "%c%s has type %s, which where clauses cannot use: reading its values could run code of a database user or an extension",
 			 pg_toupper((unsigned char) what[0]), what + 1, format_type_be(typid));
@@ -615,7 +672,8 @@ sdef_check_column_ref(ColumnRef *ref, Relation rel)
 				 errposition(ref->location + 1)));
 	}
 	snprintf(what, sizeof(what), "column \"%s\"", name);
-	sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), what);
+	/* the column's own typmod pads nothing: stored values are read as they are */
+	sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), -1, what);
 }
 
 /* Whether a qualified name's schema, if it has one, is pg_catalog. */
@@ -655,10 +713,21 @@ sdef_check_raw(Node *node, Relation rel)
 	}
 	if (IsA(node, TypeCast))
 	{
-		Oid			typid = LookupTypeNameOid(NULL, ((TypeCast *) node)->typeName, true);
+		TypeName   *name = ((TypeCast *) node)->typeName;
+		Oid			typid = LookupTypeNameOid(NULL, name, true);
 
 		if (OidIsValid(typid))
-			sdef_require_safe_type(typid, "a cast");
+		{
+			/* the type's own code first, then its typmod (which its typmodin reads) */
+			sdef_require_safe_type(typid, -1, "a cast");
+			if (name->typmods != NIL)
+			{
+				int32		typmod;
+
+				(void) typenameTypeIdAndMod(NULL, name, &typid, &typmod);
+				sdef_require_safe_type(typid, typmod, "a cast");
+			}
+		}
 	}
 	if (IsA(node, ColumnRef))
 		sdef_check_column_ref((ColumnRef *) node, rel);
@@ -711,14 +780,31 @@ sdef_fold_mutator(Node *node, Size *made)
 	return folded;
 }
 
+/* Raises the error of a clause that folding took too long over. */
+static void
+sdef_too_slow(void)
+{
+	char		msg[256];
+
+	snprintf(msg, sizeof(msg),
+			 "The where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows to evaluate",
+			 shape_sync_where_evaluation_timeout);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("a shape's where clause took longer than \"%s\" allows to evaluate",
+					"shape_sync.where_evaluation_timeout")));
+}
+
 static Node *
 sdef_fold(Node *expr)
 {
 	MemoryContext old = CurrentMemoryContext;
 	Node	   *volatile folded = NULL;
-	volatile bool expired = false;
+	bool		expired;
 
-	shape_eval_deadline_begin();
+	eval_deadline_watch();
+	eval_deadline_begin();
 	PG_TRY();
 	{
 		Size		made = 0;
@@ -732,75 +818,87 @@ sdef_fold(Node *expr)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		expired = shape_eval_deadline_end();
-		MemoryContextSwitchTo(old);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED || !expired)
+		expired = eval_deadline_end();
+		eval_deadline_unwatch();
+		if (!expired)
 			PG_RE_THROW();
+		MemoryContextSwitchTo(old);
 		FlushErrorState();
+		sdef_too_slow();
 	}
 	PG_END_TRY();
-	if (shape_eval_deadline_end() || expired)
-	{
-		char		msg[256];
-
-		snprintf(msg, sizeof(msg),
-				 "The where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows to evaluate",
-				 shape_sync_where_evaluation_timeout);
-		sdef_failing("where", msg);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a shape's where clause took longer than \"%s\" allows to evaluate",
-						"shape_sync.where_evaluation_timeout")));
-	}
+	expired = eval_deadline_end();
+	eval_deadline_unwatch();
+	if (expired)
+		sdef_too_slow();
 	return folded;
 }
 
 /*
- * At most this many column references in one expression that is not a
- * boolean combination (AND, OR, NOT) of others: evaluated on every change,
- * t || t || ... || t would cost the square of their number times the
- * row's size.  a = 1 OR a = 2 OR ... counts one per comparison.
+ * What evaluating the clause on one row may hold, counted in column
+ * values: each column reference counts one (a compressed value is
+ * decompressed for each reference), and each function or operator whose
+ * result is not a boolean counts as many as the column references beneath
+ * it (its result may be as large as its inputs together: lower(t),
+ * t || u).  Booleans hold nothing, nor do relabelings.  All of it is held
+ * until the row is done, so the sum bounds the memory one row's
+ * evaluation takes, and its time, to this many times the row's largest
+ * value, however the clause nests: t || t || ... || t, whose cost grows
+ * with the square of its length, and a thousand lower(t) are refused.
  */
-#define WHERE_MAX_COLUMN_REFS	16
+#define WHERE_MAX_VALUE_COST	256
+
+typedef struct SdefCost
+{
+	int			columns;		/* column references beneath the node walked */
+	int64		cost;
+} SdefCost;
 
 static bool
-sdef_count_vars(Node *node, int *count)
+sdef_value_cost(Node *node, SdefCost *c)
 {
+	int			outer;
+	int			beneath;
+
 	if (node == NULL)
 		return false;
 	if (IsA(node, Var))
-		(*count)++;
-	return expression_tree_walker(node, sdef_count_vars, count);
+	{
+		c->columns++;
+		c->cost++;
+		return false;
+	}
+	outer = c->columns;
+	c->columns = 0;
+	(void) expression_tree_walker(node, sdef_value_cost, c);
+	beneath = c->columns;
+	if (beneath > 0 && !IsA(node, List) && !IsA(node, CaseWhen) &&
+		!IsA(node, NamedArgExpr) && !IsA(node, RelabelType) && !IsA(node, CollateExpr) &&
+		exprType(node) != BOOLOID)
+		c->cost += beneath;
+	c->columns = outer + beneath;
+	return false;
 }
 
-static bool
-sdef_check_column_refs(Node *node, void *context)
+static void
+sdef_check_value_cost(Node *expr)
 {
-	int			count = 0;
+	SdefCost	c = {0, 0};
+	char		msg[256];
 
-	if (node == NULL)
-		return false;
-	if (IsA(node, BoolExpr))
-		return expression_tree_walker(node, sdef_check_column_refs, context);
-	sdef_count_vars(node, &count);
-	if (count > WHERE_MAX_COLUMN_REFS)
-	{
-		char		msg[256];
-
-		snprintf(msg, sizeof(msg),
-				 "An expression of the where clause refers to columns %d times; at most %d are allowed in one expression",
-				 count, WHERE_MAX_COLUMN_REFS);
-		sdef_failing("where", msg);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("an expression of a shape's where clause refers to columns %d times", count),
-				 errdetail("At most %d references are allowed in one expression that is not an AND, OR or NOT of others.",
-						   WHERE_MAX_COLUMN_REFS)));
-	}
-	return false;
+	(void) sdef_value_cost(expr, &c);
+	if (c.cost <= WHERE_MAX_VALUE_COST)
+		return;
+	snprintf(msg, sizeof(msg),
+			 "The where clause would hold %lld column values at once on every row; at most %d are allowed (each column reference counts one, each function or operator that does not return a boolean as many as the references beneath it)",
+			 (long long) c.cost, WHERE_MAX_VALUE_COST);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("a shape's where clause would hold %lld column values at once on every row",
+					(long long) c.cost),
+			 errdetail("At most %d are allowed: each column reference counts one, and each function or operator that does not return a boolean counts as many as the column references beneath it.",
+					   WHERE_MAX_VALUE_COST)));
 }
 
 typedef struct SdefErrorContext
@@ -907,7 +1005,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 			char		what[32];
 
 			snprintf(what, sizeof(what), "parameter $%d", i + 1);
-			sdef_require_safe_type(params.types[i], what);
+			sdef_require_safe_type(params.types[i], -1, what);
 		}
 	expr = sdef_bind_params(expr, &params);
 	if (contain_mutable_functions(expr))
@@ -932,7 +1030,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	 * COLLATE clause's node, which the deparsed identity must keep.)
 	 */
 	expr = sdef_fold(expr);
-	sdef_check_column_refs(expr, NULL);
+	sdef_check_value_cost(expr);
 
 	*tree = nodeToString(expr);
 }

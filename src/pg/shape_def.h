@@ -76,9 +76,4 @@ extern char *shape_quoted_relation(const ShapeRelation *rel);
 extern char *shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums,
 								const char **field);
 
-/* The worker's deadline around evaluating a where clause; see shape_def.c. */
-extern void shape_eval_deadlines_enable(void);
-extern void shape_eval_deadline_begin(void);
-extern bool shape_eval_deadline_end(void);
-
 #endif							/* SHAPE_DEF_H */

@@ -78,6 +78,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "eval_deadline.h"
 #include "guc.h"
 #include "registry.h"
 #include "row_encoder.h"
@@ -653,9 +654,9 @@ ss_matches(ShapeStream *s, TupleTableSlot *slot)
 		MemoryContextSwitchTo(old);
 	}
 	ss_econtext->ecxt_scantuple = slot;
-	shape_eval_deadline_begin();
+	eval_deadline_begin();
 	result = ExecEvalExprSwitchContext(s->where, ss_econtext, &isnull);
-	if (shape_eval_deadline_end())
+	if (eval_deadline_end())
 	{
 		/* code that never looked at interrupts ran past the deadline */
 		ss_eval_too_slow = true;
@@ -807,10 +808,13 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		bool		too_slow = shape_eval_deadline_end() || ss_eval_too_slow;
+		bool		too_slow = eval_deadline_end() || ss_eval_too_slow;
 
 		ss_eval_too_slow = false;
 		MemoryContextSwitchTo(old);
+		/* what the failed evaluation held goes now, not at the next match */
+		if (ss_econtext != NULL)
+			ResetExprContext(ss_econtext);
 		edata = CopyErrorData();
 		FlushErrorState();
 		if (too_slow)

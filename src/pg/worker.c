@@ -46,11 +46,11 @@
 
 #include "access_policy.h"
 #include "decoder.h"
+#include "eval_deadline.h"
 #include "guc.h"
 #include "http_server.h"
 #include "registry.h"
 #include "row_encoder.h"
-#include "shape_def.h"
 #include "shape_role.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -329,7 +329,7 @@ shape_sync_worker_main(Datum arg)
 	/* decoded values are printed as the snapshot prints them */
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
 	/* where clauses folded or evaluated here get shape_sync.where_evaluation_timeout */
-	shape_eval_deadlines_enable();
+	eval_deadline_enable();
 
 	registry_start();
 	decoder_start();
