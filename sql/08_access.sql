@@ -93,7 +93,28 @@ SELECT shape_sync.validate_shape('acc', '''a''::public.acc_wide IS NOT NULL');
 SELECT shape_sync.validate_shape('acc', '''{"(a)"}''::public.acc_wide_row[] IS NOT NULL');
 DROP TYPE public.acc_wide_row;
 DROP DOMAIN public.acc_wide;
-SELECT shape_sync.validate_shape('acc', 'title::char(10) = ''a''') ->> 'where' AS deparsed;
+SELECT shape_sync.validate_shape('acc', 'title::char(10) = ''a''');
+SELECT shape_sync.validate_shape('acc', 'string_to_array(title, '''')::char(1024)[] <> ''{}''');
+SELECT shape_sync.validate_shape('acc', '''abc''::char(10) = ''abc''') ->> 'where' AS deparsed;
+-- numeric constants have at most 1000 digits before or after the point,
+-- however they are held: c + 1e131000 is eight bytes of constant
+SELECT shape_sync.validate_shape('acc', 'id + 1e131000 > 0');
+SELECT shape_sync.validate_shape('acc', 'id + 1e-2000 > 0');
+SELECT shape_sync.validate_shape('acc', 'id = ANY(''{1,1e5000}''::numeric[])');
+SELECT shape_sync.validate_shape('acc', '''[1e5000]''::jsonb ? title');
+SELECT shape_sync.validate_shape('acc', 'id::numeric <@ ''[0,1e5000)''::numrange');
+SELECT shape_sync.validate_shape('acc', 'id::numeric <@ $1::nummultirange', '{"{[0,1e5000)}"}');
+CREATE TYPE public.acc_num AS (n numeric);
+SELECT shape_sync.validate_shape('acc', 'ROW(id::numeric)::public.acc_num = ANY(''{"(1e5000)"}''::public.acc_num[])');
+SELECT shape_sync.validate_shape('acc', '''(1e999)''::public.acc_num IS NOT NULL') ->> 'where' IS NOT NULL AS accepted;
+DROP TYPE public.acc_num;
+-- also made by folding
+SELECT shape_sync.validate_shape('acc', 'id = $1::numeric * 1e999', '{1e999}');
+SELECT shape_sync.validate_shape('acc', 'id + 1e999 > 0 AND id <> ''NaN''::numeric') ->> 'where' IS NOT NULL AS accepted;
+SELECT shape_sync.validate_shape('acc', 'exp(id::numeric) > 1');
+SELECT shape_sync.validate_shape('acc', 'exp(id::float8) > 1') ->> 'where' IS NOT NULL AS accepted;
+-- no values of type xml, however made (libxml2 allocates outside PostgreSQL)
+SELECT shape_sync.validate_shape('acc', 'xpath(''/a'', xmlelement(name a, title)) IS NOT NULL');
 SELECT shape_sync.validate_shape('acc', 'id > 1 / 0');
 SELECT count(*) FROM shape_sync.encode_rows('acc', 'id > 1 + $1', '{0}');
 
@@ -149,6 +170,7 @@ SELECT shape_sync.validate_shape('acc', 'jsonb_pretty(to_jsonb(title)) <> ''''')
 SELECT shape_sync.validate_shape('acc', 'jsonb_path_query_array(to_jsonb(id), ''$[0,0][0,0]'') IS NOT NULL');
 SELECT shape_sync.validate_shape('acc', 'to_jsonb(id) @@ ''$[0,0] == 1''');
 SELECT shape_sync.validate_shape('acc', 'ts_rewrite(''a''::tsquery, ''a''::tsquery, ''b''::tsquery) IS NOT NULL');
+SELECT shape_sync.validate_shape('acc', 'ts_headline(''simple'', title, ''a:*''::tsquery, ''HighlightAll=true'') IS NOT NULL');
 
 SELECT shape_sync.validate_shape('acc', 'id::numeric ^ 100000 > 0');
 SELECT shape_sync.validate_shape('acc', 'power(id::float8, 2) > 4') ->> 'where' AS deparsed;

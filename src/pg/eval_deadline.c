@@ -16,12 +16,15 @@
  * and arming and disarming a timer around each match (clock reads, timer
  * list updates) cost more than the match itself (bench/decode.sh).  So a
  * match only bumps a sequence number and raises a flag, and a periodic
- * tick (a timeout of PostgreSQL's timeout.c, every half the deadline)
- * watches them: an evaluation still running with the same number at three
- * ticks in a row has run for two tick periods at least, the deadline, and
- * at most three, one and a half times it.  The tick runs only while the
- * worker is in a stretch of work that evaluates clauses (a decoding batch,
- * a validation) and only once an evaluation has begun in it.
+ * tick (a timeout of PostgreSQL's timeout.c, every quarter of the
+ * deadline) watches them: an evaluation still running with the same
+ * number at k ticks in a row has run for k - 1 tick periods at least and
+ * k at most, so it is cancelled at the first k whose k - 1 periods make
+ * the deadline: between the deadline and one and a half times it (for a
+ * deadline under 4 ms, where the period is 1 ms, one millisecond more).
+ * The tick runs only while the worker is in a stretch of work that
+ * evaluates clauses (a decoding batch, a validation), from its first
+ * evaluation on.
  *
  * A cancel the tick raised is told apart from pg_cancel_backend's by its
  * own flag, and one left pending by code that never checks for interrupts
@@ -36,7 +39,8 @@
  * sig_atomic_t.  eval_deadline_end lowers ed_running before it reads
  * ed_expired, so once it has read it the handler can no longer set it for
  * the evaluation that ended.  ed_seen_sequence and ed_seen_ticks are the
- * handler's alone (reset by eval_deadline_watch before the tick starts).
+ * handler's alone; they and ed_ticks_to_expire are set before the tick
+ * starts, never while it runs.
  *
  * IDENTIFICATION
  *	  src/pg/eval_deadline.c
@@ -54,13 +58,11 @@
 #include "eval_deadline.h"
 #include "guc.h"
 
-/* ticks in a row that see the same evaluation before it is cancelled */
-#define ED_TICKS_TO_EXPIRE	3
-
 static bool ed_enabled = false;
 static TimeoutId ed_timeout_id;
 static int	ed_watchers = 0;	/* nested eval_deadline_watch calls */
 static bool ed_ticking = false;
+static volatile sig_atomic_t ed_ticks_to_expire;	/* set before the tick starts */
 
 static volatile sig_atomic_t ed_running = false;
 static volatile sig_atomic_t ed_sequence = 0;
@@ -84,7 +86,7 @@ ed_tick(void)
 		ed_seen_ticks = 1;
 		return;
 	}
-	if (++ed_seen_ticks >= ED_TICKS_TO_EXPIRE && !ed_expired)
+	if (++ed_seen_ticks >= ed_ticks_to_expire && !ed_expired)
 	{
 		ed_expired = true;
 		QueryCancelPending = true;
@@ -131,8 +133,11 @@ eval_deadline_begin(void)
 	if (unlikely(!ed_ticking) && ed_enabled && ed_watchers > 0 &&
 		shape_sync_where_evaluation_timeout > 0)
 	{
-		int			period = Max(1, shape_sync_where_evaluation_timeout / 2);
+		int			timeout = shape_sync_where_evaluation_timeout;
+		int			period = Max(1, timeout / 4);
 
+		/* seen at k ticks in a row: it ran (k - 1) periods at least, k at most */
+		ed_ticks_to_expire = (timeout + period - 1) / period + 1;
 		ed_seen_ticks = 0;
 		ed_ticking = true;
 		enable_timeout_every(ed_timeout_id,

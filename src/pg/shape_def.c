@@ -83,11 +83,16 @@
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/multirangetypes.h"
+#include "utils/numeric.h"
+#include "utils/rangetypes.h"
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
 
 #include "eval_deadline.h"
 #include "guc.h"
@@ -322,8 +327,19 @@ static const char *const sdef_unbounded_functions[] = {
 	"jsonb_path_query_tz", "jsonb_path_query_array_tz", "jsonb_path_query_first_tz",
 	"jsonb_path_match", "jsonb_path_match_tz", "jsonb_path_match_opr",
 	/* rewrites every occurrence of its pattern with a query as large */
-	"ts_rewrite"
+	"ts_rewrite",
+	/* wraps every word it selects in markers of up to 32 kB each */
+	"ts_headline",
+	/* numeric only: e^x of a six-digit x has 130,000 digits */
+	"exp"
 };
+
+/* Of those, the names refused only when they return numeric (power of float8 is fine). */
+static bool
+sdef_numeric_only(const char *name)
+{
+	return strcmp(name, "power") == 0 || strcmp(name, "pow") == 0 || strcmp(name, "exp") == 0;
+}
 
 static bool
 sdef_unbounded_function(Oid funcid, void *context)
@@ -334,7 +350,7 @@ sdef_unbounded_function(Oid funcid, void *context)
 		return false;
 	for (size_t i = 0; i < lengthof(sdef_unbounded_functions); i++)
 		if (strcmp(name, sdef_unbounded_functions[i]) == 0 &&
-			(strncmp(name, "pow", 3) != 0 || get_func_rettype(funcid) == NUMERICOID))
+			(!sdef_numeric_only(name) || get_func_rettype(funcid) == NUMERICOID))
 		{
 			*(const char **) context = sdef_unbounded_functions[i];
 			return true;
@@ -365,25 +381,40 @@ static void sdef_refuse_padding(const char *what, const char *type);
  * a cast of a column: the length, their second argument, must be a
  * constant of at most WHERE_MAX_PADDED_LENGTH.
  */
-static void
-sdef_check_padding(FuncExpr *func)
+static int32
+sdef_padding_limit(Oid funcid)
 {
-	int32		limit;
-	Node	   *length;
-
-	switch (func->funcid)
+	switch (funcid)
 	{
 		case F_BPCHAR_BPCHAR_INT4_BOOL:
-			limit = WHERE_MAX_PADDED_LENGTH + VARHDRSZ;
-			break;
+			return WHERE_MAX_PADDED_LENGTH + VARHDRSZ;
 		case F_BIT_BIT_INT4_BOOL:
 		case F_BIT_INT4_INT4:
 		case F_BIT_INT8_INT4:
-			limit = WHERE_MAX_PADDED_LENGTH;
-			break;
+			return WHERE_MAX_PADDED_LENGTH;
 		default:
-			return;
+			return -1;			/* it does not pad */
 	}
+}
+
+static bool
+sdef_contains_padding(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, FuncExpr) && sdef_padding_limit(((FuncExpr *) node)->funcid) >= 0)
+		return true;
+	return expression_tree_walker(node, sdef_contains_padding, context);
+}
+
+static void
+sdef_check_padding(FuncExpr *func)
+{
+	int32		limit = sdef_padding_limit(func->funcid);
+	Node	   *length;
+
+	if (limit < 0)
+		return;
 	length = list_length(func->args) >= 2 ? lsecond(func->args) : NULL;
 	if (length != NULL && IsA(length, Const) && !((Const *) length)->constisnull &&
 		DatumGetInt32(((Const *) length)->constvalue) <= limit)
@@ -425,6 +456,15 @@ sdef_check_node(Node *node, void *context)
 	}
 	if (IsA(node, FuncExpr))
 		sdef_check_padding((FuncExpr *) node);
+	if (!IsA(node, List) && !IsA(node, CaseWhen) &&
+		(exprType(node) == XMLOID || exprType(node) == XMLARRAYOID))
+	{
+		/* xmlelement(), xpath(): libxml2 builds what it likes, outside PostgreSQL's memory */
+		sdef_failing("where", "Values of type xml are not allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("values of type xml are not allowed in a shape's where clause")));
+	}
 	if (check_functions_in_node(node, sdef_foreign_function, NULL))
 	{
 		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
@@ -872,12 +912,178 @@ sdef_value_cost(Node *node, SdefCost *c)
 	c->columns = 0;
 	(void) expression_tree_walker(node, sdef_value_cost, c);
 	beneath = c->columns;
+	if (beneath > 0 &&
+		((IsA(node, FuncExpr) && sdef_padding_limit(((FuncExpr *) node)->funcid) >= 0) ||
+		 (IsA(node, ArrayCoerceExpr) &&
+		  sdef_contains_padding((Node *) ((ArrayCoerceExpr *) node)->elemexpr, NULL))))
+	{
+		/* string_to_array(t, '')::char(1024)[] pads every character of t */
+		sdef_failing("where", "Casting a column's values to character(n) or bit(n) is not allowed in where clauses: it pads every value");
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("casting a column's values to character(n) or bit(n) is not allowed in a shape's where clause"),
+				 errdetail("It pads every value, or every element of an array, to n."),
+				 errhint("Compare the column with the value directly.")));
+	}
 	if (beneath > 0 && !IsA(node, List) && !IsA(node, CaseWhen) &&
 		!IsA(node, NamedArgExpr) && !IsA(node, RelabelType) && !IsA(node, CollateExpr) &&
 		exprType(node) != BOOLOID)
 		c->cost += beneath;
 	c->columns = outer + beneath;
 	return false;
+}
+
+/*
+ * The most digits a numeric constant may have before or after its point:
+ * 1e131000 takes eight bytes, but c + 1e131000 has 131,000 digits, and
+ * multiplying two such takes seconds in code that never looks at
+ * interrupts.  NUMERIC_MAX_PRECISION is the same 1000.
+ */
+#define WHERE_MAX_NUMERIC_DIGITS	1000
+
+static bool
+sdef_numeric_too_large(Numeric n, Numeric limit)
+{
+	if (numeric_is_nan(n) || numeric_is_inf(n))
+		return false;
+	if (DatumGetInt32(DirectFunctionCall1(numeric_scale, NumericGetDatum(n))) >
+		WHERE_MAX_NUMERIC_DIGITS)
+		return true;
+	return DatumGetInt32(DirectFunctionCall2(numeric_cmp,
+											 DirectFunctionCall1(numeric_abs, NumericGetDatum(n)),
+											 NumericGetDatum(limit))) >= 0;
+}
+
+/* Whether a value holds a numeric of more than WHERE_MAX_NUMERIC_DIGITS, at any depth. */
+static bool
+sdef_value_has_large_numeric(Datum value, Oid type, Numeric limit, int depth)
+{
+	Oid			elem;
+
+	if (depth > 16)
+		return true;
+	type = getBaseType(type);
+	if (type == NUMERICOID)
+		return sdef_numeric_too_large(DatumGetNumeric(value), limit);
+	if (type == JSONBOID)
+	{
+		Jsonb	   *jb = DatumGetJsonbP(value);
+		JsonbIterator *it = JsonbIteratorInit(&jb->root);
+		JsonbValue	v;
+		JsonbIteratorToken token;
+
+		while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+			if ((token == WJB_VALUE || token == WJB_ELEM) && v.type == jbvNumeric &&
+				sdef_numeric_too_large(v.val.numeric, limit))
+				return true;
+		return false;
+	}
+	if (OidIsValid(elem = get_element_type(type)))
+	{
+		ArrayType  *array = DatumGetArrayTypeP(value);
+		int16		len;
+		bool		byval;
+		char		align;
+		Datum	   *items;
+		bool	   *nulls;
+		int			n;
+
+		get_typlenbyvalalign(elem, &len, &byval, &align);
+		deconstruct_array(array, elem, len, byval, align, &items, &nulls, &n);
+		for (int i = 0; i < n; i++)
+			if (!nulls[i] && sdef_value_has_large_numeric(items[i], elem, limit, depth + 1))
+				return true;
+		return false;
+	}
+	if (type_is_range(type))
+	{
+		TypeCacheEntry *cache = lookup_type_cache(type, TYPECACHE_RANGE_INFO);
+		RangeBound	lower,
+					upper;
+		bool		empty;
+
+		range_deserialize(cache, DatumGetRangeTypeP(value), &lower, &upper, &empty);
+		return !empty &&
+			((!lower.infinite && sdef_value_has_large_numeric(lower.val, cache->rngelemtype->type_id, limit, depth + 1)) ||
+			 (!upper.infinite && sdef_value_has_large_numeric(upper.val, cache->rngelemtype->type_id, limit, depth + 1)));
+	}
+	if (type_is_multirange(type))
+	{
+		TypeCacheEntry *cache = lookup_type_cache(type, TYPECACHE_MULTIRANGE_INFO);
+		RangeType **ranges;
+		int32		n;
+
+		multirange_deserialize(cache->rngtype, DatumGetMultirangeTypeP(value), &n, &ranges);
+		for (int i = 0; i < n; i++)
+			if (sdef_value_has_large_numeric(RangeTypePGetDatum(ranges[i]),
+											 cache->rngtype->type_id, limit, depth + 1))
+				return true;
+		return false;
+	}
+	if (type_is_rowtype(type))
+	{
+		HeapTupleHeader row = DatumGetHeapTupleHeader(value);
+		TupleDesc	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(row),
+												  HeapTupleHeaderGetTypMod(row));
+		HeapTupleData tuple;
+		bool		found = false;
+
+		tuple.t_len = HeapTupleHeaderGetDatumLength(row);
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		tuple.t_data = row;
+		for (int i = 0; i < desc->natts && !found; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+			bool		isnull;
+			Datum		field;
+
+			if (att->attisdropped)
+				continue;
+			field = heap_getattr(&tuple, i + 1, desc, &isnull);
+			found = !isnull && sdef_value_has_large_numeric(field, att->atttypid, limit, depth + 1);
+		}
+		ReleaseTupleDesc(desc);
+		return found;
+	}
+	return false;
+}
+
+static bool
+sdef_find_large_numeric(Node *node, Numeric limit)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Const))
+		return !((Const *) node)->constisnull &&
+			sdef_value_has_large_numeric(((Const *) node)->constvalue,
+										 ((Const *) node)->consttype, limit, 0);
+	return expression_tree_walker(node, sdef_find_large_numeric, limit);
+}
+
+/* Refuses numeric constants, in any container, of more than WHERE_MAX_NUMERIC_DIGITS. */
+static void
+sdef_check_numeric_constants(Node *expr)
+{
+	char		limit_text[16];
+	Numeric		limit;
+	char		msg[256];
+
+	snprintf(limit_text, sizeof(limit_text), "1e%d", WHERE_MAX_NUMERIC_DIGITS);
+	limit = DatumGetNumeric(DirectFunctionCall3(numeric_in, CStringGetDatum(limit_text),
+												ObjectIdGetDatum(InvalidOid),
+												Int32GetDatum(-1)));
+	if (!sdef_find_large_numeric(expr, limit))
+		return;
+	snprintf(msg, sizeof(msg),
+			 "A numeric constant of the where clause has more than %d digits before or after its point",
+			 WHERE_MAX_NUMERIC_DIGITS);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("a numeric constant of a shape's where clause has more than %d digits before or after its point",
+					WHERE_MAX_NUMERIC_DIGITS),
+			 errdetail("Arithmetic on it would take time and memory that grow with its digits, on every change of the table.")));
 }
 
 static void
@@ -1030,6 +1236,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	 * COLLATE clause's node, which the deparsed identity must keep.)
 	 */
 	expr = sdef_fold(expr);
+	sdef_check_numeric_constants(expr);
 	sdef_check_value_cost(expr);
 
 	*tree = nodeToString(expr);
