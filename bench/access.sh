@@ -75,9 +75,11 @@ done
 pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
-python3 - "$out" "$RUNS" "$here/RESULTS.md" "$CONNECTIONS" "$SECONDS_PER_RUN" "$pg_version" <<'PY'
-import os, re, statistics, sys, datetime
-out, runs, results, conns, secs, pg = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+python3 - "$out" "$RUNS" "$here" "$CONNECTIONS" "$SECONDS_PER_RUN" "$pg_version" <<'PY'
+import statistics, sys
+out, runs, here, conns, secs, pg = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+sys.path.insert(0, here)
+from results_section import machine, write_section
 micro = {}
 for i in range(1, runs + 1):
     for line in open(f"{out}/micro{i}.txt"):
@@ -89,17 +91,14 @@ for line in open(f"{out}/wrk.txt"):
     wrk.setdefault(name, []).append(float(rps))
 m = {k: statistics.median(v) for k, v in micro.items()}
 w = {k: statistics.median(v) for k, v in wrk.items()}
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 per_request_us = 1e6 / w["defaults"]
 names = [("loopback_only", "no secret: peer, Host and Origin loopback (the default)"),
          ("secret_any_origin", "a 32-byte secret, any origin"),
          ("secret_16_origins", "a 32-byte secret, an Origin matched against 16 allowed")]
 lines = [
-    "<!-- access:start -->",
     "## Cost of access control",
     "",
-    f"Machine: {os.cpu_count()} CPUs ({cpu}), {pg.split(' on ')[0]}, {datetime.date.today()}. "
-    f"`bash bench/access.sh`: medians of {runs} runs.",
+    f"{machine(pg)} `bash bench/access.sh`: medians of {runs} runs.",
     "",
     "One access decision (`access_decide`, every shape request makes one), in nanoseconds per decision and thread:",
     "",
@@ -122,14 +121,6 @@ lines += [
     f"{100 * m[('secret_16_origins', 1)] / 1000 / per_request_us:.2f}% of it; the requests/s ratio is within the noise of the "
     "machine (wrk, the server and PostgreSQL share the cores). The rules are immutable and read through one "
     "atomic load, so threads that decide at once share no written cache line.",
-    "<!-- access:end -->",
 ]
-section = "\n".join(lines) + "\n"
-text = open(results).read() if os.path.exists(results) else "# Benchmark results\n"
-if "<!-- access:start -->" in text:
-    text = re.sub(r"<!-- access:start -->.*?<!-- access:end -->\n?", section, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + section
-open(results, "w").write(text)
-print(section)
+write_section(f"{here}/RESULTS.md", "access", lines)
 PY

@@ -18,9 +18,11 @@ for i in $(seq 1 "$RUNS"); do
 	"$out/deadline_bench" "$WRITES" "$THREADS" >"$out/run$i.txt"
 done
 
-python3 - "$out" "$RUNS" "$here/RESULTS.md" <<'PY'
-import os, re, statistics, subprocess, sys, datetime
-out, runs, results = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+python3 - "$out" "$RUNS" "$here" <<'PY'
+import statistics, sys
+out, runs, here = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, here)
+from results_section import machine, write_section
 vals = {}
 for i in range(1, runs + 1):
     for line in open(f"{out}/run{i}.txt"):
@@ -31,12 +33,10 @@ for i in range(1, runs + 1):
             vals.setdefault((p[0], 0), []).append(float(p[1]))
 med = {k: statistics.median(v) for k, v in vals.items()}
 threads = sorted({t for (d, t) in med if d == "slot"})
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 lines = [
-    "<!-- deadline:start -->",
     "## Per-write cost of the stall deadline",
     "",
-    f"Machine: {os.cpu_count()} CPUs ({cpu}), {datetime.date.today()}. "
+    f"{machine()} "
     f"`bash bench/deadline.sh`: median of {runs} runs, each write one arm/clear pair, "
     "nanoseconds per write aggregated over all writer threads (wall time / writes), and the "
     "ratio to shape_sync's per-connection slot in the same run.",
@@ -59,14 +59,6 @@ lines += [
     f"{med[('sweep_100k_ns', 0)]/1000:.0f} µs for 100,000, a few times per timeout window, whatever the write rate.",
     "On this 2-core machine threads beyond 2 time-share the cores, so contention effects are muted; "
     "the ordering, and the slot's flat cost, are the point.",
-    "<!-- deadline:end -->",
 ]
-text = open(results).read() if os.path.exists(results) else "# Benchmark results\n"
-block = "\n".join(lines)
-if "<!-- deadline:start -->" in text:
-    text = re.sub(r"<!-- deadline:start -->.*<!-- deadline:end -->", block, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + block + "\n"
-open(results, "w").write(text)
-print(block)
+write_section(f"{here}/RESULTS.md", "deadline", lines)
 PY

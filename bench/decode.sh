@@ -68,22 +68,21 @@ done
 pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
-python3 - "$out/runs.txt" "$RUNS" "$SHAPES" "$ROWS" "$here/RESULTS.md" "$pg_version" <<'PY'
-import os, re, statistics, sys, datetime
-runs_file, runs, shapes, rows, results, pg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+python3 - "$out/runs.txt" "$RUNS" "$SHAPES" "$ROWS" "$here" "$pg_version" <<'PY'
+import statistics, sys
+runs_file, runs, shapes, rows, here, pg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+sys.path.insert(0, here)
+from results_section import machine, write_section
 t = {}
 for line in open(runs_file):
     name, secs = line.split()
     t.setdefault(name, []).append(float(secs))
 on, off = statistics.median(t["on"]), statistics.median(t["off"])
 matches = shapes * rows
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 lines = [
-    "<!-- decode:start -->",
     "## Cost of the where clause's evaluation deadline",
     "",
-    f"Machine: {os.cpu_count()} CPUs ({cpu}), {pg.split(' on ')[0]}, {datetime.date.today()}. "
-    f"`bash bench/decode.sh`: medians of {runs} runs.",
+    f"{machine(pg)} `bash bench/decode.sh`: medians of {runs} runs.",
     "",
     f"One transaction inserts {rows} rows into a table with {shapes} shapes (`id % {shapes} = k`), each "
     f"holding a live request: {matches} matches. Seconds from the `INSERT` to the last live response, "
@@ -100,14 +99,6 @@ lines = [
     "batch evaluates clauses, watches it (src/pg/eval_deadline.c). The first design armed "
     "PostgreSQL's statement timer around each match: 1.38x here, 71 ns per match (0.205 s against "
     "0.148 s, the same script at commit e57ee0a).",
-    "<!-- decode:end -->",
 ]
-section = "\n".join(lines) + "\n"
-text = open(results).read() if os.path.exists(results) else "# Benchmark results\n"
-if "<!-- decode:start -->" in text:
-    text = re.sub(r"<!-- decode:start -->.*?<!-- decode:end -->\n?", section, text, flags=re.S)
-else:
-    text = text.rstrip("\n") + "\n\n" + section
-open(results, "w").write(text)
-print(section)
+write_section(f"{here}/RESULTS.md", "decode", lines)
 PY

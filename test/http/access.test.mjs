@@ -7,8 +7,8 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 
-import { BASE_URL, closePool, fetchShape, query, sleep, syncShape, uniqueSuffix } from './helpers.mjs'
-import { RawShape, resetGuc, setGuc, startClientShape, waitFor } from './live_helpers.mjs'
+import { BASE_URL, closePool, fetchShape, query, syncShape, uniqueSuffix } from './helpers.mjs'
+import { holdLive, RawShape, resetGuc, setGuc, startClientShape, waitFor } from './live_helpers.mjs'
 
 const sfx = uniqueSuffix()
 const ROLE = `acc_reader_${sfx}`
@@ -28,18 +28,20 @@ async function status(params) {
 }
 
 // A live request held on the shape, and what it ends with.
-// Starts a live request and waits until the server holds it, so that what the
-// test commits next is seen by a request already waiting (a request that came
-// after would be answered for the new state instead). Returns {response}: a
-// promise inside an object, so that awaiting holdLive does not await it.
-async function holdLive(shape, ms = 300) {
-  let settled = false
-  const response = shape.request({ timeoutMs: 15000 }).finally(() => {
-    settled = true
+// The live requests of these tests may wait for a while: snapshots and checks come first.
+const LIVE = { timeoutMs: 15000 }
+
+// A table of one key column for the describe block that calls this, dropped after it.
+function blockTable(prefix) {
+  const table = `${prefix}_${sfx}`
+  before(async () => {
+    await query(`CREATE TABLE public.${table} (id int PRIMARY KEY)`)
+    await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
   })
-  await sleep(ms)
-  assert.equal(settled, false, `the live request is held (${ms} ms, no change yet)`)
-  return { response }
+  after(async () => {
+    await query(`DROP TABLE IF EXISTS public.${table}`)
+  })
+  return table
 }
 
 after(closePool)
@@ -117,7 +119,7 @@ describe('access: shapes are read as shape_sync.role', () => {
 
   it('ends a live shape when SELECT is revoked: 409, then 403', async () => {
     const shape = await new RawShape({ table: T.revoke }).sync()
-    const { response: live } = await holdLive(shape)
+    const { response: live } = await holdLive(shape, 300, LIVE)
     // a change committed with the REVOKE must not reach the client either
     await query(`BEGIN; INSERT INTO public.${T.revoke} VALUES (100, 'after', 'x'); REVOKE SELECT ON public.${T.revoke} FROM ${ROLE}; COMMIT`)
     const res = await live
@@ -129,7 +131,7 @@ describe('access: shapes are read as shape_sync.role', () => {
 
   it('ends a live shape when a column it reads is revoked', async () => {
     const shape = await new RawShape({ table: T.revokeCol, columns: ['id', 'title'] }).sync()
-    const { response: live } = await holdLive(shape)
+    const { response: live } = await holdLive(shape, 300, LIVE)
     await query(`REVOKE SELECT (title) ON public.${T.revokeCol} FROM ${ROLE}`)
     const res = await live
     assert.equal(res.status, 409)
@@ -140,7 +142,7 @@ describe('access: shapes are read as shape_sync.role', () => {
 
   it('ends a live shape when the role loses the membership its privilege came from', async () => {
     const shape = await new RawShape({ table: T.group }).sync()
-    const { response: live } = await holdLive(shape)
+    const { response: live } = await holdLive(shape, 300, LIVE)
     await query(`REVOKE ${GROUP} FROM ${ROLE}`)
     const res = await live
     assert.equal(res.status, 409)
@@ -149,7 +151,7 @@ describe('access: shapes are read as shape_sync.role', () => {
 
   it('ends live shapes when row-level security is turned on under them', async () => {
     const shape = await new RawShape({ table: T.open }).sync()
-    const { response: live } = await holdLive(shape)
+    const { response: live } = await holdLive(shape, 300, LIVE)
     await query(`ALTER TABLE public.${T.open} ENABLE ROW LEVEL SECURITY`)
     const res = await live
     assert.equal(res.status, 409)
@@ -236,16 +238,7 @@ function requestWithHost(path, host, headers = {}) {
 }
 
 describe('access: browsers, while loopback clients only are served', () => {
-  const table = `acc_browser_${sfx}`
-
-  before(async () => {
-    await query(`CREATE TABLE public.${table} (id int PRIMARY KEY)`)
-    await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
-  })
-
-  after(async () => {
-    await query(`DROP TABLE IF EXISTS public.${table}`)
-  })
+  const table = blockTable('acc_browser')
 
   it('refuses a Host that is not a loopback name (DNS rebinding)', async () => {
     const port = new URL(BASE_URL).port
@@ -365,7 +358,7 @@ describe('access: where clauses cannot hurt the server', () => {
         return r.status === 400 && /where_evaluation_timeout/.test(r.text)
       }, { timeoutMs: 10000, what: 'the folding of a slow constant to be refused' })
       const shape = await new RawShape({ table, where }).sync()
-      const { response: live } = await holdLive(shape)
+      const { response: live } = await holdLive(shape, 300, LIVE)
       await query(`INSERT INTO public.${table} VALUES (2, repeat('word ', 2000000))`)
       const res = await live
       assert.equal(res.status, 400, `the live request ends with the shape's failure (${res.status} ${res.text.slice(0, 200)})`)
@@ -385,7 +378,7 @@ describe('access: where clauses cannot hurt the server', () => {
     await query(`ALTER TABLE public.${t} REPLICA IDENTITY FULL`)
     const pid = (await query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows[0].pid
     const shape = await new RawShape({ table: t }).sync()
-    const { response: live } = await holdLive(shape)
+    const { response: live } = await holdLive(shape, 300, LIVE)
     // a REVOKE first, so the commit checks privileges against a catalog without the table
     await query(`BEGIN; INSERT INTO public.${t} VALUES (1); REVOKE SELECT ON public.${t} FROM PUBLIC; DROP TABLE public.${t}; COMMIT`)
     const res = await live
@@ -396,16 +389,7 @@ describe('access: where clauses cannot hurt the server', () => {
 })
 
 describe('access: a page of another site with no Origin', () => {
-  const table = `acc_nocors_${sfx}`
-
-  before(async () => {
-    await query(`CREATE TABLE public.${table} (id int PRIMARY KEY)`)
-    await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
-  })
-
-  after(async () => {
-    await query(`DROP TABLE IF EXISTS public.${table}`)
-  })
+  const table = blockTable('acc_nocors')
 
   it('is refused while loopback clients only are served (Sec-Fetch-Site: cross-site)', async () => {
     const res = await fetchShape({ table, offset: '-1' }, { headers: { 'Sec-Fetch-Site': 'cross-site' } })

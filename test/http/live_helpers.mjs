@@ -211,6 +211,20 @@ export function assertChangeHeaders(m, label = 'change') {
   }
 }
 
+// Starts a live request of a RawShape and checks that the server still holds it after
+// `ms`, so that what the test commits next is seen by a request already waiting (one that
+// came after would be answered for the new state instead). Returns {response}: a promise
+// inside an object, so that awaiting holdLive does not await the response.
+export async function holdLive(shape, ms = 300, { timeoutMs = 10000 } = {}) {
+  let settled = false
+  const response = shape.request({ timeoutMs }).finally(() => {
+    settled = true
+  })
+  await sleep(ms)
+  assert.equal(settled, false, `the live request is held (${ms} ms, no change yet)`)
+  return { response }
+}
+
 // A raw client of one shape: follows the log with long-poll requests.
 export class RawShape {
   constructor(params) {

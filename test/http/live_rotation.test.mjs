@@ -10,6 +10,7 @@ import {
   compareOffsets,
   currentLsn,
   enableShapeDeletion,
+  holdLive,
   RawShape,
   resetLongPollTimeout,
   resetShapeDeletion,
@@ -31,18 +32,6 @@ function newTable(prefix) {
   const t = uniqueTable(prefix)
   tables.push(t)
   return t
-}
-
-// Starts a live request and checks that it is still held after `ms`. Returns {response}
-// (a promise inside an object, so that awaiting holdLive does not await the response).
-async function holdLive(shape, ms = 300) {
-  let settled = false
-  const promise = shape.request({ timeoutMs: 10000 }).finally(() => {
-    settled = true
-  })
-  await sleep(ms)
-  assert.equal(settled, false, `the live request is held (${ms} ms, no change yet)`)
-  return { response: promise }
 }
 
 // Checks a 409 must-refetch response; returns its electric-handle (or null).
