@@ -110,6 +110,8 @@ SELECT shape_sync.validate_shape('acc', '''(1e999)''::public.acc_num IS NOT NULL
 DROP TYPE public.acc_num;
 -- also made by folding
 SELECT shape_sync.validate_shape('acc', 'id = $1::numeric * 1e999', '{1e999}');
+-- and refused before folding, which would multiply them first
+SELECT shape_sync.validate_shape('acc', 'id = (1e65000 + 1) * (1e65000 + 1)');
 SELECT shape_sync.validate_shape('acc', 'id + 1e999 > 0 AND id <> ''NaN''::numeric') ->> 'where' IS NOT NULL AS accepted;
 SELECT shape_sync.validate_shape('acc', 'exp(id::numeric) > 1');
 SELECT shape_sync.validate_shape('acc', 'exp(id::float8) > 1') ->> 'where' IS NOT NULL AS accepted;

@@ -415,7 +415,6 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	const AccessRules *rules;
 	AccessVerdict verdict;
 	ShapeConn  *sc;
-	const union MHD_ConnectionInfo *info;
 
 	void	   *marker = *con_cls;
 	ConnSlot   *slot = http_conn_slot(server, connection);
@@ -452,11 +451,9 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	sc = calloc(1, sizeof(ShapeConn));
 	if (sc == NULL)
 		return MHD_NO;
-	info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	sc->server = server;
 	sc->connection = connection;
-	sc->conn_slot = info && info->socket_context ?
-		(uint32_t) ((uintptr_t) info->socket_context - 1) : CONN_NO_SLOT;
+	sc->conn_slot = slot != NULL ? (uint32_t) (slot - server->conns.slots) : CONN_NO_SLOT;
 	sc->waiter.conn_slot = sc->conn_slot;
 	sc->admitted = ADMISSION_NONE;
 	atomic_fetch_add(&server->unanswered, 1);

@@ -290,7 +290,7 @@ fail:
 
 /* ------------------------------------------------------------- the query */
 
-/* Whether the key (or value), key_len bytes, is exactly `name`. */
+/* Whether the key (or value), of key_len bytes, is exactly `name`. */
 static bool
 key_is(const char *key, size_t key_len, const char *name)
 {
@@ -379,9 +379,9 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	else if (key_is(key, key_len, "offset"))
 	{
 		q->has_offset = true;
-		q->offset_now = strcmp(value, "now") == 0 && value_len == 3;
+		q->offset_now = key_is(value, value_len, "now");
 		q->bad_offset = !q->offset_now &&
-			(strlen(value) != value_len || !log_offset_parse(value, &q->offset));
+			(memchr(value, '\0', value_len) != NULL || !log_offset_parse(value, &q->offset));
 		if (q->bad_offset)
 			request_errors_add(errs, "offset", "has invalid format");
 	}

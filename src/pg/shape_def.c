@@ -426,6 +426,28 @@ sdef_check_padding(FuncExpr *func)
 						psprintf("%s of a length it computes", format_type_be(func->funcresulttype)));
 }
 
+/* Refuses a system column or a whole-row reference (cursorpos 0: none known). */
+static void
+sdef_refuse_system_column(int cursorpos)
+{
+	sdef_failing("where", "System columns and whole-row references are not allowed in where clauses");
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("system columns and whole-row references are not allowed in a shape's where clause"),
+			 errposition(cursorpos)));
+}
+
+/* Refuses a function or an operator that is not pg_catalog's. */
+static void
+sdef_refuse_foreign_function(void)
+{
+	sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("only functions and operators of pg_catalog are allowed in a shape's where clause"),
+			 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
+}
+
 /* Rejects what a row filter on decoded tuples cannot evaluate. */
 static bool
 sdef_check_node(Node *node, void *context)
@@ -435,12 +457,7 @@ sdef_check_node(Node *node, void *context)
 	if (node == NULL)
 		return false;
 	if (IsA(node, Var) && ((Var *) node)->varattno <= 0)
-	{
-		sdef_failing("where", "System columns and whole-row references are not allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("system columns and whole-row references are not allowed in a shape's where clause")));
-	}
+		sdef_refuse_system_column(0);
 	if (check_functions_in_node(node, sdef_unbounded_function, &unbounded))
 	{
 		char		msg[256];
@@ -466,13 +483,7 @@ sdef_check_node(Node *node, void *context)
 				 errmsg("values of type xml are not allowed in a shape's where clause")));
 	}
 	if (check_functions_in_node(node, sdef_foreign_function, NULL))
-	{
-		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("only functions and operators of pg_catalog are allowed in a shape's where clause"),
-				 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
-	}
+		sdef_refuse_foreign_function();
 	if (IsA(node, CoerceToDomain) &&
 		((CoerceToDomain *) node)->resulttype >= FirstNormalObjectId)
 	{
@@ -704,13 +715,7 @@ sdef_check_column_ref(ColumnRef *ref, Relation rel)
 				 errmsg("column \"%s\" does not exist", name),
 				 errposition(ref->location + 1)));
 	if (attnum <= 0)
-	{
-		sdef_failing("where", "System columns and whole-row references are not allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("system columns and whole-row references are not allowed in a shape's where clause"),
-				 errposition(ref->location + 1)));
-	}
+		sdef_refuse_system_column(ref->location + 1);
 	snprintf(what, sizeof(what), "column \"%s\"", name);
 	/* the column's own typmod pads nothing: stored values are read as they are */
 	sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), -1, what);
@@ -745,12 +750,7 @@ sdef_check_raw(Node *node, Relation rel)
 	}
 	if ((IsA(node, FuncCall) && !sdef_name_in_catalog(((FuncCall *) node)->funcname)) ||
 		(IsA(node, A_Expr) && !sdef_name_in_catalog(((A_Expr *) node)->name)))
-	{
-		sdef_failing("where", "Only functions and operators of pg_catalog are allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("only functions and operators of pg_catalog are allowed in a shape's where clause")));
-	}
+		sdef_refuse_foreign_function();
 	if (IsA(node, TypeCast))
 	{
 		TypeName   *name = ((TypeCast *) node)->typeName;
@@ -1235,6 +1235,8 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	 * is not deparsed: folding drops what only the parser needs, such as a
 	 * COLLATE clause's node, which the deparsed identity must keep.)
 	 */
+	/* before folding too: multiplying two numbers of 65,000 digits is slow */
+	sdef_check_numeric_constants(expr);
 	expr = sdef_fold(expr);
 	sdef_check_numeric_constants(expr);
 	sdef_check_value_cost(expr);
