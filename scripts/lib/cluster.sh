@@ -164,6 +164,10 @@ cluster_start() {
 		printf 'max_replication_slots = 10\n'
 		printf 'max_wal_senders = 10\n'
 		printf 'max_worker_processes = 32\n'
+		# PREPARE TRANSACTION works, and transactions over 1 MB spill to disk in the
+		# reorder buffer, so that tests reach both paths with small workloads
+		printf 'max_prepared_transactions = 10\n'
+		printf 'logical_decoding_work_mem = 1MB\n'
 		printf 'shape_sync.port = %s\n' "$http_port"
 		printf "shape_sync.listen_addresses = 'localhost'\n"
 		printf "shape_sync.database = 'postgres'\n"

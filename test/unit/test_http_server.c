@@ -741,11 +741,18 @@ TEST(definition_reaches_main_thread)
 	/* percent-decoding of keys and values, quoting, params, flags */
 	REQUIRE_RESPONSE(GET("/v1/shape?offset=-1&table=echo&where=id%20%3D%20%241%20and%20t%20%3C%3E%20%27%26%27"
 						 "&params%5B2%5D=a%26b&params%5B1%5D=%22q%22&columns=%22id%22,%22Has%2CComma%22,Title"
-						 "&replica=full&log=changes_only&cursor=&unknown=1", &r), &r);
+						 "&replica=full&log=full&cursor=&unknown=1", &r), &r);
 	CHECK_EQ(r.status, 400);
 	CHECK_STR_EQ(r.body, "{\"schema\":null,\"table\":\"echo\",\"where\":\"id = $1 and t <> '&'\","
 				 "\"params\":[\"\\\"q\\\"\",\"a&b\"],\"columns\":[\"id\",\"Has,Comma\",\"title\"],"
-				 "\"replica_full\":true,\"changes_only\":true}");
+				 "\"replica_full\":true,\"changes_only\":false}");
+	hc_response_free(&r);
+
+	/* changes_only is parsed, and refused until the server implements it */
+	REQUIRE_RESPONSE(GET("/v1/shape?offset=-1&table=echo&log=changes_only", &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":{\"log\":"
+				 "[\"log=changes_only is not supported by this server yet: use log=full\"]}}");
 	hc_response_free(&r);
 
 	REQUIRE_RESPONSE(GET("/v1/shape?table=public.echo&offset=now&handle=zzz", &r), &r);
