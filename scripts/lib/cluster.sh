@@ -9,6 +9,11 @@
 #   cluster_psql -c 'SELECT 1'      # psql -X -q -v ON_ERROR_STOP=1 against the cluster
 #   cluster_reload                  # pg_ctl reload (SIGHUP GUCs)
 #   cluster_stop                    # pg_ctl stop -m fast, remove the temp dir; safe to call twice
+#   cluster_standby_create NAME     # a physical standby of the cluster (pg_basebackup), started,
+#                                   # streaming as application_name NAME; not yet synchronous:
+#                                   # set synchronous_standby_names = 'NAME' for that
+#   cluster_standby_stop / cluster_standby_start   # stop it (commits that wait for it stall) and
+#                                   # start it again; cluster_stop stops it too
 #
 # The cluster lives in a fresh temp dir under /tmp: data in DIR/data, server log in
 # DIR/postgres.log, the Unix socket in DIR itself (listen_addresses='' so PostgreSQL opens no
@@ -227,9 +232,43 @@ cluster_reload() {
 	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" reload >/dev/null
 }
 
+# The standby lives in DIR/standby, with its socket in DIR and its log in DIR/standby.log.
+cluster_standby_create() {
+	local name=$1 dir=${_SHAPE_SYNC_CLUSTER_DIR:-} port
+	[[ -n $dir ]] || { _cluster_say "no cluster running"; return 1; }
+	port=$((PGPORT + 1))  # its socket file, next to the primary's in DIR (no TCP port)
+	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres \
+		-D "$dir/standby" -R -X stream --no-sync >"$dir/basebackup.log" 2>&1 ||
+		{ cat "$dir/basebackup.log" >&2; _cluster_say "pg_basebackup failed"; return 1; }
+	{
+		printf '\n# --- the standby (scripts/lib/cluster.sh) ---\n'
+		printf 'port = %s\n' "$port"
+		printf "shared_preload_libraries = ''\n"
+		# after the primary_conninfo of pg_basebackup -R, so that this one counts
+		printf "primary_conninfo = 'host=%s port=%s user=postgres application_name=%s'\n" \
+			"$PGHOST" "$PGPORT" "$name"
+	} | _cluster_as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null || return 1
+	export SHAPE_SYNC_STANDBY_PGDATA=$dir/standby SHAPE_SYNC_STANDBY_PORT=$port
+	cluster_standby_start
+}
+
+cluster_standby_start() {
+	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_STANDBY_PGDATA" \
+		-l "$SHAPE_SYNC_STANDBY_PGDATA.log" -w -t 60 start >/dev/null
+}
+
+cluster_standby_stop() {
+	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_STANDBY_PGDATA" -m fast -w -t 60 \
+		stop >/dev/null
+}
+
 cluster_stop() {
 	local dir=${_SHAPE_SYNC_CLUSTER_DIR:-} pid
 	[[ -n $dir ]] || return 0
+	if [[ -f $dir/standby/postmaster.pid ]]; then
+		_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/standby" -m immediate -w -t 30 stop \
+			>/dev/null 2>&1 || true
+	fi
 	if [[ -f $dir/data/postmaster.pid ]]; then
 		if ! _cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop \
 			>/dev/null 2>&1; then
@@ -244,6 +283,7 @@ cluster_stop() {
 	fi
 	rm -rf "$dir"
 	unset _SHAPE_SYNC_CLUSTER_DIR SHAPE_SYNC_PGDATA SHAPE_SYNC_LOG SHAPE_SYNC_URL SHAPE_SYNC_HTTP_PORT
+	unset SHAPE_SYNC_STANDBY_PGDATA SHAPE_SYNC_STANDBY_PORT
 	unset PGHOST PGPORT PGDATABASE
 	return 0
 }

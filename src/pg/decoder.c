@@ -13,7 +13,19 @@
  * for catalog access.
  *
  * Reads never wait: the page reader is read_local_xlog_page_no_wait, and a
- * record not yet completely flushed ends the batch.  The main loop decodes
+ * record not yet completely flushed ends the batch.
+ *
+ * A commit is decoded only once its transaction has left the proc array.
+ * A commit record is flushed before that (with synchronous replication,
+ * for as long as the standby takes to confirm it), and a shape created in
+ * between would take a snapshot that still sees the transaction running,
+ * after the stream had passed it: neither would deliver it.  Holding the
+ * commit record until the transaction is visible to every new snapshot
+ * keeps the rule that stitching relies on (shape_stream.c): what decoding
+ * has passed, a later snapshot sees.  Held, the record is read again at
+ * the next step; the committing backend wakes the worker when it leaves
+ * the proc array (COMMIT PREPARED does not: the main loop then looks
+ * again every DECODER_HOLD_RECHECK_MS).  The main loop decodes
  * whenever its latch is set, and every backend sets it when a transaction
  * that wrote anything commits (shape_sync.c registers that callback), so
  * a commit reaches the shape logs without a polling delay.  The worker's
@@ -36,6 +48,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "access/xlogreader.h"
 #include "access/xlogutils.h"
 #include "miscadmin.h"
@@ -43,6 +56,7 @@
 #include "replication/decode.h"
 #include "replication/logical.h"
 #include "replication/slot.h"
+#include "storage/procarray.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"
@@ -54,6 +68,7 @@
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
 
 static LogicalDecodingContext *dec_ctx = NULL;
+static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
 static char dec_marker;			/* output_writer_private of the worker */
 
@@ -164,6 +179,25 @@ decoder_start(void)
 }
 
 /*
+ * The transaction of the commit record just read, when it is still in the
+ * proc array: not every snapshot taken now would see it yet.
+ */
+static TransactionId
+dec_commit_still_running(XLogReaderState *reader)
+{
+	uint8		info = XLogRecGetInfo(reader) & XLOG_XACT_OPMASK;
+	xl_xact_parsed_commit parsed;
+	TransactionId xid;
+
+	if (XLogRecGetRmid(reader) != RM_XACT_ID ||
+		(info != XLOG_XACT_COMMIT && info != XLOG_XACT_COMMIT_PREPARED))
+		return InvalidTransactionId;
+	ParseCommitRecord(XLogRecGetInfo(reader), (xl_xact_commit *) XLogRecGetData(reader), &parsed);
+	xid = TransactionIdIsValid(parsed.twophase_xid) ? parsed.twophase_xid : XLogRecGetXid(reader);
+	return TransactionIdIsInProgress(xid) ? xid : InvalidTransactionId;
+}
+
+/*
  * Decodes what has been flushed, for at most DECODER_BATCH_MS.  Returns
  * true when it stopped before the flushed end (there is more to read).
  */
@@ -190,6 +224,13 @@ decoder_step(void)
 			elog(ERROR, "could not read WAL for logical decoding: %s", errm);
 		if (record == NULL)
 			break;				/* the rest is not flushed yet */
+		dec_held_xid = dec_commit_still_running(dec_ctx->reader);
+		if (TransactionIdIsValid(dec_held_xid))
+		{
+			/* read it again next time, when it may have become visible */
+			XLogBeginRead(dec_ctx->reader, dec_ctx->reader->ReadRecPtr);
+			break;
+		}
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
 		if (shape_stream_recheck_pending())
@@ -207,7 +248,15 @@ decoder_step(void)
 		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
 		ReplicationSlotMarkDirty();
 	}
-	return dec_ctx->reader->EndRecPtr < flushed && progress;
+	return dec_ctx->reader->EndRecPtr < flushed && progress &&
+		!TransactionIdIsValid(dec_held_xid);
+}
+
+/* Whether decoding waits for a committed transaction to become visible. */
+bool
+decoder_holds_commit(void)
+{
+	return dec_ctx != NULL && TransactionIdIsValid(dec_held_xid);
 }
 
 /* Whether WAL has been written that is not flushed yet (async commits). */

@@ -15,9 +15,13 @@
 
 struct LogicalDecodingContext;
 
+/* how often a held commit (decoder.c) is looked at again without a wake-up */
+#define DECODER_HOLD_RECHECK_MS 10
+
 extern void decoder_start(void);
 extern bool decoder_step(void);
 extern bool decoder_wal_pending(void);
+extern bool decoder_holds_commit(void);
 extern void decoder_stop(void);
 extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
 

@@ -155,7 +155,7 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 {
 	PluginState *state = ctx->output_plugin_private;
 	TupleDesc	desc = RelationGetDescr(rel);
-	ShapeRelation *srel = shape_relation_load(RelationGetRelid(rel), 0, NULL);
+	ShapeRelation *srel = shape_relation_describe(rel, 0, NULL);
 	RowEncoder	enc;
 	RowChange	ch = {0};
 	StringInfoData msg;

@@ -129,16 +129,29 @@ sdef_column_name_cmp(const void *a, const void *b)
 	return strcmp(ca->name, cb->name);
 }
 
-/*
- * Describes the relation and the selected columns (all when ncolumns is 0).
- * The key is the primary key, or every column by name when there is none.
- * The caller holds a lock on the relation.
- */
+/* shape_relation_describe of a relation that this opens and locks for it */
 ShapeRelation *
 shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 {
-	ShapeRelation *sr = palloc0(sizeof(ShapeRelation));
 	Relation	rel = table_open(relid, AccessShareLock);
+	ShapeRelation *sr = shape_relation_describe(rel, ncolumns, columns);
+
+	table_close(rel, AccessShareLock);
+	return sr;
+}
+
+/*
+ * Describes the relation and the selected columns (all when ncolumns is 0).
+ * The key is the primary key, or every column by name when there is none.
+ * Takes no lock: the caller holds one on the relation (which keeps its
+ * primary key's index), or decodes, where the catalog is read as of the
+ * change.
+ */
+ShapeRelation *
+shape_relation_describe(Relation rel, int ncolumns, const AttrNumber *columns)
+{
+	ShapeRelation *sr = palloc0(sizeof(ShapeRelation));
+	Oid			relid = RelationGetRelid(rel);
 	TupleDesc	desc = RelationGetDescr(rel);
 	Oid			pkoid = RelationGetPrimaryKeyIndex(rel);
 	int			n = 0;
@@ -176,8 +189,12 @@ shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 
 	if (OidIsValid(pkoid))
 	{
-		Relation	idx = index_open(pkoid, AccessShareLock);
-		int			nkeys = idx->rd_index->indnkeyatts;
+		Relation	idx = RelationIdGetRelation(pkoid);
+		int			nkeys;
+
+		if (!RelationIsValid(idx))
+			elog(ERROR, "could not open the primary key index %u", pkoid);
+		nkeys = idx->rd_index->indnkeyatts;
 
 		sr->has_pk = true;
 		sr->nkeys = nkeys;
@@ -189,7 +206,7 @@ shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 				if (sr->columns[c].attnum == sr->keys[k])
 					sr->columns[c].key_index = k;
 		}
-		index_close(idx, AccessShareLock);
+		RelationClose(idx);
 	}
 	else
 	{
@@ -219,7 +236,6 @@ shape_relation_load(Oid relid, int ncolumns, const AttrNumber *columns)
 		}
 		pfree(all);
 	}
-	table_close(rel, AccessShareLock);
 	return sr;
 }
 

@@ -16,6 +16,7 @@
 #include "access/attnum.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
+#include "utils/relcache.h"
 
 #include "request_queue.h"
 
@@ -69,6 +70,8 @@ extern char shape_def_http_message[512];
 extern void shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait);
 extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 										  const AttrNumber *columns);
+extern ShapeRelation *shape_relation_describe(Relation rel, int ncolumns,
+											  const AttrNumber *columns);
 extern char *shape_schema_json(const ShapeRelation *rel);
 extern char *shape_identity(const ShapeSpec *spec);
 extern char *shape_quoted_name(const char *schema, const char *table);

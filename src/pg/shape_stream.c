@@ -22,9 +22,13 @@
  * xmin, xmax and xip list from its snapshot-end message, drops the
  * transactions the snapshot already saw, and appends the others; from
  * then on it writes the log itself, still dropping transactions visible
- * to the snapshot until one at or past xmax shows up.  Nothing is lost or
- * doubled: a transaction is in the snapshot exactly when it is visible to
- * it.
+ * to the snapshot until a commit at or past the WAL insert position read
+ * just after the snapshot was taken (commit order is not visibility
+ * order, so xmax cannot end the check).  Nothing is lost or doubled: a
+ * transaction is in the snapshot exactly when it is visible to it, and
+ * every transaction decoded before the stream began is visible to the
+ * snapshot, because decoder.c decodes a commit only once its transaction
+ * has left the proc array.
  *
  * Rotation.  A TRUNCATE of a shape's table, or a relcache invalidation
  * after which the table is gone or its columns, types or key differ from
@@ -114,7 +118,8 @@ typedef struct ShapeStream
 	char	   *schema_json;	/* to notice a changed table */
 
 	bool		ready;			/* snapshot done: this stream writes the log */
-	bool		filtering;		/* still dropping txns visible to the snapshot */
+	bool		filtering;		/* commits before snap_lsn: drop those visible */
+	uint64		snap_lsn;		/* commits from here on are not in the snapshot */
 	uint64		snap_xmin;
 	uint64		snap_xmax;
 	int			snap_nxip;
@@ -132,6 +137,8 @@ typedef struct ShapeStream
 	bool		appended;
 	bool		rotate;			/* rotate at the next maintain */
 	bool		needs_check;	/* privileges changed maybe: check at commit */
+	bool		needs_definition_check; /* the table changed maybe: check
+										 * at its next change */
 	bool		counted;		/* counted in ss_relids */
 } ShapeStream;
 
@@ -171,7 +178,7 @@ ss_mark_all_for_check(void)
 
 	for (uint32 i = 0; i < table->nslots; i++)
 		if (ss_streams[i].in_use)
-			ss_streams[i].needs_check = true;
+			ss_streams[i].needs_check = ss_streams[i].needs_definition_check = true;
 	ss_all_changed = true;
 	ss_recheck_now = true;
 }
@@ -192,7 +199,8 @@ ss_mark_relation_for_check(Oid relid)
 	if (entry == NULL)
 		return;
 	foreach(lc, entry->slots)
-		ss_streams[lfirst_int(lc)].needs_check = true;
+		ss_streams[lfirst_int(lc)].needs_check =
+			ss_streams[lfirst_int(lc)].needs_definition_check = true;
 	ss_recheck_now = true;
 	if (list_member_oid(ss_changed_relids, relid))
 		return;
@@ -345,6 +353,63 @@ ss_types_match(ShapeStream *s, TupleDesc desc)
 			return false;
 	}
 	return true;
+}
+
+/*
+ * Why the shape can no longer be read from `rel` as it was made (NULL when
+ * it can): the table was renamed or moved, its selected columns or its
+ * key differ, or it no longer logs old rows in full.  `rel` is the table
+ * as decoding sees it at a change, or as the catalog says now.
+ */
+static const char *
+ss_definition_problem(ShapeStream *s, Relation rel)
+{
+	ShapeRelation *now;
+	AttrNumber *cols = NULL;
+
+	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+		return "its table's replica identity is no longer FULL";
+	if (strcmp(RelationGetRelationName(rel), s->rel->table) != 0 ||
+		RelationGetNamespace(rel) != s->nsp)
+		return "its table was renamed or moved to another schema";
+	if (!s->all_columns)
+	{
+		cols = palloc(sizeof(AttrNumber) * Max(s->rel->ncolumns, 1));
+		for (int c = 0; c < s->rel->ncolumns; c++)
+			cols[c] = s->rel->columns[c].attnum;
+	}
+	now = shape_relation_describe(rel, s->all_columns ? 0 : s->rel->ncolumns, cols);
+	if (now->ncolumns != s->rel->ncolumns || now->nkeys != s->rel->nkeys ||
+		memcmp(now->keys, s->rel->keys, sizeof(AttrNumber) * now->nkeys) != 0 ||
+		strcmp(shape_schema_json(now), s->schema_json) != 0)
+		return "its table's definition changed";
+	return NULL;
+}
+
+/*
+ * ss_definition_problem while decoding: reading the catalog as of a
+ * change can fail (an index dropped meanwhile), which says that the table
+ * changed.  Like an evaluation, it holds nothing that needs a
+ * subtransaction to clean up.
+ */
+static const char *
+ss_definition_problem_guarded(ShapeStream *s, Relation rel)
+{
+	MemoryContext old = CurrentMemoryContext;
+	const char *problem = NULL;
+
+	PG_TRY();
+	{
+		problem = ss_definition_problem(s, rel);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(old);
+		FlushErrorState();
+		problem = "its table changed while being checked";
+	}
+	PG_END_TRY();
+	return problem;
 }
 
 /*
@@ -591,10 +656,15 @@ ss_touch(ShapeStream *s)
 	MemoryContextSwitchTo(old);
 	if (s->ready && s->filtering)
 	{
-		if (ss_visible(s, ss_xid))
-			s->skip_txn = true;
-		else if (ss_full_xid(ss_xid) >= s->snap_xmax)
+		/*
+		 * Commit order is not visibility order (a commit record is written
+		 * before its transaction becomes visible): every commit before
+		 * the snapshot's insert position is checked, none after it.
+		 */
+		if (ss_lsn >= s->snap_lsn)
 			s->filtering = false;
+		else if (ss_visible(s, ss_xid))
+			s->skip_txn = true;
 	}
 	if (!s->ready)
 	{
@@ -773,10 +843,29 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 
 		if (s->rotate)
 			continue;
+		if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+		{
+			/* as of this change, updates and deletes may lack the old row */
+			ss_rotate_later(s, "its table's replica identity is no longer FULL");
+			continue;
+		}
 		if (!ss_types_match(s, desc))
 		{
 			ss_rotate_later(s, "a column it reads was dropped or changed type");
 			continue;
+		}
+		if (s->needs_definition_check)
+		{
+			/* the table as of this change, before any of it is published */
+			const char *problem;
+
+			s->needs_definition_check = false;
+			problem = ss_definition_problem_guarded(s, rel);
+			if (problem != NULL)
+			{
+				ss_rotate_later(s, problem);
+				continue;
+			}
 		}
 		shape_role_become(s->role, &saved);
 		ss_change_for_shape(s, change->action, newslot, oldslot, op);
@@ -831,9 +920,20 @@ static void
 ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 				TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
-	bool		new_in = newslot && ss_matches(s, newslot);
-	bool		old_in = oldslot && ss_matches(s, oldslot);
+	bool		new_in;
+	bool		old_in;
 
+	if (action != REORDER_BUFFER_CHANGE_INSERT && oldslot == NULL)
+	{
+		/*
+		 * No old row: whether it was in the shape, and which row a delete
+		 * removed, is unknown.  Never guess, never drop it.
+		 */
+		ss_rotate_later(s, "a change of its table came without the old row");
+		return;
+	}
+	new_in = newslot && ss_matches(s, newslot);
+	old_in = oldslot && ss_matches(s, oldslot);
 	if (!new_in && !old_in)
 		return;
 	if (!ss_touch(s))
@@ -848,13 +948,7 @@ ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 				ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
 				break;
 			case REORDER_BUFFER_CHANGE_UPDATE:
-				if (oldslot == NULL)
-				{
-					/* no old row logged: the best we know is the new one */
-					ss_encode(s, new_in ? "update" : "delete", newslot,
-							  new_in ? NULL : newslot, op, NULL, NULL);
-				}
-				else if (new_in && !old_in)
+				if (new_in && !old_in)
 					ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
 				else if (!new_in && old_in)
 					ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
@@ -1012,6 +1106,7 @@ ss_take_over(ShapeStream *s)
 	snapshot_end[hdr.len] = '\0';
 	ss_parse_snapshot_end(s, snapshot_end);
 	pfree(snapshot_end);
+	s->snap_lsn = table->slots[s->slot].snapshot_lsn;
 
 	s->ready = true;
 	s->filtering = true;
@@ -1059,8 +1154,8 @@ ss_check_relation(Oid relid, Oid role)
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeStream *s = &ss_streams[i];
-		ShapeRelation *now;
-		char	   *schema;
+		Relation	rel;
+		const char *problem;
 
 		if (!s->in_use || s->relid != relid || s->rotate)
 			continue;
@@ -1079,22 +1174,12 @@ ss_check_relation(Oid relid, Oid role)
 			return;
 		}
 		s->needs_check = false;
-		if (s->all_columns)
-			now = shape_relation_load(relid, 0, NULL);
-		else
-		{
-			AttrNumber *cols = palloc(sizeof(AttrNumber) * Max(s->rel->ncolumns, 1));
-
-			for (int c = 0; c < s->rel->ncolumns; c++)
-				cols[c] = s->rel->columns[c].attnum;
-			now = shape_relation_load(relid, s->rel->ncolumns, cols);
-		}
-		schema = shape_schema_json(now);
-		if (strcmp(schema, s->schema_json) != 0 || now->nkeys != s->rel->nkeys ||
-			memcmp(now->keys, s->rel->keys, sizeof(AttrNumber) * now->nkeys) != 0 ||
-			now->ncolumns != s->rel->ncolumns ||
-			strcmp(now->table, s->rel->table) != 0 || strcmp(now->schema, s->rel->schema) != 0)
-			ss_rotate_later(s, "its table's definition changed");
+		s->needs_definition_check = false;
+		rel = table_open(relid, NoLock);
+		problem = ss_definition_problem(s, rel);
+		table_close(rel, NoLock);
+		if (problem != NULL)
+			ss_rotate_later(s, problem);
 		else if (s->role != role)
 			ss_rotate_later(s, "\"shape_sync.role\" changed or cannot be used");
 		else

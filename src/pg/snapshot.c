@@ -470,6 +470,9 @@ snap_ensure_replica_identity_full(Oid relid)
 		(void) set_config_option("lock_timeout",
 								 psprintf("%d", REPLICA_IDENTITY_LOCK_TIMEOUT_MS),
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+		/* nor behind a synchronous standby that does not answer */
+		(void) set_config_option("synchronous_commit", "local",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		shape_role_become(owner, &saved);
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
@@ -581,12 +584,20 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	PushActiveSnapshot(GetTransactionSnapshot());
 	shape_role_become(task->role, &saved);
 
+	/*
+	 * The insert position, read after the snapshot was taken, is past the
+	 * commit record of every transaction the snapshot sees: the stream
+	 * stops checking visibility at the first commit at or beyond it.
+	 */
 	if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
-					"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
+					"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text, "
+					"(pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
 					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not read the snapshot's visibility");
 	snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	writer->slot->snapshot_lsn =
+		strtou64(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), NULL, 10);
 
 	/* what the stream needs must still hold, now that the snapshot is taken */
 	rel = table_open(spec->relid, AccessShareLock);

@@ -374,6 +374,7 @@ shape_sync_worker_main(Datum arg)
 	{
 		WaitEvent	fired[3];
 		long		timeout = more_wal ? 0 :
+			decoder_holds_commit() ? DECODER_HOLD_RECHECK_MS :
 			decoder_wal_pending() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
 

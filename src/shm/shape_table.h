@@ -53,6 +53,8 @@ typedef struct ShapeSlot
 	/* Set by the snapshot worker. */
 	_Atomic uint64_t snapshot_rows;
 	_Atomic int64_t snapshot_ms;
+	uint64_t	snapshot_lsn;	/* WAL insert position once the snapshot was
+								 * taken; stored before the state is READY */
 	uint32_t	error_status;	/* HTTP status for FAILED: 400 or 503 */
 	char		error[SHAPE_ERROR_LEN];	/* valid once state is FAILED */
 
