@@ -59,8 +59,10 @@
 #include "access/table.h"
 #include "catalog/catalog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_range.h"
 #include "catalog/pg_type.h"
@@ -237,6 +239,40 @@ shape_relation_describe(Relation rel, int ncolumns, const AttrNumber *columns)
 		pfree(all);
 	}
 	return sr;
+}
+
+/*
+ * A table that stores rows of `relid` (the table itself, or one of its
+ * partitions) and does not log old rows in full, or InvalidOid when every
+ * one does.  The replica identity of a partitioned table itself does not
+ * matter: each partition logs its own rows.
+ */
+Oid
+shape_table_not_logged_in_full(Oid relid)
+{
+	List	   *tables;
+	ListCell   *lc;
+
+	if (get_rel_relkind(relid) != RELKIND_PARTITIONED_TABLE)
+		tables = list_make1_oid(relid);
+	else
+		tables = find_all_inheritors(relid, NoLock, NULL);
+	foreach(lc, tables)
+	{
+		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
+		Form_pg_class form;
+		bool		full;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;			/* dropped meanwhile */
+		form = (Form_pg_class) GETSTRUCT(tuple);
+		full = form->relkind == RELKIND_PARTITIONED_TABLE ||
+			form->relreplident == REPLICA_IDENTITY_FULL;
+		ReleaseSysCache(tuple);
+		if (!full)
+			return lfirst_oid(lc);
+	}
+	return InvalidOid;
 }
 
 /* "schema"."table", each part quoted the PostgreSQL way, always. */
@@ -1368,6 +1404,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 	const char *schema = def->schema ? def->schema : "public";
 	Oid			relid;
 	Relation	rel;
+	Oid			not_full;
 
 	memset(spec, 0, sizeof(*spec));
 	sdef_failing("table", NULL);
@@ -1397,22 +1434,25 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 				 errhint("If the table name contains capitals or special characters you must quote it.")));
 	}
 	rel = table_open(relid, AccessShareLock);
-	if (rel->rd_rel->relkind != RELKIND_RELATION || IsCatalogRelation(rel))
+	if ((rel->rd_rel->relkind != RELKIND_RELATION &&
+		 rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(rel))
 	{
 		char		msg[512];
 
 		snprintf(msg, sizeof(msg),
-				 "Table \"%s\".\"%s\" cannot be synced: only ordinary user tables can be",
+				 "Table \"%s\".\"%s\" cannot be synced: only user tables (ordinary or partitioned) can be",
 				 schema, def->table);
 		sdef_failing("table", msg);
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("\"%s.%s\" is not an ordinary user table", schema, def->table),
-				 errdetail("Shapes can be defined on ordinary tables only; views, partitioned tables and system catalogs are not supported.")));
+				 errmsg("\"%s.%s\" is not a user table", schema, def->table),
+				 errdetail("Shapes can be defined on ordinary and partitioned tables only; views, foreign tables and system catalogs are not supported.")));
 	}
-	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL && !shape_sync_manage_replica_identity)
+	if (OidIsValid(not_full = shape_table_not_logged_in_full(relid)) &&
+		!shape_sync_manage_replica_identity)
 	{
-		char	   *quoted = shape_quoted_name(schema, def->table);
+		char	   *quoted = shape_quoted_name(get_namespace_name(get_rel_namespace(not_full)),
+											   get_rel_name(not_full));
 		char		msg[512];
 
 		snprintf(msg, sizeof(msg),

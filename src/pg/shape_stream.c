@@ -65,9 +65,11 @@
 #include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/tupconvert.h"
 #include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
@@ -83,6 +85,7 @@
 #include "utils/syscache.h"
 
 #include "eval_deadline.h"
+#include "partition_route.h"
 #include "guc.h"
 #include "registry.h"
 #include "row_encoder.h"
@@ -140,6 +143,9 @@ typedef struct ShapeStream
 	bool		needs_definition_check; /* the table changed maybe: check
 										 * at its next change */
 	bool		counted;		/* counted in ss_relids */
+	bool		partitioned;	/* on a partitioned table: */
+	int			npartitions;	/* the partitions it had when the shape */
+	Oid		   *partitions;		/* was made, sorted (in ss_partitions) */
 } ShapeStream;
 
 static ShapeStream *ss_streams;	/* by slot */
@@ -155,6 +161,9 @@ static bool ss_recheck_now;		/* end the decoding batch: check first */
 static bool ss_eval_too_slow;	/* ss_matches ran past its deadline */
 static bool ss_callback_registered;
 static HTAB *ss_relids;			/* relid -> the streams on it */
+static HTAB *ss_partitions;		/* partition relid -> the partitioned streams
+								 * that had it when they were made */
+static int	ss_npartitioned;	/* streams on partitioned tables */
 
 typedef struct SsRelidEntry
 {
@@ -288,6 +297,8 @@ ss_ensure_init(void)
 		ctl.hcxt = ss_context;
 		ss_relids = hash_create("shape_sync relations", 64, &ctl,
 								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		ss_partitions = hash_create("shape_sync partitions", 64, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
 	if (!ss_callback_registered)
 	{
@@ -355,6 +366,59 @@ ss_types_match(ShapeStream *s, TupleDesc desc)
 	return true;
 }
 
+static int
+ss_oid_cmp(const void *a, const void *b)
+{
+	Oid			x = *(const Oid *) a;
+	Oid			y = *(const Oid *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* The partitions below a partitioned table, at every level, sorted. */
+static Oid *
+ss_list_partitions(Oid relid, int *n)
+{
+	List	   *all = find_all_inheritors(relid, NoLock, NULL);
+	Oid		   *oids = palloc(sizeof(Oid) * Max(list_length(all), 1));
+	ListCell   *lc;
+
+	*n = 0;
+	foreach(lc, all)
+		if (lfirst_oid(lc) != relid)
+			oids[(*n)++] = lfirst_oid(lc);
+	qsort(oids, *n, sizeof(Oid), ss_oid_cmp);
+	return oids;
+}
+
+static bool
+ss_has_partition(ShapeStream *s, Oid relid)
+{
+	return bsearch(&relid, s->partitions, s->npartitions, sizeof(Oid), ss_oid_cmp) != NULL;
+}
+
+/* Adds or removes the stream in `slot` in the list of `relid` in `hash`. */
+static void
+ss_index_stream(HTAB *hash, Oid relid, uint32 slot, bool add)
+{
+	bool		found;
+	SsRelidEntry *e = hash_search(hash, &relid, add ? HASH_ENTER : HASH_FIND, &found);
+	MemoryContext old;
+
+	if (!add)
+	{
+		if (e == NULL)
+			return;
+		e->slots = list_delete_int(e->slots, (int) slot);
+		if (e->slots == NIL)
+			hash_search(hash, &relid, HASH_REMOVE, NULL);
+		return;
+	}
+	old = MemoryContextSwitchTo(ss_context);
+	e->slots = lappend_int(found ? e->slots : NIL, (int) slot);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Why the shape can no longer be read from `rel` as it was made (NULL when
  * it can): the table was renamed or moved, its selected columns or its
@@ -367,7 +431,7 @@ ss_definition_problem(ShapeStream *s, Relation rel)
 	ShapeRelation *now;
 	AttrNumber *cols = NULL;
 
-	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+	if (OidIsValid(shape_table_not_logged_in_full(RelationGetRelid(rel))))
 		return "its table's replica identity is no longer FULL";
 	if (strcmp(RelationGetRelationName(rel), s->rel->table) != 0 ||
 		RelationGetNamespace(rel) != s->nsp)
@@ -383,6 +447,14 @@ ss_definition_problem(ShapeStream *s, Relation rel)
 		memcmp(now->keys, s->rel->keys, sizeof(AttrNumber) * now->nkeys) != 0 ||
 		strcmp(shape_schema_json(now), s->schema_json) != 0)
 		return "its table's definition changed";
+	if (s->partitioned)
+	{
+		int			n;
+		Oid		   *partitions = ss_list_partitions(RelationGetRelid(rel), &n);
+
+		if (n != s->npartitions || memcmp(partitions, s->partitions, sizeof(Oid) * n) != 0)
+			return "partitions were attached to its table or detached from it";
+	}
 	return NULL;
 }
 
@@ -453,15 +525,18 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		ss_note_used_columns(s, NULL);
 	initStringInfo(&s->held);
 	MemoryContextSwitchTo(old);
+	if (get_rel_relkind(spec->relid) == RELKIND_PARTITIONED_TABLE)
 	{
-		bool		found;
-		SsRelidEntry *e = hash_search(ss_relids, &spec->relid, HASH_ENTER, &found);
-		MemoryContext oldcxt = MemoryContextSwitchTo(ss_context);
-
-		e->slots = lappend_int(found ? e->slots : NIL, (int) slot);
-		MemoryContextSwitchTo(oldcxt);
-		s->counted = true;
+		old = MemoryContextSwitchTo(s->context);
+		s->partitions = ss_list_partitions(spec->relid, &s->npartitions);
+		MemoryContextSwitchTo(old);
+		s->partitioned = true;
+		for (int i = 0; i < s->npartitions; i++)
+			ss_index_stream(ss_partitions, s->partitions[i], slot, true);
+		ss_npartitioned++;
 	}
+	ss_index_stream(ss_relids, spec->relid, slot, true);
+	s->counted = true;
 }
 
 void
@@ -475,15 +550,13 @@ shape_stream_remove(uint32 slot)
 	if (!s->in_use)
 		return;
 	ss_touched = list_delete_ptr(ss_touched, s);
+	if (s->counted)
+		ss_index_stream(ss_relids, s->relid, slot, false);
+	if (s->partitioned)
 	{
-		SsRelidEntry *e = s->counted ? hash_search(ss_relids, &s->relid, HASH_FIND, NULL) : NULL;
-
-		if (e)
-		{
-			e->slots = list_delete_int(e->slots, (int) slot);
-			if (e->slots == NIL)
-				hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
-		}
+		for (int i = 0; i < s->npartitions; i++)
+			ss_index_stream(ss_partitions, s->partitions[i], slot, false);
+		ss_npartitioned--;
 	}
 	MemoryContextDelete(s->context);
 	memset(s, 0, sizeof(*s));
@@ -802,12 +875,132 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * One change of `leaf` for the streams in `slots`, all on table `relid`
+ * (the leaf itself, or a partitioned table above it, whose columns `desc`
+ * describes and the slots hold).
+ */
+static void
+ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
+					  ReorderBufferChangeType action, TupleTableSlot *newslot,
+					  TupleTableSlot *oldslot, uint64 op)
+{
+	ListCell   *lc;
+
+	foreach(lc, slots)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
+		ShapeRoleSaved saved;
+
+		if (s->rotate)
+			continue;
+		if (leaf->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+		{
+			/* as of this change, updates and deletes may lack the old row */
+			ss_rotate_later(s, "its table's replica identity is no longer FULL");
+			continue;
+		}
+		if (!ss_types_match(s, desc))
+		{
+			ss_rotate_later(s, "a column it reads was dropped or changed type");
+			continue;
+		}
+		if (s->partitioned && !ss_has_partition(s, RelationGetRelid(leaf)))
+		{
+			/* its rows were not in the table when the shape was made */
+			ss_rotate_later(s, "a partition was attached to its table");
+			continue;
+		}
+		if (s->needs_definition_check)
+		{
+			/* the table as of this change, before any of it is published */
+			Relation	table = relid == RelationGetRelid(leaf) ? leaf : RelationIdGetRelation(relid);
+			const char *problem;
+
+			s->needs_definition_check = false;
+			problem = RelationIsValid(table) ? ss_definition_problem_guarded(s, table)
+				: "its table was dropped";
+			if (table != leaf && RelationIsValid(table))
+				RelationClose(table);
+			if (problem != NULL)
+			{
+				ss_rotate_later(s, problem);
+				continue;
+			}
+		}
+		shape_role_become(s->role, &saved);
+		ss_change_for_shape(s, action, newslot, oldslot, op);
+		shape_role_restore(&saved);
+	}
+}
+
+/* A slot with the same row in the columns of `desc`, through `map`. */
+static TupleTableSlot *
+ss_convert_slot(TupleTableSlot *slot, AttrMap *map, TupleDesc desc)
+{
+	if (slot == NULL)
+		return NULL;
+	return execute_attr_map_slot(map, slot, MakeSingleTupleTableSlot(desc, &TTSOpsVirtual));
+}
+
+/*
+ * A change of a partition, for the shapes on the partitioned tables above
+ * it, as a row of each (partition_route.c).  A shape whose table had the
+ * partition when the shape was made, and no longer has it (detached, as
+ * of this change), is rotated: the partition's rows left the table
+ * without a change in the WAL.
+ */
+static void
+ss_change_for_ancestors(Relation leaf, ReorderBufferChangeType action,
+						TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+{
+	Oid			leaf_relid = RelationGetRelid(leaf);
+	const PartitionRoute *route = partition_route_of(leaf);
+	SsRelidEntry *expecting = hash_search(ss_partitions, &leaf_relid, HASH_FIND, NULL);
+	ListCell   *lc;
+
+	if (expecting != NULL)
+		foreach(lc, expecting->slots)
+		{
+			ShapeStream *s = &ss_streams[lfirst_int(lc)];
+			bool		reached = false;
+
+			for (int i = 0; i < route->nancestors && !reached; i++)
+				reached = route->ancestors[i].relid == s->relid;
+			if (!reached)
+				ss_rotate_later(s, "a partition was detached from its table");
+		}
+	for (int i = 0; i < route->nancestors; i++)
+	{
+		const PartitionAncestor *a = &route->ancestors[i];
+		SsRelidEntry *entry = hash_search(ss_relids, &a->relid, HASH_FIND, NULL);
+		TupleTableSlot *anew;
+		TupleTableSlot *aold;
+
+		if (entry == NULL)
+			continue;
+		if (a->map == NULL)
+		{
+			ss_change_for_streams(entry->slots, leaf, a->relid, a->desc, action,
+								  newslot, oldslot, op);
+			continue;
+		}
+		anew = ss_convert_slot(newslot, a->map, a->desc);
+		aold = ss_convert_slot(oldslot, a->map, a->desc);
+		ss_change_for_streams(entry->slots, leaf, a->relid, a->desc, action, anew, aold, op);
+		if (anew)
+			ExecDropSingleTupleTableSlot(anew);
+		if (aold)
+			ExecDropSingleTupleTableSlot(aold);
+	}
+}
+
 void
 shape_stream_change(Relation rel, ReorderBufferChange *change)
 {
 	Oid			relid = RelationGetRelid(rel);
 	SsRelidEntry *entry;
-	ListCell   *lc;
+	bool		routed;
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *newslot = NULL;
 	TupleTableSlot *oldslot = NULL;
@@ -819,7 +1012,11 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 		return;
 	ss_op += 2;
 	entry = ss_relids ? hash_search(ss_relids, &relid, HASH_FIND, NULL) : NULL;
-	if (entry == NULL)
+	/* a partition, or a table that was one, matters to partitioned shapes */
+	routed = ss_npartitioned > 0 &&
+		(rel->rd_rel->relispartition ||
+		 hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL);
+	if (entry == NULL && !routed)
 		return;					/* no shape on this table: one hash probe */
 
 	if (change->data.tp.newtuple)
@@ -835,42 +1032,11 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	if (newslot && change->action == REORDER_BUFFER_CHANGE_UPDATE)
 		ss_patch_unchanged_toast(newslot, oldslot);
 
-	foreach(lc, entry->slots)
-	{
-		ShapeStream *s = &ss_streams[lfirst_int(lc)];
-
-		ShapeRoleSaved saved;
-
-		if (s->rotate)
-			continue;
-		if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
-		{
-			/* as of this change, updates and deletes may lack the old row */
-			ss_rotate_later(s, "its table's replica identity is no longer FULL");
-			continue;
-		}
-		if (!ss_types_match(s, desc))
-		{
-			ss_rotate_later(s, "a column it reads was dropped or changed type");
-			continue;
-		}
-		if (s->needs_definition_check)
-		{
-			/* the table as of this change, before any of it is published */
-			const char *problem;
-
-			s->needs_definition_check = false;
-			problem = ss_definition_problem_guarded(s, rel);
-			if (problem != NULL)
-			{
-				ss_rotate_later(s, problem);
-				continue;
-			}
-		}
-		shape_role_become(s->role, &saved);
-		ss_change_for_shape(s, change->action, newslot, oldslot, op);
-		shape_role_restore(&saved);
-	}
+	if (entry != NULL)
+		ss_change_for_streams(entry->slots, rel, relid, desc, change->action,
+							  newslot, oldslot, op);
+	if (routed)
+		ss_change_for_ancestors(rel, change->action, newslot, oldslot, op);
 	if (newslot)
 		ExecDropSingleTupleTableSlot(newslot);
 	if (oldslot)
@@ -982,9 +1148,19 @@ shape_stream_truncate(int nrelations, Relation *relations)
 	ShapeTable *table = ss_table();
 
 	for (int r = 0; r < nrelations; r++)
+	{
+		Oid			relid = RelationGetRelid(relations[r]);
+		SsRelidEntry *partition_of = ss_partitions ?
+			hash_search(ss_partitions, &relid, HASH_FIND, NULL) : NULL;
+		ListCell   *lc;
+
 		for (uint32 i = 0; i < table->nslots; i++)
-			if (ss_streams[i].in_use && ss_streams[i].relid == RelationGetRelid(relations[r]))
+			if (ss_streams[i].in_use && ss_streams[i].relid == relid)
 				ss_rotate_later(&ss_streams[i], "its table was truncated");
+		if (partition_of != NULL)
+			foreach(lc, partition_of->slots)
+				ss_rotate_later(&ss_streams[lfirst_int(lc)], "a partition of its table was truncated");
+	}
 }
 
 /*

@@ -175,8 +175,10 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
 	Bitmapset  *where_cols = NULL;
 	int			x = -1;
 
+	/* a partitioned table's rows are its partitions'; any other table: ONLY */
 	nsitem = addRangeTableEntryForRelation(pstate, relation, AccessShareLock, NULL,
-										   false, true);
+										   relation->rd_rel->relkind == RELKIND_PARTITIONED_TABLE,
+										   true);
 	rte = nsitem->p_rte;
 	for (int i = 0; i < nfetched; i++)
 	{
@@ -447,7 +449,7 @@ snap_end_message(StringInfo buf, const char *snapshot)
  * long transaction, holding up every query of the table behind it.
  */
 static void
-snap_ensure_replica_identity_full(Oid relid)
+snap_set_replica_identity_full(Oid relid)
 {
 	Relation	rel;
 	char		ident;
@@ -489,6 +491,24 @@ snap_ensure_replica_identity_full(Oid relid)
 						   "shape_sync.manage_replica_identity")));
 	}
 	CommitTransactionCommand();
+}
+
+/* The same for each partition of a partitioned table. */
+static void
+snap_ensure_replica_identity_full(Oid relid)
+{
+	for (int tables = 0; tables < 100000; tables++)
+	{
+		Oid			not_full;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		not_full = shape_table_not_logged_in_full(relid);
+		CommitTransactionCommand();
+		if (!OidIsValid(not_full))
+			return;
+		snap_set_replica_identity_full(not_full);
+	}
 }
 
 /* Runs at exit, whatever the path: fail an unfinished shape, drop the pin. */
@@ -565,6 +585,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	StringInfoData end;
 	LogOffset	offset;
 	Relation	rel;
+	Oid			not_full;
 
 	if (task->manage_replica_identity)
 		snap_ensure_replica_identity_full(spec->relid);
@@ -601,11 +622,11 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 
 	/* what the stream needs must still hold, now that the snapshot is taken */
 	rel = table_open(spec->relid, AccessShareLock);
-	if (rel->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+	if (OidIsValid(not_full = shape_table_not_logged_in_full(spec->relid)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"%s\" does not have REPLICA IDENTITY FULL any more",
-						RelationGetRelationName(rel)),
+						get_rel_name(not_full)),
 				 errhint("The database operator can run ALTER TABLE ... REPLICA IDENTITY FULL.")));
 	table_close(rel, NoLock);
 
