@@ -30,11 +30,24 @@
  * snapshot, because decoder.c decodes a commit only once its transaction
  * has left the proc array.
  *
- * Rotation.  A TRUNCATE of a shape's table, or a relcache invalidation
- * after which the table is gone or its columns, types or key differ from
- * the shape's, rotates the shape: the registry retires it and its clients
- * get 409 must-refetch.  A shape whose log runs out of memory is rotated
- * too.  Rotations are applied between decoding batches.
+ * Rotation.  A TRUNCATE of a shape's table, a change of the table that
+ * does not log its old row in full, or a relcache invalidation after
+ * which the table is gone, renamed, or its columns, types, key or
+ * partitions differ from the shape's, rotates the shape: the registry
+ * retires it and its clients get 409 must-refetch.  A shape whose log
+ * runs out of memory is rotated too.  After an invalidation, the table is
+ * compared as decoding sees it at its next change, so a transaction that
+ * altered it is not published; and again as the catalog says now, between
+ * batches.  A shape marked for rotation publishes nothing of the
+ * transaction being decoded.  Rotations are applied between decoding
+ * batches.
+ *
+ * Partitions.  A change of a partition is also a change of the
+ * partitioned tables above it (partition_route.c gives them, with the map
+ * of columns).  A shape on a partitioned table keeps the list of
+ * partitions its table had when it was made: a change of a partition not
+ * on the list, or of a listed one that is no longer a partition of the
+ * table, rotates it, since rows came or went without a change.
  *
  * Privileges.  Each shape is read as the role it was validated as
  * (shape_sync.role, shape_role.c): its where clause and its encoder run as
