@@ -110,6 +110,7 @@
 typedef struct PendingTxn
 {
 	TransactionId xid;
+	bool		incomplete;		/* a change came without the old row it needed */
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
 } PendingTxn;
 
@@ -889,6 +890,26 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 }
 
 /*
+ * An update or a delete without the whole old row (the table's replica
+ * identity is not FULL as of this change): whether the row was in the
+ * shape, which row a delete removed, and the values of unchanged TOASTed
+ * columns are unknown.  Never guess, never drop it: unless the shape's
+ * snapshot already has the transaction, the shape is rotated.  While the
+ * snapshot is being taken, that is known only when it is done
+ * (ss_take_over).
+ */
+static void
+ss_change_without_old_row(ShapeStream *s)
+{
+	if (!ss_touch(s))
+		return;					/* in the snapshot */
+	if (!s->ready)
+		s->txn_pending->incomplete = true;
+	else
+		ss_rotate_later(s, "a change of its table came without the old row: its replica identity is no longer FULL");
+}
+
+/*
  * One change of `leaf` for the streams in `slots`, all on table `relid`
  * (the leaf itself, or a partitioned table above it, whose columns `desc`
  * describes and the slots hold).
@@ -900,6 +921,10 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 {
 	ListCell   *lc;
 
+	/* an update or a delete logs the whole old row only under FULL */
+	bool		old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
+		(oldslot != NULL && leaf->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+
 	foreach(lc, slots)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
@@ -907,10 +932,9 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 
 		if (s->rotate)
 			continue;
-		if (leaf->rd_rel->relreplident != REPLICA_IDENTITY_FULL)
+		if (!old_row_complete)
 		{
-			/* as of this change, updates and deletes may lack the old row */
-			ss_rotate_later(s, "its table's replica identity is no longer FULL");
+			ss_change_without_old_row(s);
 			continue;
 		}
 		if (!ss_types_match(s, desc))
@@ -1099,20 +1123,9 @@ static void
 ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 				TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
-	bool		new_in;
-	bool		old_in;
+	bool		new_in = newslot && ss_matches(s, newslot);
+	bool		old_in = oldslot && ss_matches(s, oldslot);
 
-	if (action != REORDER_BUFFER_CHANGE_INSERT && oldslot == NULL)
-	{
-		/*
-		 * No old row: whether it was in the shape, and which row a delete
-		 * removed, is unknown.  Never guess, never drop it.
-		 */
-		ss_rotate_later(s, "a change of its table came without the old row");
-		return;
-	}
-	new_in = newslot && ss_matches(s, newslot);
-	old_in = oldslot && ss_matches(s, oldslot);
 	if (!new_in && !old_in)
 		return;
 	if (!ss_touch(s))
@@ -1237,7 +1250,7 @@ shape_stream_commit(void)
 		{
 			MemoryContext old = MemoryContextSwitchTo(s->context);
 
-			if (s->txn_pending->records.len > 0)
+			if (s->txn_pending->records.len > 0 || s->txn_pending->incomplete)
 				s->pending = lappend(s->pending, s->txn_pending);
 			MemoryContextSwitchTo(old);
 		}
@@ -1309,6 +1322,11 @@ ss_take_over(ShapeStream *s)
 
 		if (ss_visible(s, txn->xid))
 			continue;
+		if (txn->incomplete)
+		{
+			ss_rotate_later(s, "a change of its table came without the old row: its replica identity is no longer FULL");
+			break;
+		}
 		while (p < end)
 		{
 			LogOffset	offset;
