@@ -1173,6 +1173,9 @@ shape_stream_truncate(int nrelations, Relation *relations)
 {
 	ShapeTable *table = ss_table();
 
+	if (ss_streams == NULL)
+		return;					/* no shape was ever made */
+
 	for (int r = 0; r < nrelations; r++)
 	{
 		Oid			relid = RelationGetRelid(relations[r]);
