@@ -110,7 +110,8 @@
 typedef struct PendingTxn
 {
 	TransactionId xid;
-	bool		incomplete;		/* a change came without the old row it needed */
+	const char *problem;		/* why the shape must rotate, unless the
+								 * snapshot has this transaction */
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
 } PendingTxn;
 
@@ -445,7 +446,8 @@ ss_definition_problem(ShapeStream *s, Relation rel)
 	ShapeRelation *now;
 	AttrNumber *cols = NULL;
 
-	if (OidIsValid(shape_table_not_logged_in_full(RelationGetRelid(rel))))
+	/* until its snapshot worker has set FULL, the table need not be */
+	if (s->ready && OidIsValid(shape_table_not_logged_in_full(RelationGetRelid(rel))))
 		return "its table's replica identity is no longer FULL";
 	if (strcmp(RelationGetRelationName(rel), s->rel->table) != 0 ||
 		RelationGetNamespace(rel) != s->nsp)
@@ -890,23 +892,31 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 }
 
 /*
- * An update or a delete without the whole old row (the table's replica
- * identity is not FULL as of this change): whether the row was in the
- * shape, which row a delete removed, and the values of unchanged TOASTed
- * columns are unknown.  Never guess, never drop it: unless the shape's
- * snapshot already has the transaction, the shape is rotated.  While the
- * snapshot is being taken, that is known only when it is done
- * (ss_take_over).
+ * The current transaction, which the shape's snapshot does not have as far
+ * as is known (ss_touch said so), cannot be applied to the shape: it is
+ * rotated.  While the snapshot is being taken, whether it has the
+ * transaction is known only when it is done, so the reason waits with the
+ * transaction (ss_take_over).  What a snapshot already has never rotates
+ * a shape: decoding can be far behind, and reach a table's creation, its
+ * old columns or a TRUNCATE after the shape was made from the table as it
+ * is now.  `why` must outlive the transaction (a literal).
  */
 static void
-ss_change_without_old_row(ShapeStream *s)
+ss_rotate_unless_in_snapshot(ShapeStream *s, const char *why)
 {
-	if (!ss_touch(s))
-		return;					/* in the snapshot */
-	if (!s->ready)
-		s->txn_pending->incomplete = true;
-	else
-		ss_rotate_later(s, "a change of its table came without the old row: its replica identity is no longer FULL");
+	if (s->ready)
+		ss_rotate_later(s, why);
+	else if (s->txn_pending->problem == NULL)
+		s->txn_pending->problem = why;
+}
+
+/* Whether the shape still takes changes of the current transaction. */
+static bool
+ss_takes_transaction(ShapeStream *s)
+{
+	if (s->rotate || !ss_touch(s))
+		return false;			/* rotating, or in the snapshot */
+	return s->ready || s->txn_pending->problem == NULL;
 }
 
 /*
@@ -930,22 +940,27 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 		ShapeRoleSaved saved;
 
-		if (s->rotate)
+		if (!ss_takes_transaction(s))
 			continue;
 		if (!old_row_complete)
 		{
-			ss_change_without_old_row(s);
+			/*
+			 * Whether the row was in the shape, which row a delete removed,
+			 * and the values of unchanged TOASTed columns are unknown:
+			 * never guess, never drop it.
+			 */
+			ss_rotate_unless_in_snapshot(s, "a change of its table came without the old row: its replica identity is no longer FULL");
 			continue;
 		}
 		if (!ss_types_match(s, desc))
 		{
-			ss_rotate_later(s, "a column it reads was dropped or changed type");
+			ss_rotate_unless_in_snapshot(s, "a column it reads was dropped or changed type");
 			continue;
 		}
 		if (s->partitioned && !ss_has_partition(s, RelationGetRelid(leaf)))
 		{
 			/* its rows were not in the table when the shape was made */
-			ss_rotate_later(s, "a partition was attached to its table");
+			ss_rotate_unless_in_snapshot(s, "a partition was attached to its table");
 			continue;
 		}
 		if (s->needs_definition_check)
@@ -961,7 +976,7 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 				RelationClose(table);
 			if (problem != NULL)
 			{
-				ss_rotate_later(s, problem);
+				ss_rotate_unless_in_snapshot(s, problem);
 				continue;
 			}
 		}
@@ -1004,8 +1019,8 @@ ss_change_for_ancestors(Relation leaf, ReorderBufferChangeType action,
 
 			for (int i = 0; i < route->nancestors && !reached; i++)
 				reached = route->ancestors[i].relid == s->relid;
-			if (!reached)
-				ss_rotate_later(s, "a partition was detached from its table");
+			if (!reached && ss_takes_transaction(s))
+				ss_rotate_unless_in_snapshot(s, "a partition was detached from its table");
 		}
 	for (int i = 0; i < route->nancestors; i++)
 	{
@@ -1112,8 +1127,10 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 		if (too_slow)
 			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
 									  shape_sync_where_evaluation_timeout));
-		else
+		else if (s->ready)
 			ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
+		else
+			ss_rotate_unless_in_snapshot(s, "a change could not be processed");
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
@@ -1184,11 +1201,14 @@ shape_stream_truncate(int nrelations, Relation *relations)
 		ListCell   *lc;
 
 		for (uint32 i = 0; i < table->nslots; i++)
-			if (ss_streams[i].in_use && ss_streams[i].relid == relid)
-				ss_rotate_later(&ss_streams[i], "its table was truncated");
+			if (ss_streams[i].in_use && ss_streams[i].relid == relid &&
+				ss_takes_transaction(&ss_streams[i]))
+				ss_rotate_unless_in_snapshot(&ss_streams[i], "its table was truncated");
 		if (partition_of != NULL)
 			foreach(lc, partition_of->slots)
-				ss_rotate_later(&ss_streams[lfirst_int(lc)], "a partition of its table was truncated");
+				if (ss_takes_transaction(&ss_streams[lfirst_int(lc)]))
+					ss_rotate_unless_in_snapshot(&ss_streams[lfirst_int(lc)],
+												 "a partition of its table was truncated");
 	}
 }
 
@@ -1253,7 +1273,7 @@ shape_stream_commit(void)
 		{
 			MemoryContext old = MemoryContextSwitchTo(s->context);
 
-			if (s->txn_pending->records.len > 0 || s->txn_pending->incomplete)
+			if (s->txn_pending->records.len > 0 || s->txn_pending->problem != NULL)
 				s->pending = lappend(s->pending, s->txn_pending);
 			MemoryContextSwitchTo(old);
 		}
@@ -1317,6 +1337,13 @@ ss_take_over(ShapeStream *s)
 	s->filtering = true;
 	s->last = pub.last;
 	s->appended = false;
+	{
+		/* now its table must log old rows in full: look once */
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		ss_changed_relids = list_append_unique_oid(ss_changed_relids, s->relid);
+		MemoryContextSwitchTo(old);
+	}
 	foreach(lc, s->pending)
 	{
 		PendingTxn *txn = lfirst(lc);
@@ -1325,9 +1352,9 @@ ss_take_over(ShapeStream *s)
 
 		if (ss_visible(s, txn->xid))
 			continue;
-		if (txn->incomplete)
+		if (txn->problem != NULL)
 		{
-			ss_rotate_later(s, "a change of its table came without the old row: its replica identity is no longer FULL");
+			ss_rotate_later(s, txn->problem);
 			break;
 		}
 		while (p < end)

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+#
+# A shape made while decoding is behind must not be rotated by what its own
+# snapshot already has.  A stopped synchronous standby holds a commit (B),
+# and with it the decoder, while other sessions (synchronous_commit = local)
+# create a table and fill it, change another table's columns, and truncate a
+# third.  Shapes on the three tables are made and read now, with all of that
+# in their snapshots.  Then the standby starts and the decoder reads those
+# events after the shapes exist.  Before the fix every one of them rotated its
+# shape (409): the new table's insert came with the table not yet REPLICA
+# IDENTITY FULL as decoding sees it, the older insert with the older columns,
+# the TRUNCATE as a TRUNCATE.  And a shape whose snapshot is still queued
+# (the one snapshot worker waits for a table another session holds locked)
+# while decoding passes its new table's creation must not be rotated because
+# the table is not yet REPLICA IDENTITY FULL: its snapshot worker sets that.
+# Under CI's load that race made a brand new shape answer 503 "Failed to
+# create shape".
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+init_work
+
+follow_shape() {
+	python3 "$here/shape_follow.py" --url "$SHAPE_SYNC_URL" --table "$1" --until-id 100 \
+		--ready-file "$work/$1.ready" --timeout 60 >"$work/$1.json" &
+	helpers+=($!)
+	eval "follow_$1=$!"
+}
+snapshotting() {
+	[[ $(cluster_psql -At -c "SELECT count(*) FROM shape_sync.shapes WHERE state = 'snapshotting'") == "$1" ]]
+}
+
+SHAPE_SYNC_EXTRA_CONF="shape_sync.max_snapshot_workers = 1" start_cluster_retrying 4490
+cluster_psql <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE slow (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE slow_part PARTITION OF slow FOR VALUES FROM (MINVALUE) TO (MAXVALUE);
+ALTER TABLE slow REPLICA IDENTITY FULL;
+ALTER TABLE slow_part REPLICA IDENTITY FULL;
+INSERT INTO slow VALUES (1, 'one');
+CREATE TABLE hold (id int PRIMARY KEY);
+CREATE TABLE wide (id int PRIMARY KEY, v text);
+ALTER TABLE wide REPLICA IDENTITY FULL;
+INSERT INTO wide VALUES (1, 'one');
+CREATE TABLE emptied (id int PRIMARY KEY, v text);
+ALTER TABLE emptied REPLICA IDENTITY FULL;
+INSERT INTO emptied VALUES (1, 'gone'), (2, 'gone');
+SQL
+
+check "a standby made with pg_basebackup starts" cluster_standby_create standby1
+cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'"
+cluster_reload
+is_sync() {
+	[[ $(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'") == sync ]]
+}
+check "it is the synchronous standby" wait_for 30 is_sync
+check "the standby stops" cluster_standby_stop
+
+# B: its commit waits for the standby, and decoding waits at it
+cluster_psql -c "INSERT INTO hold VALUES (1)" >"$work/b.out" 2>&1 &
+b_pid=$!
+helpers+=($b_pid)
+b_waits() {
+	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 1 ]]
+}
+check "B's commit waits for the standby" wait_for 10 b_waits
+
+# the events, committed locally behind B
+PGOPTIONS='-c synchronous_commit=local' cluster_psql -v ON_ERROR_STOP=1 <<'SQL'
+CREATE TABLE fresh (id int PRIMARY KEY, v text);
+INSERT INTO fresh VALUES (1, 'one'), (2, 'two');
+INSERT INTO wide VALUES (2, 'before the new column');
+ALTER TABLE wide ADD COLUMN w int;
+UPDATE wide SET w = id;
+TRUNCATE emptied;
+INSERT INTO emptied VALUES (3, 'after the truncate');
+CREATE TABLE queued (id int PRIMARY KEY, v text);
+INSERT INTO queued VALUES (1, 'one');
+SQL
+expect_eq "B is still in progress" 1 "$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")"
+
+# the shapes, made and read now
+for t in fresh wide emptied; do follow_shape "$t"; done
+for t in fresh wide emptied; do
+	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
+done
+
+# L holds slow's partition locked: making the shape on slow reads only its
+# catalog, but its snapshot waits, and queued's behind it
+mkfifo "$work/l"
+cluster_psql <"$work/l" >"$work/l.out" 2>&1 &
+helpers+=($!)
+exec 5>"$work/l"
+echo "BEGIN; LOCK TABLE slow_part IN ACCESS EXCLUSIVE MODE;" >&5
+l_locks() {
+	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 'slow_part'::regclass AND mode = 'AccessExclusiveLock' AND granted") == 1 ]]
+}
+check "L holds slow_part locked" wait_for 10 l_locks
+follow_shape slow
+check "slow's snapshot waits" wait_for 10 snapshotting 1
+follow_shape queued
+check "queued's snapshot waits behind it" wait_for 10 snapshotting 2
+
+check "the standby starts again" cluster_standby_start
+check "B's commit returns" wait_for 30 bash -c "! kill -0 $b_pid 2>/dev/null"
+lsn=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
+decoded() {
+	[[ $(cluster_psql -At -c "SELECT bool_and(confirmed_flush_lsn >= '$lsn') FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync%'") == t ]]
+}
+check "decoding passed queued's creation while its snapshot waits" wait_for 30 decoded
+check "queued's snapshot still waits" snapshotting 2
+echo "COMMIT;" >&5
+for t in slow queued; do
+	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
+done
+
+for t in fresh wide emptied slow queued; do
+	cluster_psql -c "INSERT INTO $t (id, v) VALUES (100, 'marker')"
+done
+wait "$follow_fresh" "$follow_wide" "$follow_emptied" "$follow_slow" "$follow_queued" || true
+
+for t in fresh wide emptied slow queued; do
+	field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$work/$t.json" "$1"; }
+	expect_eq "$t: the shape was not rotated, and its client reached the marker" done "$(field 'd["status"]')"
+	expect_eq "$t: the live changes are the marker alone" "[['insert', '100']]" "$(field 'd["operations"]')"
+	expect_eq "$t: the client ends with the rows of the table" \
+		"$(cluster_psql -At -c "SELECT string_agg(id::text, ' ' ORDER BY id) FROM $t")" \
+		"$(field '" ".join(sorted((r["id"] for r in d["rows"].values()), key=int))')"
+done
+expect_eq "no shape was rotated" 0 "$(grep -c 'will be rotated' "$SHAPE_SYNC_LOG" || true)"
+finish
