@@ -32,6 +32,19 @@
  * shapes are rebuilt (retired) when it restarts, so confirming the
  * decoded position right away loses nothing.
  *
+ * The worker reads the catalog in two ways: decoding reads it as of each
+ * transaction it decodes (historic snapshots), and everything else
+ * (resolving shapes, checking tables) as it is now.  The relation and
+ * catalog caches keep entries from either, and nothing tells one use that
+ * an entry was built for the other: a table rewritten since the change
+ * being decoded is cached with its new TOAST table, which the change's
+ * snapshot cannot open, or with column types its tuples do not have.  So,
+ * like pg_logical_slot_get_changes(), the worker empties those caches
+ * whenever it goes from one way to the other (decoder_use_current_catalog
+ * and the start of a batch); not at every batch, only at a switch.  The
+ * cache callbacks of shape_stream.c ignore these resets
+ * (decoder_resetting_caches): nothing changed.
+ *
  * PostgreSQL 15.20 only lets a slot use the output plugins listed in
  * output_plugin_libraries.  The worker trusts its own library for its own
  * process by adding it to that list with a process-local override; other
@@ -58,6 +71,7 @@
 #include "replication/slot.h"
 #include "storage/procarray.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/varlena.h"
 
@@ -71,6 +85,45 @@ static LogicalDecodingContext *dec_ctx = NULL;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
 static char dec_marker;			/* output_writer_private of the worker */
+
+/* which snapshots the entries of the caches were built under (see the header) */
+typedef enum DecoderCatalogUse
+{
+	DECODER_CATALOG_CURRENT,
+	DECODER_CATALOG_HISTORIC,
+} DecoderCatalogUse;
+
+static DecoderCatalogUse dec_catalog_use = DECODER_CATALOG_CURRENT;
+bool		decoder_resetting_caches = false;
+
+/* Empties the relation and catalog caches for the other use of the catalog. */
+static void
+dec_switch_catalog_use(DecoderCatalogUse use)
+{
+	if (dec_catalog_use == use)
+		return;
+	decoder_resetting_caches = true;
+	PG_TRY();
+	{
+		InvalidateSystemCaches();
+	}
+	PG_FINALLY();
+	{
+		decoder_resetting_caches = false;
+	}
+	PG_END_TRY();
+	dec_catalog_use = use;
+}
+
+/*
+ * Called by the worker before it reads the catalog as it is now (a
+ * transaction of its own), after decoding read it as it was.
+ */
+void
+decoder_use_current_catalog(void)
+{
+	dec_switch_catalog_use(DECODER_CATALOG_CURRENT);
+}
 
 bool
 decoder_is_worker_context(struct LogicalDecodingContext *ctx)
@@ -231,6 +284,7 @@ decoder_step(void)
 			XLogBeginRead(dec_ctx->reader, dec_ctx->reader->ReadRecPtr);
 			break;
 		}
+		dec_switch_catalog_use(DECODER_CATALOG_HISTORIC);
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
 		if (shape_stream_recheck_pending())

@@ -24,5 +24,9 @@ extern bool decoder_wal_pending(void);
 extern bool decoder_holds_commit(void);
 extern void decoder_stop(void);
 extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
+extern void decoder_use_current_catalog(void);
+
+/* true while the decoder empties the caches on purpose: nothing changed */
+extern bool decoder_resetting_caches;
 
 #endif							/* SHAPE_SYNC_DECODER_H */

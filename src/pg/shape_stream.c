@@ -97,6 +97,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "decoder.h"
 #include "eval_deadline.h"
 #include "partition_route.h"
 #include "guc.h"
@@ -242,7 +243,7 @@ ss_mark_relation_for_check(Oid relid)
 static void
 ss_relcache_callback(Datum arg, Oid relid)
 {
-	if (ss_streams == NULL)
+	if (ss_streams == NULL || decoder_resetting_caches)
 		return;
 	if (!OidIsValid(relid))
 		ss_mark_all_for_check();
@@ -262,7 +263,8 @@ ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
 	ShapeTable *table;
 
-	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0)
+	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0 ||
+		decoder_resetting_caches)
 		return;
 	if (cacheid == AUTHMEMROLEMEM || hashvalue == 0)
 	{
@@ -1506,6 +1508,7 @@ shape_stream_maintain(void)
 					changed = list_append_unique_oid(changed, ss_streams[i].relid);
 			ss_all_changed = false;
 		}
+		decoder_use_current_catalog();
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());

@@ -164,6 +164,7 @@ worker_check_role(void)
 	static char *reported = NULL;
 	char	   *problem;
 
+	decoder_use_current_catalog();
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	problem = shape_role_problem();
@@ -265,6 +266,7 @@ worker_resolve_requests(void)
 	if (list == NULL)
 		return;
 	pgstat_report_activity(STATE_RUNNING, "resolving shape requests");
+	decoder_use_current_catalog();
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());

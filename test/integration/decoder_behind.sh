@@ -15,13 +15,23 @@
 # the table is not yet REPLICA IDENTITY FULL: its snapshot worker sets that.
 # Under CI's load that race made a brand new shape answer 503 "Failed to
 # create shape".
+#
+# And decoding behind the catalog must read the catalog as it was, though the
+# worker also reads it as it is now (to make shapes): a table's TOASTed update,
+# then a rewrite of the table (ALTER COLUMN TYPE, a new TOAST table), then a
+# new shape on it made while decoding has not reached either; a shape of the
+# table's other columns must get the update, whole, and stay.  Before the fix
+# the worker's relation cache kept the table as it is now, with its new TOAST
+# table, and decoding the older update failed ("could not open toast relation")
+# at every start of the worker, for good.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
 
+# follow_shape NAME [TABLE [WHERE [COLUMNS]]]
 follow_shape() {
-	python3 "$here/shape_follow.py" --url "$SHAPE_SYNC_URL" --table "$1" --until-id 100 \
-		--ready-file "$work/$1.ready" --timeout 60 >"$work/$1.json" &
+	python3 "$here/shape_follow.py" --url "$SHAPE_SYNC_URL" --table "${2:-$1}" ${3:+--where "$3"} ${4:+--columns "$4"} \
+		--until-id 100 --ready-file "$work/$1.ready" --timeout 60 >"$work/$1.json" &
 	helpers+=($!)
 	eval "follow_$1=$!"
 }
@@ -38,6 +48,9 @@ ALTER TABLE slow REPLICA IDENTITY FULL;
 ALTER TABLE slow_part REPLICA IDENTITY FULL;
 INSERT INTO slow VALUES (1, 'one');
 CREATE TABLE hold (id int PRIMARY KEY);
+CREATE TABLE toasty (id int PRIMARY KEY, m int, v text);
+ALTER TABLE toasty REPLICA IDENTITY FULL;
+INSERT INTO toasty SELECT g, g, 'small' FROM generate_series(1, 3) g;
 CREATE TABLE wide (id int PRIMARY KEY, v text);
 ALTER TABLE wide REPLICA IDENTITY FULL;
 INSERT INTO wide VALUES (1, 'one');
@@ -53,6 +66,8 @@ is_sync() {
 	[[ $(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'") == sync ]]
 }
 check "it is the synchronous standby" wait_for 30 is_sync
+follow_shape toasty_before toasty "" id,v
+check "a shape on toasty is read before decoding stops" wait_for 30 test -s "$work/toasty_before.ready"
 check "the standby stops" cluster_standby_stop
 
 # B: its commit waits for the standby, and decoding waits at it
@@ -75,12 +90,16 @@ TRUNCATE emptied;
 INSERT INTO emptied VALUES (3, 'after the truncate');
 CREATE TABLE queued (id int PRIMARY KEY, v text);
 INSERT INTO queued VALUES (1, 'one');
+UPDATE toasty SET v = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g) WHERE id = 2;
+ALTER TABLE toasty ALTER COLUMN m TYPE bigint;
 SQL
+worker_before=$(worker_pid)
 expect_eq "B is still in progress" 1 "$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")"
 
 # the shapes, made and read now
 for t in fresh wide emptied; do follow_shape "$t"; done
-for t in fresh wide emptied; do
+follow_shape toasty_after toasty "id > 0"
+for t in fresh wide emptied toasty_after; do
 	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
 done
 
@@ -113,18 +132,26 @@ for t in slow queued; do
 	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
 done
 
-for t in fresh wide emptied slow queued; do
+for t in fresh wide emptied slow queued toasty; do
 	cluster_psql -c "INSERT INTO $t (id, v) VALUES (100, 'marker')"
 done
-wait "$follow_fresh" "$follow_wide" "$follow_emptied" "$follow_slow" "$follow_queued" || true
+wait "$follow_fresh" "$follow_wide" "$follow_emptied" "$follow_slow" "$follow_queued" \
+	"$follow_toasty_before" "$follow_toasty_after" || true
 
-for t in fresh wide emptied slow queued; do
-	field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$work/$t.json" "$1"; }
-	expect_eq "$t: the shape was not rotated, and its client reached the marker" done "$(field 'd["status"]')"
-	expect_eq "$t: the live changes are the marker alone" "[['insert', '100']]" "$(field 'd["operations"]')"
+field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$work/$1.json" "$2"; }
+for t in fresh wide emptied slow queued toasty_after; do
+	expect_eq "$t: the shape was not rotated, and its client reached the marker" done "$(field $t 'd["status"]')"
+	expect_eq "$t: the live changes are the marker alone" "[['insert', '100']]" "$(field $t 'd["operations"]')"
 	expect_eq "$t: the client ends with the rows of the table" \
-		"$(cluster_psql -At -c "SELECT string_agg(id::text, ' ' ORDER BY id) FROM $t")" \
-		"$(field '" ".join(sorted((r["id"] for r in d["rows"].values()), key=int))')"
+		"$(cluster_psql -At -c "SELECT string_agg(id::text, ' ' ORDER BY id) FROM ${t%_after}")" \
+		"$(field $t '" ".join(sorted((r["id"] for r in d["rows"].values()), key=int))')"
 done
+expect_eq "toasty_before (id, v): the TOASTed update came, then the marker" \
+	"done [['update', '2'], ['insert', '100']]" "$(field toasty_before 'd["status"] + " " + str(d["operations"])')"
+expect_eq "toasty_before: with the whole new value" \
+	"$(cluster_psql -At -c "SELECT md5(v) FROM toasty WHERE id = 2")" \
+	"$(field toasty_before '__import__("hashlib").md5(d["rows"]["\"public\".\"toasty\"/\"2\""]["v"].encode()).hexdigest()')"
+expect_eq "decoding never failed" 0 "$(grep -c 'ERROR' "$SHAPE_SYNC_LOG" || true)"
+expect_eq "it is the same worker" "$worker_before" "$(worker_pid)"
 expect_eq "no shape was rotated" 0 "$(grep -c 'will be rotated' "$SHAPE_SYNC_LOG" || true)"
 finish

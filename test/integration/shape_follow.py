@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test/integration/shape_follow.py: follows one shape as a strict raw client.
 
-    shape_follow.py --url URL --table T --until-id N --ready-file F [--timeout S]
+    shape_follow.py --url URL --table T [--where W] [--columns C] --until-id N --ready-file F [--timeout S]
 
 Reads the shape from offset=-1 until up-to-date, writes the rows it has then
 to READY-FILE (one JSON object: {"rows": {id: row}}), then follows it live
@@ -35,12 +35,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True)
     ap.add_argument("--table", required=True)
+    ap.add_argument("--where")
+    ap.add_argument("--columns")
     ap.add_argument("--until-id", required=True)
     ap.add_argument("--ready-file", required=True)
     ap.add_argument("--timeout", type=float, default=30)
     args = ap.parse_args()
 
     base = f"{args.url}/v1/shape?table={urllib.parse.quote(args.table)}"
+    if args.where:
+        base += f"&where={urllib.parse.quote(args.where)}"
+    if args.columns:
+        base += f"&columns={urllib.parse.quote(args.columns)}"
     rows, operations, violations = {}, [], []
     offset, handle, live, ready = "-1", None, False, False
     deadline = time.monotonic() + args.timeout
