@@ -685,6 +685,23 @@ http_resolve_addresses(const char *list, int port, struct sockaddr_storage *out,
 	return n;
 }
 
+/*
+ * New connections are closed at once while the server stops.  (Not with
+ * MHD_quiesce_daemon: in thread-pool epoll mode it takes the listen socket
+ * out of each worker's epoll set from this thread while the worker may be
+ * doing the same at its connection limit, and libmicrohttpd panics when
+ * the second removal fails.)
+ */
+static enum MHD_Result
+http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+	HttpServer *server = cls;
+
+	(void) addr;
+	(void) addrlen;
+	return atomic_load(&server->stopping) ? MHD_NO : MHD_YES;
+}
+
 static struct MHD_Daemon *
 http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 				  const struct sockaddr *addr, bool ipv6, bool dual_stack,
@@ -719,7 +736,7 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 		opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_SOCK_ADDR, 0, (void *) addr};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_END, 0, NULL};
 
-	return MHD_start_daemon(flags, (uint16_t) options->port, NULL, NULL,
+	return MHD_start_daemon(flags, (uint16_t) options->port, http_accept_policy, server,
 							http_access, server,
 							MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 }
@@ -887,7 +904,6 @@ http_server_stop(HttpServer *server)
 {
 	ShapeRequest *pending;
 	int64_t		give_up;
-	MHD_socket	listeners[HTTP_MAX_DAEMONS];
 
 	if (server == NULL)
 		return;
@@ -909,10 +925,8 @@ http_server_stop(HttpServer *server)
 	/*
 	 * Resuming only flags a connection: give the daemons a moment to run
 	 * the handlers, which answer 503, before stopping them closes what is
-	 * left.  New connections are refused meanwhile.
+	 * left.  New connections are closed meanwhile (http_accept_policy).
 	 */
-	for (int i = 0; i < server->ndaemons; i++)
-		listeners[i] = MHD_quiesce_daemon(server->daemons[i]);
 	give_up = waiters_now_ms() + 2000;
 	while (atomic_load(&server->unanswered) > 0 && waiters_now_ms() < give_up)
 	{
@@ -921,10 +935,6 @@ http_server_stop(HttpServer *server)
 		nanosleep(&pause, NULL);
 	}
 	for (int i = 0; i < server->ndaemons; i++)
-	{
 		MHD_stop_daemon(server->daemons[i]);
-		if (listeners[i] != MHD_INVALID_SOCKET)
-			close(listeners[i]);	/* quiescing handed it to us */
-	}
 	http_server_free(server);
 }

@@ -9,7 +9,20 @@
 # non-zero when any check of any seed failed.
 #
 # Environment passed through to integrity.mjs: SEED, DURATION, RESTART_DURATION, WRITERS,
-# INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, CONVERGE_TIMEOUT, VERBOSE.
+# INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, CONVERGE_TIMEOUT, VERBOSE,
+# and the chaos knobs INTEGRITY_CHAOS (0 turns all chaos events off), INTEGRITY_CHAOS_EVENTS
+# (kinds and weights, e.g. `truncate,addcol:3`), INTEGRITY_CHAOS_GAP, INTEGRITY_CHAOS_BIG_ROWS
+# (see the header of integrity.mjs).
+#
+# INTEGRITY_SYNC_STANDBY=1 (default 0): before each seed's test, a physical standby of the
+# cluster is made with pg_basebackup and named in synchronous_standby_names
+# (test/integrity/standby.sh), and the chaos loop stops it for 0.5-3 s now and then, so
+# that commits stall and resume.
+#
+# A failing seed prints the lines of the server log with ERROR/WARNING/FATAL/PANIC; each
+# failing check of integrity.mjs is classed [DIVERGENCE] (a client's rows differ from
+# PostgreSQL's), [SERVER] (another server misbehaviour) or [HARNESS] (the test's own
+# machinery). INTEGRITY_KEEP_LOG=PATH keeps a failing seed's server log as PATH.<seed>.
 # The node modules come from test/http/node_modules (see the header of integrity.mjs); run
 # scripts/install-deps.sh first.
 set -euo pipefail
@@ -18,6 +31,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$root/scripts/lib/cluster.sh"
+# shellcheck source=standby.sh
+source "$here/standby.sh"
 
 if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
 	echo "not ok 1 - test/http/node_modules is missing (run scripts/install-deps.sh)"
@@ -33,7 +48,7 @@ export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '2s'
 shape_sync.chunk_bytes_threshold = '16kB'${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 
-trap cluster_stop EXIT
+trap 'standby_stop; cluster_stop' EXIT
 failed=()
 for seed in "${seeds[@]}"; do
 	echo "# === seed $seed"
@@ -42,28 +57,47 @@ for seed in "${seeds[@]}"; do
 	# could take it.
 	port=$(cluster_free_port $((5200 + RANDOM % 600))) || port=
 	cluster_start "$port" || { echo "not ok - seed $seed: cluster_start failed"; failed+=("$seed"); continue; }
+	if [[ ${INTEGRITY_SYNC_STANDBY:-0} == 1 ]] && ! standby_start; then
+		echo "not ok - seed $seed: [HARNESS] the synchronous standby could not be set up"
+		failed+=("$seed")
+		standby_stop
+		cluster_stop
+		continue
+	fi
 	rc=0
-	SEED=$seed timeout -k 10 180 node "$here/integrity.mjs" || rc=$?
+	SEED=$seed timeout -k 10 200 node "$here/integrity.mjs" || rc=$?
 	if ((rc != 0)); then
 		failed+=("$seed")
-		echo "# seed $seed failed (exit $rc); server log, lines with ERROR/WARNING/FATAL/PANIC (last 40):"
-		grep -E 'ERROR|WARNING|FATAL|PANIC|TRAP|terminated by signal' "$SHAPE_SYNC_LOG" | tail -n 40 | sed 's/^/#   /' || true
+		((rc == 124 || rc == 137)) && echo "not ok - seed $seed: [HARNESS] integrity.mjs killed after 200 s"
+		# the writers' own failures that chaos causes on purpose are left out (counted)
+		noise='relation "integ_[abc]" does not exist|canceling statement due to lock timeout|there is no transaction in progress|duplicate key value violates|deadlock detected|terminating connection due to administrator command'
+		echo "# seed $seed failed (exit $rc); server log ($SHAPE_SYNC_LOG), lines with ERROR/WARNING/FATAL/PANIC (last 40;" \
+			"$(grep -E 'ERROR|WARNING|FATAL' "$SHAPE_SYNC_LOG" | grep -cE "$noise") lines of writers' expected errors left out):"
+		grep -E 'ERROR|WARNING|FATAL|PANIC|TRAP|terminated by signal|panic at' "$SHAPE_SYNC_LOG" | grep -vE "$noise" | tail -n 40 | sed 's/^/#   /' || true
+		if [[ -n ${INTEGRITY_STANDBY_LOG:-} && -f $INTEGRITY_STANDBY_LOG ]]; then
+			echo "# standby log, lines with ERROR/FATAL/PANIC (last 10):"
+			grep -E 'ERROR|FATAL|PANIC' "$INTEGRITY_STANDBY_LOG" | tail -n 10 | sed 's/^/#   /' || true
+		fi
+		if [[ -n ${INTEGRITY_KEEP_LOG:-} ]]; then
+			cp "$SHAPE_SYNC_LOG" "$INTEGRITY_KEEP_LOG.$seed" && echo "# server log kept in $INTEGRITY_KEEP_LOG.$seed"
+		fi
 	fi
 	if grep -q 'could not start its HTTP server' "$SHAPE_SYNC_LOG"; then
 		echo "# environment: after the restart shape_sync could not listen on its HTTP port (taken by"
 		echo "# another process meanwhile); the clients talked to that process. This seed's result says"
 		echo "# nothing about shape_sync: run it again."
 	fi
-	if grep -qE 'PANIC|TRAP:|terminated by signal|server process .* was terminated' "$SHAPE_SYNC_LOG"; then
-		echo "not ok - seed $seed: the server log shows a crash"
-		grep -E 'PANIC|TRAP:|terminated by signal|was terminated' "$SHAPE_SYNC_LOG" | head -n 10 | sed 's/^/#   /'
+	if grep -qE 'PANIC|TRAP:|terminated by signal|server process .* was terminated|panic at' "$SHAPE_SYNC_LOG"; then
+		echo "not ok - seed $seed: [SERVER] the server log shows a crash"
+		grep -E 'PANIC|TRAP:|terminated by signal|was terminated|panic at' "$SHAPE_SYNC_LOG" | head -n 10 | sed 's/^/#   /' || true
 		failed+=("$seed")
 	fi
+	standby_stop
 	cluster_stop
 done
 
 if ((${#failed[@]})); then
-	echo "# FAILED seeds: ${failed[*]}"
+	echo "# FAILED seeds: $(printf '%s\n' "${failed[@]}" | awk '!seen[$0]++' | tr '\n' ' ')"
 	exit 1
 fi
 echo "# all seeds passed: ${seeds[*]}"

@@ -1880,6 +1880,78 @@ TEST(stop_answers_every_outstanding_request)
 	CHECK_EQ(stop_dropped, 0);
 }
 
+typedef struct Connector
+{
+	int			port;
+	_Atomic bool stop;
+} Connector;
+
+/* Opens connections as fast as it can, keeping up to 16 open. */
+static void *
+connector(void *arg)
+{
+	Connector  *cn = arg;
+	HcConn		open_conns[16];
+	int			n = 0;
+
+	while (!atomic_load(&cn->stop))
+	{
+		if (n == 16)
+		{
+			hc_close(&open_conns[0]);
+			memmove(&open_conns[0], &open_conns[1], sizeof(HcConn) * --n);
+		}
+		if (hc_open(&open_conns[n], cn->port, 1))
+			n++;
+	}
+	while (n > 0)
+		hc_close(&open_conns[--n]);
+	return NULL;
+}
+
+/*
+ * regression: stopping used MHD_quiesce_daemon, which takes the listen
+ * socket out of each worker's epoll set from the stopping thread while a
+ * worker at its connection limit may take it out too: libmicrohttpd then
+ * panicked ("Failed to remove listen FD from epoll set"), once, in the
+ * chaos integrity test.  Stop many times while clients keep the workers at
+ * their limit.
+ */
+TEST(stop_while_clients_connect_at_the_limit)
+{
+	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+
+	for (int round = 0; round < 40; round++)
+	{
+		HttpServerOptions opts;
+		RequestQueue q;
+		HttpServer *s = NULL;
+		char		err[256] = "";
+		Connector	cn;
+		pthread_t	th;
+
+		REQUIRE_EQ(request_queue_init(&q), 0);
+		fixture_options(&opts, 4, 16384);	/* one connection per worker */
+		opts.queue = &q;
+		for (int attempt = 0; attempt < 10 && s == NULL; attempt++)
+		{
+			opts.port = probe_free_port();
+			if (opts.port > 0)
+				s = http_server_start(&opts, &settings, err, sizeof(err));
+		}
+		REQUIRE(s != NULL);
+		cn.port = opts.port;
+		atomic_init(&cn.stop, false);
+		pthread_create(&th, NULL, connector, &cn);
+		usleep(5000 + (round % 8) * 1000);
+		http_server_stop(s);	/* closes q */
+		atomic_store(&cn.stop, true);
+		pthread_join(th, NULL);
+		request_queue_destroy(&q);
+	}
+}
+
 TEST(cleanup)
 {
 	fixture_cleanup();
