@@ -40,8 +40,9 @@
  * being decoded is cached with its new TOAST table, which the change's
  * snapshot cannot open, or with column types its tuples do not have.  So,
  * like pg_logical_slot_get_changes(), the worker empties those caches
- * whenever it goes from one way to the other (decoder_use_current_catalog
- * and the start of a batch); not at every batch, only at a switch.  The
+ * whenever it goes from one way to the other: decoder_use_current_catalog,
+ * and before a transaction record (the plugin has no streaming callbacks,
+ * so only replaying a commit reads the catalog); only at a switch.  The
  * cache callbacks of shape_stream.c ignore these resets
  * (decoder_resetting_caches): nothing changed.
  *
@@ -102,6 +103,8 @@ dec_switch_catalog_use(DecoderCatalogUse use)
 {
 	if (dec_catalog_use == use)
 		return;
+	/* inside a transaction a reset would rebuild entries and read messages */
+	Assert(!IsTransactionState());
 	decoder_resetting_caches = true;
 	PG_TRY();
 	{
@@ -284,7 +287,8 @@ decoder_step(void)
 			XLogBeginRead(dec_ctx->reader, dec_ctx->reader->ReadRecPtr);
 			break;
 		}
-		dec_switch_catalog_use(DECODER_CATALOG_HISTORIC);
+		if (XLogRecGetRmid(dec_ctx->reader) == RM_XACT_ID)
+			dec_switch_catalog_use(DECODER_CATALOG_HISTORIC);
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
 		if (shape_stream_recheck_pending())

@@ -111,7 +111,7 @@
 typedef struct PendingTxn
 {
 	TransactionId xid;
-	const char *problem;		/* why the shape must rotate, unless the
+	char	   *problem;		/* why the shape must rotate, unless the
 								 * snapshot has this transaction */
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
 } PendingTxn;
@@ -731,6 +731,15 @@ ss_release_held(ShapeStream *s, bool last)
 	s->has_held = false;
 }
 
+static void
+ss_free_pending(PendingTxn *txn)
+{
+	pfree(txn->records.data);
+	if (txn->problem != NULL)
+		pfree(txn->problem);
+	pfree(txn);
+}
+
 /* First change of the transaction for this shape. */
 static bool
 ss_touch(ShapeStream *s)
@@ -901,15 +910,16 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
  * transaction (ss_take_over).  What a snapshot already has never rotates
  * a shape: decoding can be far behind, and reach a table's creation, its
  * old columns or a TRUNCATE after the shape was made from the table as it
- * is now.  `why` must outlive the transaction (a literal).
+ * is now.
  */
 static void
 ss_rotate_unless_in_snapshot(ShapeStream *s, const char *why)
 {
+	Assert(s->touched && !s->skip_txn);
 	if (s->ready)
 		ss_rotate_later(s, why);
 	else if (s->txn_pending->problem == NULL)
-		s->txn_pending->problem = why;
+		s->txn_pending->problem = MemoryContextStrdup(s->context, why);
 }
 
 /* Whether the shape still takes changes of the current transaction. */
@@ -1129,10 +1139,9 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 		if (too_slow)
 			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
 									  shape_sync_where_evaluation_timeout));
-		else if (s->ready)
-			ss_rotate_later(s, psprintf("a change could not be processed: %s", edata->message));
 		else
-			ss_rotate_unless_in_snapshot(s, "a change could not be processed");
+			ss_rotate_unless_in_snapshot(s, psprintf("a change could not be processed: %s",
+													 edata->message));
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
@@ -1247,7 +1256,7 @@ ss_recheck_privileges(ShapeStream *s)
 	PG_END_TRY();
 	shape_role_restore(&saved);
 	if (problem != NULL)
-		ss_rotate_later(s, problem);
+		ss_rotate_unless_in_snapshot(s, problem);
 }
 
 /*
@@ -1266,7 +1275,8 @@ shape_stream_commit(void)
 	{
 		ShapeStream *s = lfirst(lc);
 
-		if (s->needs_check && !s->rotate)
+		/* as of a transaction the snapshot has, the privileges do not matter */
+		if (s->needs_check && !s->rotate && !s->skip_txn)
 			ss_recheck_privileges(s);
 		ss_release_held(s, true);
 		if (s->rotate)
@@ -1277,6 +1287,8 @@ shape_stream_commit(void)
 
 			if (s->txn_pending->records.len > 0 || s->txn_pending->problem != NULL)
 				s->pending = lappend(s->pending, s->txn_pending);
+			else
+				ss_free_pending(s->txn_pending);
 			MemoryContextSwitchTo(old);
 		}
 		else if (s->appended)
@@ -1370,7 +1382,9 @@ ss_take_over(ShapeStream *s)
 			p += sizeof(offset) + sizeof(len) + len;
 		}
 	}
-	list_free_deep(s->pending);
+	foreach(lc, s->pending)
+		ss_free_pending(lfirst(lc));
+	list_free(s->pending);
 	s->pending = NIL;
 	if (s->appended)
 	{
