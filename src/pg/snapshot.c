@@ -93,6 +93,7 @@ typedef struct SnapshotDefinition
 
 /* How long the owner's ALTER TABLE may wait for its lock. */
 #define REPLICA_IDENTITY_LOCK_TIMEOUT_MS	100
+#define SNAPSHOT_REPLICA_IDENTITY_TRIES	3	/* when something keeps setting it back */
 
 /* The writer's state while appending to the shape log. */
 typedef struct SnapshotWriter
@@ -560,6 +561,10 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
 			snprintf(message, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
 			return 400;
+		case ERRCODE_T_R_SERIALIZATION_FAILURE:
+			snprintf(message, len, "The shape's snapshot could not be taken: %s, please retry",
+					 edata->message);
+			return 503;
 		case ERRCODE_LOCK_NOT_AVAILABLE:
 			snprintf(message, len,
 					 "The table is in use: REPLICA IDENTITY FULL could not be set within %d ms, please retry",
@@ -572,7 +577,11 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 
 /*
  * The snapshot itself: in a REPEATABLE READ, READ ONLY transaction, as
- * the shape's role, within shape_sync.snapshot_statement_timeout.
+ * the shape's role, within shape_sync.snapshot_statement_timeout.  A table
+ * whose replica identity another session set back from FULL between this
+ * worker's ALTER TABLE and the snapshot gets it set again and another
+ * snapshot, up to SNAPSHOT_REPLICA_IDENTITY_TRIES times; then the shape
+ * fails with a 503, which clients retry.
  */
 static void
 snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spec,
@@ -587,47 +596,68 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	Relation	rel;
 	Oid			not_full;
 
-	if (task->manage_replica_identity)
-		snap_ensure_replica_identity_full(spec->relid);
+	for (int attempt = 1;; attempt++)
+	{
+		if (task->manage_replica_identity)
+			snap_ensure_replica_identity_full(spec->relid);
 
-	pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	XactIsoLevel = XACT_REPEATABLE_READ;
-	XactReadOnly = true;
-	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
-	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SET, true, 0, false);
-	if (shape_sync_snapshot_statement_timeout > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	shape_role_become(task->role, &saved);
+		pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		XactIsoLevel = XACT_REPEATABLE_READ;
+		XactReadOnly = true;
+		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
+		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SET, true, 0, false);
+		if (shape_sync_snapshot_statement_timeout > 0)
+			enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		shape_role_become(task->role, &saved);
 
-	/*
-	 * The insert position, read after the snapshot was taken, is past the
-	 * commit record of every transaction the snapshot sees: the stream
-	 * stops checking visibility at the first commit at or beyond it.
-	 */
-	if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
-					"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text, "
-					"(pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
-					true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not read the snapshot's visibility");
-	snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	writer->slot->snapshot_lsn =
-		strtou64(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), NULL, 10);
+		/*
+		 * The insert position, read after the snapshot was taken, is past
+		 * the commit record of every transaction the snapshot sees: the
+		 * stream stops checking visibility at the first commit at or
+		 * beyond it.
+		 */
+		if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
+						"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text, "
+						"(pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
+						true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not read the snapshot's visibility");
+		snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		writer->slot->snapshot_lsn =
+			strtou64(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), NULL, 10);
 
-	/* what the stream needs must still hold, now that the snapshot is taken */
-	rel = table_open(spec->relid, AccessShareLock);
-	if (OidIsValid(not_full = shape_table_not_logged_in_full(spec->relid)))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table \"%s\" does not have REPLICA IDENTITY FULL any more",
-						get_rel_name(not_full)),
-				 errhint("The database operator can run ALTER TABLE ... REPLICA IDENTITY FULL.")));
+		/* what the stream needs must still hold, now that the snapshot is taken */
+		rel = table_open(spec->relid, AccessShareLock);
+		not_full = shape_table_not_logged_in_full(spec->relid);
+		if (!OidIsValid(not_full))
+			break;
+		if (!task->manage_replica_identity)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table \"%s\" does not have REPLICA IDENTITY FULL any more",
+							get_rel_name(not_full)),
+					 errhint("The database operator can run ALTER TABLE ... REPLICA IDENTITY FULL.")));
+		if (attempt == SNAPSHOT_REPLICA_IDENTITY_TRIES)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("the replica identity of table \"%s\" was changed from FULL while the snapshot was taken",
+							get_rel_name(not_full))));
+
+		/* set back meanwhile by someone else: set it again, take another snapshot */
+		table_close(rel, NoLock);
+		shape_role_restore(&saved);
+		if (shape_sync_snapshot_statement_timeout > 0)
+			disable_timeout(STATEMENT_TIMEOUT, false);
+		SPI_finish();
+		PopActiveSnapshot();
+		AbortCurrentTransaction();
+	}
 	table_close(rel, NoLock);
 
 	snapshot_scan(spec, snap_emit, writer);
