@@ -475,8 +475,9 @@ shape_respond_or_wait(ShapeConn *sc)
 			return shape_respond_unavailable(sc, "the server is shutting down", 5);
 	}
 
-	if (c.state == SHAPE_RETIRED)
-		return shape_respond_must_refetch(sc, NULL);
+	if (c.state == SHAPE_RETIRED ||
+		(c.state == SHAPE_FAILED && slot->error_status == MHD_HTTP_CONFLICT))
+		return shape_respond_must_refetch(sc, NULL);	/* 409: rotated, see snapshot.c */
 	if (c.state == SHAPE_FAILED)
 	{
 		char	   *body = json_message_body("message", slot->error);

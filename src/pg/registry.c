@@ -578,7 +578,18 @@ registry_maintain(void)
 			}
 		}
 		if (state == SHAPE_FAILED && e->worker == NULL)
-			reg_remember_failure(i, now);
+		{
+			if (table->slots[i].error_status == 409)
+			{
+				/* its table changed before the snapshot: a new shape, not an error */
+				ereport(LOG,
+						(errmsg("shape %s will be rotated: %s", table->slots[i].handle,
+								table->slots[i].error)));
+				registry_rotate(i);
+			}
+			else
+				reg_remember_failure(i, now);
+		}
 	}
 
 	/* forget failures older than the retention */
@@ -617,7 +628,8 @@ registry_maintain(void)
 		{
 			MemoryContext old = MemoryContextSwitchTo(reg_context);
 
-			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec, e->role,
+			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec,
+										e->schema_json, e->role,
 										e->manage_replica_identity,
 										shape_sync_chunk_bytes_threshold, &e->definition);
 			MemoryContextSwitchTo(old);

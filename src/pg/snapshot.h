@@ -32,7 +32,8 @@ extern void snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg);
  * worker slot is free.
  */
 extern BackgroundWorkerHandle *snapshot_launch(uint32 slot, uint32 generation,
-											   const ShapeSpec *spec, Oid role,
+											   const ShapeSpec *spec,
+											   const char *schema_json, Oid role,
 											   bool manage_replica_identity,
 											   int chunk_threshold,
 											   dsm_segment **segment);
