@@ -6,17 +6,15 @@
 # create a table and fill it, change another table's columns, and truncate a
 # third.  Shapes on the three tables are made and read now, with all of that
 # in their snapshots.  Then the standby starts and the decoder reads those
-# events after the shapes exist.  Before the fix every one of them rotated its
-# shape (409): the new table's insert came with the table not yet REPLICA
-# IDENTITY FULL as decoding sees it, the older insert with the older columns,
-# the TRUNCATE as a TRUNCATE.  And a shape whose snapshot is still queued
-# (the one snapshot worker waits for a table another session holds locked)
-# while decoding passes its new table's creation must not be rotated because
-# the table is not yet REPLICA IDENTITY FULL: its snapshot worker sets that.
-# Under CI's load that race made a brand new shape answer 503 "Failed to
-# create shape".
+# events after the shapes exist.  Before the fix the TRUNCATE rotated its
+# shape (409).  And a shape whose snapshot is still queued (the one snapshot
+# worker waits for a table another session holds locked) while decoding
+# passes its new table's creation must not be rotated because the table is
+# not yet REPLICA IDENTITY FULL: its snapshot worker sets that.  Before the
+# fix it was; under CI's load that race made a brand new shape answer 503
+# "Failed to create shape".
 #
-# And decoding behind the catalog must read the catalog as it was, though the
+# Decoding behind the catalog must read the catalog as it was, though the
 # worker also reads it as it is now (to make shapes): a table's TOASTed update,
 # then a rewrite of the table (ALTER COLUMN TYPE, a new TOAST table), then a
 # new shape on it made while decoding has not reached either; a shape of the
@@ -24,6 +22,11 @@
 # the worker's relation cache kept the table as it is now, with its new TOAST
 # table, and decoding the older update failed ("could not open toast relation")
 # at every start of the worker, for good.
+#
+# Shapes are read as a role of their own (shape_sync.role), which is granted
+# SELECT on a table only after the transaction that created and filled it: the
+# privileges as of that transaction, which the shape's snapshot has, must not
+# rotate the shape (the commit's privilege check did, before the fix).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
@@ -47,6 +50,7 @@ CREATE TABLE slow_part PARTITION OF slow FOR VALUES FROM (MINVALUE) TO (MAXVALUE
 ALTER TABLE slow REPLICA IDENTITY FULL;
 ALTER TABLE slow_part REPLICA IDENTITY FULL;
 INSERT INTO slow VALUES (1, 'one');
+CREATE ROLE behind_reader;
 CREATE TABLE hold (id int PRIMARY KEY);
 CREATE TABLE toasty (id int PRIMARY KEY, m int, v text);
 ALTER TABLE toasty REPLICA IDENTITY FULL;
@@ -57,7 +61,10 @@ INSERT INTO wide VALUES (1, 'one');
 CREATE TABLE emptied (id int PRIMARY KEY, v text);
 ALTER TABLE emptied REPLICA IDENTITY FULL;
 INSERT INTO emptied VALUES (1, 'gone'), (2, 'gone');
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO behind_reader;
+ALTER SYSTEM SET shape_sync.role = 'behind_reader';
 SQL
+cluster_reload
 
 check "a standby made with pg_basebackup starts" cluster_standby_create standby1
 cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'"
@@ -90,6 +97,13 @@ TRUNCATE emptied;
 INSERT INTO emptied VALUES (3, 'after the truncate');
 CREATE TABLE queued (id int PRIMARY KEY, v text);
 INSERT INTO queued VALUES (1, 'one');
+GRANT SELECT ON fresh, queued TO behind_reader;
+BEGIN;
+CREATE TABLE granted (id int PRIMARY KEY, v text);
+ALTER TABLE granted REPLICA IDENTITY FULL;
+INSERT INTO granted VALUES (1, 'one');
+COMMIT;
+GRANT SELECT ON granted TO behind_reader;
 UPDATE toasty SET v = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 300) g) WHERE id = 2;
 ALTER TABLE toasty ALTER COLUMN m TYPE bigint;
 SQL
@@ -97,9 +111,9 @@ worker_before=$(worker_pid)
 expect_eq "B is still in progress" 1 "$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")"
 
 # the shapes, made and read now
-for t in fresh wide emptied; do follow_shape "$t"; done
+for t in fresh wide emptied granted; do follow_shape "$t"; done
 follow_shape toasty_after toasty "id > 0"
-for t in fresh wide emptied toasty_after; do
+for t in fresh wide emptied granted toasty_after; do
 	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
 done
 
@@ -132,14 +146,14 @@ for t in slow queued; do
 	check "the snapshot of $t is read" wait_for 30 test -s "$work/$t.ready"
 done
 
-for t in fresh wide emptied slow queued toasty; do
+for t in fresh wide emptied slow queued toasty granted; do
 	cluster_psql -c "INSERT INTO $t (id, v) VALUES (100, 'marker')"
 done
-wait "$follow_fresh" "$follow_wide" "$follow_emptied" "$follow_slow" "$follow_queued" \
+wait "$follow_fresh" "$follow_wide" "$follow_emptied" "$follow_slow" "$follow_queued" "$follow_granted" \
 	"$follow_toasty_before" "$follow_toasty_after" || true
 
 field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$work/$1.json" "$2"; }
-for t in fresh wide emptied slow queued toasty_after; do
+for t in fresh wide emptied slow queued granted toasty_after; do
 	expect_eq "$t: the shape was not rotated, and its client reached the marker" done "$(field $t 'd["status"]')"
 	expect_eq "$t: the live changes are the marker alone" "[['insert', '100']]" "$(field $t 'd["operations"]')"
 	expect_eq "$t: the client ends with the rows of the table" \

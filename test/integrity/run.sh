@@ -15,9 +15,9 @@
 # (see the header of integrity.mjs).
 #
 # INTEGRITY_SYNC_STANDBY=1 (default 0): before each seed's test, a physical standby of the
-# cluster is made with pg_basebackup and named in synchronous_standby_names
-# (test/integrity/standby.sh), and the chaos loop stops it for 0.5-3 s now and then, so
-# that commits stall and resume.
+# cluster is made with pg_basebackup (cluster_standby_create of scripts/lib/cluster.sh) and
+# named in synchronous_standby_names, and the chaos loop stops it for 0.5-3 s now and then,
+# so that commits stall and resume.
 #
 # A failing seed prints the lines of the server log with ERROR/WARNING/FATAL/PANIC; each
 # failing check of integrity.mjs is classed [DIVERGENCE] (a client's rows differ from
@@ -31,8 +31,24 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$root/scripts/lib/cluster.sh"
-# shellcheck source=standby.sh
-source "$here/standby.sh"
+
+# A synchronous standby named integ_standby, for INTEGRITY_SYNC_STANDBY=1; integrity.mjs stops
+# and starts it through the exported INTEGRITY_STANDBY_* (cluster_stop stops it at the end).
+sync_standby_start() {
+	local state _
+	export INTEGRITY_STANDBY_NAME=integ_standby
+	cluster_standby_create "$INTEGRITY_STANDBY_NAME" || return 1
+	export INTEGRITY_STANDBY_PGDATA=$SHAPE_SYNC_STANDBY_PGDATA INTEGRITY_STANDBY_LOG=$SHAPE_SYNC_STANDBY_PGDATA.log
+	cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = '$INTEGRITY_STANDBY_NAME'" || return 1
+	cluster_reload || return 1
+	for _ in $(seq 1 150); do
+		state=$(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$INTEGRITY_STANDBY_NAME'")
+		[[ $state == sync ]] && return 0
+		sleep 0.2
+	done
+	echo "# the standby is not synchronous after 30 s (sync_state: ${state:-none})"
+	return 1
+}
 
 if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
 	echo "not ok 1 - test/http/node_modules is missing (run scripts/install-deps.sh)"
@@ -48,7 +64,7 @@ export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '2s'
 shape_sync.chunk_bytes_threshold = '16kB'${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 
-trap 'standby_stop; cluster_stop' EXIT
+trap cluster_stop EXIT
 failed=()
 for seed in "${seeds[@]}"; do
 	echo "# === seed $seed"
@@ -57,10 +73,9 @@ for seed in "${seeds[@]}"; do
 	# could take it.
 	port=$(cluster_free_port $((5200 + RANDOM % 600))) || port=
 	cluster_start "$port" || { echo "not ok - seed $seed: cluster_start failed"; failed+=("$seed"); continue; }
-	if [[ ${INTEGRITY_SYNC_STANDBY:-0} == 1 ]] && ! standby_start; then
+	if [[ ${INTEGRITY_SYNC_STANDBY:-0} == 1 ]] && ! sync_standby_start; then
 		echo "not ok - seed $seed: [HARNESS] the synchronous standby could not be set up"
 		failed+=("$seed")
-		standby_stop
 		cluster_stop
 		continue
 	fi
@@ -92,7 +107,6 @@ for seed in "${seeds[@]}"; do
 		grep -E 'PANIC|TRAP:|terminated by signal|was terminated|panic at' "$SHAPE_SYNC_LOG" | head -n 10 | sed 's/^/#   /' || true
 		failed+=("$seed")
 	fi
-	standby_stop
 	cluster_stop
 done
 
