@@ -9,7 +9,10 @@
 #   3. bench/access.sh: the cost of access control per request, the section "Cost of access
 #      control" of bench/RESULTS.md;
 #   4. bench/decode.sh: the cost of the where clause's evaluation deadline per decoded match,
-#      the section "Cost of the where clause's evaluation deadline" of bench/RESULTS.md.
+#      the section "Cost of the where clause's evaluation deadline" of bench/RESULTS.md;
+#   5. bench/commits.sh: decoding many one-row transactions against test_decoding, as a backlog
+#      and while they are written, quiet and with catch-up requests interleaved, the section
+#      "Decoding many small transactions" of bench/RESULTS.md.
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -48,5 +51,6 @@ cluster_stop
 bash "$here/deadline.sh" >/dev/null || rc=$?
 bash "$here/access.sh" >/dev/null || rc=$?
 bash "$here/decode.sh" >/dev/null || rc=$?
+bash "$here/commits.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"

@@ -14,6 +14,8 @@
 #                                   # set synchronous_standby_names = 'NAME' for that
 #   cluster_standby_stop / cluster_standby_start   # stop it (commits that wait for it stall) and
 #                                   # start it again; cluster_stop stops it too
+#   cluster_sync_standby_create NAME  # cluster_standby_create, then synchronous_standby_names =
+#                                   # 'NAME' and a wait (30 s at most) until it is the sync one
 #
 # The cluster lives in a fresh temp dir under /tmp: data in DIR/data, server log in
 # DIR/postgres.log, the Unix socket in DIR itself (listen_addresses='' so PostgreSQL opens no
@@ -250,6 +252,20 @@ cluster_standby_create() {
 	} | _cluster_as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null || return 1
 	export SHAPE_SYNC_STANDBY_PGDATA=$dir/standby SHAPE_SYNC_STANDBY_PORT=$port
 	cluster_standby_start
+}
+
+cluster_sync_standby_create() {
+	local name=$1 _
+	cluster_standby_create "$name" || return 1
+	cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = '$name'" || return 1
+	cluster_reload || return 1
+	for _ in $(seq 1 150); do
+		[[ $(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$name'") == sync ]] &&
+			return 0
+		sleep 0.2
+	done
+	_cluster_say "standby $name is not synchronous after 30 s"
+	return 1
 }
 
 cluster_standby_start() {

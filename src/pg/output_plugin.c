@@ -142,6 +142,12 @@ plugin_hold(LogicalDecodingContext *ctx, StringInfo msg)
 }
 
 static void
+plugin_hold_message(void *arg, uint64 op_position, StringInfo msg)
+{
+	plugin_hold(arg, msg);
+}
+
+static void
 plugin_deform(TupleDesc desc, ReorderBufferTupleBuf *buf, Datum **values, bool **nulls)
 {
 	*values = palloc(sizeof(Datum) * Max(desc->natts, 1));
@@ -191,28 +197,8 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 	state->op += 2;
 	initStringInfo(&msg);
 	if (change->action == REORDER_BUFFER_CHANGE_UPDATE && oldv != NULL)
-	{
-		char	   *old_key = row_encoder_key(&enc, oldv, oldn);
-		char	   *new_key = row_encoder_key(&enc, newv, newn);
-
-		if (strcmp(old_key, new_key) != 0)
-		{
-			/* a key change: the old row goes, the new one comes */
-			RowChange	del = ch;
-
-			del.operation = "delete";
-			del.key_change_to = new_key;
-			if (row_encoder_change(&enc, &del, state->replica_full, &msg))
-				plugin_hold(ctx, &msg);
-			resetStringInfo(&msg);
-			ch.operation = "insert";
-			ch.old_values = NULL;
-			ch.old_nulls = NULL;
-			ch.op_position++;
-			ch.key_change_from = old_key;
-		}
-	}
-	if (row_encoder_change(&enc, &ch, state->replica_full, &msg))
+		row_encoder_update(&enc, &ch, state->replica_full, plugin_hold_message, ctx);
+	else if (row_encoder_change(&enc, &ch, state->replica_full, &msg))
 		plugin_hold(ctx, &msg);
 	AtEOXact_GUC(true, nestlevel);
 }

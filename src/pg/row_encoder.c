@@ -272,6 +272,52 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 	return true;
 }
 
+/*
+ * An update of a row that both was and stays in the shape (old and new
+ * values known): one "update" message, or, when the key changed, Electric's
+ * pair, a delete of the old key that names the new one at the update's op
+ * position and an insert of the new key that names the old one at the next.
+ * Each message that says something goes to `sink`.
+ */
+void
+row_encoder_update(RowEncoder *enc, const RowChange *update, bool replica_full,
+				   RowMessageSink sink, void *arg)
+{
+	char	   *old_key = row_encoder_key(enc, update->old_values, update->old_nulls);
+	char	   *new_key = row_encoder_key(enc, update->new_values, update->new_nulls);
+	StringInfoData msg;
+
+	initStringInfo(&msg);
+	if (strcmp(old_key, new_key) == 0)
+	{
+		if (row_encoder_change(enc, update, replica_full, &msg))
+			sink(arg, update->op_position, &msg);
+	}
+	else
+	{
+		RowChange	del = *update;
+		RowChange	ins = *update;
+
+		del.operation = "delete";
+		del.new_values = NULL;
+		del.new_nulls = NULL;
+		del.key_change_to = new_key;
+		if (row_encoder_change(enc, &del, replica_full, &msg))
+			sink(arg, del.op_position, &msg);
+		resetStringInfo(&msg);
+		ins.operation = "insert";
+		ins.old_values = NULL;
+		ins.old_nulls = NULL;
+		ins.op_position = update->op_position + 1;
+		ins.key_change_from = old_key;
+		if (row_encoder_change(enc, &ins, replica_full, &msg))
+			sink(arg, ins.op_position, &msg);
+	}
+	pfree(msg.data);
+	pfree(old_key);
+	pfree(new_key);
+}
+
 void
 row_encoder_set_display_settings(GucContext context, GucSource source, GucAction action)
 {

@@ -64,6 +64,12 @@ typedef struct RowChange
 
 extern bool row_encoder_change(RowEncoder *enc, const RowChange *change,
 							   bool replica_full, StringInfo out);
+
+/* receives each message of row_encoder_update, at its op position */
+typedef void (*RowMessageSink) (void *arg, uint64 op_position, StringInfo msg);
+
+extern void row_encoder_update(RowEncoder *enc, const RowChange *update, bool replica_full,
+							   RowMessageSink sink, void *arg);
 extern char *row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls);
 
 /* Sets the display settings Electric uses for values, for this session. */

@@ -872,14 +872,23 @@ ss_patch_unchanged_toast(TupleTableSlot *newslot, TupleTableSlot *oldslot)
 }
 
 static void
+ss_message_sink(void *arg, uint64 op_position, StringInfo msg)
+{
+	ss_message(arg, op_position, msg);
+}
+
+/*
+ * One message of `operation`, or for an update of a row that stays in the
+ * shape one or two (a key change: row_encoder_update).
+ */
+static void
 ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
-		  TupleTableSlot *oldslot, uint64 op, const char *key_to, const char *key_from)
+		  TupleTableSlot *oldslot, uint64 op)
 {
 	StringInfoData msg;
 	RowChange	ch = {0};
 	MemoryContext old = MemoryContextSwitchTo(s->context);
 
-	initStringInfo(&msg);
 	ch.operation = operation;
 	if (newslot)
 	{
@@ -894,11 +903,15 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 	ch.lsn = ss_lsn;
 	ch.op_position = op;
 	ch.xid = ss_xid;
-	ch.key_change_to = key_to;
-	ch.key_change_from = key_from;
-	if (row_encoder_change(&s->enc, &ch, s->replica_full, &msg))
-		ss_message(s, op, &msg);
-	pfree(msg.data);
+	if (strcmp(operation, "update") == 0)
+		row_encoder_update(&s->enc, &ch, s->replica_full, ss_message_sink, s);
+	else
+	{
+		initStringInfo(&msg);
+		if (row_encoder_change(&s->enc, &ch, s->replica_full, &msg))
+			ss_message(s, op, &msg);
+		pfree(msg.data);
+	}
 	MemoryContextSwitchTo(old);
 }
 
@@ -1162,33 +1175,18 @@ ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 		switch (action)
 		{
 			case REORDER_BUFFER_CHANGE_INSERT:
-				ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
+				ss_encode(s, "insert", newslot, NULL, op);
 				break;
 			case REORDER_BUFFER_CHANGE_DELETE:
-				ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
+				ss_encode(s, "delete", NULL, oldslot, op);
 				break;
 			case REORDER_BUFFER_CHANGE_UPDATE:
 				if (new_in && !old_in)
-					ss_encode(s, "insert", newslot, NULL, op, NULL, NULL);
+					ss_encode(s, "insert", newslot, NULL, op);
 				else if (!new_in && old_in)
-					ss_encode(s, "delete", NULL, oldslot, op, NULL, NULL);
+					ss_encode(s, "delete", NULL, oldslot, op);
 				else
-				{
-					char	   *old_key = row_encoder_key(&s->enc, oldslot->tts_values,
-														  oldslot->tts_isnull);
-					char	   *new_key = row_encoder_key(&s->enc, newslot->tts_values,
-														  newslot->tts_isnull);
-
-					if (strcmp(old_key, new_key) == 0)
-						ss_encode(s, "update", newslot, oldslot, op, NULL, NULL);
-					else
-					{
-						ss_encode(s, "delete", NULL, oldslot, op, new_key, NULL);
-						ss_encode(s, "insert", newslot, NULL, op + 1, NULL, old_key);
-					}
-					pfree(old_key);
-					pfree(new_key);
-				}
+					ss_encode(s, "update", newslot, oldslot, op);
 				break;
 			default:
 				break;

@@ -66,25 +66,13 @@ ALTER SYSTEM SET shape_sync.role = 'behind_reader';
 SQL
 cluster_reload
 
-check "a standby made with pg_basebackup starts" cluster_standby_create standby1
-cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'"
-cluster_reload
-is_sync() {
-	[[ $(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'") == sync ]]
-}
-check "it is the synchronous standby" wait_for 30 is_sync
+check "a synchronous standby made with pg_basebackup starts" cluster_sync_standby_create standby1
 follow_shape toasty_before toasty "" id,v
 check "a shape on toasty is read before decoding stops" wait_for 30 test -s "$work/toasty_before.ready"
 check "the standby stops" cluster_standby_stop
 
 # B: its commit waits for the standby, and decoding waits at it
-cluster_psql -c "INSERT INTO hold VALUES (1)" >"$work/b.out" 2>&1 &
-b_pid=$!
-helpers+=($b_pid)
-b_waits() {
-	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 1 ]]
-}
-check "B's commit waits for the standby" wait_for 10 b_waits
+check "B's commit waits for the standby" commit_behind_standby "INSERT INTO hold VALUES (1)"
 
 # the events, committed locally behind B
 PGOPTIONS='-c synchronous_commit=local' cluster_psql -v ON_ERROR_STOP=1 <<'SQL'
@@ -108,7 +96,7 @@ UPDATE toasty SET v = (SELECT string_agg(md5(g::text), '') FROM generate_series(
 ALTER TABLE toasty ALTER COLUMN m TYPE bigint;
 SQL
 worker_before=$(worker_pid)
-expect_eq "B is still in progress" 1 "$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")"
+check "B is still in progress" sync_rep_waits 1
 
 # the shapes, made and read now
 for t in fresh wide emptied granted; do follow_shape "$t"; done
@@ -119,10 +107,7 @@ done
 
 # L holds slow's partition locked: making the shape on slow reads only its
 # catalog, but its snapshot waits, and queued's behind it
-mkfifo "$work/l"
-cluster_psql <"$work/l" >"$work/l.out" 2>&1 &
-helpers+=($!)
-exec 5>"$work/l"
+session_open l
 echo "BEGIN; LOCK TABLE slow_part IN ACCESS EXCLUSIVE MODE;" >&5
 l_locks() {
 	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 'slow_part'::regclass AND mode = 'AccessExclusiveLock' AND granted") == 1 ]]
@@ -134,7 +119,7 @@ follow_shape queued
 check "queued's snapshot waits behind it" wait_for 10 snapshotting 2
 
 check "the standby starts again" cluster_standby_start
-check "B's commit returns" wait_for 30 bash -c "! kill -0 $b_pid 2>/dev/null"
+check "B's commit returns" wait_for 30 bash -c "! kill -0 $waiting_pid 2>/dev/null"
 lsn=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
 decoded() {
 	[[ $(cluster_psql -At -c "SELECT bool_and(confirmed_flush_lsn >= '$lsn') FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync%'") == t ]]

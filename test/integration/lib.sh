@@ -88,6 +88,29 @@ init_work() {
 	trap cleanup_work EXIT
 }
 
+# session_open NAME: a psql session that reads what is written to file descriptor 5
+# (a fifo $work/NAME; its output in $work/NAME.out), for transactions kept open
+session_open() {
+	mkfifo "$work/$1"
+	cluster_psql <"$work/$1" >"$work/$1.out" 2>&1 &
+	helpers+=($!)
+	exec 5>"$work/$1"
+}
+
+# sync_rep_waits N: N sessions wait for the synchronous standby to confirm their commit
+sync_rep_waits() {
+	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == "$1" ]]
+}
+
+# commit_behind_standby SQL: runs SQL in the background ($waiting_pid) and returns once its
+# commit waits for the (stopped) synchronous standby, 10 s at most
+commit_behind_standby() {
+	cluster_psql -c "$1" >"$work/waiting.out" 2>&1 &
+	waiting_pid=$!
+	helpers+=($waiting_pid)
+	wait_for 10 sync_rep_waits 1
+}
+
 # cleanup_work: kills the helpers, stops the cluster, removes $work
 cleanup_work() {
 	local p

@@ -24,20 +24,11 @@ ALTER TABLE t REPLICA IDENTITY FULL;
 INSERT INTO t VALUES (1, 'one'), (2, 'two');
 SQL
 
-check "a standby made with pg_basebackup starts" cluster_standby_create standby1
-cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'"
-cluster_reload
-is_sync() {
-	[[ $(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'") == sync ]]
-}
-check "it is the synchronous standby" wait_for 30 is_sync
+check "a synchronous standby made with pg_basebackup starts" cluster_sync_standby_create standby1
 check "the standby stops" cluster_standby_stop
 
 # A: a transaction with an xid, kept open
-mkfifo "$work/a"
-cluster_psql <"$work/a" >"$work/a.out" 2>&1 &
-helpers+=($!)
-exec 5>"$work/a"
+session_open a
 echo "BEGIN; INSERT INTO t VALUES (200, 'A, committed locally before the shape');" >&5
 a_open() {
 	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL") == 1 ]]
@@ -45,18 +36,12 @@ a_open() {
 check "A holds an xid" wait_for 10 a_open
 
 # B: a newer xid; its commit waits for the standby
-cluster_psql -c "INSERT INTO t VALUES (100, 'B, waiting for the standby')" >"$work/b.out" 2>&1 &
-b_pid=$!
-helpers+=($b_pid)
-b_waits() {
-	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 1 ]]
-}
-check "B's commit waits for the standby" wait_for 10 b_waits
+check "B's commit waits for the standby" commit_behind_standby "INSERT INTO t VALUES (100, 'B, waiting for the standby')"
 
 echo "SET LOCAL synchronous_commit = local; COMMIT;" >&5
 a_done() { [[ $(cluster_psql -At -c "SELECT count(*) FROM t WHERE id = 200") == 1 ]]; }
 check "A committed (locally) after B's commit record" wait_for 10 a_done
-expect_eq "B is still in progress" 1 "$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")"
+check "B is still in progress" sync_rep_waits 1
 
 # the shape, created now
 python3 "$here/shape_follow.py" --url "$SHAPE_SYNC_URL" --table t --until-id 300 \
@@ -68,7 +53,7 @@ expect_eq "the snapshot has A's row and not B's" '1 2 200' \
 	"$(python3 -c 'import json,sys; print(" ".join(sorted((r["id"] for r in json.load(open(sys.argv[1]))["rows"].values()), key=int)))' "$work/ready.json")"
 
 check "the standby starts again" cluster_standby_start
-check "B's commit returns" wait_for 30 bash -c "! kill -0 $b_pid 2>/dev/null"
+check "B's commit returns" wait_for 30 bash -c "! kill -0 $waiting_pid 2>/dev/null"
 cluster_psql -c "INSERT INTO t VALUES (300, 'marker')"
 wait "$follower" || true
 

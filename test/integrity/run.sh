@@ -35,19 +35,9 @@ source "$root/scripts/lib/cluster.sh"
 # A synchronous standby named integ_standby, for INTEGRITY_SYNC_STANDBY=1; integrity.mjs stops
 # and starts it through the exported INTEGRITY_STANDBY_* (cluster_stop stops it at the end).
 sync_standby_start() {
-	local state _
 	export INTEGRITY_STANDBY_NAME=integ_standby
-	cluster_standby_create "$INTEGRITY_STANDBY_NAME" || return 1
+	cluster_sync_standby_create "$INTEGRITY_STANDBY_NAME" || return 1
 	export INTEGRITY_STANDBY_PGDATA=$SHAPE_SYNC_STANDBY_PGDATA INTEGRITY_STANDBY_LOG=$SHAPE_SYNC_STANDBY_PGDATA.log
-	cluster_psql -c "ALTER SYSTEM SET synchronous_standby_names = '$INTEGRITY_STANDBY_NAME'" || return 1
-	cluster_reload || return 1
-	for _ in $(seq 1 150); do
-		state=$(cluster_psql -At -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$INTEGRITY_STANDBY_NAME'")
-		[[ $state == sync ]] && return 0
-		sleep 0.2
-	done
-	echo "# the standby is not synchronous after 30 s (sync_state: ${state:-none})"
-	return 1
 }
 
 if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
