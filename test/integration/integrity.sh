@@ -2,7 +2,11 @@
 #
 # The randomized end-to-end integrity test of live mode (test/integrity/), run as one
 # integration test, with its chaos events (schema changes, replica identity, TRUNCATE,
-# prepared and big transactions, a terminated worker): one random seed per run, printed
-# first; replay with SEED=<n>.  integrity_standby.sh adds a synchronous standby.
+# prepared and big transactions, a terminated worker): three random seeds per run, printed
+# first; replay one with SEED=<n> (or give seeds as arguments).  integrity_standby.sh adds a
+# synchronous standby.
 set -euo pipefail
+if (($# == 0)) && [[ -z ${SEED:-} ]]; then
+	set -- $(for _ in 1 2 3; do od -An -N4 -tu4 /dev/urandom | tr -d ' '; done)
+fi
 exec "$(dirname "$0")/../integrity/run.sh" "$@"
