@@ -68,6 +68,7 @@ typedef struct RegistryEntry
 	uint32		generation;
 	ShapeSpec	spec;
 	char	   *schema_json;
+	char	   *fingerprint;	/* shape_definition_fingerprint, for its snapshot */
 	Oid			role;			/* read as this role */
 	bool		manage_replica_identity;	/* the snapshot may set it */
 	bool		launched;		/* a snapshot worker was started */
@@ -115,6 +116,8 @@ reg_forget(uint32 slot)
 		pfree(e->identity);
 	if (e->schema_json)
 		pfree(e->schema_json);
+	if (e->fingerprint)
+		pfree(e->fingerprint);
 	if (e->spec.columns)
 		pfree(e->spec.columns);
 	if (e->spec.where_sql)
@@ -304,6 +307,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	e->manage_replica_identity = shape_sync_manage_replica_identity;
 	reg_copy_spec(&e->spec, spec);
 	e->schema_json = shape_schema_json(rel);
+	e->fingerprint = shape_definition_fingerprint(spec);
 	e->queued_at = GetCurrentTimestamp();
 	MemoryContextSwitchTo(old);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
@@ -560,6 +564,8 @@ registry_maintain(void)
 		if (e->worker != NULL &&
 			GetBackgroundWorkerPid(e->worker, &pid) == BGWH_STOPPED)
 		{
+			/* it may have finished or failed the shape just before it ended */
+			state = shape_table_state(table, i);
 			pfree(e->worker);
 			e->worker = NULL;
 			dsm_detach(e->definition);
@@ -629,7 +635,7 @@ registry_maintain(void)
 			MemoryContext old = MemoryContextSwitchTo(reg_context);
 
 			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec,
-										e->schema_json, e->role,
+										e->fingerprint, e->role,
 										e->manage_replica_identity,
 										shape_sync_chunk_bytes_threshold, &e->definition);
 			MemoryContextSwitchTo(old);

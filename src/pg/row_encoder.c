@@ -127,9 +127,12 @@ renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 char *
 row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 {
+	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
 	char	   *key;
 
+	/* output functions' scratch goes with the row; the key to the caller */
 	renc_key(enc, values, nulls);
+	MemoryContextSwitchTo(old);
 	key = pstrdup(enc->key.data);
 	MemoryContextReset(enc->row_context);
 	return key;

@@ -1523,6 +1523,39 @@ sdef_read_columns(const ShapeSpec *spec, AttrNumber **out)
 	return n;
 }
 
+/*
+ * What a shape's rows depend on, as text: its table's name, the electric-
+ * schema of its columns, its key, and the name and type of every column it
+ * reads (its where clause's too).  Two equal fingerprints, taken at two
+ * moments, say that a snapshot taken at the second serves the shape made at
+ * the first.
+ */
+char *
+shape_definition_fingerprint(const ShapeSpec *spec)
+{
+	ShapeRelation *rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
+	AttrNumber *attnums;
+	int			n = sdef_read_columns(spec, &attnums);
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "%s\n%s\nkey", shape_quoted_relation(rel), shape_schema_json(rel));
+	for (int i = 0; i < rel->nkeys; i++)
+		appendStringInfo(&buf, " %d", rel->keys[i]);
+	appendStringInfoString(&buf, "\nreads");
+	for (int i = 0; i < n; i++)
+	{
+		Oid			typid;
+		int32		typmod;
+		Oid			collation;
+
+		get_atttypetypmodcoll(spec->relid, attnums[i], &typid, &typmod, &collation);
+		appendStringInfo(&buf, " %d:%s:%u:%d", attnums[i],
+						 get_attname(spec->relid, attnums[i], false), typid, typmod);
+	}
+	return buf.data;
+}
+
 /* Refuses the shape, with 403, when the current user cannot read it. */
 static void
 sdef_check_readable(Relation rel, const ShapeSpec *spec)

@@ -73,6 +73,7 @@ extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 extern ShapeRelation *shape_relation_describe(Relation rel, int ncolumns,
 											  const AttrNumber *columns);
 extern char *shape_schema_json(const ShapeRelation *rel);
+extern char *shape_definition_fingerprint(const ShapeSpec *spec);
 extern Oid	shape_table_not_logged_in_full(Oid relid);
 extern char *shape_identity(const ShapeSpec *spec);
 extern char *shape_quoted_name(const char *schema, const char *table);

@@ -90,13 +90,16 @@ typedef struct SnapshotDefinition
 	int32		where_len;		/* -1: no where clause */
 	/*
 	 * AttrNumber columns[ncolumns], the where tree (nodeToString) and its
-	 * NUL, then the shape's electric-schema and its NUL
+	 * NUL, then the shape's definition fingerprint and its NUL
 	 */
 } SnapshotDefinition;
 
 /* How long the owner's ALTER TABLE may wait for its lock. */
 #define REPLICA_IDENTITY_LOCK_TIMEOUT_MS	100
 #define SNAPSHOT_REPLICA_IDENTITY_TRIES	3	/* when something keeps setting it back */
+
+/* the table changed since the shape was made: rotate it (snap_failure) */
+static bool snap_definition_changed = false;
 
 /* The writer's state while appending to the shape log. */
 typedef struct SnapshotWriter
@@ -289,7 +292,7 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 /* ---------------------------------------------------------------- launch */
 
 BackgroundWorkerHandle *
-snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const char *schema_json,
+snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const char *fingerprint,
 				Oid role, bool manage_replica_identity, int chunk_threshold,
 				dsm_segment **segment)
 {
@@ -303,7 +306,7 @@ snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const cha
 	char	   *p;
 
 	size = sizeof(SnapshotDefinition) + sizeof(AttrNumber) * spec->ncolumns +
-		Max(where_len, 0) + 1 + strlen(schema_json) + 1;
+		Max(where_len, 0) + 1 + strlen(fingerprint) + 1;
 	seg = dsm_create(size, 0);
 	dsm_pin_mapping(seg);
 	def = dsm_segment_address(seg);
@@ -320,7 +323,7 @@ snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const cha
 	else
 		*p = '\0';
 	p += Max(where_len, 0) + 1;
-	memcpy(p, schema_json, strlen(schema_json) + 1);
+	memcpy(p, fingerprint, strlen(fingerprint) + 1);
 
 	memset(&task, 0, sizeof(task));
 	task.slot = slot;
@@ -543,6 +546,12 @@ snap_on_exit(int code, Datum arg)
 static uint32
 snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len)
 {
+	if (snap_definition_changed)
+	{
+		/* not an error of the definition: its clients start over (409) */
+		snprintf(message, len, "%s", edata->message);
+		return 409;
+	}
 	switch (edata->sqlerrcode)
 	{
 		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
@@ -569,10 +578,6 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
 			snprintf(message, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
 			return 400;
-		case ERRCODE_INVALID_TABLE_DEFINITION:
-			/* not an error of the definition: its clients start over (409) */
-			snprintf(message, len, "%s", edata->message);
-			return 409;
 		case ERRCODE_T_R_SERIALIZATION_FAILURE:
 			snprintf(message, len, "The shape's snapshot could not be taken: %s, please retry",
 					 edata->message);
@@ -597,7 +602,7 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
  */
 static void
 snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spec,
-		  const char *schema_json, TimestampTz started)
+		  const char *fingerprint, TimestampTz started)
 {
 	ShapeTable *table = writer->table;
 	ShapeRoleSaved saved;
@@ -607,7 +612,6 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	LogOffset	offset;
 	Relation	rel;
 	Oid			not_full;
-	ShapeRelation *now;
 
 	for (int attempt = 1;; attempt++)
 	{
@@ -647,19 +651,21 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 
 		/*
 		 * What the stream needs must still hold, now that the snapshot is
-		 * taken: the table's name and the columns the shape was made with
-		 * (a table renamed, a column added or changed since would be read
-		 * here under the old name and electric-schema, before the stream
-		 * noticed), and old rows logged in full.
+		 * taken: the table as the shape was made from it (its name, key
+		 * and the columns it reads: a table renamed, a column added or
+		 * changed since would be read here under the old name and
+		 * electric-schema, before the stream noticed), and old rows logged
+		 * in full.
 		 */
 		rel = table_open(spec->relid, AccessShareLock);
-		now = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
-		if (strcmp(shape_quoted_relation(now), writer->slot->relation) != 0 ||
-			strcmp(shape_schema_json(now), schema_json) != 0)
+		if (strcmp(shape_definition_fingerprint(spec), fingerprint) != 0)
+		{
+			snap_definition_changed = true;
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
 					 errmsg("table %s was renamed or its definition changed after the shape was made",
 							writer->slot->relation)));
+		}
 		not_full = shape_table_not_logged_in_full(spec->relid);
 		if (!OidIsValid(not_full))
 			break;
@@ -727,7 +733,7 @@ shape_sync_snapshot_main(Datum arg)
 	SnapshotDefinition *def;
 	ShapeSpec	spec;
 	TimestampTz started = GetCurrentTimestamp();
-	char	   *schema_json;
+	char	   *fingerprint;
 
 	memcpy(&task, MyBgworkerEntry->bgw_extra, sizeof(task));
 	pqsignal(SIGTERM, die);
@@ -757,14 +763,14 @@ shape_sync_snapshot_main(Datum arg)
 	memcpy(spec.columns, def + 1, sizeof(AttrNumber) * def->ncolumns);
 	spec.where_tree = def->where_len < 0 ? NULL :
 		pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns);
-	schema_json = pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns +
+	fingerprint = pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns +
 						  Max(def->where_len, 0) + 1);
 	writer.threshold = def->chunk_threshold;
 	dsm_detach(seg);
 
 	PG_TRY();
 	{
-		snap_take(&writer, &task, &spec, schema_json, started);
+		snap_take(&writer, &task, &spec, fingerprint, started);
 	}
 	PG_CATCH();
 	{

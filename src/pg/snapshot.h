@@ -33,7 +33,7 @@ extern void snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg);
  */
 extern BackgroundWorkerHandle *snapshot_launch(uint32 slot, uint32 generation,
 											   const ShapeSpec *spec,
-											   const char *schema_json, Oid role,
+											   const char *fingerprint, Oid role,
 											   bool manage_replica_identity,
 											   int chunk_threshold,
 											   dsm_segment **segment);

@@ -55,7 +55,7 @@ typedef struct ShapeSlot
 	_Atomic int64_t snapshot_ms;
 	uint64_t	snapshot_lsn;	/* WAL insert position once the snapshot was
 								 * taken; stored before the state is READY */
-	uint32_t	error_status;	/* HTTP status for FAILED: 400 or 503 */
+	uint32_t	error_status;	/* HTTP status for FAILED (409: rotate it) */
 	char		error[SHAPE_ERROR_LEN];	/* valid once state is FAILED */
 
 	ShapeLog	log;
