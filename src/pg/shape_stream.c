@@ -40,7 +40,13 @@
  * altered it is not published; and again as the catalog says now, between
  * batches.  A shape marked for rotation publishes nothing of the
  * transaction being decoded.  Rotations are applied between decoding
- * batches.
+ * batches.  None of this applies to a transaction the shape's snapshot
+ * already has: decoding can be far behind the catalog the shape was made
+ * from (after a restart, behind a synchronous standby), and reach its
+ * table's creation, older columns or a TRUNCATE after the shape exists.
+ * While the snapshot is being taken that is not known yet, so the reason
+ * waits with the kept transaction (PendingTxn.problem) and counts only if
+ * the snapshot turns out not to have it.
  *
  * Partitions.  A change of a partition is also a change of the
  * partitioned tables above it (partition_route.c gives them, with the map
