@@ -941,7 +941,11 @@ ss_rotate_unless_in_snapshot(ShapeStream *s, const char *why)
 		s->txn_pending->problem = MemoryContextStrdup(s->context, why);
 }
 
-/* Whether the shape still takes changes of the current transaction. */
+/*
+ * Whether the shape still takes changes of the current transaction: it
+ * is touched (ss_touch) for it, so call it only for a change that
+ * concerns the shape, never for every shape of a table.
+ */
 static bool
 ss_takes_transaction(ShapeStream *s)
 {
@@ -970,46 +974,39 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 		ShapeRoleSaved saved;
+		const char *problem = NULL;
 
-		if (!ss_takes_transaction(s))
-			continue;
+		if (s->rotate || (s->touched && !ss_takes_transaction(s)))
+			continue;			/* rotating, in the snapshot, or doomed already */
 		if (!old_row_complete)
-		{
 			/*
 			 * Whether the row was in the shape, which row a delete removed,
 			 * and the values of unchanged TOASTed columns are unknown:
 			 * never guess, never drop it.
 			 */
-			ss_rotate_unless_in_snapshot(s, "a change of its table came without the old row: its replica identity is no longer FULL");
-			continue;
-		}
-		if (!ss_types_match(s, desc))
-		{
-			ss_rotate_unless_in_snapshot(s, "a column it reads was dropped or changed type");
-			continue;
-		}
-		if (s->partitioned && !ss_has_partition(s, RelationGetRelid(leaf)))
-		{
+			problem = "a change of its table came without the old row: its replica identity is no longer FULL";
+		else if (!ss_types_match(s, desc))
+			problem = "a column it reads was dropped or changed type";
+		else if (s->partitioned && !ss_has_partition(s, RelationGetRelid(leaf)))
 			/* its rows were not in the table when the shape was made */
-			ss_rotate_unless_in_snapshot(s, "a partition was attached to its table");
-			continue;
-		}
-		if (s->needs_definition_check)
+			problem = "a partition was attached to its table";
+		else if (s->needs_definition_check)
 		{
 			/* the table as of this change, before any of it is published */
 			Relation	table = relid == RelationGetRelid(leaf) ? leaf : RelationIdGetRelation(relid);
-			const char *problem;
 
 			s->needs_definition_check = false;
 			problem = RelationIsValid(table) ? ss_definition_problem_guarded(s, table)
 				: "its table was dropped";
 			if (table != leaf && RelationIsValid(table))
 				RelationClose(table);
-			if (problem != NULL)
-			{
+		}
+		if (problem != NULL)
+		{
+			/* only now is it worth asking whether the snapshot has the transaction */
+			if (ss_takes_transaction(s))
 				ss_rotate_unless_in_snapshot(s, problem);
-				continue;
-			}
+			continue;
 		}
 		shape_role_become(s->role, &saved);
 		ss_change_for_shape(s, action, newslot, oldslot, op);
@@ -1158,7 +1155,7 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 		if (too_slow)
 			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
 									  shape_sync_where_evaluation_timeout));
-		else
+		else if (ss_takes_transaction(s))
 			ss_rotate_unless_in_snapshot(s, psprintf("a change could not be processed: %s",
 													 edata->message));
 		FreeErrorData(edata);
