@@ -36,6 +36,7 @@
  */
 #include "postgres.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 
 #include "access/xact.h"
@@ -111,7 +112,18 @@ reg_forget(uint32 slot)
 	if (e->definition)
 		dsm_detach(e->definition);
 	if (e->worker)
+	{
+		pid_t		pid;
+
+		/*
+		 * Its snapshot is no longer wanted: cancel the query (the worker
+		 * then exits quietly, see snapshot.c).  One not yet started finds
+		 * the slot retired and exits at once.
+		 */
+		if (GetBackgroundWorkerPid(e->worker, &pid) == BGWH_STARTED)
+			kill(pid, SIGINT);
 		pfree(e->worker);
+	}
 	if (e->identity)
 		pfree(e->identity);
 	if (e->schema_json)

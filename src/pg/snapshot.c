@@ -365,7 +365,8 @@ snap_fail(SnapshotWriter *w, uint32 status, const char *message)
 		return;
 	slot->error_status = status;
 	strlcpy(slot->error, message, sizeof(slot->error));
-	shape_table_set_state(w->table, w->slot_index, SHAPE_FAILED);
+	if (!shape_table_transition(w->table, w->slot_index, SHAPE_SNAPSHOTTING, SHAPE_FAILED))
+		return;					/* retired meanwhile */
 	shape_table_mark_dirty(w->table, w->slot_index);
 	shape_sync_wake_worker();
 }
@@ -420,6 +421,10 @@ snap_emit(void *arg, const char *message, int len)
 		snap_publish(w, offset, 0);
 		w->chunk++;
 		w->chunk_bytes = 0;
+		if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("shape %s was dropped during its snapshot", w->slot->handle)));
 	}
 }
 
@@ -717,7 +722,8 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	 * READY, and must find the whole snapshot published by then.
 	 */
 	slog_publish(&writer->slot->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-	shape_table_set_state(table, task->slot, SHAPE_READY);
+	if (!shape_table_transition(table, task->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
+		return;					/* retired while we finished: it stays retired */
 	shape_table_mark_dirty(table, task->slot);
 	shape_sync_wake_worker();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -737,6 +743,7 @@ shape_sync_snapshot_main(Datum arg)
 
 	memcpy(&task, MyBgworkerEntry->bgw_extra, sizeof(task));
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGINT, StatementCancelHandler);	/* the shape was dropped */
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(task.dboid, InvalidOid, 0);
 
@@ -781,6 +788,15 @@ shape_sync_snapshot_main(Datum arg)
 
 		edata = CopyErrorData();
 		MemoryContextSwitchTo(ecxt);
+		if (shape_table_state(table, task.slot) != SHAPE_SNAPSHOTTING)
+		{
+			/* dropped (rotated, evicted, deleted): nobody waits for it */
+			FlushErrorState();
+			ereport(DEBUG1,
+					(errmsg_internal("shape %s: snapshot stopped, the shape was dropped: %s",
+									 writer.slot->handle, edata->message)));
+			proc_exit(0);
+		}
 		status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
 							  message, sizeof(message));
 		snap_fail(&writer, status, message);

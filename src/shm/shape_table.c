@@ -24,6 +24,9 @@
  *   and unpinned, before the release store that leaves FREE; readers read
  *   them only after an acquire load of a non-FREE state.  `error` is
  *   written by the snapshot worker before its release store of FAILED.
+ * - A snapshot worker leaves SNAPSHOTTING only by CAS
+ *   (shape_table_transition) and retiring is a CAS loop too, so a worker
+ *   that finishes as its shape is retired can never make it READY again.
  * - `pins` counts readers; its top bit marks a retired slot.  Pinning is a
  *   CAS that fails once the bit is set.  Exactly one party frees the log:
  *   the retirer if there were no pins, else the unpinner that brings the
@@ -135,8 +138,13 @@ shape_table_retire(ShapeTable *table, uint32_t slot)
 	ShapeSlot  *s = &table->slots[slot];
 	uint64_t	prev;
 
-	if (atomic_load_explicit(&s->state, memory_order_acquire) != SHAPE_FAILED)
-		atomic_store_explicit(&s->state, SHAPE_RETIRED, memory_order_release);
+	uint32_t	state = atomic_load_explicit(&s->state, memory_order_acquire);
+
+	/* a CAS: a snapshot worker may be finishing the shape this instant */
+	while (state != SHAPE_FAILED &&
+		   !atomic_compare_exchange_weak_explicit(&s->state, &state, SHAPE_RETIRED,
+												  memory_order_acq_rel, memory_order_acquire))
+		;
 	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
 	prev = atomic_fetch_or_explicit(&s->pins, SHAPE_PIN_RETIRED, memory_order_acq_rel);
 	if (prev == 0)
@@ -189,6 +197,21 @@ void
 shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state)
 {
 	atomic_store_explicit(&table->slots[slot].state, state, memory_order_release);
+}
+
+/*
+ * Moves a slot from `from` to `to` unless someone else moved it first (a
+ * retired shape stays retired): how a snapshot worker finishes or fails
+ * its shape.  Returns whether it moved.
+ */
+bool
+shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from, ShapeState to)
+{
+	uint32_t	expected = from;
+
+	return atomic_compare_exchange_strong_explicit(&table->slots[slot].state, &expected, to,
+												   memory_order_acq_rel,
+												   memory_order_acquire);
 }
 
 void

@@ -90,6 +90,8 @@ extern bool shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generatio
 extern void shape_table_unpin(ShapeTable *table, uint32_t slot);
 extern ShapeState shape_table_state(const ShapeTable *table, uint32_t slot);
 extern void shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state);
+extern bool shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from,
+								   ShapeState to);
 
 /* Writers mark a changed log; the main thread collects the marks. */
 extern void shape_table_mark_dirty(ShapeTable *table, uint32_t slot);

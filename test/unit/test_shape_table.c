@@ -248,6 +248,35 @@ TEST(retire_keeps_failed_state_for_readers)
 	fixture_free(&f);
 }
 
+/* A snapshot worker that finishes as its shape is retired cannot revive it. */
+TEST(late_finish_cannot_revive_a_retired_shape)
+{
+	Fixture		f;
+	uint32_t	slot;
+
+	REQUIRE(fixture_init(&f, 1, 8));
+	slot = claim_with_log(&f, 1, 100);
+	REQUIRE(slot == 0);
+	shape_table_set_state(f.table, slot, SHAPE_SNAPSHOTTING);
+	CHECK(shape_table_pin(f.table, slot, 1));	/* the worker's pin */
+	shape_table_retire(f.table, slot);
+	CHECK(!shape_table_transition(f.table, slot, SHAPE_SNAPSHOTTING, SHAPE_READY));
+	CHECK(!shape_table_transition(f.table, slot, SHAPE_SNAPSHOTTING, SHAPE_FAILED));
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_RETIRED);
+	shape_table_unpin(f.table, slot);
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_FREE);
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 8);
+
+	/* one that finished first is retired as usual */
+	slot = claim_with_log(&f, 1, 100);
+	shape_table_set_state(f.table, slot, SHAPE_SNAPSHOTTING);
+	CHECK(shape_table_transition(f.table, slot, SHAPE_SNAPSHOTTING, SHAPE_READY));
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_READY);
+	shape_table_retire(f.table, slot);
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_FREE);
+	fixture_free(&f);
+}
+
 TEST(reuse_bumps_generation)
 {
 	Fixture		f;

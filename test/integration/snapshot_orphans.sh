@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+#
+# A snapshot worker whose shape is dropped while it runs is stopped, quietly,
+# and cannot make the dropped shape ready again; a new request for the same
+# definition gets a new shape.  (Before: the worker stayed blocked on the
+# table's lock for as long as the lock was held, holding its pin and its
+# worker slot, and a late finish stored READY over the retired state.)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+init_work
+
+SHAPE_SYNC_EXTRA_CONF="shape_sync.allow_shape_deletion = on" start_cluster_retrying 4520
+cluster_psql <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE t (id int PRIMARY KEY, v text) PARTITION BY RANGE (id);
+CREATE TABLE t1 PARTITION OF t FOR VALUES FROM (0) TO (100);
+ALTER TABLE t REPLICA IDENTITY FULL;
+ALTER TABLE t1 REPLICA IDENTITY FULL;
+INSERT INTO t VALUES (1, 'a');
+SQL
+url="$SHAPE_SYNC_URL/v1/shape?table=t"
+snapshot_workers() {
+	cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'shape_sync snapshot'"
+}
+blocked_snapshot() { [[ $(snapshot_workers) == 1 ]]; }
+no_snapshot_worker() { [[ $(snapshot_workers) == 0 ]]; }
+
+# a session holds the partition, so that the snapshot's scan waits for its lock (the
+# request itself locks only the partitioned table)
+session_open locker
+echo "BEGIN; LOCK TABLE t1 IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&5
+wait_for 10 grep -q locked "$work/locker.out"
+curl -s -m 30 -D "$work/first.h" -o "$work/first.json" "$url&offset=-1" &
+helpers+=($!)
+check "the snapshot worker waits for the lock" wait_for 10 blocked_snapshot
+sleep 1
+check "and keeps waiting" blocked_snapshot
+handle=$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes")
+check "the shape is snapshotting" test -n "$handle"
+
+expect_eq "DELETE drops the shape" 202 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=$handle")"
+check "its snapshot worker stops within 5 s, with the lock still held" wait_for 5 no_snapshot_worker
+echo "COMMIT;" >&5
+
+code=$(curl -s -o "$work/second.json" -D "$work/second.h" -w '%{http_code}' "$url&offset=-1")
+expect_eq "a new request for the definition is served" 200 "$code"
+new=$(header electric-handle "$work/second.h")
+check "by a new shape" test -n "$new" -a "$new" != "$handle"
+expect_match "with the table's row" '"id":"1"' "$(cat "$work/second.json")"
+expect_eq "the dropped shape is not held any more" 1 \
+	"$(cluster_psql -At -c "SELECT count(*) FROM shape_sync.shapes")"
+check "the stop is quiet: no ERROR or FATAL from the snapshot worker" \
+	bash -c '! grep -E "ERROR|FATAL|WARNING" "$1"' _ "$SHAPE_SYNC_LOG"
+finish
