@@ -40,6 +40,7 @@ CREATE FUNCTION list_shapes(
     OUT chunks integer,
     OUT readers integer,
     OUT created_at timestamptz,
+    OUT last_read_at timestamptz,
     OUT error text)
 RETURNS SETOF record
 LANGUAGE C VOLATILE

@@ -57,6 +57,7 @@ typedef struct ShapeResolution
 	char	   *error_json;		/* malloc'd, for errors */
 	unsigned	error_status;	/* HTTP status, for SHAPE_RESOLVE_FAILED */
 	bool		retry;			/* a lock was busy: the main thread tries again */
+	unsigned	retry_after_s;	/* for 503: the retry-after to send; 0: 5 s */
 	char	   *schema_json;	/* malloc'd electric-schema, on success */
 	uint32_t	slot;
 	uint32_t	generation;
@@ -72,6 +73,8 @@ struct ShapeRequest
 	bool		delete_shape;	/* DELETE /v1/shape rather than GET */
 	bool		has_definition; /* def names a table (DELETE may give a handle only) */
 	char	   *handle;			/* DELETE: the handle given, or NULL */
+	uint64_t	client_key;		/* who asks: its address (IPv6: its /64),
+								 * hashed; 0 when unknown */
 	int64_t		first_try_ms;	/* main thread: when it first tried; 0 before */
 	ShapeResolution result;		/* written by the main thread before done() */
 	void		(*done) (ShapeRequest *req);	/* called once, by the resolver */

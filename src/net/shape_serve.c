@@ -42,6 +42,7 @@
 
 #include "http_internal.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -512,6 +513,49 @@ shape_respond_or_wait(ShapeConn *sc)
  * Takes an admission slot for the request's whole life: `existing` when it
  * names a handle the server knows, `initial` otherwise.
  */
+/*
+ * Who a request comes from, for the limit on new shapes per client: a hash
+ * of the peer's IPv4 address, or of its IPv6 /64 (one host can take a whole
+ * /64), never 0.
+ */
+static uint64_t
+shape_client_key(struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const unsigned char *bytes;
+	size_t		len;
+	uint64_t	h = 1469598103934665603ULL;
+
+	if (info == NULL || info->client_addr == NULL)
+		return 0;
+	if (info->client_addr->sa_family == AF_INET)
+	{
+		bytes = (const unsigned char *) &((const struct sockaddr_in *) info->client_addr)->sin_addr;
+		len = 4;
+	}
+	else if (info->client_addr->sa_family == AF_INET6)
+	{
+		const struct in6_addr *a = &((const struct sockaddr_in6 *) info->client_addr)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a))
+		{
+			bytes = a->s6_addr + 12;
+			len = 4;
+		}
+		else
+		{
+			bytes = a->s6_addr;
+			len = 8;
+		}
+	}
+	else
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ bytes[i]) * 1099511628211ULL;
+	return h ? h : 1;
+}
+
 static bool
 shape_admit(ShapeConn *sc)
 {
@@ -606,6 +650,7 @@ shape_start(ShapeConn *sc)
 	sc->request.has_definition = sc->query.has_table;
 	sc->request.delete_shape = sc->delete_shape;
 	sc->request.handle = sc->delete_shape ? sc->query.handle : NULL;
+	sc->request.client_key = shape_client_key(sc->connection);
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;
@@ -631,8 +676,8 @@ shape_after_resolve(ShapeConn *sc)
 			return shape_respond_error(sc, MHD_HTTP_FORBIDDEN, res->error_json, 0);
 		case SHAPE_RESOLVE_UNAVAILABLE:
 			if (res->error_json != NULL)
-				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,
-										   res->error_json, 5);
+				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, res->error_json,
+										   res->retry_after_s ? res->retry_after_s : 5);
 			return shape_respond_unavailable(sc, "the server is not ready, please retry", 5);
 		case SHAPE_RESOLVE_FAILED:
 			return shape_respond_error(sc, res->error_status, res->error_json, 10);

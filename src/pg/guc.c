@@ -44,6 +44,9 @@ int			shape_sync_chunk_bytes_threshold = 10 * 1024 * 1024;
 int			shape_sync_log_memory = 128;
 int			shape_sync_max_shapes = 1024;
 int			shape_sync_max_snapshot_workers = 4;
+int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
+int			shape_sync_shape_idle_timeout = 30 * 60;
+int			shape_sync_max_new_shapes_per_client = 100;
 int			shape_sync_write_piece_size = 256;
 int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
@@ -114,6 +117,12 @@ guc_check_origins(char **newval, void **extra, GucSource source)
 	return false;
 }
 
+static const struct config_enum_entry guc_shape_eviction_options[] = {
+	{"lru", SHAPE_EVICTION_LRU, false},
+	{"none", SHAPE_EVICTION_NONE, false},
+	{NULL, 0, false}
+};
+
 void
 shape_sync_define_gucs(void)
 {
@@ -179,6 +188,32 @@ shape_sync_define_gucs(void)
 							&shape_sync_max_shapes,
 							1024, 1, 1000000,
 							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("shape_sync.shape_eviction",
+							 "Sets what happens when a new shape finds shape_sync.max_shapes or shape_sync.log_memory reached.",
+							 "lru drops the least recently read shape that no live request waits on; "
+							 "none refuses the new shape with 503.",
+							 &shape_sync_shape_eviction,
+							 SHAPE_EVICTION_LRU, guc_shape_eviction_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.shape_idle_timeout",
+							"Drops shapes that no request has read for this long.",
+							"Shapes with live requests waiting on them are never idle. 0 keeps idle shapes.",
+							&shape_sync_shape_idle_timeout,
+							30 * 60, 0, INT_MAX / 1000,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.max_new_shapes_per_client",
+							"Sets how many new shapes one client address may create per minute.",
+							"Further new shapes from it get 503 with retry-after until the minute is over. "
+							"IPv6 clients are counted by /64 prefix. 0 sets no limit.",
+							&shape_sync_max_new_shapes_per_client,
+							100, 0, 1000000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.max_snapshot_workers",

@@ -20,6 +20,9 @@ extern int	shape_sync_chunk_bytes_threshold;	/* bytes */
 extern int	shape_sync_log_memory;	/* MB */
 extern int	shape_sync_max_shapes;
 extern int	shape_sync_max_snapshot_workers;
+extern int	shape_sync_shape_eviction;	/* SHAPE_EVICTION_* */
+extern int	shape_sync_shape_idle_timeout;	/* s; 0: never */
+extern int	shape_sync_max_new_shapes_per_client;	/* per minute; 0: no limit */
 extern int	shape_sync_write_piece_size;	/* kB */
 extern int	shape_sync_cache_max_age;	/* s */
 extern int	shape_sync_cache_stale_age; /* s */
@@ -37,6 +40,12 @@ extern int	shape_sync_max_where_length;	/* bytes */
 extern int	shape_sync_max_where_constant_size; /* bytes */
 extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
 extern int	shape_sync_where_evaluation_timeout;	/* ms; 0: none */
+
+typedef enum ShapeEviction
+{
+	SHAPE_EVICTION_LRU,
+	SHAPE_EVICTION_NONE
+} ShapeEviction;
 
 /* shape_sync.secret, which PostgreSQL itself only ever sees as "". */
 extern const char *shape_sync_secret(void);

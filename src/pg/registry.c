@@ -29,6 +29,30 @@
  * When the worker (re)starts, shapes left in shared memory by its previous
  * life are retired: their clients get 409 and refetch.
  *
+ * Eviction.  Entries sit on a list in the order they were last read (every
+ * request for a shape resolves here, and moves it to the head).  A shape is
+ * in active use while its snapshot runs or a live request is parked on it;
+ * every other shape may be evicted (rotated: its clients get 409
+ * must-refetch and its log memory goes back to the arena once its last
+ * reader lets go).  Three things evict, always from the least recently
+ * read end, moving shapes in active use to the head as they pass, so that
+ * each walk costs what it evicts plus what it passes once:
+ *	- a shape not read for shape_sync.shape_idle_timeout (checked each second);
+ *	- a new shape finding shape_sync.max_shapes reached;
+ *	- the arena's free memory falling under a reserve (a sixteenth of it),
+ *	  or a snapshot worker asking for blocks (ShapeTable.blocks_wanted), so
+ *	  that a growing log rarely finds the arena full (and is then rotated
+ *	  itself, never a bystander).
+ * With shape_sync.shape_eviction = none only idle shapes go, and a full
+ * server refuses new shapes with 503.  A new shape is refused only when
+ * every held shape is in active use.
+ *
+ * A loop of distinct where clauses cannot evict everyone else's shapes:
+ * one client address (an IPv6 /64) creates at most
+ * shape_sync.max_new_shapes_per_client shapes a minute (503 with
+ * retry-after past that), and the shapes it made are read once, so they
+ * are the least recently read and go first.
+ *
  * IDENTIFICATION
  *	  src/pg/registry.c
  *
@@ -45,6 +69,7 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
+#include "utils/hsearch.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -76,7 +101,17 @@ typedef struct RegistryEntry
 	BackgroundWorkerHandle *worker;
 	dsm_segment *definition;
 	TimestampTz queued_at;		/* for FIFO launching */
+	int32		lru_newer;		/* the entry read after this one, or -1 */
+	int32		lru_older;		/* ... before it, or -1 */
 } RegistryEntry;
+
+/* New shapes one client created in the current minute. */
+typedef struct RegistryClient
+{
+	uint64		key;			/* ShapeRequest.client_key; the hash key */
+	TimestampTz window_start;
+	int			created;
+} RegistryClient;
 
 /* A definition whose snapshot failed recently. */
 typedef struct RegistryFailure
@@ -95,11 +130,67 @@ static List *reg_failures = NIL;
 static uint32 reg_creating = SHAPE_NO_SLOT;	/* slot claimed, not yet published */
 static MemoryContext reg_context;
 static bool reg_warned_no_worker = false;
+static int32 reg_lru_newest = -1;
+static int32 reg_lru_oldest = -1;
+static RegistryLiveClients reg_live_clients;
+static HTAB *reg_clients;		/* RegistryClient by key */
+static TimestampTz reg_last_idle_sweep;
+static TimestampTz reg_last_clients_sweep;
+static TimestampTz reg_evictions_logged_at;
+static uint64 reg_evictions_unlogged;	/* for room, since the last LOG */
+
+#define CLIENT_WINDOW_MS		60000
+#define EVICTION_LOG_EVERY_MS	60000
 
 static ShapeTable *
 reg_table(void)
 {
 	return shape_sync_shared->table;
+}
+
+/* ------------------------------------------------------- recency list */
+
+static void
+reg_lru_unlink(uint32 slot)
+{
+	RegistryEntry *e = &reg_entries[slot];
+
+	if (e->lru_newer >= 0)
+		reg_entries[e->lru_newer].lru_older = e->lru_older;
+	else if (reg_lru_newest == (int32) slot)
+		reg_lru_newest = e->lru_older;
+	if (e->lru_older >= 0)
+		reg_entries[e->lru_older].lru_newer = e->lru_newer;
+	else if (reg_lru_oldest == (int32) slot)
+		reg_lru_oldest = e->lru_newer;
+	e->lru_newer = e->lru_older = -1;
+}
+
+static int64
+reg_unix_us(void)
+{
+	return GetCurrentTimestamp() +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
+/* The shape was just read (or made): it moves to the newest end. */
+static void
+reg_touch(uint32 slot)
+{
+	RegistryEntry *e = &reg_entries[slot];
+
+	if (reg_lru_newest != (int32) slot)
+	{
+		reg_lru_unlink(slot);
+		e->lru_older = reg_lru_newest;
+		if (reg_lru_newest >= 0)
+			reg_entries[reg_lru_newest].lru_newer = (int32) slot;
+		reg_lru_newest = (int32) slot;
+		if (reg_lru_oldest < 0)
+			reg_lru_oldest = (int32) slot;
+	}
+	atomic_store_explicit(&reg_table()->slots[slot].last_read_us, reg_unix_us(),
+						  memory_order_relaxed);
 }
 
 /* Frees an entry's memory; the slot itself is retired by the caller. */
@@ -108,6 +199,7 @@ reg_forget(uint32 slot)
 {
 	RegistryEntry *e = &reg_entries[slot];
 
+	reg_lru_unlink(slot);
 	shape_stream_remove(slot);
 	if (e->definition)
 		dsm_detach(e->definition);
@@ -137,21 +229,31 @@ reg_forget(uint32 slot)
 	if (e->spec.where_tree)
 		pfree(e->spec.where_tree);
 	memset(e, 0, sizeof(*e));
+	e->lru_newer = e->lru_older = -1;
 }
 
 void
-registry_start(void)
+registry_start(RegistryLiveClients live_clients)
 {
 	ShapeTable *table = reg_table();
+	HASHCTL		ctl;
 
 	reg_context = AllocSetContextCreate(TopMemoryContext, "shape_sync registry",
 										ALLOCSET_DEFAULT_SIZES);
 	reg_entries = MemoryContextAllocZero(reg_context,
 										 sizeof(RegistryEntry) * table->nslots);
+	reg_live_clients = live_clients;
+	reg_lru_newest = reg_lru_oldest = -1;
+	ctl.keysize = sizeof(uint64);
+	ctl.entrysize = sizeof(RegistryClient);
+	ctl.hcxt = reg_context;
+	reg_clients = hash_create("shape_sync clients", 256, &ctl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeState	state = shape_table_state(table, i);
 
+		reg_entries[i].lru_newer = reg_entries[i].lru_older = -1;
 		if (state != SHAPE_FREE && state != SHAPE_RETIRED)
 			shape_table_retire(table, i);
 	}
@@ -163,6 +265,7 @@ registry_stop(void)
 	/* shapes stay in shared memory; the next start retires them */
 	reg_entries = NULL;
 	reg_failures = NIL;
+	reg_clients = NULL;
 }
 
 /* ------------------------------------------------------------ resolving */
@@ -285,11 +388,191 @@ reg_copy_spec(ShapeSpec *dst, const ShapeSpec *src)
 	dst->where_tree = src->where_tree ? pstrdup(src->where_tree) : NULL;
 }
 
-static int64
-reg_unix_us(void)
+/* ------------------------------------------------------------ eviction */
+
+/* Whether a shape is in active use: its snapshot runs, or a live request waits. */
+static bool
+reg_in_active_use(uint32 slot)
 {
-	return GetCurrentTimestamp() +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+	if (shape_table_state(reg_table(), slot) == SHAPE_SNAPSHOTTING)
+		return true;
+	return reg_live_clients != NULL && reg_live_clients(slot) > 0;
+}
+
+static void
+reg_evict(uint32 slot, const char *why, bool for_room)
+{
+	ShapeSlot  *s = &reg_table()->slots[slot];
+
+	ereport(DEBUG1,
+			(errmsg_internal("shape %s on %s evicted: %s", s->handle, s->relation, why)));
+	if (for_room)
+		reg_evictions_unlogged++;
+	registry_rotate(slot);
+}
+
+/*
+ * Evicts the least recently read shape not in active use; those in active
+ * use that it passes count as read now.  Returns the log blocks the victim
+ * held (they return to the arena at its last unpin), or -1 if every shape
+ * is in active use.
+ */
+static int64
+reg_evict_oldest(const char *why)
+{
+	int32		slot = reg_lru_oldest;
+	uint32		passes = reg_table()->nslots;
+
+	while (slot >= 0 && passes-- > 0)
+	{
+		int32		newer = reg_entries[slot].lru_newer;
+
+		if (!reg_in_active_use((uint32) slot))
+		{
+			int64		blocks = reg_table()->slots[slot].log.blocks_held;
+
+			reg_evict((uint32) slot, why, true);
+			return blocks;
+		}
+		reg_touch((uint32) slot);
+		slot = newer;
+	}
+	return -1;
+}
+
+/* Drops the shapes nobody read for shape_sync.shape_idle_timeout. */
+static void
+reg_evict_idle(void)
+{
+	ShapeTable *table = reg_table();
+	int64		cutoff = reg_unix_us() - (int64) shape_sync_shape_idle_timeout * USECS_PER_SEC;
+	int32		slot = reg_lru_oldest;
+	uint32		passes = table->nslots;
+
+	while (slot >= 0 && passes-- > 0 &&
+		   atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) < cutoff)
+	{
+		int32		newer = reg_entries[slot].lru_newer;
+
+		if (reg_in_active_use((uint32) slot))
+			reg_touch((uint32) slot);
+		else
+			reg_evict((uint32) slot, "not read for shape_sync.shape_idle_timeout", false);
+		slot = newer;
+	}
+}
+
+/*
+ * Keeps a reserve of free log memory, and gives a waiting snapshot what it
+ * asks for, by evicting the least recently read shapes.
+ */
+static void
+reg_make_room(void)
+{
+	ShapeTable *table = reg_table();
+	ShapeLogArena *arena = table->arena;
+	uint32		reserve = Max(arena->nblocks / 16, 4);
+	uint32		wanted = atomic_load_explicit(&table->blocks_wanted, memory_order_acquire);
+	int64		free_blocks = slog_arena_free_blocks(arena);
+	int64		target;
+
+	if (free_blocks >= reserve && (wanted == 0 || free_blocks >= wanted + reserve / 2))
+	{
+		if (wanted != 0)
+			atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
+		return;
+	}
+	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU)
+	{
+		atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
+		return;
+	}
+	/* evict until what the victims hold would reach the target */
+	target = Max((int64) reserve * 2, (int64) wanted + reserve);
+	while (free_blocks < target)
+	{
+		int64		freed = reg_evict_oldest("the shape log memory (\"shape_sync.log_memory\") is nearly full");
+
+		if (freed < 0)
+			break;
+		free_blocks += freed;
+	}
+	atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
+}
+
+/* Says, once a minute at most, how many shapes were evicted to make room. */
+static void
+reg_log_evictions(TimestampTz now)
+{
+	if (reg_evictions_unlogged == 0 ||
+		!TimestampDifferenceExceeds(reg_evictions_logged_at, now, EVICTION_LOG_EVERY_MS))
+		return;
+	ereport(LOG,
+			(errmsg_plural("shape_sync evicted %llu least recently read shape to make room for others",
+						   "shape_sync evicted %llu least recently read shapes to make room for others",
+						   reg_evictions_unlogged, (unsigned long long) reg_evictions_unlogged),
+			 errdetail("\"shape_sync.max_shapes\" (%d) or \"shape_sync.log_memory\" (%d MB) was reached; their clients refetch.",
+					   shape_sync_max_shapes, shape_sync_log_memory),
+			 errhint("Consider increasing them if evicted shapes are asked for again.")));
+	reg_evictions_unlogged = 0;
+	reg_evictions_logged_at = now;
+}
+
+/* -------------------------------------------------------- client limits */
+
+/*
+ * Whether the request's client may create another shape this minute; if
+ * not, *retry_s says when it may.
+ */
+static bool
+reg_client_may_create(const ShapeRequest *req, unsigned *retry_s)
+{
+	RegistryClient *c;
+	TimestampTz now;
+
+	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
+		return true;
+	c = hash_search(reg_clients, &req->client_key, HASH_FIND, NULL);
+	if (c == NULL)
+		return true;
+	now = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
+		return true;
+	if (c->created < shape_sync_max_new_shapes_per_client)
+		return true;
+	*retry_s = (unsigned) Max(1, (CLIENT_WINDOW_MS - (now - c->window_start) / 1000) / 1000 + 1);
+	return false;
+}
+
+static void
+reg_client_created(const ShapeRequest *req)
+{
+	RegistryClient *c;
+	bool		found;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
+		return;
+	c = hash_search(reg_clients, &req->client_key, HASH_ENTER, &found);
+	if (!found || TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
+	{
+		c->window_start = now;
+		c->created = 0;
+	}
+	c->created++;
+}
+
+/* Forgets clients whose minute is over. */
+static void
+reg_clients_sweep(TimestampTz now)
+{
+	HASH_SEQ_STATUS seq;
+	RegistryClient *c;
+
+	hash_seq_init(&seq, reg_clients);
+	while ((c = hash_seq_search(&seq)) != NULL)
+		if (TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
+			hash_search(reg_clients, &c->key, HASH_REMOVE, NULL);
 }
 
 /* Claims a slot for a new shape and queues its snapshot; -1 when full. */
@@ -303,6 +586,14 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	ShapeRelation *rel;
 	MemoryContext old;
 
+	/* a victim being read frees its slot only at its last unpin: try a few */
+	for (int tries = 0; slot == SHAPE_NO_SLOT && tries < 8 &&
+		 shape_sync_shape_eviction == SHAPE_EVICTION_LRU; tries++)
+	{
+		if (reg_evict_oldest("\"shape_sync.max_shapes\" was reached") < 0)
+			break;
+		slot = shape_table_claim(table);
+	}
 	if (slot == SHAPE_NO_SLOT)
 		return -1;
 	reg_creating = slot;		/* undone by registry_resolve on error */
@@ -332,6 +623,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s->relid = spec->relid;
 	s->flags = spec->flags;
 	s->created_at_us = reg_unix_us();
+	reg_touch(slot);
 	slog_init(&s->log);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
 	shape_table_publish_handle(table, slot);
@@ -365,10 +657,28 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 		}
 	}
 	if (slot < 0)
+	{
+		unsigned	retry_s;
+
+		if (!reg_client_may_create(req, &retry_s))
+		{
+			char	   *msg = psprintf("{\"message\":\"This client created %d new shapes in the last minute, as many as \\\"shape_sync.max_new_shapes_per_client\\\" allows, please retry later\"}",
+									   shape_sync_max_new_shapes_per_client);
+
+			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+			req->result.retry_after_s = retry_s;
+			req->result.error_json = reg_malloc_string(msg);
+			return;
+		}
 		slot = reg_create(spec, identity, hash);
+		if (slot >= 0)
+			reg_client_created(req);
+	}
+	else
+		reg_touch((uint32) slot);
 	if (slot < 0)
 	{
-		char	   *msg = psprintf("{\"message\":\"The server holds as many shapes as \\\"shape_sync.max_shapes\\\" (%d) allows, please retry later\"}",
+		char	   *msg = psprintf("{\"message\":\"The server holds as many shapes as \\\"shape_sync.max_shapes\\\" (%d) allows, all in use, please retry later\"}",
 								   shape_sync_max_shapes);
 
 		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
@@ -623,6 +933,20 @@ registry_maintain(void)
 			reg_failures = foreach_delete_current(reg_failures, lc);
 		}
 	}
+
+	if (shape_sync_shape_idle_timeout > 0 &&
+		TimestampDifferenceExceeds(reg_last_idle_sweep, now, 1000))
+	{
+		reg_evict_idle();
+		reg_last_idle_sweep = now;
+	}
+	if (TimestampDifferenceExceeds(reg_last_clients_sweep, now, CLIENT_WINDOW_MS))
+	{
+		reg_clients_sweep(now);
+		reg_last_clients_sweep = now;
+	}
+	reg_make_room();
+	reg_log_evictions(now);
 
 	/* launch queued snapshots, oldest first */
 	running = reg_running_workers();

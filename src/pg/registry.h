@@ -13,7 +13,10 @@
 
 #include "request_queue.h"
 
-extern void registry_start(void);
+/* How many live requests are parked on a shape slot now. */
+typedef uint32_t (*RegistryLiveClients) (uint32_t slot);
+
+extern void registry_start(RegistryLiveClients live_clients);
 extern void registry_resolve(ShapeRequest *req);
 extern void registry_maintain(void);
 extern void registry_rotate(uint32_t slot);

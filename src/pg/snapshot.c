@@ -97,6 +97,7 @@ typedef struct SnapshotDefinition
 /* How long the owner's ALTER TABLE may wait for its lock. */
 #define REPLICA_IDENTITY_LOCK_TIMEOUT_MS	100
 #define SNAPSHOT_REPLICA_IDENTITY_TRIES	3	/* when something keeps setting it back */
+#define SNAPSHOT_ROOM_WAIT_MS	3000	/* for the main thread to free log memory */
 
 /* the table changed since the shape was made: rotate it (snap_failure) */
 static bool snap_definition_changed = false;
@@ -380,13 +381,39 @@ snap_publish(SnapshotWriter *w, LogOffset last, uint32 flags)
 	shape_sync_wake_worker();
 }
 
+/*
+ * After an append that found the arena full: asks the main thread for room
+ * (it evicts the least recently read shapes, see registry.c) and waits a
+ * little; the caller then tries again.  Past SNAPSHOT_ROOM_WAIT_MS, or for
+ * anything but a full arena, raises the error.
+ */
 static void
-snap_check(SnapshotWriter *w, SlogResult res)
+snap_wait_for_room(SnapshotWriter *w, SlogResult res, TimestampTz *since)
 {
 	ShapeLogArena *arena = w->table->arena;
 
-	if (res == SLOG_OK)
-		return;
+	if (res == SLOG_FULL && w->slot->log.blocks_held + 8 < arena->nblocks &&
+		shape_sync_shape_eviction == SHAPE_EVICTION_LRU)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (*since == 0)
+			*since = now;
+		if (!TimestampDifferenceExceeds(*since, now, SNAPSHOT_ROOM_WAIT_MS))
+		{
+			uint32		want = 16;
+			uint32		cur = atomic_load(&w->table->blocks_wanted);
+
+			while (cur < want && !atomic_compare_exchange_weak(&w->table->blocks_wanted, &cur, want))
+				;
+			shape_sync_wake_worker();
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			return;
+		}
+	}
 	if (res == SLOG_FULL && w->slot->log.blocks_held + 8 < arena->nblocks)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -405,18 +432,37 @@ snap_check(SnapshotWriter *w, SlogResult res)
 }
 
 static void
+snap_append(SnapshotWriter *w, LogOffset offset, uint32 kind, const char *data, uint32 len)
+{
+	TimestampTz since = 0;
+	SlogResult	res;
+
+	while ((res = slog_append(w->table->arena, &w->slot->log, offset, kind, data, len)) != SLOG_OK)
+		snap_wait_for_room(w, res, &since);
+}
+
+static void
+snap_close_chunk(SnapshotWriter *w, LogOffset end)
+{
+	TimestampTz since = 0;
+	SlogResult	res;
+
+	while ((res = slog_close_chunk(w->table->arena, &w->slot->log, end)) != SLOG_OK)
+		snap_wait_for_room(w, res, &since);
+}
+
+static void
 snap_emit(void *arg, const char *message, int len)
 {
 	SnapshotWriter *w = arg;
 	LogOffset	offset = {0, w->chunk};
 
-	snap_check(w, slog_append(w->table->arena, &w->slot->log, offset,
-							  SLOG_RECORD_CHANGE, message, (uint32) len));
+	snap_append(w, offset, SLOG_RECORD_CHANGE, message, (uint32) len);
 	w->rows++;
 	w->chunk_bytes += len + 1;
 	if (w->chunk_bytes >= w->threshold)
 	{
-		snap_check(w, slog_close_chunk(w->table->arena, &w->slot->log, offset));
+		snap_close_chunk(w, offset);
 		atomic_store_explicit(&w->slot->snapshot_rows, w->rows, memory_order_relaxed);
 		snap_publish(w, offset, 0);
 		w->chunk++;
@@ -703,9 +749,8 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	snap_end_message(&end, snapshot_text);
 	offset.tx = 0;
 	offset.op = writer->chunk;
-	snap_check(writer, slog_append(table->arena, &writer->slot->log, offset,
-								   SLOG_RECORD_CONTROL, end.data, (uint32) end.len));
-	snap_check(writer, slog_close_chunk(table->arena, &writer->slot->log, offset));
+	snap_append(writer, offset, SLOG_RECORD_CONTROL, end.data, (uint32) end.len);
+	snap_close_chunk(writer, offset);
 	atomic_store_explicit(&writer->slot->snapshot_rows, writer->rows, memory_order_relaxed);
 	writer->slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
 	shape_table_note_lsn(table, strtou64(lsn_text, NULL, 10));

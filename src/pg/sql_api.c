@@ -231,8 +231,9 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		ShapeSlot  *s = &table->slots[i];
 		ShapeState	state = shape_table_state(table, i);
 		SlogPublished pub;
-		Datum		values[12];
-		bool		nulls[12] = {0};
+		Datum		values[13];
+		bool		nulls[13] = {0};
+		int64		last_read_us;
 		uint64		pins;
 
 		if (state == SHAPE_FREE || state == SHAPE_RETIRED)
@@ -254,10 +255,13 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		values[9] = Int32GetDatum((int32) pins);
 		values[10] = TimestampTzGetDatum(time_t_to_timestamptz(s->created_at_us / 1000000) +
 										 s->created_at_us % 1000000);
+		last_read_us = atomic_load_explicit(&s->last_read_us, memory_order_relaxed);
+		values[11] = TimestampTzGetDatum(time_t_to_timestamptz(last_read_us / 1000000) +
+										 last_read_us % 1000000);
 		if (state == SHAPE_FAILED)
-			values[11] = CStringGetTextDatum(s->error);
+			values[12] = CStringGetTextDatum(s->error);
 		else
-			nulls[11] = true;
+			nulls[12] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

@@ -298,6 +298,12 @@ worker_resolve_requests(void)
 	}
 }
 
+static uint32
+worker_live_clients(uint32 slot)
+{
+	return worker_http != NULL ? http_server_live_clients(worker_http, slot) : 0;
+}
+
 /* Resumes the connections parked on shapes whose logs changed. */
 static void
 worker_wake_changed_shapes(void)
@@ -333,7 +339,7 @@ shape_sync_worker_main(Datum arg)
 	/* where clauses folded or evaluated here get shape_sync.where_evaluation_timeout */
 	eval_deadline_enable();
 
-	registry_start();
+	registry_start(worker_live_clients);
 	decoder_start();
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,

@@ -39,6 +39,11 @@
  * - `dirty` bits are set with fetch_or by writers and cleared with exchange
  *   by the main thread; a set bit only means "look at this slot".
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
+ * - `last_read_us` is stored (relaxed) by the main thread, which resolves
+ *   every request, and read by SQL; it is only ever a hint for eviction.
+ * - `blocks_wanted` is raised by snapshot workers that ran out of log
+ *   memory and cleared by the main thread once it made room (or could not);
+ *   a worker re-raises it while it still waits.
  *
  * IDENTIFICATION
  *	  src/shm/shape_table.c
@@ -73,6 +78,7 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 	table->pad = 0;
 	atomic_init(&table->last_handle_us, 0);
 	atomic_init(&table->last_seen_lsn, 0);
+	atomic_init(&table->blocks_wanted, 0);
 	table->arena = arena;
 	table->dirty = (_Atomic uint64_t *) p;
 	for (uint32_t i = 0; i < DIRTY_WORDS(nslots); i++)
@@ -89,6 +95,7 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 		atomic_init(&s->generation, 0);
 		atomic_init(&s->pins, SHAPE_PIN_RETIRED);	/* unpinnable while free */
 		atomic_init(&s->handle_key, 0);
+		atomic_init(&s->last_read_us, 0);
 		slog_init(&s->log);
 	}
 	return table;

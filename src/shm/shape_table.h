@@ -49,6 +49,7 @@ typedef struct ShapeSlot
 	uint32_t	relid;
 	uint32_t	flags;			/* SHAPE_FLAG_* */
 	int64_t		created_at_us;	/* Unix epoch, microseconds */
+	_Atomic int64_t last_read_us;	/* the last request for it, same clock */
 
 	/* Set by the snapshot worker. */
 	_Atomic uint64_t snapshot_rows;
@@ -72,6 +73,8 @@ typedef struct ShapeTable
 	uint32_t	pad;
 	_Atomic int64_t last_handle_us; /* handles never repeat */
 	_Atomic uint64_t last_seen_lsn; /* newest LSN the server knows about */
+	_Atomic uint32_t blocks_wanted; /* a snapshot waits for this many free
+									 * blocks; the main thread makes room */
 	ShapeLogArena *arena;		/* valid in every process of the cluster */
 	_Atomic uint64_t *dirty;	/* one bit per slot: log changed */
 	ShapeSlot  *slots;

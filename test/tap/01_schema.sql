@@ -3,7 +3,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS shape_sync;
 
-SELECT plan(49);
+SELECT plan(50);
 
 -- The extension and its schema --------------------------------------------------------------
 
@@ -43,7 +43,7 @@ SELECT is(
            WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0 AND NOT attisdropped
            ORDER BY attnum),
     ARRAY['handle', 'relation', 'where', 'replica', 'state', 'snapshot_rows', 'snapshot_ms',
-          'log_bytes', 'chunks', 'readers', 'created_at', 'error'],
+          'log_bytes', 'chunks', 'readers', 'created_at', 'last_read_at', 'error'],
     'view shape_sync.shapes has the expected columns, in order');
 SELECT col_type_is('shape_sync', 'shapes', 'handle', 'text',
                    'shape_sync.shapes.handle is text');
@@ -55,6 +55,8 @@ SELECT col_type_is('shape_sync', 'shapes', 'chunks', 'integer',
                    'shape_sync.shapes.chunks is integer');
 SELECT col_type_is('shape_sync', 'shapes', 'created_at', 'timestamp with time zone',
                    'shape_sync.shapes.created_at is timestamp with time zone');
+SELECT col_type_is('shape_sync', 'shapes', 'last_read_at', 'timestamp with time zone',
+                   'shape_sync.shapes.last_read_at is timestamp with time zone');
 
 -- Behaviour a superuser sees ------------------------------------------------------------------
 
