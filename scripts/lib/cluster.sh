@@ -303,3 +303,10 @@ cluster_stop() {
 	unset PGHOST PGPORT PGDATABASE
 	return 0
 }
+
+# cluster_restart: a fast restart of the primary (after ALTER SYSTEM of a restart-only setting)
+cluster_restart() {
+	[[ -n ${SHAPE_SYNC_PGDATA:-} ]] || { _cluster_say "no cluster running"; return 1; }
+	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -l "$SHAPE_SYNC_LOG" -m fast \
+		-w -t 60 restart >/dev/null
+}

@@ -46,6 +46,19 @@
  * cache callbacks of shape_stream.c ignore these resets
  * (decoder_resetting_caches): nothing changed.
  *
+ * A (re)started worker holds no shape (shared memory is rebuilt), so the
+ * WAL written since the slot's confirmed position concerns nobody: it is
+ * skipped in fast-forward mode (the recipe of pg_replication_slot_advance:
+ * records are read for the snapshot builder, no transaction is assembled
+ * and the plugin is not called), up to the flushed end at start, in
+ * batches between which requests are served.  Skipping stops early at a
+ * commit whose transaction is still in the proc array, for the reason
+ * above: a shape created meanwhile may not see it.  Then decoding goes on
+ * normally from there.  A slot that was invalidated (max_slot_wal_keep_size)
+ * is dropped and made again, and slots that an earlier shape_sync.database
+ * left behind (shape_sync_<other oid>, our plugin, not in use) are dropped,
+ * since they would hold WAL and catalog_xmin for ever.
+ *
  * PostgreSQL 15.20 only lets a slot use the output plugins listed in
  * output_plugin_libraries.  The worker trusts its own library for its own
  * process by adding it to that list with a process-local override; other
@@ -83,9 +96,14 @@
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
 
 static LogicalDecodingContext *dec_ctx = NULL;
+static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
+static XLogRecPtr dec_skip_from = InvalidXLogRecPtr;
+static TimestampTz dec_skip_started;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
 static char dec_marker;			/* output_writer_private of the worker */
+
+static TransactionId dec_commit_still_running(XLogReaderState *reader);
 
 /* which snapshots the entries of the caches were built under (see the header) */
 typedef enum DecoderCatalogUse
@@ -206,10 +224,83 @@ dec_create_slot(const char *name)
 	CommitTransactionCommand();
 }
 
+/*
+ * Drops the slots an earlier shape_sync.database left: named like ours,
+ * with our plugin, for another database, and not in use.
+ */
+static void
+dec_drop_stale_slots(const char *own)
+{
+	List	   *volatile stale = NIL;
+	ListCell   *lc;
+
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	for (int i = 0; i < max_replication_slots; i++)
+	{
+		ReplicationSlot *s = &ReplicationSlotCtl->replication_slots[i];
+		const char *slot_name = NameStr(s->data.name);
+
+		if (s->in_use && s->active_pid == 0 && strcmp(slot_name, own) != 0 &&
+			strncmp(slot_name, "shape_sync_", 11) == 0 &&
+			strspn(slot_name + 11, "0123456789") == strlen(slot_name + 11) &&
+			strcmp(NameStr(s->data.plugin), "shape_sync") == 0 &&
+			s->data.database != MyDatabaseId)
+			stale = lappend(stale, pstrdup(slot_name));
+	}
+	LWLockRelease(ReplicationSlotControlLock);
+
+	foreach(lc, stale)
+	{
+		const char *slot_name = lfirst(lc);
+		MemoryContext cxt = CurrentMemoryContext;
+
+		PG_TRY();
+		{
+			ReplicationSlotDrop(slot_name, true);
+			ereport(LOG,
+					(errmsg("shape_sync dropped replication slot \"%s\" of another database", slot_name),
+					 errdetail("An earlier \"shape_sync.database\" left it; it kept WAL and catalog rows from being removed.")));
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			if (MyReplicationSlot != NULL)
+				ReplicationSlotRelease();
+			ereport(WARNING,
+					(errmsg("shape_sync could not drop replication slot \"%s\" of another database: %s",
+							slot_name, edata->message),
+					 errdetail("An earlier \"shape_sync.database\" left it; it keeps WAL and catalog rows from being removed."),
+					 errhint("Drop it with pg_drop_replication_slot('%s') if nothing else uses it.",
+							 slot_name)));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+	}
+	list_free_deep(stale);
+}
+
+/* The decoding context that calls the plugin, from the slot's position. */
+static void
+dec_begin_decoding(void)
+{
+	dec_ctx = CreateDecodingContext(InvalidXLogRecPtr, NIL, false,
+									XL_ROUTINE(.page_read = dec_page_read,
+											   .segment_open = wal_segment_open,
+											   .segment_close = wal_segment_close),
+									NULL, NULL, NULL);
+	dec_ctx->output_writer_private = &dec_marker;
+	XLogBeginRead(dec_ctx->reader, MyReplicationSlot->data.restart_lsn);
+}
+
 void
 decoder_start(void)
 {
 	char		name[NAMEDATALEN];
+	XLogRecPtr	flushed;
 
 	if (wal_level < WAL_LEVEL_LOGICAL)
 		ereport(ERROR,
@@ -218,20 +309,103 @@ decoder_start(void)
 				 errhint("Set \"wal_level\" to \"logical\" and restart the server.")));
 	dec_trust_own_plugin();
 	dec_slot_name(name);
+	dec_drop_stale_slots(name);
 	if (SearchNamedReplicationSlot(name, true) == NULL)
 		dec_create_slot(name);
 
 	ReplicationSlotAcquire(name, true);
-	dec_ctx = CreateDecodingContext(InvalidXLogRecPtr, NIL, false,
-									XL_ROUTINE(.page_read = dec_page_read,
-											   .segment_open = wal_segment_open,
-											   .segment_close = wal_segment_close),
-									NULL, NULL, NULL);
-	dec_ctx->output_writer_private = &dec_marker;
-	XLogBeginRead(dec_ctx->reader, MyReplicationSlot->data.restart_lsn);
+	if (MyReplicationSlot->data.invalidated_at != InvalidXLogRecPtr &&
+		MyReplicationSlot->data.restart_lsn == InvalidXLogRecPtr)
+	{
+		ereport(LOG,
+				(errmsg("shape_sync replaces its replication slot \"%s\", which was invalidated", name),
+				 errdetail("The WAL it needed was removed (\"max_slot_wal_keep_size\"); every shape starts over.")));
+		ReplicationSlotRelease();
+		ReplicationSlotDrop(name, true);
+		dec_create_slot(name);
+		ReplicationSlotAcquire(name, true);
+	}
+
+	flushed = GetFlushRecPtr(NULL);
+	if (MyReplicationSlot->data.confirmed_flush < flushed)
+	{
+		/* nothing of it concerns a shape: skip it (see the header) */
+		dec_skip_from = MyReplicationSlot->data.confirmed_flush;
+		dec_skip_to = flushed;
+		dec_skip_started = GetCurrentTimestamp();
+		dec_ctx = CreateDecodingContext(InvalidXLogRecPtr, NIL, true,
+										XL_ROUTINE(.page_read = dec_page_read,
+												   .segment_open = wal_segment_open,
+												   .segment_close = wal_segment_close),
+										NULL, NULL, NULL);
+		XLogBeginRead(dec_ctx->reader, MyReplicationSlot->data.restart_lsn);
+		ereport(LOG,
+				(errmsg("shape_sync skips the WAL from %X/%X to %X/%X in slot \"%s\"",
+						LSN_FORMAT_ARGS(dec_skip_from), LSN_FORMAT_ARGS(dec_skip_to), name),
+				 errdetail("No shape outlives a restart of the worker, so no change written before it is needed.")));
+		return;
+	}
+	dec_begin_decoding();
 	ereport(LOG,
 			(errmsg("shape_sync decoding from slot \"%s\" at %X/%X", name,
 					LSN_FORMAT_ARGS(MyReplicationSlot->data.confirmed_flush))));
+}
+
+/*
+ * One batch of fast-forwarding; once it reaches dec_skip_to (or a commit
+ * not visible to every snapshot yet), decoding proper starts there.
+ */
+static bool
+dec_skip_step(void)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	XLogRecPtr	stop_at = InvalidXLogRecPtr;
+	int			n = 0;
+
+	while (dec_ctx->reader->EndRecPtr < dec_skip_to)
+	{
+		char	   *errm = NULL;
+		XLogRecord *record;
+
+		dec_page_private.end_of_wal = false;
+		record = XLogReadRecord(dec_ctx->reader, &errm);
+		if (errm)
+			elog(ERROR, "could not read WAL for logical decoding: %s", errm);
+		if (record == NULL)
+			break;
+		if (TransactionIdIsValid(dec_commit_still_running(dec_ctx->reader)))
+		{
+			stop_at = dec_ctx->reader->ReadRecPtr;	/* decode it, when visible */
+			break;
+		}
+		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
+		if (++n % 1024 == 0)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (TimestampDifferenceExceeds(start, GetCurrentTimestamp(), DECODER_BATCH_MS))
+				break;
+		}
+	}
+	if (stop_at == InvalidXLogRecPtr && dec_ctx->reader->EndRecPtr < dec_skip_to)
+	{
+		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
+		return true;			/* more to skip */
+	}
+	if (stop_at == InvalidXLogRecPtr)
+		stop_at = dec_ctx->reader->EndRecPtr;
+	LogicalConfirmReceivedLocation(stop_at);
+	ReplicationSlotMarkDirty();
+	ReplicationSlotSave();
+	FreeDecodingContext(dec_ctx);
+	dec_ctx = NULL;
+	ereport(LOG,
+			(errmsg("shape_sync skipped %llu kB of WAL in %lld ms and decodes from %X/%X",
+					(unsigned long long) ((stop_at - dec_skip_from) / 1024),
+					(long long) ((GetCurrentTimestamp() - dec_skip_started) / 1000),
+					LSN_FORMAT_ARGS(stop_at))));
+	dec_skip_to = InvalidXLogRecPtr;
+	dec_begin_decoding();
+	return true;
 }
 
 /*
@@ -267,6 +441,8 @@ decoder_step(void)
 
 	if (dec_ctx == NULL)
 		return false;
+	if (dec_skip_to != InvalidXLogRecPtr)
+		return dec_skip_step();
 	/* where clauses matched in the batch are held to their deadline */
 	eval_deadline_watch();
 	while (dec_ctx->reader->EndRecPtr < flushed)
