@@ -105,6 +105,8 @@ struct ShapeConn
 	AdmissionKind admitted;		/* the admission slot held, released at the end */
 	AdmissionKind rejected_kind;	/* the kind that was full, for the 503 */
 	bool		pinned;			/* holds request.result.slot's log */
+	bool		log_pinned;		/* holds a version of that log ... */
+	uint32_t	log_version;	/* ... this one (shape_table_log_pin) */
 	Waiter		waiter;			/* while parked (CONN_WAITING) */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	BodyCursor	body;
@@ -160,5 +162,10 @@ extern void http_add_cors_headers(struct MHD_Response *response,
 extern enum MHD_Result http_respond_json(struct MHD_Connection *connection,
 										 unsigned status, const char *body,
 										 bool cors);
+
+/* The version of its shape's log a request reads (shape_serve.c). */
+extern const ShapeLog *shape_conn_pin_log(ShapeConn *sc);
+extern const ShapeLog *shape_conn_log(const ShapeConn *sc);
+extern void shape_conn_unpin_log(ShapeConn *sc);
 
 #endif							/* HTTP_INTERNAL_H */

@@ -194,6 +194,45 @@ monotonic_us(void)
 	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* ------------------------------------------------------------ log pins */
+
+/*
+ * Pins the version of the shape's log served now, letting go of one that
+ * compaction swapped out since; a range located in it stays valid until
+ * the next call.  The request holds the slot.
+ */
+const ShapeLog *
+shape_conn_pin_log(ShapeConn *sc)
+{
+	ShapeTable *shapes = sc->server->shapes;
+	uint32_t	slot = sc->request.result.slot;
+
+	if (sc->log_pinned)
+	{
+		if (atomic_load_explicit(&shapes->slots[slot].log_current, memory_order_acquire) ==
+			sc->log_version)
+			return &shapes->slots[slot].logs[sc->log_version];
+		shape_conn_unpin_log(sc);
+	}
+	sc->log_pinned = true;
+	return shape_table_log_pin(shapes, slot, &sc->log_version);
+}
+
+const ShapeLog *
+shape_conn_log(const ShapeConn *sc)
+{
+	return &sc->server->shapes->slots[sc->request.result.slot].logs[sc->log_version];
+}
+
+void
+shape_conn_unpin_log(ShapeConn *sc)
+{
+	if (!sc->log_pinned)
+		return;
+	shape_table_log_unpin(sc->server->shapes, sc->request.result.slot, sc->log_version);
+	sc->log_pinned = false;
+}
+
 /* ---------------------------------------------------------- body reader */
 
 static ssize_t shape_body_fill(ShapeConn *sc, char *buf, size_t max);
@@ -211,7 +250,7 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 {
 	BodyCursor *b = &sc->body;
 	const ShapeLogArena *arena = sc->server->shapes->arena;
-	const ShapeLog *log = &sc->server->shapes->slots[sc->request.result.slot].log;
+	const ShapeLog *log = shape_conn_log(sc);
 	size_t		limit = max < sc->server->write_piece_size ? max : sc->server->write_piece_size;
 	size_t		n = 0;
 
@@ -411,21 +450,30 @@ shape_decide(ServeCheck *c)
 	ShapeTable *shapes = sc->server->shapes;
 	uint32_t	slot = sc->request.result.slot;
 
+	const ShapeLog *log;
+	ServeDecision decision = SERVE_RESPOND;
+
 	memset(&c->range, 0, sizeof(c->range));
 	c->state = shape_table_state(shapes, slot);
 	if (c->state == SHAPE_FAILED || c->state == SHAPE_RETIRED)
 		return SERVE_RESPOND;
-	slog_read_published(&shapes->slots[slot].log, &c->pub);
+	log = shape_conn_pin_log(sc);
+	slog_read_published(log, &c->pub);
 	if (sc->query.offset_now)
-		return (c->pub.flags & SLOG_SNAPSHOT_DONE) ? SERVE_RESPOND : SERVE_WAIT;
-	slog_locate(shapes->arena, &shapes->slots[slot].log, &c->pub, sc->query.offset, &c->range);
-	if (!c->range.ready)
-		return SERVE_WAIT;
-	if (c->range.beyond_end)
-		return SERVE_WAIT_BOUNDS;
-	if (sc->query.live && c->range.start == c->range.end)
-		return SERVE_WAIT_LIVE;
-	return SERVE_RESPOND;
+		decision = (c->pub.flags & SLOG_SNAPSHOT_DONE) ? SERVE_RESPOND : SERVE_WAIT;
+	else
+	{
+		slog_locate(shapes->arena, log, &c->pub, sc->query.offset, &c->range);
+		if (!c->range.ready)
+			decision = SERVE_WAIT;
+		else if (c->range.beyond_end)
+			decision = SERVE_WAIT_BOUNDS;
+		else if (sc->query.live && c->range.start == c->range.end)
+			decision = SERVE_WAIT_LIVE;
+	}
+	if (decision != SERVE_RESPOND)
+		shape_conn_unpin_log(sc);	/* a parked request holds no version */
+	return decision;
 }
 
 static bool
@@ -733,6 +781,7 @@ shape_conn_free(ShapeConn *sc)
 	admission_release(sc->server->admission, sc->admitted);
 	if (sc->phase != CONN_RESPONDED)
 		atomic_fetch_sub(&sc->server->unanswered, 1);
+	shape_conn_unpin_log(sc);	/* before the slot: see shape_table.c */
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
 	shape_query_free(&sc->query);

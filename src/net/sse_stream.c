@@ -62,16 +62,21 @@ sse_next_range(ShapeConn *sc)
 	ShapeState	state = shape_table_state(shapes, slot);
 	SlogPublished pub;
 	SlogRange	range;
+	const ShapeLog *log;
 
 	if (state == SHAPE_RETIRED || state == SHAPE_FAILED)
 	{
 		st->finished = true;
 		return false;
 	}
-	slog_read_published(&shapes->slots[slot].log, &pub);
-	slog_locate(shapes->arena, &shapes->slots[slot].log, &pub, st->after, &range);
+	log = shape_conn_pin_log(sc);
+	slog_read_published(log, &pub);
+	slog_locate(shapes->arena, log, &pub, st->after, &range);
 	if (!range.ready || range.start >= range.end)
+	{
+		shape_conn_unpin_log(sc);	/* a waiting stream holds no version */
 		return false;
+	}
 	slog_cursor_init(&st->records, range.start, range.end);
 	st->in_range = true;
 	st->range_end = range.chunk_end;
@@ -106,7 +111,7 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 	SseStream  *st = &sc->sse;
 	HttpServer *server = sc->server;
 	const ShapeLogArena *arena = server->shapes->arena;
-	const ShapeLog *log = &server->shapes->slots[sc->request.result.slot].log;
+	const ShapeLog *log = shape_conn_log(sc);
 	size_t		limit = max < server->write_piece_size ? max : server->write_piece_size;
 	size_t		n = 0;
 

@@ -429,7 +429,7 @@ reg_evict_oldest(const char *why)
 
 		if (!reg_in_active_use((uint32) slot))
 		{
-			int64		blocks = reg_table()->slots[slot].log.blocks_held;
+			int64		blocks = shape_table_log_blocks(reg_table(), (uint32) slot);
 
 			reg_evict((uint32) slot, why, true);
 			return blocks;
@@ -624,7 +624,6 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s->flags = spec->flags;
 	s->created_at_us = reg_unix_us();
 	reg_touch(slot);
-	slog_init(&s->log);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
 	shape_table_publish_handle(table, slot);
 	reg_creating = SHAPE_NO_SLOT;

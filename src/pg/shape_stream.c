@@ -693,7 +693,7 @@ static void
 ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 {
 	ShapeTable *table = ss_table();
-	ShapeLog   *log = &table->slots[s->slot].log;
+	ShapeLog   *log = shape_table_log(table, s->slot);
 	SlogResult	res;
 
 	if (s->rotate)
@@ -1294,7 +1294,7 @@ shape_stream_commit(void)
 		}
 		else if (s->appended)
 		{
-			slog_publish(&table->slots[s->slot].log, s->last, SLOG_SNAPSHOT_DONE);
+			slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
 			shape_table_mark_dirty(table, s->slot);
 		}
 		s->txn_pending = NULL;
@@ -1315,7 +1315,7 @@ static void
 ss_take_over(ShapeStream *s)
 {
 	ShapeTable *table = ss_table();
-	ShapeLog   *log = &table->slots[s->slot].log;
+	ShapeLog   *log = shape_table_log(table, s->slot);
 	SlogPublished pub;
 	SlogRange	range;
 	SlogRecordHeader hdr;

@@ -108,6 +108,7 @@ typedef struct SnapshotWriter
 	ShapeTable *table;
 	ShapeSlot  *slot;
 	uint32		slot_index;
+	ShapeLog   *log;			/* the version it writes (no compaction yet) */
 	uint32		chunk;			/* the open chunk's number */
 	int64		chunk_bytes;	/* message bytes + 1 per row in the open chunk */
 	int32		threshold;
@@ -376,7 +377,7 @@ snap_fail(SnapshotWriter *w, uint32 status, const char *message)
 static void
 snap_publish(SnapshotWriter *w, LogOffset last, uint32 flags)
 {
-	slog_publish(&w->slot->log, last, flags);
+	slog_publish(w->log, last, flags);
 	shape_table_mark_dirty(w->table, w->slot_index);
 	shape_sync_wake_worker();
 }
@@ -392,7 +393,7 @@ snap_wait_for_room(SnapshotWriter *w, SlogResult res, TimestampTz *since)
 {
 	ShapeLogArena *arena = w->table->arena;
 
-	if (res == SLOG_FULL && w->slot->log.blocks_held + 8 < arena->nblocks &&
+	if (res == SLOG_FULL && shape_table_log_blocks(w->table, w->slot_index) + 8 < arena->nblocks &&
 		shape_sync_shape_eviction == SHAPE_EVICTION_LRU)
 	{
 		TimestampTz now = GetCurrentTimestamp();
@@ -414,7 +415,7 @@ snap_wait_for_room(SnapshotWriter *w, SlogResult res, TimestampTz *since)
 			return;
 		}
 	}
-	if (res == SLOG_FULL && w->slot->log.blocks_held + 8 < arena->nblocks)
+	if (res == SLOG_FULL && shape_table_log_blocks(w->table, w->slot_index) + 8 < arena->nblocks)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("shape log memory is full"),
@@ -437,7 +438,7 @@ snap_append(SnapshotWriter *w, LogOffset offset, uint32 kind, const char *data, 
 	TimestampTz since = 0;
 	SlogResult	res;
 
-	while ((res = slog_append(w->table->arena, &w->slot->log, offset, kind, data, len)) != SLOG_OK)
+	while ((res = slog_append(w->table->arena, w->log, offset, kind, data, len)) != SLOG_OK)
 		snap_wait_for_room(w, res, &since);
 }
 
@@ -447,7 +448,7 @@ snap_close_chunk(SnapshotWriter *w, LogOffset end)
 	TimestampTz since = 0;
 	SlogResult	res;
 
-	while ((res = slog_close_chunk(w->table->arena, &w->slot->log, end)) != SLOG_OK)
+	while ((res = slog_close_chunk(w->table->arena, w->log, end)) != SLOG_OK)
 		snap_wait_for_room(w, res, &since);
 }
 
@@ -766,7 +767,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	 * Publish, then hand over: the main thread takes the pen when it sees
 	 * READY, and must find the whole snapshot published by then.
 	 */
-	slog_publish(&writer->slot->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(writer->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	if (!shape_table_transition(table, task->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
 		return;					/* retired while we finished: it stays retired */
 	shape_table_mark_dirty(table, task->slot);
@@ -799,6 +800,7 @@ shape_sync_snapshot_main(Datum arg)
 	writer.table = table;
 	writer.slot = &table->slots[task.slot];
 	writer.slot_index = task.slot;
+	writer.log = shape_table_log(table, task.slot);
 	before_shmem_exit(snap_on_exit, PointerGetDatum(&writer));
 
 	seg = dsm_attach(task.handle);

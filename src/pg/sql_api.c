@@ -238,7 +238,7 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 
 		if (state == SHAPE_FREE || state == SHAPE_RETIRED)
 			continue;
-		slog_read_published(&s->log, &pub);
+		slog_read_published(shape_table_log(table, i), &pub);
 		pins = atomic_load(&s->pins) & ~SHAPE_PIN_RETIRED;
 		values[0] = CStringGetTextDatum(s->handle);
 		values[1] = CStringGetTextDatum(s->relation);

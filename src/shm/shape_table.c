@@ -38,6 +38,17 @@
  *   never the handle text of a slot they have not pinned.
  * - `dirty` bits are set with fetch_or by writers and cleared with exchange
  *   by the main thread; a set bit only means "look at this slot".
+ * - Log versions.  `log_current` (release-stored by the writer, acquired by
+ *   readers) names the version served.  `log_pins[v]` counts readers of
+ *   version v, with SHAPE_PIN_RETIRED set once v is not served; pinning is
+ *   a CAS that fails on a retired version, then re-reads `log_current`, so
+ *   a reader that pinned a version being swapped out lets it go.  Whoever
+ *   brings a retired version to no readers (the swapper or the last
+ *   unpinner) releases its blocks, then release-stores `log_free[v]`; the
+ *   writer builds a spare version again only after an acquire load of it.
+ *   A reader holds a version only while it holds the slot, and lets go of
+ *   the version first, so a slot freed at its last unpin has no version
+ *   readers left.
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
  * - `last_read_us` is stored (relaxed) by the main thread, which resolves
  *   every request, and read by SQL; it is only ever a hint for eviction.
@@ -96,7 +107,13 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 		atomic_init(&s->pins, SHAPE_PIN_RETIRED);	/* unpinnable while free */
 		atomic_init(&s->handle_key, 0);
 		atomic_init(&s->last_read_us, 0);
-		slog_init(&s->log);
+		atomic_init(&s->log_current, 0);
+		for (int v = 0; v < 2; v++)
+		{
+			atomic_init(&s->log_pins[v], SHAPE_PIN_RETIRED);
+			atomic_init(&s->log_free[v], 1);
+			slog_init(&s->logs[v]);
+		}
 	}
 	return table;
 }
@@ -119,17 +136,34 @@ shape_table_claim(ShapeTable *table)
 		s->snapshot_rows = 0;
 		s->snapshot_ms = 0;
 		s->error[0] = '\0';
+		/* version 0 is served; version 1 is free (both were released) */
+		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->log_free[0], 0, memory_order_relaxed);
+		atomic_store_explicit(&s->log_pins[0], 0, memory_order_relaxed);
+		atomic_store_explicit(&s->log_pins[1], SHAPE_PIN_RETIRED, memory_order_relaxed);
 		atomic_store_explicit(&s->pins, 0, memory_order_release);
 		return i;
 	}
 	return SHAPE_NO_SLOT;
 }
 
+/*
+ * Frees a retired slot's logs; no reader holds the slot, and so none holds
+ * a version (readers let go of the version before the slot).
+ */
 static void
 shape_table_free(ShapeTable *table, ShapeSlot *s)
 {
 	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
-	slog_release(table->arena, &s->log);
+	for (int v = 0; v < 2; v++)
+	{
+		if (!atomic_load_explicit(&s->log_free[v], memory_order_acquire))
+		{
+			slog_release(table->arena, &s->logs[v]);
+			atomic_store_explicit(&s->log_free[v], 1, memory_order_release);
+		}
+		atomic_store_explicit(&s->log_pins[v], SHAPE_PIN_RETIRED, memory_order_relaxed);
+	}
 	atomic_store_explicit(&s->state, SHAPE_FREE, memory_order_release);
 }
 
@@ -219,6 +253,127 @@ shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from, ShapeS
 	return atomic_compare_exchange_strong_explicit(&table->slots[slot].state, &expected, to,
 												   memory_order_acq_rel,
 												   memory_order_acquire);
+}
+
+/* ------------------------------------------------------ log versions */
+
+/*
+ * Pins the version of a pinned slot's log that is served now.  The version
+ * is re-read after the pin: one swapped out meanwhile is let go and the
+ * new one pinned, so a reader never starts reading a retired version.
+ */
+const ShapeLog *
+shape_table_log_pin(ShapeTable *table, uint32_t slot, uint32_t *version)
+{
+	ShapeSlot  *s = &table->slots[slot];
+
+	for (;;)
+	{
+		uint32_t	v = atomic_load_explicit(&s->log_current, memory_order_acquire);
+		uint64_t	pins = atomic_load_explicit(&s->log_pins[v], memory_order_relaxed);
+		bool		pinned = false;
+
+		while (!(pins & SHAPE_PIN_RETIRED))
+		{
+			if (atomic_compare_exchange_weak_explicit(&s->log_pins[v], &pins, pins + 1,
+													  memory_order_acquire,
+													  memory_order_relaxed))
+			{
+				pinned = true;
+				break;
+			}
+		}
+		if (!pinned)
+			continue;			/* swapped out just now: read log_current again */
+		if (atomic_load_explicit(&s->log_current, memory_order_acquire) == v)
+		{
+			*version = v;
+			return &s->logs[v];
+		}
+		shape_table_log_unpin(table, slot, v);
+	}
+}
+
+/* The last reader of a retired version releases its blocks. */
+void
+shape_table_log_unpin(ShapeTable *table, uint32_t slot, uint32_t version)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint64_t	prev = atomic_fetch_sub_explicit(&s->log_pins[version], 1, memory_order_acq_rel);
+
+	if (prev == (SHAPE_PIN_RETIRED | 1))
+	{
+		slog_release(table->arena, &s->logs[version]);
+		atomic_store_explicit(&s->log_free[version], 1, memory_order_release);
+	}
+}
+
+/* The version the writer appends to and readers are served from. */
+ShapeLog *
+shape_table_log(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+
+	return &s->logs[atomic_load_explicit(&s->log_current, memory_order_relaxed)];
+}
+
+/*
+ * The other version, emptied for compaction to build, or NULL while
+ * readers of its previous life still hold it.  The log's writer only.
+ */
+ShapeLog *
+shape_table_spare_log(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint32_t	spare = 1 - atomic_load_explicit(&s->log_current, memory_order_relaxed);
+
+	if (!atomic_load_explicit(&s->log_free[spare], memory_order_acquire))
+		return NULL;
+	atomic_store_explicit(&s->log_free[spare], 0, memory_order_relaxed);
+	slog_init(&s->logs[spare]);
+	return &s->logs[spare];
+}
+
+/* Gives back what compaction built, when it gave up. */
+void
+shape_table_drop_spare_log(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint32_t	spare = 1 - atomic_load_explicit(&s->log_current, memory_order_relaxed);
+
+	slog_release(table->arena, &s->logs[spare]);
+	atomic_store_explicit(&s->log_free[spare], 1, memory_order_release);
+}
+
+/*
+ * Serves the spare version (published by its builder) from now on, and
+ * retires the old one: freed now if nobody reads it, else by its last
+ * reader.
+ */
+void
+shape_table_swap_log(ShapeTable *table, uint32_t slot)
+{
+	ShapeSlot  *s = &table->slots[slot];
+	uint32_t	old = atomic_load_explicit(&s->log_current, memory_order_relaxed);
+	uint64_t	prev;
+
+	atomic_store_explicit(&s->log_pins[1 - old], 0, memory_order_relaxed);
+	atomic_store_explicit(&s->log_current, 1 - old, memory_order_release);
+	prev = atomic_fetch_or_explicit(&s->log_pins[old], SHAPE_PIN_RETIRED, memory_order_acq_rel);
+	if (prev == 0)
+	{
+		slog_release(table->arena, &s->logs[old]);
+		atomic_store_explicit(&s->log_free[old], 1, memory_order_release);
+	}
+}
+
+/* Blocks both versions hold (a hint, read by the writer). */
+uint32_t
+shape_table_log_blocks(const ShapeTable *table, uint32_t slot)
+{
+	const ShapeSlot *s = &table->slots[slot];
+
+	return s->logs[0].blocks_held + s->logs[1].blocks_held;
 }
 
 void

@@ -59,7 +59,15 @@ typedef struct ShapeSlot
 	uint32_t	error_status;	/* HTTP status for FAILED (409: rotate it) */
 	char		error[SHAPE_ERROR_LEN];	/* valid once state is FAILED */
 
-	ShapeLog	log;
+	/*
+	 * Two versions of the log: `log_current` names the one served; the
+	 * other is free, or is being built by compaction, or (retired) is still
+	 * read by responses that located their range in it.
+	 */
+	_Atomic uint32_t log_current;
+	_Atomic uint64_t log_pins[2];	/* readers | SHAPE_PIN_RETIRED */
+	_Atomic uint32_t log_free[2];	/* 1: released, may be built again */
+	ShapeLog	logs[2];
 } ShapeSlot;
 
 #define SHAPE_FLAG_REPLICA_FULL		0x1
@@ -95,6 +103,19 @@ extern ShapeState shape_table_state(const ShapeTable *table, uint32_t slot);
 extern void shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state);
 extern bool shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from,
 								   ShapeState to);
+
+/*
+ * A pinned slot's log: readers pin the version being served (and keep
+ * reading it even if compaction swaps in another); the writer appends to
+ * the served one; compaction builds the spare one and swaps it in.
+ */
+extern const ShapeLog *shape_table_log_pin(ShapeTable *table, uint32_t slot, uint32_t *version);
+extern void shape_table_log_unpin(ShapeTable *table, uint32_t slot, uint32_t version);
+extern ShapeLog *shape_table_log(ShapeTable *table, uint32_t slot);
+extern ShapeLog *shape_table_spare_log(ShapeTable *table, uint32_t slot);
+extern void shape_table_swap_log(ShapeTable *table, uint32_t slot);
+extern void shape_table_drop_spare_log(ShapeTable *table, uint32_t slot);
+extern uint32_t shape_table_log_blocks(const ShapeTable *table, uint32_t slot);
 
 /* Writers mark a changed log; the main thread collects the marks. */
 extern void shape_table_mark_dirty(ShapeTable *table, uint32_t slot);

@@ -72,7 +72,7 @@ fixture_init(uint32_t nslots, uint64_t nblocks, uint32_t hash_base)
 static inline void
 append(uint32_t slot, LogOffset o, uint32_t kind, const char *payload, size_t len)
 {
-	SlogResult	res = slog_append(arena, &table->slots[slot].log, o, kind, payload,
+	SlogResult	res = slog_append(arena, &table->slots[slot].logs[0], o, kind, payload,
 								  (uint32_t) len);
 
 	if (res != SLOG_OK)
@@ -90,7 +90,7 @@ append_str(uint32_t slot, LogOffset o, const char *payload)
 static inline void
 close_chunk(uint32_t slot, LogOffset end)
 {
-	if (slog_close_chunk(arena, &table->slots[slot].log, end) != SLOG_OK)
+	if (slog_close_chunk(arena, &table->slots[slot].logs[0], end) != SLOG_OK)
 		FAIL("slog_close_chunk failed");
 }
 
@@ -126,7 +126,7 @@ new_live_shape(int which, const char *record)
 	append_str(s, (LogOffset) {0, 0}, record);
 	close_chunk(s, (LogOffset) {0, 0});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	return s;
 }
 
@@ -137,7 +137,7 @@ live_change(int which, int64_t tx, const char *payload)
 	uint32_t	s = slot_of[which];
 
 	append_str(s, (LogOffset) {tx, 0}, payload);
-	slog_publish(&table->slots[s].log, (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
 }
 
 static inline const char *

@@ -236,12 +236,12 @@ TEST(server_starts)
 	append_str(s, (LogOffset) {0, 0}, R0);
 	append_str(s, (LogOffset) {0, 0}, R1);
 	close_chunk(s, (LogOffset) {0, 0});
-	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+	slog_publish(&table->slots[s].logs[0], (LogOffset) {0, 0}, 0);
 	append_str(s, (LogOffset) {0, 1}, R2);
 	append(s, (LogOffset) {0, 1}, SLOG_RECORD_CONTROL, SNAPSHOT_END, strlen(SNAPSHOT_END));
 	close_chunk(s, (LogOffset) {0, 1});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	shape_table_note_lsn(table, 5000);
 
 	/* parked: nothing written yet */
@@ -272,7 +272,7 @@ TEST(server_starts)
 	append_str(s, (LogOffset) {0, 0}, P1);
 	close_chunk(s, (LogOffset) {0, 0});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 
 	/* failed: the snapshot worker gave up */
 	s = new_shape(SH_FAILED, SHAPE_SNAPSHOTTING);
@@ -282,7 +282,7 @@ TEST(server_starts)
 
 	/* stale: the main thread answers with a generation that is gone */
 	s = new_shape(SH_STALE, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 
 	/* doomed: retired while a client waits on it */
 	new_shape(SH_DOOMED, SHAPE_SNAPSHOTTING);
@@ -290,7 +290,7 @@ TEST(server_starts)
 	new_shape(SH_STOPPER, SHAPE_SNAPSHOTTING);
 	/* gone: ready but retired before anyone asks */
 	s = new_shape(SH_GONE, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 
 	/* live: a one-record snapshot, then changes appended by the tests */
 	new_live_shape(SH_LIVE, L0);
@@ -1160,7 +1160,7 @@ publish_parked_chunk0(void)
 	append_str(s, (LogOffset) {0, 0}, P0);
 	append_str(s, (LogOffset) {0, 0}, P1);
 	close_chunk(s, (LogOffset) {0, 0});
-	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+	slog_publish(&table->slots[s].logs[0], (LogOffset) {0, 0}, 0);
 }
 
 TEST(parked_requests_wake_when_the_log_grows)
@@ -1223,7 +1223,7 @@ TEST(parked_requests_wake_when_the_log_grows)
 		append_str(s, (LogOffset) {0, 1}, P2);
 		close_chunk(s, (LogOffset) {0, 1});
 		shape_table_set_state(table, s, SHAPE_READY);
-		slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+		slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	}
 	http_server_wake_all(server);
 	if (hc_read_response(&p[0].c, false, &r))
@@ -1284,7 +1284,7 @@ TEST(retired_while_parked_is_409)
 			usleep(2000);
 	}
 	CHECK_EQ(shape_table_state(table, s), SHAPE_FREE);
-	CHECK_EQ(table->slots[s].log.blocks_held, 0);
+	CHECK_EQ(table->slots[s].logs[0].blocks_held, 0);
 }
 
 TEST(parked_client_that_leaves_is_noticed)

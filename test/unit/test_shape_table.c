@@ -65,10 +65,10 @@ claim_with_log(Fixture *f, int nrecords, uint32_t len)
 	snprintf(s->handle, sizeof(s->handle), "h-%u", atomic_load(&s->generation));
 	shape_table_set_state(f->table, slot, SHAPE_SNAPSHOTTING);
 	for (int i = 0; i < nrecords; i++)
-		if (slog_append(f->arena, &s->log, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, buf, len) != SLOG_OK)
+		if (slog_append(f->arena, &s->logs[0], (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, buf, len) != SLOG_OK)
 			FAIL("append %d failed", i);
-	slog_close_chunk(f->arena, &s->log, (LogOffset) {0, 0});
-	slog_publish(&s->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_close_chunk(f->arena, &s->logs[0], (LogOffset) {0, 0});
+	slog_publish(&s->logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	shape_table_set_state(f->table, slot, SHAPE_READY);
 	free(buf);
 	return slot;
@@ -169,15 +169,15 @@ TEST(retire_without_pins_frees_at_once)
 	slot = claim_with_log(&f, 3, 20000);
 	REQUIRE(slot == 0);
 	s = &f.table->slots[slot];
-	CHECK_EQ(s->log.blocks_held, 4);	/* dir, two data blocks, index */
+	CHECK_EQ(s->logs[0].blocks_held, 4);	/* dir, two data blocks, index */
 	CHECK_EQ(slog_arena_free_blocks(f.arena), 4);
 
 	shape_table_retire(f.table, slot);
 	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_FREE);
 	CHECK_UEQ(pins_of(&f, slot), SHAPE_PIN_RETIRED);
 	CHECK_EQ(slog_arena_free_blocks(f.arena), 8);
-	CHECK_EQ(s->log.write_pos, 0);
-	CHECK_EQ(atomic_load(&s->log.pub_data_end), 0);
+	CHECK_EQ(s->logs[0].write_pos, 0);
+	CHECK_EQ(atomic_load(&s->logs[0].pub_data_end), 0);
 	CHECK(!shape_table_pin(f.table, slot, 1));
 	fixture_free(&f);
 }
@@ -201,7 +201,7 @@ TEST(retire_with_pins_frees_at_last_unpin)
 	{
 		SlogPublished pub;
 
-		slog_read_published(&f.table->slots[slot].log, &pub);
+		slog_read_published(&f.table->slots[slot].logs[0], &pub);
 		CHECK_EQ(pub.data_end, 2 * slog_record_span(30000));
 	}
 
@@ -648,12 +648,12 @@ stress_reader(void *arg)
 				break;
 			}
 		}
-		slog_read_published(&s->log, &pub);
+		slog_read_published(&s->logs[0], &pub);
 		if (pub.data_end > 0)
 		{
 			SlogRecordHeader hdr;
 
-			slog_read_header(t->arena, &s->log, 0, &hdr);
+			slog_read_header(t->arena, &s->logs[0], 0, &hdr);
 			if (hdr.len != MARKER_LEN || hdr.tx != (int64_t) gen)
 			{
 				FAIL("pinned generation %u, the log holds a record of %lld",
@@ -661,7 +661,7 @@ stress_reader(void *arg)
 				shape_table_unpin(t, 0);
 				break;
 			}
-			slog_copy_out(t->arena, &s->log, sizeof(hdr), got, MARKER_LEN);
+			slog_copy_out(t->arena, &s->logs[0], sizeof(hdr), got, MARKER_LEN);
 			marker(want, gen);
 			if (memcmp(want, got, MARKER_LEN) != 0)
 			{
@@ -712,20 +712,20 @@ TEST(stress_pin_retire_reclaim)
 		REQUIRE_EQ(slot, 0);
 		gen = atomic_load(&s->generation);
 		CHECK_EQ(gen, claims + 1);
-		CHECK_EQ(s->log.write_pos, 0);
+		CHECK_EQ(s->logs[0].write_pos, 0);
 		snprintf(s->handle, sizeof(s->handle), "gen-%u", gen);
 		shape_table_set_state(t, 0, SHAPE_SNAPSHOTTING);
 		marker(buf, gen);
-		if (slog_append(t->arena, &s->log, (LogOffset) {(int64_t) gen, 0}, SLOG_RECORD_CHANGE,
+		if (slog_append(t->arena, &s->logs[0], (LogOffset) {(int64_t) gen, 0}, SLOG_RECORD_CHANGE,
 						buf, MARKER_LEN) != SLOG_OK ||
-			slog_close_chunk(t->arena, &s->log, (LogOffset) {(int64_t) gen, 0}) != SLOG_OK)
+			slog_close_chunk(t->arena, &s->logs[0], (LogOffset) {(int64_t) gen, 0}) != SLOG_OK)
 		{
 			FAIL("generation %u: the arena is short of blocks (%u free)", gen,
 				 slog_arena_free_blocks(t->arena));
 			shape_table_retire(t, 0);
 			break;
 		}
-		slog_publish(&s->log, (LogOffset) {(int64_t) gen, 0}, SLOG_SNAPSHOT_DONE);
+		slog_publish(&s->logs[0], (LogOffset) {(int64_t) gen, 0}, SLOG_SNAPSHOT_DONE);
 		shape_table_set_state(t, 0, SHAPE_READY);
 		claims++;
 		if (claims % 4 == 0)
@@ -749,6 +749,191 @@ TEST(stress_pin_retire_reclaim)
 	CHECK_UEQ(atomic_load(&s->pins), SHAPE_PIN_RETIRED);
 	CHECK_EQ(slog_arena_free_blocks(t->arena), 16);
 	free(buf);
+	fixture_free(&st->f);
+	free(st);
+}
+
+/* --------------------------------------------------------- log versions */
+
+/* Appends one record whose offset and bytes say `id`, and publishes it. */
+static void
+version_write(Fixture *f, ShapeLog *log, uint32_t id, uint32_t len)
+{
+	char	   *buf = malloc(len);
+
+	memset(buf, (int) (id & 0x7f), len);
+	REQUIRE(slog_append(f->arena, log, (LogOffset) {(int64_t) id, 0}, SLOG_RECORD_CHANGE,
+						buf, len) == SLOG_OK);
+	slog_publish(log, (LogOffset) {(int64_t) id, 0}, SLOG_SNAPSHOT_DONE);
+	free(buf);
+}
+
+TEST(log_versions_swap_and_release)
+{
+	Fixture		f;
+	uint32_t	slot;
+	uint32_t	v1,
+				v2;
+	const ShapeLog *old;
+	ShapeLog   *spare;
+	SlogRecordHeader hdr;
+
+	REQUIRE(fixture_init(&f, 1, 16));
+	slot = shape_table_claim(f.table);
+	version_write(&f, shape_table_log(f.table, slot), 1, 40000);	/* 2 blocks + dir */
+	REQUIRE(shape_table_pin(f.table, slot, 1));
+
+	/* a reader holds version 0 while version 1 is built and swapped in */
+	old = shape_table_log_pin(f.table, slot, &v1);
+	CHECK_EQ(v1, 0);
+	spare = shape_table_spare_log(f.table, slot);
+	REQUIRE(spare != NULL);
+	version_write(&f, spare, 2, 100);
+	shape_table_swap_log(f.table, slot);
+	CHECK(shape_table_log(f.table, slot) == spare);
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 16 - 3 - 2);
+	slog_read_header(f.arena, old, 0, &hdr);
+	CHECK_EQ(hdr.tx, 1);		/* the old version is intact for its reader */
+	CHECK(shape_table_spare_log(f.table, slot) == NULL);	/* still read */
+
+	/* a new reader gets the new version */
+	shape_table_log_pin(f.table, slot, &v2);
+	CHECK_EQ(v2, 1);
+	shape_table_log_unpin(f.table, slot, v2);
+
+	/* the old version's last reader gives its blocks back */
+	shape_table_log_unpin(f.table, slot, v1);
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 16 - 2);
+	spare = shape_table_spare_log(f.table, slot);
+	REQUIRE(spare != NULL);
+	version_write(&f, spare, 3, 100);
+	shape_table_drop_spare_log(f.table, slot);	/* a compaction that gave up */
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 16 - 2);
+	CHECK(shape_table_log(f.table, slot) != spare);
+
+	/* a swap with no reader frees the old version at once */
+	spare = shape_table_spare_log(f.table, slot);
+	REQUIRE(spare != NULL);
+	version_write(&f, spare, 4, 100);
+	shape_table_swap_log(f.table, slot);
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 16 - 2);
+
+	/* retiring the shape frees both versions */
+	spare = shape_table_spare_log(f.table, slot);
+	REQUIRE(spare != NULL);
+	version_write(&f, spare, 5, 100);
+	shape_table_retire(f.table, slot);
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_RETIRED);
+	shape_table_unpin(f.table, slot);
+	CHECK_EQ(shape_table_state(f.table, slot), SHAPE_FREE);
+	CHECK_EQ(slog_arena_free_blocks(f.arena), 16);
+
+	/* and the next claim starts with version 0 served */
+	slot = shape_table_claim(f.table);
+	CHECK(shape_table_log(f.table, slot) == &f.table->slots[slot].logs[0]);
+	fixture_free(&f);
+}
+
+/*
+ * Readers pin the served version and check that the record in it is the
+ * one its writer put there (its id is in its offset and in every byte),
+ * while the writer builds, publishes and swaps versions as fast as it can;
+ * a reader that ever saw a freed or half-built version would find another
+ * id or bytes.  At the end every block is back.
+ */
+#define VERSION_READERS 3
+
+typedef struct VersionStress
+{
+	Fixture		f;
+	_Atomic bool stop;
+	_Atomic uint64_t reads;
+} VersionStress;
+
+static void *
+version_reader(void *arg)
+{
+	VersionStress *st = arg;
+	ShapeTable *t = st->f.table;
+	char		buf[3000];
+
+	while (!atomic_load(&st->stop))
+	{
+		uint32_t	v;
+		const ShapeLog *log = shape_table_log_pin(t, 0, &v);
+		SlogPublished pub;
+		SlogRecordHeader hdr;
+
+		slog_read_published(log, &pub);
+		if (pub.data_end > 0)
+		{
+			slog_read_header(t->arena, log, 0, &hdr);
+			if (hdr.len < 1000 || hdr.len > sizeof(buf) || hdr.tx != pub.last.tx)
+			{
+				FAIL("version %u: record of %u bytes for %lld, published %lld", v, hdr.len,
+					 (long long) hdr.tx, (long long) pub.last.tx);
+				shape_table_log_unpin(t, 0, v);
+				break;
+			}
+			slog_copy_out(t->arena, log, sizeof(hdr), buf, hdr.len);
+			for (uint32_t i = 0; i < hdr.len; i++)
+				if (buf[i] != (char) (hdr.tx & 0x7f))
+				{
+					FAIL("version %u: byte %u of record %lld is wrong", v, i, (long long) hdr.tx);
+					shape_table_log_unpin(t, 0, v);
+					return NULL;
+				}
+			atomic_fetch_add(&st->reads, 1);
+		}
+		shape_table_log_unpin(t, 0, v);
+	}
+	return NULL;
+}
+
+TEST(log_versions_concurrent_swaps)
+{
+	VersionStress *st = calloc(1, sizeof(*st));
+	pthread_t	th[VERSION_READERS];
+	uint32_t	swaps = 0,
+				busy = 0;
+	int64_t		until;
+	struct timespec ts;
+
+	REQUIRE(fixture_init(&st->f, 1, 16));
+	REQUIRE(shape_table_claim(st->f.table) == 0);
+	version_write(&st->f, shape_table_log(st->f.table, 0), 1, 1000);
+	REQUIRE(shape_table_pin(st->f.table, 0, 1));
+	for (int i = 0; i < VERSION_READERS; i++)
+		pthread_create(&th[i], NULL, version_reader, st);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	until = ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 1000;
+	for (uint32_t id = 2;; id++)
+	{
+		ShapeLog   *spare = shape_table_spare_log(st->f.table, 0);
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if (ts.tv_sec * 1000 + ts.tv_nsec / 1000000 > until)
+			break;
+		if (spare == NULL)
+		{
+			busy++;				/* its readers still hold the old one */
+			sched_yield();
+			continue;
+		}
+		version_write(&st->f, spare, id, 1000 + id % 2000);
+		shape_table_swap_log(st->f.table, 0);
+		swaps++;
+	}
+	atomic_store(&st->stop, true);
+	for (int i = 0; i < VERSION_READERS; i++)
+		pthread_join(th[i], NULL);
+	fprintf(stderr, "  # %u swaps, %u waits for readers, %llu reads\n", swaps, busy,
+			(unsigned long long) atomic_load(&st->reads));
+	CHECK(swaps > 20);
+	CHECK(atomic_load(&st->reads) > 100);
+	shape_table_retire(st->f.table, 0);
+	shape_table_unpin(st->f.table, 0);
+	CHECK_EQ(slog_arena_free_blocks(st->f.arena), 16);
 	fixture_free(&st->f);
 	free(st);
 }

@@ -102,7 +102,7 @@ new_huge_shape(void)
 	free(rec);
 	close_chunk(s, (LogOffset) {0, 0});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 }
 
 /* Resolves a request the way the registry would, from the fixed list. */
