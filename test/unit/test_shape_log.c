@@ -368,11 +368,11 @@ TEST(append_publish_locate)
 	CHECK((recs[6].pos + slog_record_span(recs[6].len)) / SLOG_BLOCK_SIZE -
 		  recs[6].pos / SLOG_BLOCK_SIZE >= 3);
 
-	/* blocks: data, one directory, one index block */
+	/* blocks: data, one directory, one chunk index and one position index block */
 	{
 		uint32_t	data_blocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
 
-		CHECK_EQ(log.blocks_held, data_blocks + 2);
+		CHECK_EQ(log.blocks_held, data_blocks + 3);
 		CHECK_EQ(slog_arena_free_blocks(arena), nblocks - log.blocks_held);
 	}
 
@@ -474,8 +474,9 @@ TEST(many_chunks_binary_search)
 			CHECK_UEQ(r.chunk_end.op, LOG_OFFSET_OP_INF);
 		}
 	}
-	/* three index blocks and one directory block */
-	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1);
+	/* three chunk index blocks, one directory and one position index block */
+	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE && pos[n] < 16 * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1 + 1);
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(pos);
@@ -486,8 +487,8 @@ TEST(many_chunks_binary_search)
 
 TEST(arena_exhaustion)
 {
-	/* eight blocks exactly */
-	size_t		size = 9 * (size_t) SLOG_BLOCK_SIZE;
+	/* ten blocks exactly */
+	size_t		size = 11 * (size_t) SLOG_BLOCK_SIZE;
 	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
 	ShapeLogArena *arena;
 	ShapeLog	a;
@@ -499,17 +500,21 @@ TEST(arena_exhaustion)
 
 	REQUIRE(mem != NULL);
 	arena = slog_arena_init(mem, size);
-	REQUIRE_EQ(arena->nblocks, 8);
+	REQUIRE_EQ(arena->nblocks, 10);
 	slog_init(&a);
 	slog_init(&b);
 
-	/* b takes a directory and two data blocks */
+	/*
+	 * b takes a directory and two data blocks, and a position index block
+	 * once its data passes the first block
+	 */
 	REQUIRE_EQ(append_id(arena, &b, 1000, big, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	CHECK_EQ(b.blocks_held, 2);
 	REQUIRE_EQ(append_id(arena, &b, 1001, big, SLOG_RECORD_CHANGE, off(1, 2)), SLOG_OK);
-	CHECK_EQ(b.blocks_held, 3);
-	CHECK_EQ(slog_arena_free_blocks(arena), 5);
+	CHECK_EQ(b.blocks_held, 4);
+	CHECK_EQ(slog_arena_free_blocks(arena), 6);
 
-	/* a gets a directory and four data blocks: six records of 20024 */
+	/* a gets a directory, four data and one index block: six records of 20024 */
 	for (;;)
 	{
 		SlogResult	res = append_id(arena, &a, (uint64_t) n, big, SLOG_RECORD_CHANGE,
@@ -526,7 +531,7 @@ TEST(arena_exhaustion)
 	CHECK_EQ(n, 6);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
 	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
-	CHECK_EQ(a.blocks_held, 5);
+	CHECK_EQ(a.blocks_held, 6);
 
 	/* full: no index block for a chunk either, and nothing changed */
 	CHECK_EQ(slog_close_chunk(arena, &a, off(1, 5)), SLOG_FULL);
@@ -557,23 +562,28 @@ TEST(arena_exhaustion)
 					 SLOG_RECORD_CHANGE, off(1, (uint64_t) i));
 	CHECK_RECORD(arena, &a, 6 * slog_record_span(big), 6, 10928 - 24, SLOG_RECORD_CHANGE,
 				 off(1, 6));
+	for (int i = 0; i < 7; i++)
+	{
+		slog_locate(arena, &a, &pub, off(1, (uint64_t) i), &r);
+		CHECK_EQ(r.start, i < 6 ? (uint64_t) (i + 1) * slog_record_span(big) : a.write_pos);
+	}
 
 	/* another log gives its blocks back: a can grow again */
 	slog_release(arena, &b);
-	CHECK_EQ(slog_arena_free_blocks(arena), 3);
+	CHECK_EQ(slog_arena_free_blocks(arena), 4);
 
 	/*
-	 * A record needing four new blocks gets the three there are, fails,
+	 * A record needing five new blocks gets the four there are, fails,
 	 * and keeps them attached: the log itself is unchanged.
 	 */
 	{
 		uint64_t	before = a.write_pos;
 
-		CHECK_EQ(append_id(arena, &a, 8, 4 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
+		CHECK_EQ(append_id(arena, &a, 8, 5 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
 				 SLOG_FULL);
 		CHECK_EQ(a.write_pos, before);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		CHECK_EQ(a.blocks_held, 8);
+		CHECK_EQ(a.blocks_held, 10);
 		slog_read_published(&a, &pub);
 		CHECK_EQ(pub.data_end, before);
 	}
@@ -581,7 +591,7 @@ TEST(arena_exhaustion)
 	/* a smaller record reuses the blocks the failed append attached */
 	REQUIRE_EQ(append_id(arena, &a, 9, big, SLOG_RECORD_CHANGE, off(2, 2)), SLOG_OK);
 	REQUIRE_EQ(append_id(arena, &a, 10, big, SLOG_RECORD_CHANGE, off(2, 4)), SLOG_OK);
-	CHECK_EQ(a.blocks_held, 8);
+	CHECK_EQ(a.blocks_held, 10);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
 	slog_publish(&a, off(2, 4), SLOG_SNAPSHOT_DONE);
 	slog_read_published(&a, &pub);
@@ -592,42 +602,46 @@ TEST(arena_exhaustion)
 	CHECK_RECORD(arena, &a, r.start, 9, big, SLOG_RECORD_CHANGE, off(2, 2));
 	CHECK_RECORD(arena, &a, r.start + slog_record_span(big), 10, big, SLOG_RECORD_CHANGE,
 				 off(2, 4));
+	slog_locate(arena, &a, &pub, off(2, 2), &r);
+	CHECK_EQ(r.start, 4 * (uint64_t) SLOG_BLOCK_SIZE + slog_record_span(big));
 
 	/* release returns every block, the ones past write_pos included */
 	slog_release(arena, &a);
-	CHECK_EQ(slog_arena_free_blocks(arena), 8);
+	CHECK_EQ(slog_arena_free_blocks(arena), 10);
 
-	/* and the arena hands out all eight again, each once */
+	/* and the arena hands out all ten again, each once */
 	{
 		ShapeLog	c;
-		uint32_t	seen[8] = {0};
+		uint32_t	seen[10] = {0};
+		uint32_t	dir;
+		uint32_t	idx;
 
 		slog_init(&c);
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < 8; i++)
 			CHECK_EQ(append_id(arena, &c, (uint64_t) i, SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE,
 							   off(3, (uint64_t) i)), SLOG_OK);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		for (int i = 0; i < 7; i++)
+		dir = atomic_load(&c.data_dirs[0]);
+		idx = atomic_load(&c.pos_direct[0]);
+		REQUIRE(dir < 10);
+		REQUIRE(idx < 10);
+		seen[dir]++;
+		seen[idx]++;
+		for (int i = 0; i < 8; i++)
 		{
-			uint32_t	dir = atomic_load(&c.data_dirs[0]);
 			uint32_t	blk = ((uint32_t *) ((char *) arena + arena->blocks_offset +
 											 (size_t) dir * SLOG_BLOCK_SIZE))[i];
 
-			if (i == 0)
-			{
-				REQUIRE(dir < 8);
-				seen[dir]++;
-			}
-			REQUIRE(blk < 8);
+			REQUIRE(blk < 10);
 			seen[blk]++;
 		}
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 10; i++)
 			CHECK_EQ(seen[i], 1);
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < 8; i++)
 			CHECK_RECORD(arena, &c, (uint64_t) i * SLOG_BLOCK_SIZE, (uint64_t) i,
 						 SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE, off(3, (uint64_t) i));
 		slog_release(arena, &c);
-		CHECK_EQ(slog_arena_free_blocks(arena), 8);
+		CHECK_EQ(slog_arena_free_blocks(arena), 10);
 	}
 	free(mem);
 }
