@@ -7,8 +7,30 @@
  * record is one Electric JSON message, encoded once when it is appended and
  * copied out as is for every client that reads it.  Records carry their
  * offset in a small header, and closed chunks are listed in an index so that
- * a request for "everything after offset O" finds its first byte with a
- * binary search over chunks and, at worst, a scan of one chunk's headers.
+ * a request for "everything after offset O" finds its chunk with a binary
+ * search over chunks.
+ *
+ * Inside that chunk, or inside the open tail (which may hold 10 MB of
+ * small rows, and which every live client locates again after each
+ * change), the first record after O is found with a sparse position index:
+ * entry k is the start of the record that holds log byte
+ * k * SLOG_POS_STRIDE (4 kB).  Offsets never decrease along the log, so a
+ * binary search over the entries whose byte lies inside the chunk finds
+ * the last indexed record at or before O, and the scan that follows stops
+ * at the next entry's record at the latest: it reads the headers of the
+ * records that start within one stride (a few dozen typical rows),
+ * whatever the chunk's size.  Entries are keyed by bytes, not by record
+ * counts, so that both the scan and the memory (8 bytes per 4 kB, 0.2%)
+ * are bounded whatever the record sizes; by the record holding the byte,
+ * not the first one starting after it, so that which entries exist follows
+ * from the published data end alone.  An entry holds only a position: the
+ * offset stays in the record's header.  The entries of the first data
+ * block live in the log itself, so a log of one block needs no index
+ * block; the next SLOG_POS_DIRECT index blocks (64 MB of data) are named
+ * in the log, the others in one block of block numbers.  An append that
+ * cannot get an index block fails with SLOG_FULL, as one that cannot get a
+ * data block does, and leaves the log unchanged: no part of a log is ever
+ * unindexed.
  *
  * Memory comes from one arena of fixed-size blocks (SLOG_BLOCK_SIZE), sized
  * by shape_sync.log_memory and shared by all shapes.  A log is a sequence of
@@ -16,9 +38,10 @@
  * naming a block of block numbers), so a log position maps to a block in
  * O(1) and a log never needs contiguous memory.  Records may straddle
  * blocks; readers copy out piecewise.  The chunk index lives in its own
- * blocks (index_blocks[]).  Free blocks sit on a lock-free stack whose links
- * live outside the blocks, in arena->next[], so that a popped block's
- * contents never race with a stale reader of its link.
+ * blocks (index_blocks[]), and so does the position index (pos_direct[],
+ * pos_dir).  Free blocks sit on a lock-free stack whose links live outside
+ * the blocks, in arena->next[], so that a popped block's contents never
+ * race with a stale reader of its link.
  *
  * Nothing here calls PostgreSQL: the writer is a PostgreSQL process (the
  * snapshot worker, later the decoder), the readers are HTTP threads, and
@@ -40,6 +63,16 @@
  *   so a reader that acquired the published state may read them without a
  *   lock.  data_dirs[] and index_blocks[] are atomics only because readers
  *   load them while the writer fills later entries.
+ * - Position index entries (pos_inline[] and index blocks) and the block
+ *   numbers that reach them (pos_direct[], pos_dir and its block) are
+ *   written by the writer only, in slog_append: entry k when the record
+ *   holding byte k * SLOG_POS_STRIDE is appended, after every block it
+ *   needs is attached and never again until slog_release.  The publish
+ *   that makes data_end exceed k * SLOG_POS_STRIDE comes after, so a reader
+ *   reads entry k only when k * SLOG_POS_STRIDE lies below the end of a
+ *   published range, and then without a lock.  A failed append writes no
+ *   entry; index blocks it attached stay attached, for the next append or
+ *   for slog_release, as data blocks do.
  * - Blocks return to the arena only through slog_release, which the caller
  *   runs when no reader can still hold the log (the pin protocol of
  *   shape_table.c guarantees it).
@@ -63,6 +96,13 @@
 #define relaxed memory_order_relaxed
 #define acquire memory_order_acquire
 #define release memory_order_release
+
+/* the position index reaches every entry a log of the largest size needs */
+_Static_assert((SLOG_MAX_DATA_BYTES / SLOG_POS_STRIDE + SLOG_POS_PER_BLOCK - 1) /
+			   SLOG_POS_PER_BLOCK <= SLOG_POS_DIRECT + SLOG_DIR_FANOUT,
+			   "position index too small");
+_Static_assert(SLOG_BLOCK_SIZE % SLOG_POS_STRIDE == 0,
+			   "strides must tile a data block");
 
 static inline char *
 slog_block(const ShapeLogArena *arena, uint32_t block)
@@ -175,6 +215,10 @@ slog_init(ShapeLog *log)
 		atomic_init(&log->data_dirs[i], SLOG_NO_BLOCK);
 	for (int i = 0; i < SLOG_INDEX_BLOCKS; i++)
 		atomic_init(&log->index_blocks[i], SLOG_NO_BLOCK);
+	for (int i = 0; i < SLOG_POS_DIRECT; i++)
+		atomic_init(&log->pos_direct[i], SLOG_NO_BLOCK);
+	atomic_init(&log->pos_dir, SLOG_NO_BLOCK);
+	memset(log->pos_inline, 0, sizeof(log->pos_inline));
 	log->write_pos = 0;
 	log->chunk_start = 0;
 	log->open_chunk_bytes = 0;
@@ -257,10 +301,108 @@ slog_copy_in(ShapeLogArena *arena, ShapeLog *log, uint64_t pos,
 	}
 }
 
+/* The index block holding position entry k, or SLOG_NO_BLOCK. */
+static uint32_t
+slog_pos_block(const ShapeLogArena *arena, const ShapeLog *log, uint64_t k)
+{
+	uint64_t	nth = k / SLOG_POS_PER_BLOCK;
+	uint32_t	dir;
+
+	if (nth < SLOG_POS_DIRECT)
+		return atomic_load_explicit(&log->pos_direct[nth], relaxed);
+	dir = atomic_load_explicit(&log->pos_dir, relaxed);
+	if (dir == SLOG_NO_BLOCK)
+		return SLOG_NO_BLOCK;
+	return ((const uint32_t *) slog_block(arena, dir))[nth - SLOG_POS_DIRECT];
+}
+
+/* Entry k (k >= 1) of the position index; the writer wrote it. */
+static uint64_t
+slog_pos_get(const ShapeLogArena *arena, const ShapeLog *log, uint64_t k)
+{
+	if (k <= SLOG_POS_INLINE)
+		return log->pos_inline[k - 1];
+	return ((const uint64_t *) slog_block(arena, slog_pos_block(arena, log, k)))
+		[k % SLOG_POS_PER_BLOCK];
+}
+
+/* Sets entry k (k >= 1); its index block must be attached. */
+static void
+slog_pos_set(ShapeLogArena *arena, ShapeLog *log, uint64_t k, uint64_t pos)
+{
+	if (k <= SLOG_POS_INLINE)
+		log->pos_inline[k - 1] = pos;
+	else
+		((uint64_t *) slog_block(arena, slog_pos_block(arena, log, k)))
+			[k % SLOG_POS_PER_BLOCK] = pos;
+}
+
+/* Takes a block for the position index, counted as the log's. */
+static uint32_t
+slog_pos_take(ShapeLogArena *arena, ShapeLog *log)
+{
+	uint32_t	block = slog_block_pop(arena);
+
+	if (block != SLOG_NO_BLOCK)
+		log->blocks_held++;
+	return block;
+}
+
 /*
- * Appends one record.  Nothing becomes visible to readers until
- * slog_publish.  On failure the log is unchanged (blocks it attached stay
- * attached and are reused by the next append, or freed with the log).
+ * Makes sure an index block is attached for every position entry in
+ * [first, last].  As in slog_reserve, a block attached by an append that
+ * failed is reused.
+ */
+static SlogResult
+slog_pos_reserve(ShapeLogArena *arena, ShapeLog *log, uint64_t first, uint64_t last)
+{
+	if (first <= SLOG_POS_INLINE)
+		first = SLOG_POS_INLINE + 1;
+	if (first > last)
+		return SLOG_OK;
+	for (uint64_t nth = first / SLOG_POS_PER_BLOCK; nth <= last / SLOG_POS_PER_BLOCK; nth++)
+	{
+		uint32_t	dir;
+		uint32_t   *entries;
+		uint32_t	block;
+
+		if (nth < SLOG_POS_DIRECT)
+		{
+			if (atomic_load_explicit(&log->pos_direct[nth], relaxed) != SLOG_NO_BLOCK)
+				continue;
+			block = slog_pos_take(arena, log);
+			if (block == SLOG_NO_BLOCK)
+				return SLOG_FULL;
+			atomic_store_explicit(&log->pos_direct[nth], block, relaxed);
+			continue;
+		}
+		dir = atomic_load_explicit(&log->pos_dir, relaxed);
+		if (dir == SLOG_NO_BLOCK)
+		{
+			dir = slog_pos_take(arena, log);
+			if (dir == SLOG_NO_BLOCK)
+				return SLOG_FULL;
+			entries = (uint32_t *) slog_block(arena, dir);
+			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+				entries[i] = SLOG_NO_BLOCK;
+			atomic_store_explicit(&log->pos_dir, dir, relaxed);
+		}
+		entries = (uint32_t *) slog_block(arena, dir);
+		if (entries[nth - SLOG_POS_DIRECT] != SLOG_NO_BLOCK)
+			continue;
+		block = slog_pos_take(arena, log);
+		if (block == SLOG_NO_BLOCK)
+			return SLOG_FULL;
+		entries[nth - SLOG_POS_DIRECT] = block;
+	}
+	return SLOG_OK;
+}
+
+/*
+ * Appends one record.  Its offset must not be below the previous record's
+ * (slog_locate's searches rely on it).  Nothing becomes visible to readers
+ * until slog_publish.  On failure the log is unchanged (blocks it attached
+ * stay attached and are reused by the next append, or freed with the log).
  */
 SlogResult
 slog_append(ShapeLogArena *arena, ShapeLog *log, LogOffset offset,
@@ -268,11 +410,20 @@ slog_append(ShapeLogArena *arena, ShapeLog *log, LogOffset offset,
 {
 	SlogRecordHeader hdr;
 	uint64_t	span = slog_record_span(len);
+	uint64_t	pos = log->write_pos;
+	/* the position entries whose byte this record holds, from 1 */
+	uint64_t	first = pos == 0 ? 1 : (pos + SLOG_POS_STRIDE - 1) / SLOG_POS_STRIDE;
+	uint64_t	last = (pos + span - 1) / SLOG_POS_STRIDE;
 	SlogResult	res;
 
-	res = slog_reserve(arena, log, log->write_pos + span);
+	res = slog_reserve(arena, log, pos + span);
 	if (res != SLOG_OK)
 		return res;
+	res = slog_pos_reserve(arena, log, first, last);
+	if (res != SLOG_OK)
+		return res;
+	for (uint64_t k = first; k <= last; k++)
+		slog_pos_set(arena, log, k, pos);
 	hdr.len = len;
 	hdr.kind = kind;
 	hdr.tx = offset.tx;
@@ -368,6 +519,26 @@ slog_release(ShapeLogArena *arena, ShapeLog *log)
 		if (block != SLOG_NO_BLOCK)
 			slog_block_push(arena, block);
 	}
+	for (int i = 0; i < SLOG_POS_DIRECT; i++)
+	{
+		uint32_t	block = atomic_load_explicit(&log->pos_direct[i], relaxed);
+
+		if (block != SLOG_NO_BLOCK)
+			slog_block_push(arena, block);
+	}
+	{
+		uint32_t	dir = atomic_load_explicit(&log->pos_dir, relaxed);
+
+		if (dir != SLOG_NO_BLOCK)
+		{
+			const uint32_t *entries = (const uint32_t *) slog_block(arena, dir);
+
+			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+				if (entries[i] != SLOG_NO_BLOCK)
+					slog_block_push(arena, entries[i]);
+			slog_block_push(arena, dir);
+		}
+	}
 	slog_init(log);
 }
 
@@ -425,6 +596,60 @@ slog_chunk_end(const SlogChunk *chunk)
 	return o;
 }
 
+/* The offset in a record's header. */
+static LogOffset
+slog_header_offset(const SlogRecordHeader *hdr)
+{
+	LogOffset	o = {hdr->tx, hdr->op};
+
+	return o;
+}
+
+/*
+ * The first record of [start, end) whose offset is past `after`, or end if
+ * none is.  start and end are record boundaries of published data.  The
+ * entries whose byte lies in (start, end) name records of the range; the
+ * binary search finds the last of them at or before `after`, and the scan
+ * from there stops at the next entry's record at the latest: it reads the
+ * headers of records that start within one stride.
+ */
+static uint64_t
+slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
+		  uint64_t end, LogOffset after)
+{
+	SlogRecordHeader hdr;
+	uint64_t	pos = start;
+
+	if (start < end)
+	{
+		uint64_t	lo = start / SLOG_POS_STRIDE + 1;
+		uint64_t	hi = (end - 1) / SLOG_POS_STRIDE;
+
+		while (lo <= hi)
+		{
+			uint64_t	mid = lo + (hi - lo) / 2;
+			uint64_t	p = slog_pos_get(arena, log, mid);
+
+			slog_read_header(arena, log, p, &hdr);
+			if (log_offset_cmp(slog_header_offset(&hdr), after) <= 0)
+			{
+				pos = p + slog_record_span(hdr.len);
+				lo = mid + 1;
+			}
+			else
+				hi = mid - 1;
+		}
+	}
+	while (pos < end)
+	{
+		slog_read_header(arena, log, pos, &hdr);
+		if (log_offset_cmp(slog_header_offset(&hdr), after) > 0)
+			break;
+		pos += slog_record_span(hdr.len);
+	}
+	return pos;
+}
+
 /*
  * Finds what a request for "everything after `after`" is sent: the records
  * of the chunk holding the first record after `after` (or of the open tail
@@ -437,7 +662,6 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 {
 	uint32_t	lo = 0;
 	uint32_t	hi = pub->chunk_count;
-	uint64_t	pos;
 
 	memset(range, 0, sizeof(*range));
 
@@ -472,23 +696,8 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 		return;					/* the chunk is still being written */
 
 	range->ready = true;
-	if (log_offset_is_before_all(after))
-		return;
-
-	/* skip records at or before `after` (only for mid-chunk offsets) */
-	for (pos = range->start; pos < range->end;)
-	{
-		SlogRecordHeader hdr;
-		LogOffset	o;
-
-		slog_read_header(arena, log, pos, &hdr);
-		o.tx = hdr.tx;
-		o.op = hdr.op;
-		if (log_offset_cmp(o, after) > 0)
-			break;
-		pos += slog_record_span(hdr.len);
-	}
-	range->start = pos;
+	if (!log_offset_is_before_all(after))
+		range->start = slog_seek(arena, log, range->start, range->end, after);
 }
 
 /* ------------------------------------------------------------- cursors */

@@ -30,6 +30,19 @@
 #define SLOG_CHUNKS_PER_BLOCK	(SLOG_BLOCK_SIZE / sizeof(SlogChunk))
 #define SLOG_MAX_CHUNKS			(SLOG_INDEX_BLOCKS * SLOG_CHUNKS_PER_BLOCK)
 
+/*
+ * The position index: entry k (k >= 1) is the start of the record holding
+ * log byte k * SLOG_POS_STRIDE.  Entries 1 .. SLOG_POS_INLINE (the first
+ * data block) live in the log itself, the others in index blocks of
+ * SLOG_POS_PER_BLOCK entries, entry k in slot k % SLOG_POS_PER_BLOCK of
+ * index block k / SLOG_POS_PER_BLOCK: the first SLOG_POS_DIRECT of those
+ * are named in the log, the rest in one block of block numbers.
+ */
+#define SLOG_POS_STRIDE			(SLOG_BLOCK_SIZE / 8)
+#define SLOG_POS_PER_BLOCK		(SLOG_BLOCK_SIZE / sizeof(uint64_t))
+#define SLOG_POS_INLINE			(SLOG_BLOCK_SIZE / SLOG_POS_STRIDE - 1)
+#define SLOG_POS_DIRECT			4
+
 /* Kinds of record; a reader serves both, the kind is for inspection. */
 #define SLOG_RECORD_CHANGE		1
 #define SLOG_RECORD_CONTROL		2
@@ -95,13 +108,18 @@ typedef struct ShapeLog
 	/* Block directories: set by the writer before the range is published. */
 	_Atomic uint32_t data_dirs[SLOG_DATA_DIRS];
 	_Atomic uint32_t index_blocks[SLOG_INDEX_BLOCKS];
+	_Atomic uint32_t pos_direct[SLOG_POS_DIRECT];	/* position index blocks */
+	_Atomic uint32_t pos_dir;	/* ... and the block naming the others */
+
+	/* Position index entries 1 .. SLOG_POS_INLINE, set as index entries are. */
+	uint64_t	pos_inline[SLOG_POS_INLINE];
 
 	/* Writer-private: only the current writer reads or writes these. */
 	uint64_t	write_pos;		/* end of complete records */
 	uint64_t	chunk_start;	/* start of the open chunk */
 	uint64_t	open_chunk_bytes;	/* payload bytes in the open chunk */
 	uint32_t	chunk_count;	/* closed chunks */
-	uint32_t	blocks_held;	/* blocks this log owns (data, dirs, index) */
+	uint32_t	blocks_held;	/* blocks this log owns (data, dirs, indexes) */
 } ShapeLog;
 
 /* The part of a log that one response covers. */

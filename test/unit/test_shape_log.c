@@ -368,11 +368,11 @@ TEST(append_publish_locate)
 	CHECK((recs[6].pos + slog_record_span(recs[6].len)) / SLOG_BLOCK_SIZE -
 		  recs[6].pos / SLOG_BLOCK_SIZE >= 3);
 
-	/* blocks: data, one directory, one index block */
+	/* blocks: data, one directory, one chunk index and one position index block */
 	{
 		uint32_t	data_blocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
 
-		CHECK_EQ(log.blocks_held, data_blocks + 2);
+		CHECK_EQ(log.blocks_held, data_blocks + 3);
 		CHECK_EQ(slog_arena_free_blocks(arena), nblocks - log.blocks_held);
 	}
 
@@ -474,11 +474,637 @@ TEST(many_chunks_binary_search)
 			CHECK_UEQ(r.chunk_end.op, LOG_OFFSET_OP_INF);
 		}
 	}
-	/* three index blocks and one directory block */
-	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1);
+	/* three chunk index blocks, one directory and one position index block */
+	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE && pos[n] < 16 * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1 + 1);
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(pos);
+	free(mem);
+}
+
+/* ------------------------------------------------------ position index */
+
+/*
+ * A log and, aside, what was appended to it: slog_locate's answers are
+ * compared with a reference that reads only this record of appends and
+ * knows nothing of the position index.
+ */
+typedef struct RefRec
+{
+	LogOffset	o;
+	uint64_t	pos;
+	uint32_t	len;
+	uint64_t	id;				/* payload seed */
+} RefRec;
+
+typedef struct RefChunk
+{
+	uint64_t	start;
+	uint64_t	end;
+	LogOffset	end_off;
+} RefChunk;
+
+typedef struct RefLog
+{
+	RefRec	   *recs;
+	int			nrecs;
+	int			rec_cap;
+	RefChunk   *chunks;
+	int			nchunks;
+	int			chunk_cap;
+	uint64_t	write_pos;
+	uint64_t	chunk_start;
+	/* as last published */
+	int			pub_nrecs;
+	int			pub_nchunks;
+	uint64_t	pub_data_end;
+	uint32_t	pub_flags;
+	LogOffset	pub_last;
+} RefLog;
+
+static void
+ref_init(RefLog *ref)
+{
+	memset(ref, 0, sizeof(*ref));
+	ref->pub_last = LOG_OFFSET_BEFORE_ALL;
+}
+
+static void
+ref_free(RefLog *ref)
+{
+	free(ref->recs);
+	free(ref->chunks);
+	ref_init(ref);
+}
+
+/* Appends to the log and to the reference; offsets never decrease. */
+static SlogResult
+ref_append(RefLog *ref, ShapeLogArena *arena, ShapeLog *log, LogOffset o, uint32_t len)
+{
+	uint64_t	id = (uint64_t) ref->nrecs + 1000;
+	SlogResult	res;
+
+	if (ref->nrecs > 0 && log_offset_cmp(o, ref->recs[ref->nrecs - 1].o) < 0)
+	{
+		FAIL("test bug: offsets of appends decrease");
+		return SLOG_TOO_LARGE;
+	}
+	res = append_id(arena, log, id, len, SLOG_RECORD_CHANGE, o);
+	if (res != SLOG_OK)
+		return res;
+	if (ref->nrecs == ref->rec_cap)
+	{
+		ref->rec_cap = ref->rec_cap ? 2 * ref->rec_cap : 1024;
+		ref->recs = realloc(ref->recs, sizeof(RefRec) * (size_t) ref->rec_cap);
+	}
+	ref->recs[ref->nrecs].o = o;
+	ref->recs[ref->nrecs].pos = ref->write_pos;
+	ref->recs[ref->nrecs].len = len;
+	ref->recs[ref->nrecs].id = id;
+	ref->nrecs++;
+	ref->write_pos += slog_record_span(len);
+	return SLOG_OK;
+}
+
+static SlogResult
+ref_close(RefLog *ref, ShapeLogArena *arena, ShapeLog *log, LogOffset end)
+{
+	SlogResult	res = slog_close_chunk(arena, log, end);
+
+	if (res != SLOG_OK)
+		return res;
+	if (ref->nchunks == ref->chunk_cap)
+	{
+		ref->chunk_cap = ref->chunk_cap ? 2 * ref->chunk_cap : 64;
+		ref->chunks = realloc(ref->chunks, sizeof(RefChunk) * (size_t) ref->chunk_cap);
+	}
+	ref->chunks[ref->nchunks].start = ref->chunk_start;
+	ref->chunks[ref->nchunks].end = ref->write_pos;
+	ref->chunks[ref->nchunks].end_off = end;
+	ref->nchunks++;
+	ref->chunk_start = ref->write_pos;
+	return SLOG_OK;
+}
+
+static void
+ref_publish(RefLog *ref, ShapeLog *log, LogOffset last, uint32_t flags)
+{
+	slog_publish(log, last, flags);
+	ref->pub_nrecs = ref->nrecs;
+	ref->pub_nchunks = ref->nchunks;
+	ref->pub_data_end = ref->write_pos;
+	ref->pub_flags = flags;
+	ref->pub_last = last;
+}
+
+/* What slog_locate should answer: ready, start, end, chunk_end, beyond_end. */
+typedef struct RefAnswer
+{
+	bool		ready;
+	bool		beyond_end;
+	uint64_t	start;
+	uint64_t	end;
+	LogOffset	chunk_end;
+} RefAnswer;
+
+/*
+ * The chunk part of the answer: the first published chunk ending past
+ * `after`, else the open tail once the snapshot is done.  c is that chunk.
+ */
+static void
+ref_chunk_answer(const RefLog *ref, int c, LogOffset after, RefAnswer *want)
+{
+	memset(want, 0, sizeof(*want));
+	if (c < ref->pub_nchunks)
+	{
+		want->ready = true;
+		want->start = ref->chunks[c].start;
+		want->end = ref->chunks[c].end;
+		want->chunk_end = ref->chunks[c].end_off;
+	}
+	else if (ref->pub_flags & SLOG_SNAPSHOT_DONE)
+	{
+		want->ready = true;
+		want->start = ref->pub_nchunks > 0 ? ref->chunks[ref->pub_nchunks - 1].end : 0;
+		want->end = ref->pub_data_end;
+		want->chunk_end = ref->pub_last;
+		want->beyond_end = log_offset_cmp(after, ref->pub_last) > 0;
+	}
+}
+
+/* The plain scan, one query at a time: every chunk, every record. */
+static void
+ref_scan(const RefLog *ref, LogOffset after, RefAnswer *want)
+{
+	int			c = 0;
+
+	while (c < ref->pub_nchunks && log_offset_cmp(ref->chunks[c].end_off, after) <= 0)
+		c++;
+	ref_chunk_answer(ref, c, after, want);
+	if (!want->ready || log_offset_is_before_all(after))
+		return;
+	for (int i = 0; i < ref->pub_nrecs; i++)
+	{
+		const RefRec *r = &ref->recs[i];
+
+		if (r->pos < want->start)
+			continue;
+		if (r->pos >= want->end || log_offset_cmp(r->o, after) > 0)
+			break;
+		want->start = r->pos + slog_record_span(r->len);
+	}
+}
+
+static int
+cmp_offsets(const void *a, const void *b)
+{
+	return log_offset_cmp(*(const LogOffset *) a, *(const LogOffset *) b);
+}
+
+static void
+add_query(LogOffset *q, int *n, int64_t tx, uint64_t op)
+{
+	q[(*n)++] = off(tx, op);
+}
+
+static void
+answer_of(const SlogRange *r, RefAnswer *a)
+{
+	a->ready = r->ready;
+	a->beyond_end = r->beyond_end;
+	a->start = r->start;
+	a->end = r->end;
+	a->chunk_end = r->chunk_end;
+}
+
+/* Reports a difference between two answers; true if there is one. */
+static bool
+answer_differs(const char *file, int line, const char *what, LogOffset after,
+			   const RefAnswer *got, const RefAnswer *want)
+{
+	char		a[LOG_OFFSET_TEXT_LEN];
+	char		g[LOG_OFFSET_TEXT_LEN];
+	char		w[LOG_OFFSET_TEXT_LEN];
+
+	if (got->ready == want->ready &&
+		(!want->ready ||
+		 (got->beyond_end == want->beyond_end && got->start == want->start &&
+		  got->end == want->end && log_offset_cmp(got->chunk_end, want->chunk_end) == 0)))
+		return false;
+	log_offset_format(after, a, sizeof(a));
+	log_offset_format(got->chunk_end, g, sizeof(g));
+	log_offset_format(want->chunk_end, w, sizeof(w));
+	unit_fail(file, line, "%s: locate(%s) = ready %d [%llu, %llu) %s beyond %d, "
+			  "expected ready %d [%llu, %llu) %s beyond %d", what, a,
+			  got->ready, (unsigned long long) got->start, (unsigned long long) got->end,
+			  g, got->beyond_end, want->ready, (unsigned long long) want->start,
+			  (unsigned long long) want->end, w, want->beyond_end);
+	return true;
+}
+
+/*
+ * Locates every published record's offset, the offsets just below and
+ * above it and at the end of its tx, every chunk end, and offsets before
+ * and past everything, and compares each answer with the reference.  The
+ * queries go in ascending order, so the reference is one pass over chunks
+ * and records (a record pointer and a chunk pointer that only move
+ * forward); a sample is also checked against ref_scan.  Returns the number
+ * of queries.
+ */
+static int
+sweep(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *log,
+	  const RefLog *ref)
+{
+	SlogPublished pub;
+	LogOffset  *q = malloc(sizeof(LogOffset) * ((size_t) ref->pub_nrecs * 5 +
+												(size_t) ref->pub_nchunks + 16));
+	int			nq = 0;
+	int			c = 0;
+	int			r = 0;
+	int			failures = 0;
+	uint64_t	x = 99;
+
+	slog_read_published(log, &pub);
+	if (pub.data_end != ref->pub_data_end || pub.chunk_count != (uint32_t) ref->pub_nchunks)
+	{
+		unit_fail(file, line, "sweep: published state differs from the reference");
+		free(q);
+		return 0;
+	}
+	for (int i = 0; i < ref->pub_nrecs; i++)
+	{
+		LogOffset	o = ref->recs[i].o;
+
+		if (i > 0 && log_offset_cmp(o, ref->recs[i - 1].o) == 0)
+			continue;
+		add_query(q, &nq, o.tx, o.op);
+		if (o.op > 0)
+			add_query(q, &nq, o.tx, o.op - 1);
+		else
+			add_query(q, &nq, o.tx - 1, LOG_OFFSET_OP_INF);
+		if (o.op < LOG_OFFSET_OP_INF)
+			add_query(q, &nq, o.tx, o.op + 1);
+		add_query(q, &nq, o.tx, LOG_OFFSET_OP_INF);
+	}
+	for (int i = 0; i < ref->pub_nchunks; i++)
+		q[nq++] = ref->chunks[i].end_off;
+	q[nq++] = LOG_OFFSET_BEFORE_ALL;
+	q[nq++] = LOG_OFFSET_SNAPSHOT_END;
+	add_query(q, &nq, 0, 0);
+	add_query(q, &nq, ref->pub_last.tx, ref->pub_last.op + 1);
+	add_query(q, &nq, ref->pub_last.tx + 1, 0);
+	add_query(q, &nq, INT64_MAX, LOG_OFFSET_OP_INF);
+	qsort(q, (size_t) nq, sizeof(LogOffset), cmp_offsets);
+
+	for (int i = 0; i < nq && failures < 10; i++)
+	{
+		SlogRange	range;
+		RefAnswer	got;
+		RefAnswer	want;
+
+		if (i > 0 && log_offset_cmp(q[i], q[i - 1]) == 0)
+			continue;
+		while (c < ref->pub_nchunks && log_offset_cmp(ref->chunks[c].end_off, q[i]) <= 0)
+			c++;
+		while (r < ref->pub_nrecs && log_offset_cmp(ref->recs[r].o, q[i]) <= 0)
+			r++;
+		ref_chunk_answer(ref, c, q[i], &want);
+		if (want.ready && !log_offset_is_before_all(q[i]))
+		{
+			/* the first record past q[i], if in the range, else its edge */
+			uint64_t	first = r < ref->pub_nrecs ? ref->recs[r].pos : ref->pub_data_end;
+
+			want.start = first < want.start ? want.start :
+				first > want.end ? want.end : first;
+		}
+		memset(&range, 0x5a, sizeof(range));
+		slog_locate(arena, log, &pub, q[i], &range);
+		answer_of(&range, &got);
+		if (answer_differs(file, line, "sweep", q[i], &got, &want))
+			failures++;
+
+		/* now and then, the reference itself against the plain scan */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (x % 500 == 0 || i < 8 || i > nq - 8)
+		{
+			RefAnswer	scan;
+
+			ref_scan(ref, q[i], &scan);
+			if (answer_differs(file, line, "the plain scan vs. sweep's reference", q[i],
+							   &scan, &want))
+				failures++;
+		}
+	}
+	free(q);
+	return nq;
+}
+
+#define SWEEP(log, ref) sweep(__FILE__, __LINE__, arena, log, ref)
+
+/* Every record of the reference is intact in the log. */
+static void
+check_all_records(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *log,
+				  const RefLog *ref)
+{
+	for (int i = 0; i < ref->nrecs; i++)
+		if (!check_record(file, line, arena, log, ref->recs[i].pos, ref->recs[i].id,
+						  ref->recs[i].len, SLOG_RECORD_CHANGE, ref->recs[i].o))
+			return;
+}
+
+static uint64_t
+next_rand(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/*
+ * A snapshot of three chunks, each one run of a single offset (0, k), then
+ * about 10 MB of rows of 0 to 200 bytes in the open tail, in runs of 1 to 6
+ * records sharing an offset: the tail a live client locates after every
+ * change.  Checked half-way through the snapshot and at the end.
+ */
+TEST(locate_small_records_in_the_tail)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(24u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	x = 4242;
+	int64_t		tx = 100;
+	int			queries;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	ref_init(&ref);
+	for (uint64_t k = 0; k < 3; k++)
+	{
+		while (ref.write_pos - ref.chunk_start < 300 * 1024)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(0, k), (uint32_t) (next_rand(&x) % 201)),
+					   SLOG_OK);
+		REQUIRE_EQ(ref_close(&ref, arena, &log, off(0, k)), SLOG_OK);
+		if (k == 1)
+		{
+			ref_publish(&ref, &log, off(0, k), 0);
+			queries = SWEEP(&log, &ref);
+			CHECK(queries > 4);
+		}
+	}
+	while (ref.write_pos < (11u << 20))
+	{
+		int			run = 1 + (int) (next_rand(&x) % 6);
+
+		tx += 1 + (int64_t) (next_rand(&x) % 3);
+		for (int i = 0; i < run; i++)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 2 * (uint64_t) (i / 2)),
+								  (uint32_t) (next_rand(&x) % 201)), SLOG_OK);
+	}
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	CHECK(ref.write_pos - ref.chunk_start > (10u << 20));
+	queries = SWEEP(&log, &ref);
+	CHECK(queries > 100000);
+	check_all_records(__FILE__, __LINE__, arena, &log, &ref);
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	ref_free(&ref);
+	free(mem);
+}
+
+/*
+ * Changes in closed chunks of about 1 MB and a 1 MB tail: runs of equal
+ * offsets, chunks that end at their last record's offset or past it, and
+ * an empty chunk.
+ */
+TEST(locate_small_records_in_closed_chunks)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(16u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	x = 777;
+	int64_t		tx = 1;
+	int			queries;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	ref_init(&ref);
+	while (ref.write_pos < (10u << 20))
+	{
+		int			run = 1 + (int) (next_rand(&x) % 5);
+		LogOffset	o = off(tx, 2 * (next_rand(&x) % 3));
+
+		for (int i = 0; i < run; i++)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, o, (uint32_t) (next_rand(&x) % 160)),
+					   SLOG_OK);
+		if (ref.write_pos - ref.chunk_start >= (1u << 20) && ref.write_pos < (9u << 20))
+		{
+			LogOffset	end = next_rand(&x) % 2 ? o : off(tx, o.op + 1);
+
+			REQUIRE_EQ(ref_close(&ref, arena, &log, end), SLOG_OK);
+			if (ref.nchunks == 4)
+				REQUIRE_EQ(ref_close(&ref, arena, &log, off(tx, LOG_OFFSET_OP_INF)), SLOG_OK);
+		}
+		tx += 1 + (int64_t) (next_rand(&x) % 2);
+	}
+	CHECK(ref.nchunks >= 9);
+	/* snapshot not done: the tail is not served yet */
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, 0);
+	queries = SWEEP(&log, &ref);
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	queries += SWEEP(&log, &ref);
+	CHECK(queries > 50000);
+	check_all_records(__FILE__, __LINE__, arena, &log, &ref);
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	ref_free(&ref);
+	free(mem);
+}
+
+/*
+ * Records of every size around a stride and a block: runs of records that
+ * each start exactly on a stride boundary, records that span several
+ * strides and blocks, and 20 MB in all, so that a closed chunk and the
+ * tail cross from the first position index block into the second.
+ */
+TEST(locate_records_straddling_strides_and_blocks)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(28u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	x = 31337;
+	int64_t		tx = 1;
+	int			queries = 0;
+	bool		checked_midway = false;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	ref_init(&ref);
+	while (ref.write_pos < (20u << 20))
+	{
+		uint64_t	what = next_rand(&x) % 16;
+		int			run = 1 + (int) (next_rand(&x) % (what >= 8 ? 40 : 4));
+
+		for (int i = 0; i < run; i++)
+		{
+			uint32_t	len;
+
+			if (what == 0)
+			{
+				/* pad to a stride boundary, then records of one stride each */
+				uint64_t	gap = SLOG_POS_STRIDE - ref.write_pos % SLOG_POS_STRIDE;
+
+				if (gap < sizeof(SlogRecordHeader))
+					gap += SLOG_POS_STRIDE;
+				REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0),
+									  (uint32_t) (gap - sizeof(SlogRecordHeader))), SLOG_OK);
+				for (int k = 0; k < 12; k++)
+					REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0),
+										  SLOG_POS_STRIDE - sizeof(SlogRecordHeader)), SLOG_OK);
+				CHECK_EQ(ref.write_pos % SLOG_POS_STRIDE, 0);
+				break;
+			}
+			else if (what == 1)
+				len = SLOG_BLOCK_SIZE - sizeof(SlogRecordHeader);
+			else if (what <= 3)
+				len = 5000 + (uint32_t) (next_rand(&x) % 70000);
+			else if (what <= 7)
+				len = SLOG_POS_STRIDE - 64 + (uint32_t) (next_rand(&x) % 128);
+			else
+				len = (uint32_t) (next_rand(&x) % 300);
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 2 * (uint64_t) (i / 2)), len),
+					   SLOG_OK);
+		}
+		tx++;
+		if (ref.write_pos - ref.chunk_start >= (3u << 20))
+			REQUIRE_EQ(ref_close(&ref, arena, &log, ref.recs[ref.nrecs - 1].o), SLOG_OK);
+		if (!checked_midway && ref.write_pos > (9u << 20))
+		{
+			ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+			queries += SWEEP(&log, &ref);
+			checked_midway = true;
+		}
+	}
+	/* a chunk and the tail both span the first index block's end (16 MB) */
+	{
+		bool		chunk_across = false;
+		uint64_t	edge = (uint64_t) SLOG_POS_PER_BLOCK * SLOG_POS_STRIDE;
+
+		for (int c = 0; c < ref.nchunks; c++)
+			chunk_across |= ref.chunks[c].start < edge && ref.chunks[c].end > edge + SLOG_POS_STRIDE;
+		CHECK(chunk_across || (ref.chunk_start < edge && ref.write_pos > edge));
+		CHECK_UEQ(atomic_load(&log.pos_direct[1]) != SLOG_NO_BLOCK, 1);
+	}
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	queries += SWEEP(&log, &ref);
+	CHECK(queries > 20000);
+	check_all_records(__FILE__, __LINE__, arena, &log, &ref);
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	ref_free(&ref);
+	free(mem);
+}
+
+/* Overwrites n bytes of the log at pos, behind the log's back. */
+static void
+poke(ShapeLogArena *arena, const ShapeLog *log, uint64_t pos, const void *src, size_t n)
+{
+	const char *p = src;
+
+	while (n > 0)
+	{
+		uint64_t	nth = pos / SLOG_BLOCK_SIZE;
+		uint32_t	dir = atomic_load(&log->data_dirs[nth / SLOG_DIR_FANOUT]);
+		char	   *blocks = (char *) arena + arena->blocks_offset;
+		uint32_t	blk = ((uint32_t *) (blocks + (size_t) dir * SLOG_BLOCK_SIZE))[nth % SLOG_DIR_FANOUT];
+		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
+		size_t		step = n < in_block ? n : in_block;
+
+		memcpy(blocks + (size_t) blk * SLOG_BLOCK_SIZE + pos % SLOG_BLOCK_SIZE, p, step);
+		pos += step;
+		p += step;
+		n -= step;
+	}
+}
+
+/*
+ * What bounds the work: slog_locate reads the headers of the records the
+ * position index names and of those within a stride before its answer,
+ * and no others.  Long runs of one offset, in a closed chunk and in the
+ * tail, then every other header of the runs is overwritten with an offset
+ * past everything: a locate that reads one of them (a scan from the
+ * chunk's start, or a search that stops before the run's last entry)
+ * answers wrong.
+ */
+TEST(locate_reads_one_stride_of_headers)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(4u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	answer[2];
+	int			run_first[2];
+	int			corrupted = 0;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	ref_init(&ref);
+	for (int c = 0; c < 2; c++)
+	{
+		int64_t		tx = 1 + 2 * c;
+
+		for (int i = 0; i < 3; i++)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0), 40), SLOG_OK);
+		run_first[c] = ref.nrecs;
+		for (int i = 0; i < 5000; i++)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx + 1, 0), 100), SLOG_OK);
+		answer[c] = ref.write_pos;
+		for (int i = 0; i < 5; i++)
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx + 1, 2), 40), SLOG_OK);
+		if (c == 0)
+			REQUIRE_EQ(ref_close(&ref, arena, &log, off(tx + 1, 2)), SLOG_OK);
+	}
+	ref_publish(&ref, &log, off(4, 2), SLOG_SNAPSHOT_DONE);
+	CHECK(SWEEP(&log, &ref) > 10);
+
+	for (int c = 0; c < 2; c++)
+		for (int i = run_first[c]; i < run_first[c] + 5000; i++)
+		{
+			uint64_t	p = ref.recs[i].pos;
+			uint64_t	span = slog_record_span(ref.recs[i].len);
+			SlogRecordHeader bad = {ref.recs[i].len, SLOG_RECORD_CHANGE, INT64_MAX, 0};
+
+			/* an indexed record, or one within two strides of the answer */
+			if ((p + SLOG_POS_STRIDE - 1) / SLOG_POS_STRIDE <= (p + span - 1) / SLOG_POS_STRIDE ||
+				p + 2 * SLOG_POS_STRIDE >= answer[c])
+				continue;
+			poke(arena, &log, p, &bad, sizeof(bad));
+			corrupted++;
+		}
+	CHECK(corrupted > 9000);
+	for (int c = 0; c < 2; c++)
+		for (uint64_t op = 0; op < 2; op++)
+		{
+			SlogPublished pub;
+			SlogRange	r;
+
+			slog_read_published(&log, &pub);
+			slog_locate(arena, &log, &pub, off(2 + 2 * c, op), &r);
+			if (!r.ready || r.start != answer[c])
+				FAIL("locate(%d_%llu) = [%llu, %llu), expected to start at %llu",
+					 2 + 2 * c, (unsigned long long) op, (unsigned long long) r.start,
+					 (unsigned long long) r.end, (unsigned long long) answer[c]);
+		}
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	ref_free(&ref);
 	free(mem);
 }
 
@@ -486,8 +1112,8 @@ TEST(many_chunks_binary_search)
 
 TEST(arena_exhaustion)
 {
-	/* eight blocks exactly */
-	size_t		size = 9 * (size_t) SLOG_BLOCK_SIZE;
+	/* ten blocks exactly */
+	size_t		size = 11 * (size_t) SLOG_BLOCK_SIZE;
 	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
 	ShapeLogArena *arena;
 	ShapeLog	a;
@@ -499,17 +1125,21 @@ TEST(arena_exhaustion)
 
 	REQUIRE(mem != NULL);
 	arena = slog_arena_init(mem, size);
-	REQUIRE_EQ(arena->nblocks, 8);
+	REQUIRE_EQ(arena->nblocks, 10);
 	slog_init(&a);
 	slog_init(&b);
 
-	/* b takes a directory and two data blocks */
+	/*
+	 * b takes a directory and two data blocks, and a position index block
+	 * once its data passes the first block
+	 */
 	REQUIRE_EQ(append_id(arena, &b, 1000, big, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	CHECK_EQ(b.blocks_held, 2);
 	REQUIRE_EQ(append_id(arena, &b, 1001, big, SLOG_RECORD_CHANGE, off(1, 2)), SLOG_OK);
-	CHECK_EQ(b.blocks_held, 3);
-	CHECK_EQ(slog_arena_free_blocks(arena), 5);
+	CHECK_EQ(b.blocks_held, 4);
+	CHECK_EQ(slog_arena_free_blocks(arena), 6);
 
-	/* a gets a directory and four data blocks: six records of 20024 */
+	/* a gets a directory, four data and one index block: six records of 20024 */
 	for (;;)
 	{
 		SlogResult	res = append_id(arena, &a, (uint64_t) n, big, SLOG_RECORD_CHANGE,
@@ -526,7 +1156,7 @@ TEST(arena_exhaustion)
 	CHECK_EQ(n, 6);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
 	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
-	CHECK_EQ(a.blocks_held, 5);
+	CHECK_EQ(a.blocks_held, 6);
 
 	/* full: no index block for a chunk either, and nothing changed */
 	CHECK_EQ(slog_close_chunk(arena, &a, off(1, 5)), SLOG_FULL);
@@ -557,23 +1187,28 @@ TEST(arena_exhaustion)
 					 SLOG_RECORD_CHANGE, off(1, (uint64_t) i));
 	CHECK_RECORD(arena, &a, 6 * slog_record_span(big), 6, 10928 - 24, SLOG_RECORD_CHANGE,
 				 off(1, 6));
+	for (int i = 0; i < 7; i++)
+	{
+		slog_locate(arena, &a, &pub, off(1, (uint64_t) i), &r);
+		CHECK_EQ(r.start, i < 6 ? (uint64_t) (i + 1) * slog_record_span(big) : a.write_pos);
+	}
 
 	/* another log gives its blocks back: a can grow again */
 	slog_release(arena, &b);
-	CHECK_EQ(slog_arena_free_blocks(arena), 3);
+	CHECK_EQ(slog_arena_free_blocks(arena), 4);
 
 	/*
-	 * A record needing four new blocks gets the three there are, fails,
+	 * A record needing five new blocks gets the four there are, fails,
 	 * and keeps them attached: the log itself is unchanged.
 	 */
 	{
 		uint64_t	before = a.write_pos;
 
-		CHECK_EQ(append_id(arena, &a, 8, 4 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
+		CHECK_EQ(append_id(arena, &a, 8, 5 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
 				 SLOG_FULL);
 		CHECK_EQ(a.write_pos, before);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		CHECK_EQ(a.blocks_held, 8);
+		CHECK_EQ(a.blocks_held, 10);
 		slog_read_published(&a, &pub);
 		CHECK_EQ(pub.data_end, before);
 	}
@@ -581,7 +1216,7 @@ TEST(arena_exhaustion)
 	/* a smaller record reuses the blocks the failed append attached */
 	REQUIRE_EQ(append_id(arena, &a, 9, big, SLOG_RECORD_CHANGE, off(2, 2)), SLOG_OK);
 	REQUIRE_EQ(append_id(arena, &a, 10, big, SLOG_RECORD_CHANGE, off(2, 4)), SLOG_OK);
-	CHECK_EQ(a.blocks_held, 8);
+	CHECK_EQ(a.blocks_held, 10);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
 	slog_publish(&a, off(2, 4), SLOG_SNAPSHOT_DONE);
 	slog_read_published(&a, &pub);
@@ -592,43 +1227,215 @@ TEST(arena_exhaustion)
 	CHECK_RECORD(arena, &a, r.start, 9, big, SLOG_RECORD_CHANGE, off(2, 2));
 	CHECK_RECORD(arena, &a, r.start + slog_record_span(big), 10, big, SLOG_RECORD_CHANGE,
 				 off(2, 4));
+	slog_locate(arena, &a, &pub, off(2, 2), &r);
+	CHECK_EQ(r.start, 4 * (uint64_t) SLOG_BLOCK_SIZE + slog_record_span(big));
 
 	/* release returns every block, the ones past write_pos included */
 	slog_release(arena, &a);
-	CHECK_EQ(slog_arena_free_blocks(arena), 8);
+	CHECK_EQ(slog_arena_free_blocks(arena), 10);
 
-	/* and the arena hands out all eight again, each once */
+	/* and the arena hands out all ten again, each once */
 	{
 		ShapeLog	c;
-		uint32_t	seen[8] = {0};
+		uint32_t	seen[10] = {0};
+		uint32_t	dir;
+		uint32_t	idx;
 
 		slog_init(&c);
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < 8; i++)
 			CHECK_EQ(append_id(arena, &c, (uint64_t) i, SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE,
 							   off(3, (uint64_t) i)), SLOG_OK);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		for (int i = 0; i < 7; i++)
+		dir = atomic_load(&c.data_dirs[0]);
+		idx = atomic_load(&c.pos_direct[0]);
+		REQUIRE(dir < 10);
+		REQUIRE(idx < 10);
+		seen[dir]++;
+		seen[idx]++;
+		for (int i = 0; i < 8; i++)
 		{
-			uint32_t	dir = atomic_load(&c.data_dirs[0]);
 			uint32_t	blk = ((uint32_t *) ((char *) arena + arena->blocks_offset +
 											 (size_t) dir * SLOG_BLOCK_SIZE))[i];
 
-			if (i == 0)
-			{
-				REQUIRE(dir < 8);
-				seen[dir]++;
-			}
-			REQUIRE(blk < 8);
+			REQUIRE(blk < 10);
 			seen[blk]++;
 		}
-		for (int i = 0; i < 8; i++)
+		for (int i = 0; i < 10; i++)
 			CHECK_EQ(seen[i], 1);
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < 8; i++)
 			CHECK_RECORD(arena, &c, (uint64_t) i * SLOG_BLOCK_SIZE, (uint64_t) i,
 						 SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE, off(3, (uint64_t) i));
 		slog_release(arena, &c);
-		CHECK_EQ(slog_arena_free_blocks(arena), 8);
+		CHECK_EQ(slog_arena_free_blocks(arena), 10);
 	}
+	free(mem);
+}
+
+/*
+ * An append whose data blocks are there but whose position index block is
+ * not fails like one without its data: SLOG_FULL, the log unchanged and
+ * servable; it goes in once another log gives a block back.
+ */
+TEST(position_index_exhaustion)
+{
+	size_t		size = 6 * (size_t) SLOG_BLOCK_SIZE;
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	ShapeLogArena *arena;
+	ShapeLog	a;
+	ShapeLog	b;
+	RefLog		ref;
+	const uint32_t big = 20000;	/* span 20024 */
+
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	REQUIRE_EQ(arena->nblocks, 5);
+	slog_init(&a);
+	slog_init(&b);
+	ref_init(&ref);
+
+	/* b: a directory and a data block; a: the same, no index block yet */
+	REQUIRE_EQ(append_id(arena, &b, 1, 100, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 0), big), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 2);
+	CHECK_EQ(slog_arena_free_blocks(arena), 1);
+
+	/* the second record gets its data block, but not the index block */
+	CHECK_EQ(ref_append(&ref, arena, &a, off(1, 2), big), SLOG_FULL);
+	CHECK_EQ(a.write_pos, slog_record_span(big));
+	CHECK_EQ(a.blocks_held, 3);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	CHECK_UEQ(atomic_load(&a.pos_direct[0]), SLOG_NO_BLOCK);
+	ref_publish(&ref, &a, off(1, 0), SLOG_SNAPSHOT_DONE);
+	CHECK(SWEEP(&a, &ref) > 4);
+
+	/* b gives its blocks back: the same append goes in, reusing the data block */
+	slog_release(arena, &b);
+	REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 2), big), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 4);
+	CHECK(atomic_load(&a.pos_direct[0]) != SLOG_NO_BLOCK);
+	CHECK_EQ(slog_arena_free_blocks(arena), 1);
+	while (ref_append(&ref, arena, &a, off(1, 2 + 2 * (uint64_t) ref.nrecs), big) == SLOG_OK)
+		;
+	CHECK_EQ(ref.nrecs, 4);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	ref_publish(&ref, &a, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	CHECK(SWEEP(&a, &ref) > 10);
+	check_all_records(__FILE__, __LINE__, arena, &a, &ref);
+
+	slog_release(arena, &a);
+	CHECK_EQ(slog_arena_free_blocks(arena), 5);
+	ref_free(&ref);
+	free(mem);
+}
+
+/*
+ * Past 64 MB of data the position index needs its directory block.  Records
+ * of exactly 1 MB fill 64 MB; the next one needs 32 data blocks, the
+ * directory and an index block: with fewer free blocks it fails at each of
+ * those steps and leaves the log as it was; with all of them, the records
+ * and small ones after them are found through the directory.
+ */
+#define BIG_SPAN		((uint64_t) 1 << 20)
+#define BIG_LEN			((uint32_t) (BIG_SPAN - sizeof(SlogRecordHeader)))
+
+static SlogResult
+append_big(ShapeLogArena *arena, ShapeLog *log, char *buf, uint64_t id, LogOffset o)
+{
+	memcpy(buf, &id, sizeof(id));
+	return slog_append(arena, log, o, SLOG_RECORD_CHANGE, buf, BIG_LEN);
+}
+
+TEST(position_index_directory)
+{
+	/* 64 data blocks of directories' worth: 2048 data, 1 directory, 4 index */
+	const uint32_t base = 2048 + 1 + 4;
+	const uint32_t extra[] = {0, 31, 32, 33, 34};
+	size_t		size = slog_arena_size((uint64_t) (base + 64) * SLOG_BLOCK_SIZE);
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	char	   *buf = calloc(1, BIG_LEN);
+
+	REQUIRE(mem != NULL);
+	REQUIRE(buf != NULL);
+	for (int e = 0; e < (int) (sizeof(extra) / sizeof(extra[0])); e++)
+	{
+		ShapeLogArena *arena;
+		ShapeLog	log;
+		SlogPublished pub;
+		SlogRange	r;
+		uint32_t	nblocks = base + extra[e];
+		SlogResult	res;
+
+		arena = slog_arena_init(mem, slog_arena_size((uint64_t) nblocks * SLOG_BLOCK_SIZE));
+		REQUIRE_EQ(arena->nblocks, nblocks);
+		slog_init(&log);
+		for (uint64_t i = 0; i < 64; i++)
+			REQUIRE_EQ(append_big(arena, &log, buf, i, off(1 + (int64_t) (i / 3), 0)), SLOG_OK);
+		CHECK_EQ(log.blocks_held, base);
+		CHECK_UEQ(atomic_load(&log.pos_dir), SLOG_NO_BLOCK);
+
+		res = append_big(arena, &log, buf, 64, off(100, 0));
+		CHECK_EQ(res, extra[e] < 34 ? SLOG_FULL : SLOG_OK);
+		CHECK_EQ(log.write_pos, (res == SLOG_OK ? 65 : 64) * BIG_SPAN);
+		CHECK_EQ(log.blocks_held, base + extra[e]);
+		CHECK_EQ(slog_arena_free_blocks(arena), 0);
+		CHECK_UEQ(atomic_load(&log.pos_dir) == SLOG_NO_BLOCK, extra[e] < 33);
+		if (res == SLOG_OK)
+		{
+			/* again with room for small records after the big ones */
+			RefLog		ref;
+			uint64_t	x = 5;
+
+			slog_release(arena, &log);
+			arena = slog_arena_init(mem, size);
+			slog_init(&log);
+			ref_init(&ref);
+			for (uint64_t i = 0; i < 65; i++)
+				REQUIRE_EQ(ref_append(&ref, arena, &log, off(1 + (int64_t) (i / 3), 0), BIG_LEN),
+						   SLOG_OK);
+			for (int i = 0; i < 3000; i++)
+				REQUIRE_EQ(ref_append(&ref, arena, &log, off(100 + i / 4, 0),
+									  (uint32_t) (next_rand(&x) % 200)), SLOG_OK);
+			CHECK(atomic_load(&log.pos_dir) != SLOG_NO_BLOCK);
+			REQUIRE_EQ(ref_close(&ref, arena, &log, off(100 + 1000, 0)), SLOG_OK);
+			for (int i = 0; i < 1000; i++)
+				REQUIRE_EQ(ref_append(&ref, arena, &log, off(2000 + i / 2, 2),
+									  (uint32_t) (next_rand(&x) % 200)), SLOG_OK);
+			ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+			CHECK(SWEEP(&log, &ref) > 4000);
+			slog_release(arena, &log);
+			CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+			ref_free(&ref);
+			continue;
+		}
+
+		/* what is there is intact and servable */
+		slog_publish(&log, off(22, 0), SLOG_SNAPSHOT_DONE);
+		slog_read_published(&log, &pub);
+		CHECK_EQ(pub.data_end, 64 * BIG_SPAN);
+		for (int64_t tx = 1; tx <= 22; tx++)
+		{
+			uint64_t	first = (uint64_t) tx * 3 < 64 ? (uint64_t) tx * 3 : 64;
+			SlogRecordHeader hdr;
+			uint64_t	id = UINT64_MAX;
+
+			slog_locate(arena, &log, &pub, off(tx, 0), &r);
+			if (r.start != first * BIG_SPAN)
+			{
+				FAIL("%u blocks free: locate(%lld_0) started at %llu, not record %llu",
+					 extra[e], (long long) tx, (unsigned long long) r.start,
+					 (unsigned long long) first);
+				break;
+			}
+			if (first == 64)
+				continue;
+			slog_read_header(arena, &log, r.start, &hdr);
+			slog_copy_out(arena, &log, r.start + sizeof(hdr), (char *) &id, sizeof(id));
+			CHECK(hdr.len == BIG_LEN && hdr.tx == 1 + (int64_t) (first / 3) && id == first);
+		}
+		slog_release(arena, &log);
+		CHECK_EQ(slog_arena_free_blocks(arena), nblocks);
+	}
+	free(buf);
 	free(mem);
 }
 
@@ -934,6 +1741,249 @@ TEST(concurrent_writer_and_readers)
 
 	slog_release(s->arena, &s->log);
 	CHECK_EQ(slog_arena_free_blocks(s->arena), nblocks);
+	free(mem);
+	free(s);
+}
+
+/*
+ * The same with chunks of thousands of records, so that readers find their
+ * offsets through the position index, in closed chunks and in the open
+ * tail, while the writer fills the strides and index blocks after them.
+ * Offsets come in runs: group g (tx 1 + g) holds 8 records whose ops are
+ * 2 * (j / w) for j = 0 .. 7, w = 1 + g % 8, so runs are 1 to 8 records
+ * long.  Chunks close at group ends once they pass 256 kB.  Readers copy
+ * each record out through a cursor, in pieces.  At the end, every offset
+ * is checked against the reference the writer kept.
+ */
+#define RUNS_READERS 3
+
+typedef struct RunsState
+{
+	ShapeLogArena *arena;
+	ShapeLog	log;
+	RefLog		ref;			/* the writer's; read after it is joined */
+	_Atomic bool stop;
+	_Atomic uint64_t published_records;
+	_Atomic uint64_t reads[RUNS_READERS];
+	_Atomic uint64_t records_checked;
+	_Atomic uint64_t through_index;	/* ranges that start past a stride */
+} RunsState;
+
+static LogOffset
+runs_offset(uint64_t i)
+{
+	uint64_t	g = i / 8;
+
+	return off((int64_t) (1 + g), 2 * ((i % 8) / (1 + g % 8)));
+}
+
+/* The first record whose offset is past o. */
+static uint64_t
+runs_first_after(LogOffset o)
+{
+	uint64_t	i;
+
+	if (o.tx < 1)
+		return 0;
+	for (i = (uint64_t) (o.tx - 1) * 8; log_offset_cmp(runs_offset(i), o) <= 0; i++)
+		;
+	return i;
+}
+
+static uint32_t
+runs_len(uint64_t i)
+{
+	uint64_t	h = (i + 1) * 0x2545f4914f6cdd1dull;
+
+	return (h >> 40) % 64 == 0 ? (uint32_t) ((h >> 20) % 40000) : (uint32_t) ((h >> 20) % 300);
+}
+
+static void *
+runs_writer(void *arg)
+{
+	RunsState  *s = arg;
+	uint64_t	i = 0;
+	double		until = unit_now() + 1.0;
+	uint64_t	x = 2024;
+
+	while (unit_now() < until && s->ref.write_pos < (40u << 20))
+	{
+		int			n = 1 + (int) (next_rand(&x) % 64);
+
+		for (int k = 0; k < n; k++, i++)
+		{
+			if (ref_append(&s->ref, s->arena, &s->log, runs_offset(i), runs_len(i)) != SLOG_OK)
+				goto out;
+			/* ref_append seeds payloads by record number from 1000 */
+			if (i % 8 == 7 && s->ref.write_pos - s->ref.chunk_start >= 256 * 1024 &&
+				ref_close(&s->ref, s->arena, &s->log, runs_offset(i)) != SLOG_OK)
+				goto out;
+		}
+		ref_publish(&s->ref, &s->log, runs_offset(i - 1), SLOG_SNAPSHOT_DONE);
+		atomic_store(&s->published_records, i);
+		usleep(50);
+	}
+out:
+	atomic_store(&s->stop, true);
+	return NULL;
+}
+
+typedef struct RunsArg
+{
+	RunsState  *s;
+	int			id;
+} RunsArg;
+
+static void *
+runs_reader(void *arg)
+{
+	RunsArg    *ra = arg;
+	RunsState  *s = ra->s;
+	uint64_t	x = 4711 + (uint64_t) ra->id;
+	char	   *want = malloc(40000);
+	char	   *got = malloc(40000);
+
+	for (;;)
+	{
+		SlogPublished pub;
+		SlogRange	r;
+		SlogCursor	cur;
+		LogOffset	after;
+		uint64_t	expect;
+		uint64_t	count = atomic_load(&s->published_records);
+		uint64_t	pick;
+		bool		stopping = atomic_load(&s->stop);
+
+		slog_read_published(&s->log, &pub);
+		if (pub.data_end == 0)
+		{
+			if (stopping)
+				break;
+			continue;
+		}
+		/* a record's offset, one between records, -1, or one past the end */
+		pick = next_rand(&x) % (count + 16);
+		after = runs_offset(pick);
+		if (next_rand(&x) % 3 == 0)
+			after.op++;
+		if (next_rand(&x) % 64 == 0)
+			after = LOG_OFFSET_BEFORE_ALL;
+		expect = runs_first_after(after);
+
+		slog_locate(s->arena, &s->log, &pub, after, &r);
+		if (!r.ready || r.start > r.end || r.end > pub.data_end ||
+			r.beyond_end != (log_offset_cmp(after, pub.last) > 0) ||
+			(r.start == r.end) != (log_offset_cmp(after, pub.last) >= 0))
+		{
+			FAIL("reader %d: locate after record %llu: ready %d [%llu, %llu) of %llu, beyond %d",
+				 ra->id, (unsigned long long) pick, r.ready, (unsigned long long) r.start,
+				 (unsigned long long) r.end, (unsigned long long) pub.data_end, r.beyond_end);
+			break;
+		}
+		if (r.start % SLOG_POS_STRIDE != 0 && r.start / SLOG_POS_STRIDE > 0)
+			atomic_fetch_add(&s->through_index, 1);
+
+		/* the range holds records expect, expect + 1, ... intact (the first 200) */
+		slog_cursor_init(&cur, r.start, r.end);
+		for (int k = 0; k < 200 && slog_cursor_more(&cur); k++)
+		{
+			uint64_t	pos = cur.pos;
+			uint32_t	len = runs_len(expect);
+			SlogRecordHeader hdr;
+			size_t		n = 0;
+
+			slog_read_header(s->arena, &s->log, pos, &hdr);
+			if (hdr.len != len || log_offset_cmp(off(hdr.tx, hdr.op), runs_offset(expect)) != 0)
+			{
+				FAIL("reader %d: after record %llu, record %llu at %llu has a wrong header "
+					 "(%u %lld_%llu)", ra->id, (unsigned long long) pick,
+					 (unsigned long long) expect, (unsigned long long) pos, hdr.len,
+					 (long long) hdr.tx, (unsigned long long) hdr.op);
+				goto done;
+			}
+			slog_cursor_begin(s->arena, &s->log, &cur);
+			do
+				n += slog_cursor_copy(s->arena, &s->log, &cur, got + n, 1000);
+			while (n < len);
+			fill_payload(want, len, expect + 1000);
+			if (memcmp(got, want, len) != 0 || cur.in_record)
+			{
+				FAIL("reader %d: record %llu has a wrong payload", ra->id,
+					 (unsigned long long) expect);
+				goto done;
+			}
+			atomic_fetch_add(&s->records_checked, 1);
+			expect++;
+		}
+		if (cur.pos > r.end || (!slog_cursor_more(&cur) && cur.pos != r.end))
+		{
+			FAIL("reader %d: records overrun the range end", ra->id);
+			break;
+		}
+		if (r.start < r.end && log_offset_cmp(r.chunk_end, runs_offset(expect - 1)) < 0)
+		{
+			FAIL("reader %d: chunk_end before the last record", ra->id);
+			break;
+		}
+		atomic_fetch_add(&s->reads[ra->id], 1);
+		if (stopping)
+			break;
+	}
+done:
+	free(want);
+	free(got);
+	return NULL;
+}
+
+TEST(concurrent_locate_through_the_index)
+{
+	void	   *mem;
+	RunsState  *s = calloc(1, sizeof(RunsState));
+	pthread_t	writer;
+	pthread_t	readers[RUNS_READERS];
+	RunsArg		args[RUNS_READERS];
+	uint32_t	nblocks;
+
+	REQUIRE(s != NULL);
+	s->arena = arena_new(48u << 20, &mem);
+	REQUIRE(s->arena != NULL);
+	nblocks = s->arena->nblocks;
+	slog_init(&s->log);
+	ref_init(&s->ref);
+	for (int i = 0; i < RUNS_READERS; i++)
+	{
+		args[i].s = s;
+		args[i].id = i;
+		pthread_create(&readers[i], NULL, runs_reader, &args[i]);
+	}
+	pthread_create(&writer, NULL, runs_writer, s);
+	pthread_join(writer, NULL);
+	for (int i = 0; i < RUNS_READERS; i++)
+		pthread_join(readers[i], NULL);
+
+	CHECK(atomic_load(&s->published_records) > 2000);
+	CHECK(s->ref.nchunks > 2);
+	for (int i = 0; i < RUNS_READERS; i++)
+		CHECK(atomic_load(&s->reads[i]) > 20);
+	CHECK(atomic_load(&s->through_index) > 20);
+	fprintf(stderr, "  # %llu records in %d chunks, %llu/%llu/%llu reads (%llu past a stride), "
+			"%llu records checked\n",
+			(unsigned long long) atomic_load(&s->published_records), s->ref.nchunks,
+			(unsigned long long) atomic_load(&s->reads[0]),
+			(unsigned long long) atomic_load(&s->reads[1]),
+			(unsigned long long) atomic_load(&s->reads[2]),
+			(unsigned long long) atomic_load(&s->through_index),
+			(unsigned long long) atomic_load(&s->records_checked));
+
+	/* every offset, now that the writer is done */
+	{
+		ShapeLogArena *arena = s->arena;
+
+		CHECK(SWEEP(&s->log, &s->ref) > 4000);
+	}
+	slog_release(s->arena, &s->log);
+	CHECK_EQ(slog_arena_free_blocks(s->arena), nblocks);
+	ref_free(&s->ref);
 	free(mem);
 	free(s);
 }
