@@ -378,7 +378,9 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	not_modified = inm != NULL && etag_matches(inm, etag);
 
 	/* body: the records of the range, then up-to-date, then "]" */
-	slog_cursor_init(&sc->body.records, data ? range->start : 0, data ? range->end : 0);
+	slog_cursor_init(sc->server->shapes->arena, data ? shape_conn_log(sc) : NULL,
+					 &sc->body.records, data ? range->start : 0, data ? range->end : 0,
+					 sc->query.offset);
 	lsn = atomic_load_explicit(&server->shapes->last_seen_lsn, memory_order_relaxed);
 	if (live && data && response_offset.tx > 0)
 		lsn = (uint64_t) response_offset.tx;

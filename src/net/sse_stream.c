@@ -77,7 +77,7 @@ sse_next_range(ShapeConn *sc)
 		shape_conn_unpin_log(sc);	/* a waiting stream holds no version */
 		return false;
 	}
-	slog_cursor_init(&st->records, range.start, range.end);
+	slog_cursor_init(shapes->arena, log, &st->records, range.start, range.end, st->after);
 	st->in_range = true;
 	st->range_end = range.chunk_end;
 	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
@@ -219,7 +219,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	st->keepalive_ms = now + SSE_KEEPALIVE_MS;
 	if (range->ready && range->start < range->end)
 	{
-		slog_cursor_init(&st->records, range->start, range->end);
+		slog_cursor_init(sc->server->shapes->arena, shape_conn_log(sc), &st->records, range->start,
+						 range->end, st->after);
 		st->in_range = true;
 		st->range_end = range->chunk_end;
 		st->range_up_to_date = log_offset_cmp(range->chunk_end, pub->last) >= 0;

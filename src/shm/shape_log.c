@@ -444,6 +444,13 @@ slog_chunk_at(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i)
 	return (SlogChunk *) slog_block(arena, block) + i % SLOG_CHUNKS_PER_BLOCK;
 }
 
+/* A copy of closed chunk `i` (below the published chunk count). */
+void
+slog_chunk_read(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i, SlogChunk *out)
+{
+	*out = *slog_chunk_at(arena, log, i);
+}
+
 /* Closes the open chunk at the current write position, ending at `end`. */
 SlogResult
 slog_close_chunk(ShapeLogArena *arena, ShapeLog *log, LogOffset end)
@@ -702,13 +709,46 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 
 /* ------------------------------------------------------------- cursors */
 
+/*
+ * Moves past the tombstones this reader is not to see: those of a key
+ * life that began after `after`, whose row the reader never had (see
+ * log_compact.c).
+ */
+static void
+slog_cursor_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)
+{
+	while (cursor->pos < cursor->end)
+	{
+		SlogRecordHeader hdr;
+		LogOffset	born;
+
+		slog_read_header(arena, log, cursor->pos, &hdr);
+		if (hdr.kind != SLOG_RECORD_TOMBSTONE)
+			return;
+		slog_copy_out(arena, log, cursor->pos + sizeof(hdr), (char *) &born.tx, sizeof(born.tx));
+		slog_copy_out(arena, log, cursor->pos + sizeof(hdr) + sizeof(born.tx),
+					  (char *) &born.op, sizeof(born.op));
+		if (log_offset_cmp(born, cursor->after) <= 0)
+			return;				/* it had the row: it needs the delete */
+		cursor->pos += slog_record_span(hdr.len);
+	}
+}
+
+/*
+ * A cursor over the records of [start, end) for a reader that has
+ * everything up to `after`.
+ */
 void
-slog_cursor_init(SlogCursor *cursor, uint64_t start, uint64_t end)
+slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
+				 uint64_t start, uint64_t end, LogOffset after)
 {
 	cursor->pos = start;
 	cursor->end = end;
-	cursor->len = cursor->sent = 0;
+	cursor->after = after;
+	cursor->len = cursor->sent = cursor->skip = 0;
 	cursor->in_record = false;
+	if (start < end)
+		slog_cursor_skip(arena, log, cursor);
 }
 
 /* Whether records remain: one being copied, or one not yet begun. */
@@ -718,28 +758,32 @@ slog_cursor_more(const SlogCursor *cursor)
 	return cursor->in_record || cursor->pos < cursor->end;
 }
 
-/* The payload length of the next record; call when !in_record and more. */
+/* The length of the next record's message; call when !in_record and more. */
 uint32_t
 slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor)
 {
 	SlogRecordHeader hdr;
 
 	slog_read_header(arena, log, cursor->pos, &hdr);
-	return hdr.len;
+	return hdr.kind == SLOG_RECORD_TOMBSTONE ? hdr.len - SLOG_TOMBSTONE_PREFIX : hdr.len;
 }
 
 /* Starts copying the next record. */
 void
 slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)
 {
-	cursor->len = slog_cursor_peek(arena, log, cursor);
+	SlogRecordHeader hdr;
+
+	slog_read_header(arena, log, cursor->pos, &hdr);
+	cursor->skip = hdr.kind == SLOG_RECORD_TOMBSTONE ? SLOG_TOMBSTONE_PREFIX : 0;
+	cursor->len = hdr.len - cursor->skip;
 	cursor->sent = 0;
 	cursor->in_record = true;
 }
 
 /*
- * Copies up to n bytes of the current record's payload and returns how
- * many; the cursor moves to the next record once the payload is out.
+ * Copies up to n bytes of the current record's message and returns how
+ * many; the cursor moves to the next record once the message is out.
  */
 size_t
 slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
@@ -749,12 +793,14 @@ slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 
 	if (step > n)
 		step = n;
-	slog_copy_out(arena, log, cursor->pos + sizeof(SlogRecordHeader) + cursor->sent, dst, step);
+	slog_copy_out(arena, log, cursor->pos + sizeof(SlogRecordHeader) + cursor->skip + cursor->sent,
+				  dst, step);
 	cursor->sent += (uint32_t) step;
 	if (cursor->sent == cursor->len)
 	{
-		cursor->pos += slog_record_span(cursor->len);
+		cursor->pos += slog_record_span(cursor->len + cursor->skip);
 		cursor->in_record = false;
+		slog_cursor_skip(arena, log, cursor);
 	}
 	return step;
 }

@@ -46,6 +46,10 @@
 /* Kinds of record; a reader serves both, the kind is for inspection. */
 #define SLOG_RECORD_CHANGE		1
 #define SLOG_RECORD_CONTROL		2
+#define SLOG_RECORD_TOMBSTONE	3	/* a delete kept by compaction: the offset
+									 * of its life's insert (tx, op), then the
+									 * message; see log_compact.c */
+#define SLOG_TOMBSTONE_PREFIX	16
 
 /* Bits of the published flags word. */
 #define SLOG_SNAPSHOT_DONE		0x1
@@ -154,6 +158,8 @@ extern void slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 						SlogRange *range);
 extern void slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
 							 uint64_t pos, SlogRecordHeader *hdr);
+extern void slog_chunk_read(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i,
+							SlogChunk *out);
 extern void slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
 						  uint64_t pos, char *dst, size_t n);
 
@@ -165,12 +171,15 @@ typedef struct SlogCursor
 {
 	uint64_t	pos;			/* the current (or next) record */
 	uint64_t	end;			/* end of the range */
-	uint32_t	len;			/* payload bytes of the current record */
+	LogOffset	after;			/* the reader has everything up to here */
+	uint32_t	len;			/* message bytes of the current record */
 	uint32_t	sent;			/* ... copied out so far */
+	uint32_t	skip;			/* bytes of its payload before the message */
 	bool		in_record;
 } SlogCursor;
 
-extern void slog_cursor_init(SlogCursor *cursor, uint64_t start, uint64_t end);
+extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
+							 uint64_t start, uint64_t end, LogOffset after);
 extern bool slog_cursor_more(const SlogCursor *cursor);
 extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
 								 const SlogCursor *cursor);

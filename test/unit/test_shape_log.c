@@ -1884,7 +1884,7 @@ runs_reader(void *arg)
 			atomic_fetch_add(&s->through_index, 1);
 
 		/* the range holds records expect, expect + 1, ... intact (the first 200) */
-		slog_cursor_init(&cur, r.start, r.end);
+		slog_cursor_init(s->arena, &s->log, &cur, r.start, r.end, after);
 		for (int k = 0; k < 200 && slog_cursor_more(&cur); k++)
 		{
 			uint64_t	pos = cur.pos;

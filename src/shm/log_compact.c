@@ -1,0 +1,932 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_compact.c
+ *		Compaction of a shape log: one message per key life, not per change.
+ *
+ * A hot shape's log grows with every update while its rows stay the same
+ * size.  Compaction rewrites the closed chunks of a log into a new log
+ * (the shape's spare version, see shape_table.c) that serves every client
+ * exactly as the old one did, whatever offset it resumes from, and copies
+ * the open chunk as it is.  It reads only messages this server wrote
+ * (row_encoder.c's format), and gives up on anything else.
+ *
+ * What is kept, per key, for its lives (an insert, its updates, and the
+ * delete that ends it, if any):
+ *	- A life still open at the end of the range keeps its insert, at its
+ *	  offset, and one update at the offset of its last update that merges
+ *	  them all: every column any of them changed, with its last value (with
+ *	  replica full, that is the last update's whole row), the first
+ *	  old_value of each column, and the txids of all of them.  A client
+ *	  before the insert gets both; one inside the life gets the update;
+ *	  one past it, nothing.
+ *	- A life that ended keeps only its delete, as a tombstone record that
+ *	  carries the offset of the life's insert.  The cursor
+ *	  (slog_cursor_*) serves a tombstone only to a client that resumes
+ *	  from inside that life, the one client that holds the row; everyone
+ *	  else, a fresh client above all, never hears of the key.
+ *	  That takes one more rule: an offset must say which rows its client
+ *	  holds, whether it read the old log or the compacted one, so a chunk
+ *	  of the compacted log ends only where no dropped life is open (its
+ *	  insert before, its delete after): there both hold the same keys.  A
+ *	  client of the compacted log only ever holds such chunk ends (or
+ *	  offsets past the compacted part); a client of the old log holds its
+ *	  offsets, whose rows the old log defines.
+ *	- Control messages (snapshot-end) stay where they are.
+ * Each kept change message is marked the last of its transaction: the
+ * messages a transaction had beside it may be gone, and a client must not
+ * wait for them.  Records stay in their order, at their offsets; chunks
+ * keep the input's boundaries (some of them: see above), merged until they
+ * reach `chunk_bytes`, so every offset a client was given still names a
+ * position, and locating it (slog_locate) finds what follows it.
+ *
+ * So a compacted log holds one insert and at most one update per live row,
+ * plus one small delete per life that ended since the snapshot; a log
+ * whose deletes dominate does not shrink, and its shape is rotated when
+ * the arena cannot hold it (shape_stream.c).
+ *
+ * Work is linear in the records of the log; memory is a small fixed
+ * record per message (malloc'd, freed before returning) plus, while an
+ * update group is being merged, that group's columns.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * None here: the caller is the writer of both logs.  `in` is read below
+ * its published bounds, which nobody writes again, and `out` is invisible
+ * until the caller publishes and swaps it (shape_table_swap_log).
+ *
+ * IDENTIFICATION
+ *	  src/shm/log_compact.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "log_compact.c is shared by threads and must not include postgres.h"
+#endif
+
+#include "log_compact.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* What becomes of a record of the closed chunks. */
+typedef enum CompactFate
+{
+	FATE_PENDING = 0,
+	FATE_KEEP,					/* copied (a change marked last) */
+	FATE_DROP,
+	FATE_TOMBSTONE,				/* a delete, kept as a tombstone */
+	FATE_KEEP_TOMBSTONE,		/* a tombstone of an earlier compaction */
+	FATE_MERGE,					/* an update folded into a later one */
+	FATE_MERGE_LAST				/* where the merged update goes */
+} CompactFate;
+
+typedef enum CompactOp
+{
+	OP_CONTROL,
+	OP_INSERT,
+	OP_UPDATE,
+	OP_DELETE,
+	OP_TOMBSTONE
+} CompactOp;
+
+typedef struct CompactRecord
+{
+	uint64_t	pos;
+	LogOffset	offset;
+	LogOffset	born;			/* tombstones: the insert of their life */
+	uint32_t	len;
+	uint32_t	key;			/* index into keys, changes only */
+	int64_t		prev_in_life;	/* the key's previous record of this life */
+	int32_t		lives_opened;	/* dropped lives whose insert this is (+1) or
+								 * whose delete this is (-1): see chunks */
+	uint8_t		kind;
+	uint8_t		op;				/* CompactOp */
+	uint8_t		fate;			/* CompactFate */
+} CompactRecord;
+
+/* A column of a merged update: name and value as JSON text. */
+typedef struct CompactPair
+{
+	char	   *name;
+	size_t		name_len;
+	char	   *value;
+	size_t		value_len;
+} CompactPair;
+
+typedef struct CompactMerge
+{
+	CompactPair *values;
+	int			nvalues;
+	CompactPair *old_values;
+	int			nold;
+	bool		has_old;
+	uint64_t   *txids;
+	int			ntxids;
+} CompactMerge;
+
+typedef struct CompactKey
+{
+	uint64_t	hash;
+	size_t		text_off;		/* into Compactor.key_text */
+	size_t		text_len;
+	int64_t		life_insert;	/* the open life's insert, or -1 */
+	int64_t		life_last;		/* its last record */
+	uint32_t	updates;		/* in the open life */
+	CompactMerge *merge;		/* while pass 2 merges its updates */
+} CompactKey;
+
+typedef struct Compactor
+{
+	ShapeLogArena *arena;
+	const ShapeLog *in;
+	CompactRecord *records;
+	uint64_t	nrecords;
+	uint64_t	records_cap;
+	CompactKey *keys;
+	uint32_t	nkeys;
+	uint32_t	keys_cap;
+	uint32_t   *slots;			/* open addressing: key index + 1, 0 free */
+	uint32_t	slots_mask;
+	char	   *key_text;
+	size_t		key_text_len;
+	size_t		key_text_cap;
+	char	   *buf;			/* one record's payload */
+	size_t		buf_cap;
+	char	   *out_buf;		/* a rewritten record */
+	size_t		out_cap;
+	size_t		out_len;
+	bool		no_memory;
+} Compactor;
+
+/* ------------------------------------------------------------- helpers */
+
+static bool
+cmp_reserve(char **buf, size_t *cap, size_t need)
+{
+	char	   *grown;
+	size_t		n;
+
+	if (need <= *cap)
+		return true;
+	n = *cap ? *cap : 256;
+	while (n < need)
+		n *= 2;
+	grown = realloc(*buf, n);
+	if (grown == NULL)
+		return false;
+	*buf = grown;
+	*cap = n;
+	return true;
+}
+
+static bool
+cmp_out(Compactor *c, const char *s, size_t n)
+{
+	if (!cmp_reserve(&c->out_buf, &c->out_cap, c->out_len + n))
+	{
+		c->no_memory = true;
+		return false;
+	}
+	memcpy(c->out_buf + c->out_len, s, n);
+	c->out_len += n;
+	return true;
+}
+
+/* The end of the JSON string that starts at p ('"'), or NULL. */
+static const char *
+cmp_string_end(const char *p, const char *end)
+{
+	if (p >= end || *p != '"')
+		return NULL;
+	for (p++; p < end; p++)
+	{
+		if (*p == '\\')
+			p++;
+		else if (*p == '"')
+			return p + 1;
+	}
+	return NULL;
+}
+
+static bool
+cmp_skip(const char **p, const char *end, const char *lit)
+{
+	size_t		n = strlen(lit);
+
+	if ((size_t) (end - *p) < n || memcmp(*p, lit, n) != 0)
+		return false;
+	*p += n;
+	return true;
+}
+
+/*
+ * Parses a flat object of string or null values at *p ('{'), calling
+ * `pair` for each member (unless NULL); *p moves past it.
+ */
+static bool
+cmp_object(const char **p, const char *end,
+		   bool (*pair) (void *arg, const char *name, size_t nlen, const char *value, size_t vlen),
+		   void *arg)
+{
+	const char *q = *p;
+
+	if (!cmp_skip(&q, end, "{"))
+		return false;
+	if (cmp_skip(&q, end, "}"))
+	{
+		*p = q;
+		return true;
+	}
+	for (;;)
+	{
+		const char *name = q;
+		const char *name_end = cmp_string_end(q, end);
+		const char *value;
+		const char *value_end;
+
+		if (name_end == NULL)
+			return false;
+		q = name_end;
+		if (!cmp_skip(&q, end, ":"))
+			return false;
+		value = q;
+		if (cmp_skip(&q, end, "null"))
+			value_end = q;
+		else if ((value_end = cmp_string_end(q, end)) == NULL)
+			return false;
+		q = value_end;
+		if (pair != NULL && !pair(arg, name, (size_t) (name_end - name), value,
+								  (size_t) (value_end - value)))
+			return false;
+		if (cmp_skip(&q, end, "}"))
+			break;
+		if (!cmp_skip(&q, end, ","))
+			return false;
+	}
+	*p = q;
+	return true;
+}
+
+/* The parts of a change message. */
+typedef struct CompactMessage
+{
+	const char *key;			/* the key's JSON string */
+	size_t		key_len;
+	const char *value;			/* the value object */
+	const char *value_end;
+	const char *old_value;		/* NULL when absent */
+	const char *old_value_end;
+	const char *headers;		/* the headers object */
+	const char *headers_end;
+	CompactOp	op;
+} CompactMessage;
+
+static bool
+cmp_parse(const char *msg, size_t len, CompactMessage *m)
+{
+	const char *end = msg + len;
+	const char *p = msg;
+
+	memset(m, 0, sizeof(*m));
+	if (len < 2 || msg[len - 1] != '}' || !cmp_skip(&p, end, "{\"key\":"))
+		return false;
+	m->key = p;
+	if ((p = cmp_string_end(p, end)) == NULL)
+		return false;
+	m->key_len = (size_t) (p - m->key);
+	if (!cmp_skip(&p, end, ",\"value\":"))
+		return false;
+	m->value = p;
+	if (!cmp_object(&p, end, NULL, NULL))
+		return false;
+	m->value_end = p;
+	if (cmp_skip(&p, end, ",\"old_value\":"))
+	{
+		m->old_value = p;
+		if (!cmp_object(&p, end, NULL, NULL))
+			return false;
+		m->old_value_end = p;
+	}
+	if (!cmp_skip(&p, end, ",\"headers\":"))
+		return false;
+	m->headers = p;
+	m->headers_end = end - 1;	/* the message's own closing brace follows */
+	if (cmp_skip(&p, end, "{\"operation\":\"insert\""))
+		m->op = OP_INSERT;
+	else if (cmp_skip(&p, end, "{\"operation\":\"update\""))
+		m->op = OP_UPDATE;
+	else if (cmp_skip(&p, end, "{\"operation\":\"delete\""))
+		m->op = OP_DELETE;
+	else
+		return false;
+	return m->headers_end > m->headers && *(m->headers_end - 1) == '}';
+}
+
+static uint64_t
+cmp_hash(const char *s, size_t n)
+{
+	uint64_t	h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char) s[i]) * 1099511628211ULL;
+	return h;
+}
+
+/* Doubles the key slots (keeping them under half full). */
+static bool
+cmp_grow_slots(Compactor *c)
+{
+	uint32_t	n = c->slots_mask ? (c->slots_mask + 1) * 2 : 2048;
+	uint32_t   *slots = calloc(n, sizeof(uint32_t));
+
+	if (slots == NULL)
+		return false;
+	for (uint32_t k = 0; k < c->nkeys; k++)
+	{
+		uint32_t	i = (uint32_t) c->keys[k].hash & (n - 1);
+
+		while (slots[i] != 0)
+			i = (i + 1) & (n - 1);
+		slots[i] = k + 1;
+	}
+	free(c->slots);
+	c->slots = slots;
+	c->slots_mask = n - 1;
+	return true;
+}
+
+/* The index of a key, added if new; UINT32_MAX when out of memory. */
+static uint32_t
+cmp_key(Compactor *c, const char *text, size_t len)
+{
+	uint64_t	h = cmp_hash(text, len);
+	uint32_t	i;
+	CompactKey *k;
+
+	if ((c->nkeys + 1) * 2 > c->slots_mask + 1 && !cmp_grow_slots(c))
+		return UINT32_MAX;
+	i = (uint32_t) h & c->slots_mask;
+
+	for (;; i = (i + 1) & c->slots_mask)
+	{
+		uint32_t	s = c->slots[i];
+
+		if (s == 0)
+			break;
+		k = &c->keys[s - 1];
+		if (k->hash == h && k->text_len == len &&
+			memcmp(c->key_text + k->text_off, text, len) == 0)
+			return s - 1;
+	}
+	if (c->nkeys == c->keys_cap)
+	{
+		uint32_t	cap = c->keys_cap ? c->keys_cap * 2 : 1024;
+		CompactKey *grown = realloc(c->keys, sizeof(CompactKey) * cap);
+
+		if (grown == NULL)
+			return UINT32_MAX;
+		c->keys = grown;
+		c->keys_cap = cap;
+	}
+	if (!cmp_reserve(&c->key_text, &c->key_text_cap, c->key_text_len + len))
+		return UINT32_MAX;
+	k = &c->keys[c->nkeys];
+	memset(k, 0, sizeof(*k));
+	k->hash = h;
+	k->text_off = c->key_text_len;
+	k->text_len = len;
+	k->life_insert = -1;
+	k->life_last = -1;
+	memcpy(c->key_text + c->key_text_len, text, len);
+	c->key_text_len += len;
+	c->slots[i] = ++c->nkeys;
+	return c->nkeys - 1;
+}
+
+/* Reads a record's payload into c->buf. */
+static bool
+cmp_read(Compactor *c, const CompactRecord *r)
+{
+	if (!cmp_reserve(&c->buf, &c->buf_cap, r->len + 1))
+		return false;
+	slog_copy_out(c->arena, c->in, r->pos + sizeof(SlogRecordHeader), c->buf, r->len);
+	c->buf[r->len] = '\0';
+	return true;
+}
+
+/* Appends the headers object [h, h_end) to c->out, marked last. */
+static bool
+cmp_out_headers_last(Compactor *c, const char *h, const char *h_end)
+{
+	static const char last[] = ",\"last\":true}";
+
+	if ((size_t) (h_end - h) >= sizeof(last) - 1 &&
+		memcmp(h_end - (sizeof(last) - 1), last, sizeof(last) - 1) == 0)
+		return cmp_out(c, h, (size_t) (h_end - h));
+	return cmp_out(c, h, (size_t) (h_end - h) - 1) && cmp_out(c, last, sizeof(last) - 1);
+}
+
+/* ---------------------------------------------------------- merging */
+
+static void
+cmp_merge_free(CompactMerge *m)
+{
+	if (m == NULL)
+		return;
+	for (int i = 0; i < m->nvalues; i++)
+	{
+		free(m->values[i].name);
+		free(m->values[i].value);
+	}
+	for (int i = 0; i < m->nold; i++)
+	{
+		free(m->old_values[i].name);
+		free(m->old_values[i].value);
+	}
+	free(m->values);
+	free(m->old_values);
+	free(m->txids);
+	free(m);
+}
+
+static char *
+cmp_dup(const char *s, size_t n)
+{
+	char	   *d = malloc(n ? n : 1);
+
+	if (d != NULL)
+		memcpy(d, s, n);
+	return d;
+}
+
+/* Sets name to value in a pair list; `keep_first` keeps an existing one. */
+static bool
+cmp_set_pair(CompactPair **pairs, int *n, const char *name, size_t nlen,
+			 const char *value, size_t vlen, bool keep_first)
+{
+	CompactPair *grown;
+	char	   *v;
+
+	for (int i = 0; i < *n; i++)
+		if ((*pairs)[i].name_len == nlen && memcmp((*pairs)[i].name, name, nlen) == 0)
+		{
+			if (keep_first)
+				return true;
+			if ((v = cmp_dup(value, vlen)) == NULL)
+				return false;
+			free((*pairs)[i].value);
+			(*pairs)[i].value = v;
+			(*pairs)[i].value_len = vlen;
+			return true;
+		}
+	grown = realloc(*pairs, sizeof(CompactPair) * (*n + 1));
+	if (grown == NULL)
+		return false;
+	*pairs = grown;
+	grown[*n].name = cmp_dup(name, nlen);
+	grown[*n].name_len = nlen;
+	grown[*n].value = cmp_dup(value, vlen);
+	grown[*n].value_len = vlen;
+	if (grown[*n].name == NULL || grown[*n].value == NULL)
+	{
+		free(grown[*n].name);
+		free(grown[*n].value);
+		return false;
+	}
+	(*n)++;
+	return true;
+}
+
+static bool
+cmp_merge_value(void *arg, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+	CompactMerge *m = arg;
+
+	return cmp_set_pair(&m->values, &m->nvalues, name, nlen, value, vlen, false);
+}
+
+static bool
+cmp_merge_old(void *arg, const char *name, size_t nlen, const char *value, size_t vlen)
+{
+	CompactMerge *m = arg;
+
+	return cmp_set_pair(&m->old_values, &m->nold, name, nlen, value, vlen, true);
+}
+
+/* The txids array of a headers object, added to the merge's. */
+static bool
+cmp_merge_txids(CompactMerge *m, const char *h, const char *h_end)
+{
+	static const char tag[] = "\"txids\":[";
+	const char *p;
+
+	for (p = h; p + sizeof(tag) - 1 <= h_end; p++)
+		if (memcmp(p, tag, sizeof(tag) - 1) == 0)
+			break;
+	if (p + sizeof(tag) - 1 > h_end)
+		return true;			/* none */
+	for (p += sizeof(tag) - 1; p < h_end && *p != ']';)
+	{
+		uint64_t	x = 0;
+		bool		seen = false;
+		uint64_t   *grown;
+
+		if (*p < '0' || *p > '9')
+		{
+			p++;
+			continue;
+		}
+		while (p < h_end && *p >= '0' && *p <= '9')
+			x = x * 10 + (uint64_t) (*p++ - '0');
+		for (int i = 0; i < m->ntxids; i++)
+			seen = seen || m->txids[i] == x;
+		if (seen)
+			continue;
+		grown = realloc(m->txids, sizeof(uint64_t) * (m->ntxids + 1));
+		if (grown == NULL)
+			return false;
+		m->txids = grown;
+		m->txids[m->ntxids++] = x;
+	}
+	return true;
+}
+
+static bool
+cmp_out_pairs(Compactor *c, const CompactPair *pairs, int n)
+{
+	if (!cmp_out(c, "{", 1))
+		return false;
+	for (int i = 0; i < n; i++)
+		if ((i > 0 && !cmp_out(c, ",", 1)) ||
+			!cmp_out(c, pairs[i].name, pairs[i].name_len) || !cmp_out(c, ":", 1) ||
+			!cmp_out(c, pairs[i].value, pairs[i].value_len))
+			return false;
+	return cmp_out(c, "}", 1);
+}
+
+/*
+ * Writes the merged update into c->out_buf: the last update's key and
+ * headers (txids replaced by all of the group's, marked last), the merged
+ * value and old_value.
+ */
+static bool
+cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m)
+{
+	static const char tag[] = "\"txids\":[";
+	const char *h = last->headers;
+	const char *t;
+
+	c->out_len = 0;
+	if (!cmp_out(c, "{\"key\":", 7) || !cmp_out(c, last->key, last->key_len) ||
+		!cmp_out(c, ",\"value\":", 9) || !cmp_out_pairs(c, m->values, m->nvalues))
+		return false;
+	if (m->has_old && (!cmp_out(c, ",\"old_value\":", 13) ||
+					   !cmp_out_pairs(c, m->old_values, m->nold)))
+		return false;
+	if (!cmp_out(c, ",\"headers\":", 11))
+		return false;
+	for (t = h; t + sizeof(tag) - 1 <= last->headers_end; t++)
+		if (memcmp(t, tag, sizeof(tag) - 1) == 0)
+			break;
+	if (t + sizeof(tag) - 1 <= last->headers_end)
+	{
+		const char *close = memchr(t, ']', (size_t) (last->headers_end - t));
+		char		num[24];
+
+		if (close == NULL)
+			return false;
+		if (!cmp_out(c, h, (size_t) (t - h) + sizeof(tag) - 1))
+			return false;
+		for (int i = 0; i < m->ntxids; i++)
+		{
+			int			n = 0;
+			uint64_t	x = m->txids[i];
+			char		rev[24];
+
+			do
+				rev[n++] = (char) ('0' + x % 10);
+			while ((x /= 10) != 0);
+			for (int j = 0; j < n; j++)
+				num[j] = rev[n - 1 - j];
+			if ((i > 0 && !cmp_out(c, ",", 1)) || !cmp_out(c, num, (size_t) n))
+				return false;
+		}
+		h = close;
+	}
+	return cmp_out_headers_last(c, h, last->headers_end) && cmp_out(c, "}", 1);
+}
+
+/* ------------------------------------------------------------ passes */
+
+/* Marks the records of a key's open life, from its last back to its insert. */
+static void
+cmp_mark_life(Compactor *c, CompactKey *k, uint8_t fate_updates, bool keep_insert)
+{
+	int64_t		i = k->life_last;
+	bool		last = true;
+
+	while (i >= 0)
+	{
+		CompactRecord *r = &c->records[i];
+
+		if (r->op == OP_INSERT)
+			r->fate = keep_insert ? FATE_KEEP : FATE_DROP;
+		else if (fate_updates == FATE_MERGE)
+			r->fate = last ? FATE_MERGE_LAST : FATE_MERGE;
+		else
+			r->fate = fate_updates;
+		last = false;
+		i = r->prev_in_life;
+	}
+}
+
+/* Pass 1: every record of the closed chunks, its key and its fate. */
+static SlogCompactResult
+cmp_classify(Compactor *c, uint64_t closed_end)
+{
+	uint64_t	pos = 0;
+	uint64_t	n = 0;
+
+	for (pos = 0; pos < closed_end; n++)
+	{
+		SlogRecordHeader hdr;
+		CompactRecord *r;
+		CompactMessage m;
+		const char *json;
+		size_t		json_len;
+		CompactKey *k;
+
+		if (n == c->records_cap)
+		{
+			uint64_t	cap = c->records_cap ? c->records_cap * 2 : 4096;
+			CompactRecord *grown = realloc(c->records, sizeof(CompactRecord) * cap);
+
+			if (grown == NULL)
+				return SLOG_COMPACT_NO_MEMORY;
+			c->records = grown;
+			c->records_cap = cap;
+		}
+		r = &c->records[n];
+		c->nrecords = n + 1;	/* what cmp_mark_life may walk */
+		slog_read_header(c->arena, c->in, pos, &hdr);
+		memset(r, 0, sizeof(*r));
+		r->pos = pos;
+		r->len = hdr.len;
+		r->kind = (uint8_t) hdr.kind;
+		r->offset.tx = hdr.tx;
+		r->offset.op = hdr.op;
+		r->prev_in_life = -1;
+		pos += slog_record_span(hdr.len);
+		if (hdr.kind == SLOG_RECORD_CONTROL)
+		{
+			r->op = OP_CONTROL;
+			r->fate = FATE_KEEP;
+			continue;
+		}
+		if (!cmp_read(c, r))
+			return SLOG_COMPACT_NO_MEMORY;
+		json = c->buf;
+		json_len = r->len;
+		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
+		{
+			if (r->len < SLOG_TOMBSTONE_PREFIX)
+				return SLOG_COMPACT_UNREADABLE;
+			memcpy(&r->born.tx, c->buf, sizeof(int64_t));
+			memcpy(&r->born.op, c->buf + sizeof(int64_t), sizeof(uint64_t));
+			json += SLOG_TOMBSTONE_PREFIX;
+			json_len -= SLOG_TOMBSTONE_PREFIX;
+		}
+		else if (hdr.kind != SLOG_RECORD_CHANGE)
+			return SLOG_COMPACT_UNREADABLE;
+		if (!cmp_parse(json, json_len, &m))
+			return SLOG_COMPACT_UNREADABLE;
+		if ((r->key = cmp_key(c, m.key, m.key_len)) == UINT32_MAX)
+			return SLOG_COMPACT_NO_MEMORY;
+		k = &c->keys[r->key];
+		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
+		{
+			if (m.op != OP_DELETE || k->life_insert >= 0)
+				return SLOG_COMPACT_UNREADABLE;
+			r->op = OP_TOMBSTONE;
+			r->fate = FATE_KEEP_TOMBSTONE;
+			continue;
+		}
+		r->op = (uint8_t) m.op;
+		switch (m.op)
+		{
+			case OP_INSERT:
+				if (k->life_insert >= 0)
+					return SLOG_COMPACT_UNREADABLE;	/* an insert of a present key */
+				k->life_insert = k->life_last = (int64_t) n;
+				k->updates = 0;
+				break;
+			case OP_UPDATE:
+				if (k->life_insert < 0)
+					return SLOG_COMPACT_UNREADABLE;	/* an update of an absent key */
+				r->prev_in_life = k->life_last;
+				k->life_last = (int64_t) n;
+				k->updates++;
+				break;
+			case OP_DELETE:
+				if (k->life_insert < 0)
+					return SLOG_COMPACT_UNREADABLE;
+				cmp_mark_life(c, k, FATE_DROP, false);
+				r->fate = FATE_TOMBSTONE;
+				r->born = c->records[k->life_insert].offset;
+				c->records[k->life_insert].lives_opened++;
+				r->lives_opened--;
+				k->life_insert = k->life_last = -1;
+				k->updates = 0;
+				break;
+			default:
+				return SLOG_COMPACT_UNREADABLE;
+		}
+	}
+	c->nrecords = n;
+	for (uint32_t i = 0; i < c->nkeys; i++)
+	{
+		CompactKey *k = &c->keys[i];
+
+		if (k->life_insert < 0)
+			continue;
+		cmp_mark_life(c, k, k->updates > 1 ? FATE_MERGE : FATE_KEEP, true);
+	}
+	return SLOG_COMPACT_OK;
+}
+
+static SlogCompactResult
+cmp_append(Compactor *c, ShapeLog *out, LogOffset offset, uint32_t kind, const char *data,
+		   size_t len)
+{
+	SlogResult	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
+
+	return res == SLOG_OK ? SLOG_COMPACT_OK : SLOG_COMPACT_FULL;
+}
+
+/* Pass 2 for one record. */
+static SlogCompactResult
+cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
+{
+	CompactMessage m;
+	CompactKey *k;
+	SlogCompactResult res;
+
+	if (r->fate == FATE_DROP)
+		return SLOG_COMPACT_OK;
+	if (!cmp_read(c, r))
+		return SLOG_COMPACT_NO_MEMORY;
+	if (r->fate == FATE_KEEP_TOMBSTONE ||
+		(r->fate == FATE_KEEP && r->kind == SLOG_RECORD_CONTROL))
+	{
+		stats->records_out++;
+		stats->tombstones += r->fate == FATE_KEEP_TOMBSTONE;
+		return cmp_append(c, out, r->offset, r->kind, c->buf, r->len);
+	}
+	if (!cmp_parse(c->buf, r->len, &m))
+		return SLOG_COMPACT_UNREADABLE;
+	k = &c->keys[r->key];
+	c->out_len = 0;
+	switch (r->fate)
+	{
+		case FATE_KEEP:
+			if (!cmp_out(c, c->buf, (size_t) (m.headers - c->buf)) ||
+				!cmp_out_headers_last(c, m.headers, m.headers_end) || !cmp_out(c, "}", 1))
+				return SLOG_COMPACT_NO_MEMORY;
+			stats->records_out++;
+			return cmp_append(c, out, r->offset, SLOG_RECORD_CHANGE, c->out_buf, c->out_len);
+		case FATE_TOMBSTONE:
+			{
+				char		prefix[SLOG_TOMBSTONE_PREFIX];
+
+				memcpy(prefix, &r->born.tx, sizeof(int64_t));
+				memcpy(prefix + sizeof(int64_t), &r->born.op, sizeof(uint64_t));
+				if (!cmp_out(c, prefix, sizeof(prefix)) ||
+					!cmp_out(c, c->buf, (size_t) (m.headers - c->buf)) ||
+					!cmp_out_headers_last(c, m.headers, m.headers_end) || !cmp_out(c, "}", 1))
+					return SLOG_COMPACT_NO_MEMORY;
+				stats->records_out++;
+				stats->tombstones++;
+				return cmp_append(c, out, r->offset, SLOG_RECORD_TOMBSTONE, c->out_buf,
+								  c->out_len);
+			}
+		case FATE_MERGE:
+		case FATE_MERGE_LAST:
+			if (k->merge == NULL && (k->merge = calloc(1, sizeof(CompactMerge))) == NULL)
+				return SLOG_COMPACT_NO_MEMORY;
+			{
+				const char *p = m.value;
+
+				if (!cmp_object(&p, m.value_end, cmp_merge_value, k->merge))
+					return SLOG_COMPACT_NO_MEMORY;
+				if (m.old_value != NULL)
+				{
+					p = m.old_value;
+					k->merge->has_old = true;
+					if (!cmp_object(&p, m.old_value_end, cmp_merge_old, k->merge))
+						return SLOG_COMPACT_NO_MEMORY;
+				}
+				if (!cmp_merge_txids(k->merge, m.headers, m.headers_end))
+					return SLOG_COMPACT_NO_MEMORY;
+			}
+			if (r->fate == FATE_MERGE)
+				return SLOG_COMPACT_OK;
+			if (!cmp_out_merged(c, &m, k->merge))
+				return SLOG_COMPACT_NO_MEMORY;
+			cmp_merge_free(k->merge);
+			k->merge = NULL;
+			stats->records_out++;
+			res = cmp_append(c, out, r->offset, SLOG_RECORD_CHANGE, c->out_buf, c->out_len);
+			return res;
+		default:
+			return SLOG_COMPACT_UNREADABLE;
+	}
+}
+
+static LogOffset
+cmp_chunk_end(const ShapeLogArena *arena, const ShapeLog *in, uint32_t i, uint64_t *end_pos)
+{
+	SlogChunk	chunk;
+	LogOffset	o;
+
+	slog_chunk_read(arena, in, i, &chunk);
+	*end_pos = chunk.end_pos;
+	o.tx = chunk.end_tx;
+	o.op = chunk.end_op;
+	return o;
+}
+
+SlogCompactResult
+slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t chunk_bytes,
+			 SlogCompactStats *stats)
+{
+	Compactor	c;
+	SlogPublished pub;
+	SlogCompactResult res = SLOG_COMPACT_OK;
+	uint64_t	closed_end = 0;
+	uint64_t	next = 0;
+	int64_t		spanning = 0;	/* dropped lives open at this point */
+
+	memset(stats, 0, sizeof(*stats));
+	memset(&c, 0, sizeof(c));
+	c.arena = arena;
+	c.in = in;
+	slog_read_published(in, &pub);
+	stats->bytes_in = pub.data_end;
+	if (pub.chunk_count > 0)
+		(void) cmp_chunk_end(arena, in, pub.chunk_count - 1, &closed_end);
+
+	res = cmp_classify(&c, closed_end);
+	stats->records_in = c.nrecords;
+
+	/*
+	 * Pass 2, chunk by chunk, merging chunks up to chunk_bytes, and closing
+	 * one only where no dropped life spans the boundary (see the header).
+	 */
+	for (uint32_t ch = 0; res == SLOG_COMPACT_OK && ch < pub.chunk_count; ch++)
+	{
+		uint64_t	end_pos;
+		LogOffset	end = cmp_chunk_end(arena, in, ch, &end_pos);
+
+		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < end_pos)
+		{
+			spanning += c.records[next].lives_opened;
+			res = cmp_emit(&c, out, &c.records[next++], stats);
+		}
+		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 && spanning == 0 &&
+			(out->open_chunk_bytes >= chunk_bytes || ch + 1 == pub.chunk_count) &&
+			slog_close_chunk(arena, out, end) != SLOG_OK)
+			res = SLOG_COMPACT_FULL;
+	}
+
+	/* the open chunk, as it is */
+	for (uint64_t pos = closed_end; res == SLOG_COMPACT_OK && pos < pub.data_end;)
+	{
+		SlogRecordHeader hdr;
+		CompactRecord r;
+
+		slog_read_header(arena, in, pos, &hdr);
+		r.pos = pos;
+		r.len = hdr.len;
+		if (!cmp_read(&c, &r))
+			res = SLOG_COMPACT_NO_MEMORY;
+		else
+			res = cmp_append(&c, out, (LogOffset) {hdr.tx, hdr.op}, hdr.kind, c.buf, hdr.len);
+		pos += slog_record_span(hdr.len);
+	}
+
+	for (uint32_t i = 0; i < c.nkeys; i++)
+		cmp_merge_free(c.keys[i].merge);
+	free(c.records);
+	free(c.slots);
+	free(c.keys);
+	free(c.key_text);
+	free(c.buf);
+	free(c.out_buf);
+	if (res == SLOG_COMPACT_OK && c.no_memory)
+		res = SLOG_COMPACT_NO_MEMORY;
+	if (res != SLOG_COMPACT_OK)
+		return res;
+	stats->bytes_out = out->write_pos;
+	slog_publish(out, pub.last, pub.flags);
+	return SLOG_COMPACT_OK;
+}

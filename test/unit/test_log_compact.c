@@ -1,0 +1,691 @@
+/*
+ * test_log_compact.c: compaction keeps every client's view of a shape log.
+ *
+ * A random history of inserts, updates and deletes over a few keys (keys
+ * deleted and inserted again, replica default and full, a snapshot in
+ * chunks sharing one offset, closed chunks and an open one) is written the
+ * way the server writes it, then compacted.  For every offset a client can
+ * hold (-1, each chunk end, each record's offset), a strict materializer
+ * (no insert of a present key, no update or delete of an absent one) that
+ * had applied the old log up to that offset reads the rest from the
+ * compacted log, and must end with exactly the rows of the whole old log.
+ * The compacted log must also be smaller, and compacting it again after
+ * more changes must hold the same.
+ */
+#include "unit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log_compact.h"
+
+#define NKEYS		12
+#define NCOLS		3			/* id, a, b */
+
+static ShapeLogArena *
+arena_new(uint32_t nblocks)
+{
+	size_t		size = slog_arena_size((uint64_t) nblocks * SLOG_BLOCK_SIZE);
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+
+	return mem ? slog_arena_init(mem, size) : NULL;
+}
+
+/* ------------------------------------------------------------ rows */
+
+typedef struct Row
+{
+	bool		present;
+	char		col[NCOLS][24];
+} Row;
+
+typedef struct Rows
+{
+	Row			r[NKEYS];
+} Rows;
+
+static uint64_t rng;
+
+static uint32_t
+rnd(uint32_t n)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t) (rng % n);
+}
+
+/* ------------------------------------------------------ the writer */
+
+typedef struct Writer
+{
+	ShapeLogArena *arena;
+	ShapeLog   *log;
+	Rows		truth;
+	bool		replica_full;
+	uint32_t	threshold;
+	uint64_t	lsn;
+	uint32_t	xid;
+	LogOffset	last;
+} Writer;
+
+static void
+msg_value(char *buf, size_t len, const Row *row, int key, const bool *cols)
+{
+	size_t		n = 0;
+	bool		first = true;
+
+	n += snprintf(buf + n, len - n, "{");
+	for (int c = 0; c < NCOLS; c++)
+	{
+		if (!cols[c])
+			continue;
+		n += snprintf(buf + n, len - n, "%s\"%s\":\"%s\"", first ? "" : ",",
+					  c == 0 ? "id" : c == 1 ? "a" : "b", row->col[c]);
+		first = false;
+	}
+	snprintf(buf + n, len - n, "}");
+	(void) key;
+}
+
+static void
+append(Writer *w, LogOffset o, const char *msg)
+{
+	REQUIRE(slog_append(w->arena, w->log, o, SLOG_RECORD_CHANGE, msg, (uint32_t) strlen(msg)) ==
+			SLOG_OK);
+	w->last = o;
+}
+
+static void
+write_change(Writer *w, LogOffset o, const char *op, int key, const char *value,
+			 const char *old_value, bool last)
+{
+	char		msg[1024];
+
+	snprintf(msg, sizeof(msg),
+			 "{\"key\":\"\\\"public\\\".\\\"t\\\"/\\\"%d\\\"\",\"value\":%s%s%s,"
+			 "\"headers\":{\"operation\":\"%s\",\"relation\":[\"public\",\"t\"],"
+			 "\"lsn\":\"%llu\",\"op_position\":%llu,\"txids\":[%u]%s}}",
+			 key, value, old_value ? ",\"old_value\":" : "", old_value ? old_value : "", op,
+			 (unsigned long long) o.tx, (unsigned long long) o.op, w->xid,
+			 last ? ",\"last\":true" : "");
+	append(w, o, msg);
+}
+
+/* The snapshot: the present rows, in chunks of `per_chunk`, then snapshot-end. */
+static void
+write_snapshot(Writer *w, int per_chunk)
+{
+	uint64_t	chunk = 0;
+	int			in_chunk = 0;
+	bool		all[NCOLS] = {true, true, true};
+
+	for (int k = 0; k < NKEYS; k++)
+	{
+		char		v[256];
+		char		msg[1024];
+
+		if (rnd(3) == 0)
+			continue;
+		w->truth.r[k].present = true;
+		snprintf(w->truth.r[k].col[0], 24, "%d", k);
+		snprintf(w->truth.r[k].col[1], 24, "a0");
+		snprintf(w->truth.r[k].col[2], 24, "b0");
+		msg_value(v, sizeof(v), &w->truth.r[k], k, all);
+		snprintf(msg, sizeof(msg),
+				 "{\"key\":\"\\\"public\\\".\\\"t\\\"/\\\"%d\\\"\",\"value\":%s,"
+				 "\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"t\"]}}", k, v);
+		append(w, (LogOffset) {0, chunk}, msg);
+		if (++in_chunk == per_chunk)
+		{
+			REQUIRE(slog_close_chunk(w->arena, w->log, (LogOffset) {0, chunk}) == SLOG_OK);
+			chunk++;
+			in_chunk = 0;
+		}
+	}
+	REQUIRE(slog_append(w->arena, w->log, (LogOffset) {0, chunk}, SLOG_RECORD_CONTROL,
+						"{\"headers\":{\"control\":\"snapshot-end\"}}", 38) == SLOG_OK);
+	REQUIRE(slog_close_chunk(w->arena, w->log, (LogOffset) {0, chunk}) == SLOG_OK);
+	slog_publish(w->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	w->last = LOG_OFFSET_SNAPSHOT_END;
+}
+
+/* One transaction of 1..3 changes, closing a chunk past the threshold. */
+static void
+write_transaction(Writer *w)
+{
+	int			n = 1 + (int) rnd(3);
+
+	w->lsn += 100 + rnd(50);
+	w->xid++;
+	for (int i = 0; i < n; i++)
+	{
+		int			k = (int) rnd(NKEYS);
+		Row		   *row = &w->truth.r[k];
+		LogOffset	o = {(int64_t) w->lsn, (uint64_t) i * 2};
+		char		v[256],
+					old[256];
+		bool		all[NCOLS] = {true, true, true};
+		bool		last = i == n - 1;
+
+		if (!row->present)
+		{
+			row->present = true;
+			snprintf(row->col[0], 24, "%d", k);
+			snprintf(row->col[1], 24, "a%u", rnd(1000));
+			snprintf(row->col[2], 24, "b%u", rnd(1000));
+			msg_value(v, sizeof(v), row, k, all);
+			write_change(w, o, "insert", k, v, NULL, last);
+		}
+		else if (rnd(4) == 0)
+		{
+			bool		keycols[NCOLS] = {true, false, false};
+
+			msg_value(v, sizeof(v), row, k, w->replica_full ? all : keycols);
+			write_change(w, o, "delete", k, v, NULL, last);
+			row->present = false;
+		}
+		else
+		{
+			int			c = 1 + (int) rnd(2);
+			bool		changed[NCOLS] = {true, c == 1, c == 2};
+			Row			before = *row;
+
+			snprintf(row->col[c], 24, "%c%u", c == 1 ? 'a' : 'b', rnd(1000));
+			msg_value(v, sizeof(v), row, k, w->replica_full ? all : changed);
+			if (w->replica_full)
+			{
+				bool		only[NCOLS] = {false, c == 1, c == 2};
+
+				msg_value(old, sizeof(old), &before, k, only);
+			}
+			write_change(w, o, "update", k, v, w->replica_full ? old : NULL, last);
+		}
+		if (w->log->open_chunk_bytes >= w->threshold && last)
+			REQUIRE(slog_close_chunk(w->arena, w->log, o) == SLOG_OK);
+	}
+	slog_publish(w->log, w->last, SLOG_SNAPSHOT_DONE);
+}
+
+/* ------------------------------------------------------ the reader */
+
+/* Reads "name":"value" members of the object after `tag` into row columns. */
+static bool
+parse_value(const char *msg, const char *tag, Row *row, bool *cols)
+{
+	const char *p = strstr(msg, tag);
+
+	memset(cols, 0, sizeof(bool) * NCOLS);
+	if (p == NULL)
+		return false;
+	p += strlen(tag);
+	while (*p == '"')
+	{
+		const char *name = p + 1;
+		const char *q = strchr(name, '"');
+		const char *v;
+		const char *ve;
+		int			c;
+
+		if (q == NULL || q[1] != ':' || q[2] != '"')
+			return false;
+		c = strncmp(name, "id", 2) == 0 ? 0 : strncmp(name, "a\"", 2) == 0 ? 1 : 2;
+		v = q + 3;
+		ve = strchr(v, '"');
+		if (ve == NULL || ve - v >= 24)
+			return false;
+		memcpy(row->col[c], v, (size_t) (ve - v));
+		row->col[c][ve - v] = '\0';
+		cols[c] = true;
+		p = ve + 1;
+		if (*p == ',')
+			p++;
+	}
+	return *p == '}';
+}
+
+/* Applies one message strictly; false (with a message) on an anomaly. */
+static bool
+apply(Rows *rows, const char *msg, char *why, size_t whylen)
+{
+	const char *kp = strstr(msg, "/\\\"");
+	int			k;
+	Row			got;
+	bool		cols[NCOLS];
+	Row		   *row;
+
+	if (strstr(msg, "\"control\"") != NULL)
+		return true;
+	if (kp == NULL)
+	{
+		snprintf(why, whylen, "no key: %s", msg);
+		return false;
+	}
+	k = atoi(kp + 3);
+	row = &rows->r[k];
+	memset(&got, 0, sizeof(got));
+	if (!parse_value(msg, "\"value\":{", &got, cols))
+	{
+		snprintf(why, whylen, "bad value: %s", msg);
+		return false;
+	}
+	if (strstr(msg, "\"operation\":\"insert\""))
+	{
+		if (row->present)
+		{
+			snprintf(why, whylen, "insert of present key %d: %s", k, msg);
+			return false;
+		}
+		*row = got;
+		row->present = true;
+	}
+	else if (strstr(msg, "\"operation\":\"update\""))
+	{
+		if (!row->present)
+		{
+			snprintf(why, whylen, "update of absent key %d: %s", k, msg);
+			return false;
+		}
+		for (int c = 0; c < NCOLS; c++)
+			if (cols[c])
+				strcpy(row->col[c], got.col[c]);
+	}
+	else if (strstr(msg, "\"operation\":\"delete\""))
+	{
+		if (!row->present)
+		{
+			snprintf(why, whylen, "delete of absent key %d: %s", k, msg);
+			return false;
+		}
+		row->present = false;
+	}
+	if (strstr(msg, "\"headers\":{") == NULL || msg[strlen(msg) - 1] != '}')
+	{
+		snprintf(why, whylen, "malformed: %s", msg);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Reads `log` as a client that has `rows` as of `after`, chunk by chunk,
+ * to its end; false on an anomaly.
+ */
+static bool
+client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *rows,
+			uint64_t *messages, char *why, size_t whylen)
+{
+	SlogPublished pub;
+
+	slog_read_published(log, &pub);
+	for (int guard = 0; guard < 100000; guard++)
+	{
+		SlogRange	r;
+		SlogCursor	cur;
+		char		msg[2048];
+
+		slog_locate(arena, log, &pub, after, &r);
+		if (!r.ready)
+		{
+			snprintf(why, whylen, "range not ready");
+			return false;
+		}
+		if (r.beyond_end)
+			return true;
+		if (r.start == r.end && log_offset_cmp(r.chunk_end, pub.last) >= 0)
+			return true;		/* nothing after `after`: up to date */
+		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
+		while (slog_cursor_more(&cur))
+		{
+			size_t		n = 0;
+
+			slog_cursor_begin(arena, log, &cur);
+			while (cur.in_record)
+				n += slog_cursor_copy(arena, log, &cur, msg + n, sizeof(msg) - 1 - n);
+			msg[n] = '\0';
+			(*messages)++;
+			if (!apply(rows, msg, why, whylen))
+				return false;
+		}
+		if (log_offset_cmp(r.chunk_end, pub.last) >= 0)
+			return true;
+		after = r.chunk_end;
+	}
+	snprintf(why, whylen, "did not reach the end");
+	return false;
+}
+
+static bool
+rows_equal(const Rows *a, const Rows *b, char *why, size_t whylen)
+{
+	for (int k = 0; k < NKEYS; k++)
+	{
+		if (a->r[k].present != b->r[k].present)
+		{
+			snprintf(why, whylen, "key %d present %d vs %d", k, a->r[k].present, b->r[k].present);
+			return false;
+		}
+		if (!a->r[k].present)
+			continue;
+		for (int c = 0; c < NCOLS; c++)
+			if (strcmp(a->r[k].col[c], b->r[k].col[c]) != 0)
+			{
+				snprintf(why, whylen, "key %d column %d: %s vs %s", k, c, a->r[k].col[c],
+						 b->r[k].col[c]);
+				return false;
+			}
+	}
+	return true;
+}
+
+/*
+ * Every offset a client of `log` can hold: -1, every chunk end, and every
+ * record's offset from `from_pos` (a compacted part gives out only its
+ * chunk ends).
+ */
+static int
+client_offsets(ShapeLogArena *arena, const ShapeLog *log, uint64_t from_pos, LogOffset *out,
+			   int max)
+{
+	SlogPublished pub;
+	int			n = 0;
+
+	slog_read_published(log, &pub);
+	out[n++] = LOG_OFFSET_BEFORE_ALL;
+	for (uint64_t pos = 0; pos < pub.data_end && n < max;)
+	{
+		SlogRecordHeader hdr;
+
+		slog_read_header(arena, log, pos, &hdr);
+		if (pos >= from_pos)
+			out[n++] = (LogOffset) {hdr.tx, hdr.op};
+		pos += slog_record_span(hdr.len);
+	}
+	for (uint32_t i = 0; i < pub.chunk_count && n < max; i++)
+	{
+		SlogChunk	c;
+
+		slog_chunk_read(arena, log, i, &c);
+		out[n++] = (LogOffset) {c.end_tx, c.end_op};
+	}
+	return n;
+}
+
+/*
+ * For each offset of the old log: the client's rows up to it (from the
+ * old log, from -1), then the rest from the new log; it must reach the
+ * truth without an anomaly.
+ */
+static int
+check_every_offset(ShapeLogArena *arena, const ShapeLog *old, uint64_t old_from_pos,
+				   const ShapeLog *new, const Rows *truth, uint64_t *messages_from_start)
+{
+	static LogOffset offsets[20000];
+	int			n = client_offsets(arena, old, old_from_pos, offsets, 20000);
+	int			failures = 0;
+	SlogPublished pub;
+
+	slog_read_published(old, &pub);
+	for (int i = 0; i < n && failures < 3; i++)
+	{
+		Rows		rows;
+		char		why[2200] = "";
+		uint64_t	msgs = 0;
+		SlogRange	r;
+
+		memset(&rows, 0, sizeof(rows));
+		/* the rows a client at offsets[i] holds: the old log up to it */
+		if (!log_offset_is_before_all(offsets[i]))
+		{
+			SlogPublished p = pub;
+			LogOffset	after = LOG_OFFSET_BEFORE_ALL;
+
+			for (;;)
+			{
+				SlogCursor	cur;
+				char		msg[2048];
+
+				slog_locate(arena, old, &p, after, &r);
+				slog_cursor_init(arena, old, &cur, r.start, r.end, after);
+				while (slog_cursor_more(&cur))
+				{
+					size_t		len = 0;
+					SlogRecordHeader hdr;
+
+					slog_read_header(arena, old, cur.pos, &hdr);
+					if (log_offset_cmp((LogOffset) {hdr.tx, hdr.op}, offsets[i]) > 0)
+						break;
+					slog_cursor_begin(arena, old, &cur);
+					while (cur.in_record)
+						len += slog_cursor_copy(arena, old, &cur, msg + len, sizeof(msg) - 1 - len);
+					msg[len] = '\0';
+					if (!apply(&rows, msg, why, sizeof(why)))
+					{
+						FAIL("the old log itself: %s", why);
+						return 1;
+					}
+				}
+				if (log_offset_cmp(r.chunk_end, offsets[i]) >= 0 ||
+					log_offset_cmp(r.chunk_end, p.last) >= 0)
+					break;
+				after = r.chunk_end;
+			}
+		}
+		if (!client_read(arena, new, offsets[i], &rows, &msgs, why, sizeof(why)) ||
+			!rows_equal(&rows, truth, why, sizeof(why)))
+		{
+			FAIL("a client at %lld_%llu: %s", (long long) offsets[i].tx,
+				 (unsigned long long) offsets[i].op, why);
+			failures++;
+		}
+		if (log_offset_is_before_all(offsets[i]) && messages_from_start)
+			*messages_from_start = msgs;
+	}
+	return failures;
+}
+
+/* Records of a log, tombstones included or not. */
+static uint64_t
+count_records(ShapeLogArena *arena, const ShapeLog *log, bool tombstones)
+{
+	SlogPublished pub;
+	uint64_t	n = 0;
+
+	slog_read_published(log, &pub);
+	for (uint64_t pos = 0; pos < pub.data_end;)
+	{
+		SlogRecordHeader hdr;
+
+		slog_read_header(arena, log, pos, &hdr);
+		n += tombstones || hdr.kind != SLOG_RECORD_TOMBSTONE;
+		pos += slog_record_span(hdr.len);
+	}
+	return n;
+}
+
+static SlogCompactResult
+compact_into(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, SlogCompactStats *st)
+{
+	slog_init(out);
+	return slog_compact(arena, in, out, 600, st);
+}
+
+/* One seed: history, compaction, every offset; more history, again. */
+static void
+run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
+{
+	ShapeLogArena *arena = arena_new(512);
+	ShapeLog	logs[3];
+	Writer		w;
+	SlogCompactStats st;
+	uint64_t	fresh = 0;
+	uint64_t	compacted_end;
+	SlogPublished before,
+				after;
+
+	REQUIRE(arena != NULL);
+	rng = seed * 2654435761u + 1;
+	memset(&w, 0, sizeof(w));
+	for (int i = 0; i < 3; i++)
+		slog_init(&logs[i]);
+	w.arena = arena;
+	w.log = &logs[0];
+	w.replica_full = replica_full;
+	w.threshold = 500;
+	w.lsn = 1000;
+	write_snapshot(&w, per_snapshot_chunk);
+	for (int t = 0; t < 150; t++)
+		write_transaction(&w);
+
+	REQUIRE(compact_into(arena, &logs[0], &logs[1], &st) == SLOG_COMPACT_OK);
+	slog_read_published(&logs[0], &before);
+	slog_read_published(&logs[1], &after);
+	CHECK(log_offset_cmp(before.last, after.last) == 0);
+	CHECK_EQ(before.flags, after.flags);
+	CHECK(st.bytes_out < st.bytes_in);
+	CHECK(st.records_out < st.records_in);
+	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[1], &w.truth, &fresh), 0);
+	{
+		SlogChunk	last;
+
+		slog_chunk_read(arena, &logs[1], after.chunk_count - 1, &last);
+		compacted_end = last.end_pos;
+	}
+	/* a fresh client gets every record but the tombstones */
+	CHECK_EQ(fresh, count_records(arena, &logs[1], false));
+	CHECK(fresh < count_records(arena, &logs[0], true));
+
+	/* more changes on the compacted log, then compaction again */
+	w.log = &logs[1];
+	for (int t = 0; t < 100; t++)
+		write_transaction(&w);
+	REQUIRE(compact_into(arena, &logs[1], &logs[2], &st) == SLOG_COMPACT_OK);
+	CHECK(st.tombstones > 0 || st.records_out <= st.records_in);
+	/* clients of the first log, and of the compacted one, on the second */
+	CHECK_EQ(check_every_offset(arena, &logs[1], compacted_end, &logs[2], &w.truth, NULL), 0);
+	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[2], &w.truth, NULL), 0);
+
+	for (int i = 0; i < 3; i++)
+		slog_release(arena, &logs[i]);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	free(arena);
+}
+
+TEST(compaction_keeps_every_offset_replica_default)
+{
+	for (uint64_t seed = 1; seed <= 40; seed++)
+		run_seed(seed, false, 1 + (int) (seed % 4));
+}
+
+TEST(compaction_keeps_every_offset_replica_full)
+{
+	for (uint64_t seed = 100; seed <= 140; seed++)
+		run_seed(seed, true, 1 + (int) (seed % 4));
+}
+
+/* The merged update carries every txid of the updates it merged, and last. */
+TEST(merged_update_has_all_txids)
+{
+	ShapeLogArena *arena = arena_new(64);
+	ShapeLog	in,
+				out;
+	Writer		w;
+	SlogCompactStats st;
+	SlogPublished pub;
+	char		msg[2048];
+	bool		found = false;
+
+	memset(&w, 0, sizeof(w));
+	slog_init(&in);
+	slog_init(&out);
+	w.arena = arena;
+	w.log = &in;
+	w.threshold = 1 << 30;
+	append(&w, (LogOffset) {0, 0},
+		   "{\"key\":\"\\\"public\\\".\\\"t\\\"/\\\"1\\\"\",\"value\":{\"id\":\"1\",\"a\":\"x\",\"b\":\"y\"},"
+		   "\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"t\"]}}");
+	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {0, 0}) == SLOG_OK);
+	w.xid = 41;
+	write_change(&w, (LogOffset) {100, 0}, "update", 1, "{\"id\":\"1\",\"a\":\"x2\"}", NULL, false);
+	w.xid = 42;
+	write_change(&w, (LogOffset) {200, 0}, "update", 1, "{\"id\":\"1\",\"b\":\"y2\"}", NULL, true);
+	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {200, 0}) == SLOG_OK);
+	slog_publish(&in, (LogOffset) {200, 0}, SLOG_SNAPSHOT_DONE);
+	REQUIRE(slog_compact(arena, &in, &out, 1 << 20, &st) == SLOG_COMPACT_OK);
+	CHECK_EQ(st.records_out, 2);
+	slog_read_published(&out, &pub);
+	for (uint64_t pos = 0; pos < pub.data_end;)
+	{
+		SlogRecordHeader hdr;
+
+		slog_read_header(arena, &out, pos, &hdr);
+		slog_copy_out(arena, &out, pos + sizeof(hdr), msg, hdr.len);
+		msg[hdr.len] = '\0';
+		if (hdr.tx == 200)
+		{
+			found = true;
+			CHECK(strstr(msg, "\"value\":{\"id\":\"1\",\"a\":\"x2\",\"b\":\"y2\"}") != NULL);
+			CHECK(strstr(msg, "\"txids\":[41,42]") != NULL);
+			CHECK(strstr(msg, "\"last\":true}}") != NULL);
+			CHECK(strstr(msg, "\"operation\":\"update\"") != NULL);
+		}
+		pos += slog_record_span(hdr.len);
+	}
+	CHECK(found);
+	slog_release(arena, &in);
+	slog_release(arena, &out);
+	free(arena);
+}
+
+/* A record this server did not write stops compaction; nothing is lost. */
+TEST(unreadable_record_stops_compaction)
+{
+	ShapeLogArena *arena = arena_new(64);
+	ShapeLog	in,
+				out;
+	SlogCompactStats st;
+
+	slog_init(&in);
+	slog_init(&out);
+	REQUIRE(slog_append(arena, &in, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, "{\"oops\":1}", 10) ==
+			SLOG_OK);
+	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {0, 0}) == SLOG_OK);
+	slog_publish(&in, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	CHECK_EQ(slog_compact(arena, &in, &out, 1024, &st), SLOG_COMPACT_UNREADABLE);
+	slog_release(arena, &out);
+	slog_release(arena, &in);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	free(arena);
+}
+
+/* An arena too small for the copy: FULL, and the copy can be released. */
+TEST(compaction_out_of_blocks)
+{
+	ShapeLogArena *arena = arena_new(6);
+	ShapeLog	in,
+				out;
+	SlogCompactStats st;
+	char		msg[1024];
+	uint32_t	start = slog_arena_free_blocks(arena);
+
+	slog_init(&in);
+	slog_init(&out);
+	for (int i = 0; i < 100; i++)
+	{
+		snprintf(msg, sizeof(msg),
+				 "{\"key\":\"\\\"public\\\".\\\"t\\\"/\\\"%d\\\"\",\"value\":{\"id\":\"%d\",\"a\":\"%0600d\"},"
+				 "\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"t\"]}}", i, i, i);
+		REQUIRE(slog_append(arena, &in, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE, msg,
+							(uint32_t) strlen(msg)) == SLOG_OK);
+	}
+	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {0, 0}) == SLOG_OK);
+	slog_publish(&in, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	CHECK_EQ(slog_compact(arena, &in, &out, 1 << 20, &st), SLOG_COMPACT_FULL);
+	slog_release(arena, &out);
+	slog_release(arena, &in);
+	CHECK_EQ(slog_arena_free_blocks(arena), start);
+	free(arena);
+}
+
+UNIT_MAIN()
