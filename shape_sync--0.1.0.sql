@@ -38,6 +38,7 @@ CREATE FUNCTION list_shapes(
     OUT snapshot_ms bigint,
     OUT log_bytes bigint,
     OUT chunks integer,
+    OUT compactions bigint,
     OUT readers integer,
     OUT created_at timestamptz,
     OUT last_read_at timestamptz,

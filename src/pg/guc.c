@@ -45,6 +45,7 @@ int			shape_sync_log_memory = 128;
 int			shape_sync_max_shapes = 1024;
 int			shape_sync_max_snapshot_workers = 4;
 int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
+double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
 int			shape_sync_max_new_shapes_per_client = 100;
 int			shape_sync_write_piece_size = 256;
@@ -114,6 +115,16 @@ guc_check_origins(char **newval, void **extra, GucSource source)
 	if (access_origins_valid(*newval, err, sizeof(err)))
 		return true;
 	GUC_check_errdetail("%s.", err);
+	return false;
+}
+
+/* 0, or a growth worth a rewrite */
+static bool
+guc_check_compaction_factor(double *newval, void **extra, GucSource source)
+{
+	if (*newval == 0.0 || *newval >= 1.1)
+		return true;
+	GUC_check_errdetail("\"shape_sync.compaction_factor\" must be 0 (off) or at least 1.1.");
 	return false;
 }
 
@@ -198,6 +209,14 @@ shape_sync_define_gucs(void)
 							 SHAPE_EVICTION_LRU, guc_shape_eviction_options,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("shape_sync.compaction_factor",
+							 "Compacts a shape's log once it has grown to this many times its size after its snapshot or its last compaction.",
+							 "Compaction keeps one insert and one update per row, and a delete per row deleted since. 0 turns it off.",
+							 &shape_sync_compaction_factor,
+							 4.0, 0.0, 1000.0,
+							 PGC_SIGHUP, 0,
+							 guc_check_compaction_factor, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.shape_idle_timeout",
 							"Drops shapes that no request has read for this long.",

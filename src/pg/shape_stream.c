@@ -107,6 +107,7 @@
 #include "eval_deadline.h"
 #include "partition_route.h"
 #include "guc.h"
+#include "log_compact.h"
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
@@ -151,6 +152,8 @@ typedef struct ShapeStream
 	uint64	   *snap_xip;
 	List	   *pending;		/* PendingTxn *, until ready */
 	LogOffset	last;			/* the log's last offset */
+	uint64		compacted_bytes;	/* the log's size after its snapshot or
+									 * its last compaction; 0: never compact */
 
 	/* the transaction being decoded */
 	bool		touched;
@@ -169,6 +172,11 @@ typedef struct ShapeStream
 	int			npartitions;	/* the partitions it had when the shape */
 	Oid		   *partitions;		/* was made, sorted (in ss_partitions) */
 } ShapeStream;
+
+/* logs smaller than this are not worth compacting */
+#define COMPACTION_MIN_BYTES	(64 * 1024)
+
+static void ss_maybe_compact(ShapeStream *s);
 
 static ShapeStream *ss_streams;	/* by slot */
 static MemoryContext ss_context;
@@ -1296,6 +1304,7 @@ shape_stream_commit(void)
 		{
 			slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
 			shape_table_mark_dirty(table, s->slot);
+			ss_maybe_compact(s);
 		}
 		s->txn_pending = NULL;
 		s->touched = false;
@@ -1393,6 +1402,60 @@ ss_take_over(ShapeStream *s)
 		shape_table_mark_dirty(table, s->slot);
 	}
 	s->appended = false;
+	s->compacted_bytes = Max(shape_table_log(table, s->slot)->write_pos, 1);
+}
+
+/*
+ * Compacts the shape's log once it has grown to shape_sync.compaction_factor
+ * times its size after the snapshot or the last compaction (log_compact.c):
+ * each byte appended is rewritten a bounded number of times.  Between
+ * transactions, on the main thread, the log's writer.
+ */
+static void
+ss_maybe_compact(ShapeStream *s)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = shape_table_log(table, s->slot);
+	ShapeLog   *spare;
+	SlogCompactStats stats;
+	SlogCompactResult res;
+	TimestampTz started;
+
+	if (shape_sync_compaction_factor <= 0 || s->compacted_bytes == 0 ||
+		log->write_pos < COMPACTION_MIN_BYTES ||
+		(double) log->write_pos < shape_sync_compaction_factor * (double) s->compacted_bytes)
+		return;
+	spare = shape_table_spare_log(table, s->slot);
+	if (spare == NULL)
+		return;					/* responses still read the previous one */
+	started = GetCurrentTimestamp();
+	res = slog_compact(table->arena, log, spare, (uint32) s->threshold, &stats);
+	if (res != SLOG_COMPACT_OK)
+	{
+		shape_table_drop_spare_log(table, s->slot);
+		if (res == SLOG_COMPACT_UNREADABLE)
+		{
+			ereport(WARNING,
+					(errmsg("shape %s cannot be compacted: its log holds a record it did not expect",
+							table->slots[s->slot].handle)));
+			s->compacted_bytes = 0;
+		}
+		else
+			s->compacted_bytes = log->write_pos;	/* try again after as much growth */
+		return;
+	}
+	shape_table_swap_log(table, s->slot);
+	atomic_fetch_add_explicit(&table->slots[s->slot].compactions, 1, memory_order_relaxed);
+	s->compacted_bytes = Max(stats.bytes_out, 1);
+	ereport(DEBUG1,
+			(errmsg_internal("shape %s compacted from %llu to %llu bytes (%llu of %llu records, %llu tombstones) in %lld ms",
+							 table->slots[s->slot].handle,
+							 (unsigned long long) stats.bytes_in,
+							 (unsigned long long) stats.bytes_out,
+							 (unsigned long long) stats.records_out,
+							 (unsigned long long) stats.records_in,
+							 (unsigned long long) stats.tombstones,
+							 (long long) ((GetCurrentTimestamp() - started) / 1000))));
 }
 
 /*

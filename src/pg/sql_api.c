@@ -231,8 +231,8 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		ShapeSlot  *s = &table->slots[i];
 		ShapeState	state = shape_table_state(table, i);
 		SlogPublished pub;
-		Datum		values[13];
-		bool		nulls[13] = {0};
+		Datum		values[14];
+		bool		nulls[14] = {0};
 		int64		last_read_us;
 		uint64		pins;
 
@@ -252,16 +252,17 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		values[6] = Int64GetDatum((int64) atomic_load(&s->snapshot_ms));
 		values[7] = Int64GetDatum((int64) pub.data_end);
 		values[8] = Int32GetDatum((int32) pub.chunk_count);
-		values[9] = Int32GetDatum((int32) pins);
-		values[10] = TimestampTzGetDatum(time_t_to_timestamptz(s->created_at_us / 1000000) +
+		values[9] = Int64GetDatum((int64) atomic_load(&s->compactions));
+		values[10] = Int32GetDatum((int32) pins);
+		values[11] = TimestampTzGetDatum(time_t_to_timestamptz(s->created_at_us / 1000000) +
 										 s->created_at_us % 1000000);
 		last_read_us = atomic_load_explicit(&s->last_read_us, memory_order_relaxed);
-		values[11] = TimestampTzGetDatum(time_t_to_timestamptz(last_read_us / 1000000) +
+		values[12] = TimestampTzGetDatum(time_t_to_timestamptz(last_read_us / 1000000) +
 										 last_read_us % 1000000);
 		if (state == SHAPE_FAILED)
-			values[12] = CStringGetTextDatum(s->error);
+			values[13] = CStringGetTextDatum(s->error);
 		else
-			nulls[12] = true;
+			nulls[13] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

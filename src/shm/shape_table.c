@@ -135,6 +135,7 @@ shape_table_claim(ShapeTable *table)
 		atomic_fetch_add_explicit(&s->generation, 1, memory_order_relaxed);
 		s->snapshot_rows = 0;
 		s->snapshot_ms = 0;
+		s->compactions = 0;
 		s->error[0] = '\0';
 		/* version 0 is served; version 1 is free (both were released) */
 		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);

@@ -52,6 +52,7 @@ typedef struct ShapeSlot
 	_Atomic int64_t last_read_us;	/* the last request for it, same clock */
 
 	/* Set by the snapshot worker. */
+	_Atomic uint64_t compactions;	/* by the main thread, its log's writer */
 	_Atomic uint64_t snapshot_rows;
 	_Atomic int64_t snapshot_ms;
 	uint64_t	snapshot_lsn;	/* WAL insert position once the snapshot was

@@ -43,7 +43,7 @@ SELECT is(
            WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0 AND NOT attisdropped
            ORDER BY attnum),
     ARRAY['handle', 'relation', 'where', 'replica', 'state', 'snapshot_rows', 'snapshot_ms',
-          'log_bytes', 'chunks', 'readers', 'created_at', 'last_read_at', 'error'],
+          'log_bytes', 'chunks', 'compactions', 'readers', 'created_at', 'last_read_at', 'error'],
     'view shape_sync.shapes has the expected columns, in order');
 SELECT col_type_is('shape_sync', 'shapes', 'handle', 'text',
                    'shape_sync.shapes.handle is text');
