@@ -12,7 +12,10 @@
 #      the section "Cost of the where clause's evaluation deadline" of bench/RESULTS.md;
 #   5. bench/commits.sh: decoding many one-row transactions against test_decoding, as a backlog
 #      and while they are written, quiet and with catch-up requests interleaved, the section
-#      "Decoding many small transactions" of bench/RESULTS.md.
+#      "Decoding many small transactions" of bench/RESULTS.md;
+#   6. bench/locate.sh: locating a client's offset in a 10 MB open tail, with the position
+#      index against the scan it replaced, the section "Locating an offset in the open tail"
+#      of bench/RESULTS.md.
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -52,5 +55,6 @@ bash "$here/deadline.sh" >/dev/null || rc=$?
 bash "$here/access.sh" >/dev/null || rc=$?
 bash "$here/decode.sh" >/dev/null || rc=$?
 bash "$here/commits.sh" >/dev/null || rc=$?
+bash "$here/locate.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"

@@ -5,9 +5,11 @@
  *		(so that SLOG_FULL happens), with a second log competing for blocks.
  *
  * Oracles: every lookup matches the model (a linear scan over chunks and
- * records), every record in a range has its header and payload intact,
- * a failed append or close leaves the log as it was, and releasing gives
- * every block back.
+ * records, where slog_locate uses its position index), every record in a
+ * range has its header and payload intact, a failed append or close
+ * leaves the log as it was (also when only the index block was missing),
+ * and releasing gives every block back.  Lookups pick among the first 256
+ * records; the final look also takes offsets spread over all of them.
  */
 #include "fuzz_common.h"
 
@@ -399,6 +401,18 @@ done:
 		check_locate(&log, &pub, LOG_OFFSET_BEFORE_ALL);
 		for (int i = 0; i < model.pub_nchunks && i < 64; i++)
 			check_locate(&log, &pub, model.chunks[i].end_off);
+		/* records' offsets and the ones just past them, across the log */
+		for (int i = 0; i < model.pub_nrecs; i += 1 + model.pub_nrecs / 64)
+		{
+			LogOffset	o = model.recs[i].o;
+
+			check_locate(&log, &pub, o);
+			if (o.op < LOG_OFFSET_OP_INF)
+				o.op++;
+			check_locate(&log, &pub, o);
+		}
+		if (model.pub_nrecs > 0)
+			check_locate(&log, &pub, model.recs[model.pub_nrecs - 1].o);
 	}
 	slog_release(arena, &log);
 	slog_release(arena, &other);
