@@ -24,7 +24,8 @@
  *   not check the limit: a request already admitted is never turned away.
  * - limit[] is stored by the worker's main thread on start and on SIGHUP
  *   and read relaxed; a lowered limit applies to new requests only.
- * - rejected[] and reaped only grow (fetch_add, relaxed).
+ * - rejected[], reaped and request_timeouts only grow (fetch_add,
+ *   relaxed).
  *
  * IDENTIFICATION
  *	  src/shm/admission.c
@@ -48,6 +49,7 @@ admission_init(Admission *a, uint32_t initial, uint32_t existing)
 	atomic_init(&a->limit[ADMISSION_INITIAL], initial);
 	atomic_init(&a->limit[ADMISSION_EXISTING], existing);
 	atomic_init(&a->reaped, 0);
+	atomic_init(&a->request_timeouts, 0);
 }
 
 void

@@ -1342,6 +1342,224 @@ TEST(stalled_reader_is_reaped)
 	http_server_apply_settings(server, &s, NULL, 0);
 }
 
+/* -------------------------------------------- every wait has a deadline */
+
+#define REQUEST_DEADLINE_MS	600
+
+/* The fixture's settings with this request deadline (0: off). */
+static void
+use_timeouts(int request_header_ms)
+{
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS,
+		.request_header_timeout_ms = request_header_ms};
+
+	http_server_apply_settings(server, &s, NULL, 0);
+}
+
+/* A client that sends its request a byte at a time, until the server closes it. */
+typedef struct Trickle
+{
+	HcConn		c;
+	const char *text;			/* sent after `sent` bytes already went at once */
+	size_t		sent;
+	int			gap_ms;			/* between two bytes */
+	double		since;			/* what closed_at counts from */
+	double		closed_at;		/* seconds after `since`; -1: still open */
+	size_t		answered;		/* bytes the server sent */
+} Trickle;
+
+/*
+ * Goes on trickling (and watching for the close) until `until_s` after
+ * `since`, or the close.  The text may run out first: the client then
+ * only waits.
+ */
+static void
+trickle_run(Trickle *t, double until_s)
+{
+	size_t		len = strlen(t->text);
+
+	while (t->closed_at < 0 && unit_now() - t->since < until_s)
+	{
+		struct pollfd p = {t->c.fd, POLLIN, 0};
+
+		if (t->sent < len && send(t->c.fd, t->text + t->sent, 1, MSG_NOSIGNAL) == 1)
+			t->sent++;
+		if (poll(&p, 1, t->gap_ms) == 1)
+		{
+			char		buf[1024];
+			ssize_t		n = recv(t->c.fd, buf, sizeof(buf), 0);
+
+			if (n <= 0)
+				t->closed_at = unit_now() - t->since;
+			else
+				t->answered += (size_t) n;
+		}
+	}
+}
+
+/*
+ * Waits until the deadline thread has counted `want` request timeouts: it
+ * counts just after the shutdown, which the client may see first.
+ */
+static bool
+wait_request_timeouts(uint64_t want)
+{
+	double		until = unit_now() + 5;
+
+	while (atomic_load(&admission.request_timeouts) < want && unit_now() < until)
+		usleep(1000);
+	return atomic_load(&admission.request_timeouts) == want;
+}
+
+/* Closed after `deadline_ms`, not before (a coarse tick of slack), and soon after. */
+#define CHECK_CLOSED_AT_DEADLINE(what, closed_at, deadline_ms) \
+	do { \
+		if ((closed_at) < 0) \
+			FAIL("%s: not closed", what); \
+		else if ((closed_at) < (deadline_ms) / 1000.0 - 0.05 || \
+				 (closed_at) > (deadline_ms) / 1000.0 + 1.5) \
+			FAIL("%s: closed after %.3fs, the deadline is %dms", what, closed_at, deadline_ms); \
+	} while (0)
+
+TEST(slow_request_headers_are_closed_at_the_deadline)
+{
+	char		req[512];
+	Trickle		t = {.gap_ms = 100, .closed_at = -1};
+	uint64_t	before;
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	use_timeouts(REQUEST_DEADLINE_MS);
+	before = atomic_load(&admission.request_timeouts);
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+			 shape_target("items", "-1", NULL, NULL));
+	t.text = req;
+	t.since = unit_now();
+	REQUIRE(hc_open(&t.c, port, TIMEOUT_S));
+
+	/* a byte every 100 ms keeps libmicrohttpd's idle timeout at bay, not this */
+	trickle_run(&t, 0.3);
+	CHECK(t.closed_at < 0);
+	/* meanwhile other connections are served as usual */
+	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" R0 "," R1 "]");
+	hc_response_free(&r);
+
+	trickle_run(&t, 5);
+	CHECK_CLOSED_AT_DEADLINE("a client trickling its headers", t.closed_at, REQUEST_DEADLINE_MS);
+	CHECK(t.sent < strlen(req));
+	CHECK_EQ(t.answered, 0);	/* closed without an answer */
+	CHECK(wait_request_timeouts(before + 1));
+	hc_close(&t.c);
+	use_timeouts(0);
+}
+
+/* The deadline counts from the end of the previous response on a kept-alive connection. */
+TEST(keep_alive_idle_counts_toward_the_request_deadline)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		req[512];
+	double		opened;
+	double		last_end = 0;
+	uint64_t	before;
+	Trickle		t = {.text = "", .gap_ms = 20, .closed_at = -1};
+
+	REQUIRE(server != NULL);
+	use_timeouts(REQUEST_DEADLINE_MS);
+	before = atomic_load(&admission.request_timeouts);
+	opened = unit_now();
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	for (int i = 0; i < 3; i++)
+	{
+		if (i > 0)
+			usleep(400 * 1000); /* idle, but less than the deadline */
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+				 i == 1 ? shape_target("items", "-1", NULL, NULL) : "/v1/health");
+		REQUIRE(hc_send(&c, req, strlen(req)));
+		if (!hc_read_response(&c, false, &r))
+		{
+			FAIL("request %d on the kept-alive connection: %s", i, r.error);
+			hc_response_free(&r);
+			hc_close(&c);
+			return;
+		}
+		CHECK_EQ(r.status, 200);
+		hc_response_free(&r);
+		last_end = unit_now();
+	}
+	/* the connection outlived the deadline: each response starts it again */
+	CHECK(last_end - opened > REQUEST_DEADLINE_MS / 1000.0);
+
+	/* idle past it: closed, counted from the last response */
+	t.c = c;
+	t.since = last_end;
+	trickle_run(&t, 5);
+	CHECK_CLOSED_AT_DEADLINE("an idle kept-alive connection", t.closed_at, REQUEST_DEADLINE_MS);
+	CHECK_EQ(t.answered, 0);
+	CHECK(wait_request_timeouts(before + 1));
+	hc_close(&t.c);
+	use_timeouts(0);
+}
+
+/*
+ * No route takes a body, but libmicrohttpd reads one a client sends (and
+ * http_access throws it away): the deadline covers it too.
+ */
+TEST(slow_request_body_is_closed_at_the_deadline)
+{
+	const char *head = "POST /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 40\r\n\r\n";
+	Trickle		t = {.text = "0123456789012345678901234567890123456789", .gap_ms = 100,
+	.closed_at = -1};
+	uint64_t	before;
+
+	REQUIRE(server != NULL);
+	use_timeouts(REQUEST_DEADLINE_MS);
+	before = atomic_load(&admission.request_timeouts);
+	t.since = unit_now();
+	REQUIRE(hc_open(&t.c, port, TIMEOUT_S));
+	REQUIRE(hc_send(&t.c, head, strlen(head)));	/* the headers at once */
+	trickle_run(&t, 5);
+	CHECK_CLOSED_AT_DEADLINE("a client trickling a body", t.closed_at, REQUEST_DEADLINE_MS);
+	CHECK_EQ(t.answered, 0);
+	CHECK(wait_request_timeouts(before + 1));
+	hc_close(&t.c);
+
+	/* a body that comes in time is read (and dropped) as before */
+	CHECK_EQ(status_of("POST", "/v1/health", "Content-Length: 3\r\n\r\nabc"), 404);
+	use_timeouts(0);
+}
+
+/* Once a request is in, its deadline is over: a long-poll outlives it. */
+TEST(request_deadline_spares_a_parked_request)
+{
+	HcResponse	r;
+	char		target[512];
+	uint64_t	before;
+	double		t0;
+	double		took;
+
+	REQUIRE(server != NULL);
+	use_timeouts(REQUEST_DEADLINE_MS / 2);
+	before = atomic_load(&admission.request_timeouts);
+	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true"
+			 "&cursor=", handle_of(SH_LIVE));
+	t0 = unit_now();
+	REQUIRE_RESPONSE(GET(target, &r), &r);
+	took = unit_now() - t0;
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+	if (took < LONG_POLL_MS / 1000.0 * 0.8)
+		FAIL("the long-poll ended after %.2fs (long-poll %dms)", took, LONG_POLL_MS);
+	hc_response_free(&r);
+	CHECK_UEQ(atomic_load(&admission.request_timeouts), before);
+	CHECK(wait_pins(SH_LIVE, 0, 5));
+	use_timeouts(0);
+}
+
 /* ---------------------------------------------------------- live mode */
 
 static long long
