@@ -916,6 +916,7 @@ http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settin
 	atomic_store(&server->allow_shape_deletion, settings->allow_shape_deletion);
 	atomic_store(&server->conns.write_timeout_ms, settings->stalled_serve_timeout_ms);
 	atomic_store(&server->conns.request_timeout_ms, settings->request_header_timeout_ms);
+	atomic_store(&server->snapshot_wait_timeout_ms, settings->snapshot_wait_timeout_ms);
 	atomic_store(&server->max_where_length, settings->max_where_length);
 	return access_policy_update(&server->access, &settings->access, err, errlen);
 }

@@ -27,10 +27,11 @@ static _Atomic int resolutions;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
-	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live"
+	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
+	"slowsnap"
 };
 
 #include "server_fixture.h"
@@ -294,6 +295,9 @@ TEST(server_starts)
 
 	/* live: a one-record snapshot, then changes appended by the tests */
 	new_live_shape(SH_LIVE, L0);
+
+	/* slowsnap: a snapshot that never produces anything */
+	new_shape(SH_SLOWSNAP, SHAPE_SNAPSHOTTING);
 
 	REQUIRE_EQ(UNIT_FAILURES(), 0);
 
@@ -1152,6 +1156,31 @@ TEST(one_megabyte_record_intact)
 
 /* ------------------------------------------------------------ parking */
 
+/* Waits until the admission counts are (initial, existing); false after timeout_s. */
+static bool
+wait_admitted(uint32_t initial, uint32_t existing, double timeout_s)
+{
+	double		until = unit_now() + timeout_s;
+
+	do
+	{
+		if (atomic_load(&admission.in_use[ADMISSION_INITIAL]) == initial &&
+			atomic_load(&admission.in_use[ADMISSION_EXISTING]) == existing)
+			return true;
+		usleep(2000);
+	} while (unit_now() < until);
+	return false;
+}
+
+#define CHECK_ADMITTED(initial, existing) \
+	do { \
+		if (!wait_admitted(initial, existing, 5)) \
+			FAIL("admission in use: %u initial, %u existing; expected %u, %u", \
+				 atomic_load(&admission.in_use[ADMISSION_INITIAL]), \
+				 atomic_load(&admission.in_use[ADMISSION_EXISTING]), \
+				 (unsigned) (initial), (unsigned) (existing)); \
+	} while (0)
+
 static void
 publish_parked_chunk0(void)
 {
@@ -1345,14 +1374,16 @@ TEST(stalled_reader_is_reaped)
 /* -------------------------------------------- every wait has a deadline */
 
 #define REQUEST_DEADLINE_MS	600
+#define SNAPSHOT_WAIT_MS	500
 
-/* The fixture's settings with this request deadline (0: off). */
+/* The fixture's settings with these timeouts (0: off). */
 static void
-use_timeouts(int request_header_ms)
+use_timeouts(int request_header_ms, int snapshot_wait_ms)
 {
 	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
 		.long_poll_timeout_ms = LONG_POLL_MS,
-		.request_header_timeout_ms = request_header_ms};
+		.request_header_timeout_ms = request_header_ms,
+		.snapshot_wait_timeout_ms = snapshot_wait_ms};
 
 	http_server_apply_settings(server, &s, NULL, 0);
 }
@@ -1430,7 +1461,7 @@ TEST(slow_request_headers_are_closed_at_the_deadline)
 	HcResponse	r;
 
 	REQUIRE(server != NULL);
-	use_timeouts(REQUEST_DEADLINE_MS);
+	use_timeouts(REQUEST_DEADLINE_MS, 0);
 	before = atomic_load(&admission.request_timeouts);
 	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 			 shape_target("items", "-1", NULL, NULL));
@@ -1454,7 +1485,7 @@ TEST(slow_request_headers_are_closed_at_the_deadline)
 	CHECK_EQ(t.answered, 0);	/* closed without an answer */
 	CHECK(wait_request_timeouts(before + 1));
 	hc_close(&t.c);
-	use_timeouts(0);
+	use_timeouts(0, 0);
 }
 
 /* The deadline counts from the end of the previous response on a kept-alive connection. */
@@ -1469,7 +1500,7 @@ TEST(keep_alive_idle_counts_toward_the_request_deadline)
 	Trickle		t = {.text = "", .gap_ms = 20, .closed_at = -1};
 
 	REQUIRE(server != NULL);
-	use_timeouts(REQUEST_DEADLINE_MS);
+	use_timeouts(REQUEST_DEADLINE_MS, 0);
 	before = atomic_load(&admission.request_timeouts);
 	opened = unit_now();
 	REQUIRE(hc_open(&c, port, TIMEOUT_S));
@@ -1502,7 +1533,7 @@ TEST(keep_alive_idle_counts_toward_the_request_deadline)
 	CHECK_EQ(t.answered, 0);
 	CHECK(wait_request_timeouts(before + 1));
 	hc_close(&t.c);
-	use_timeouts(0);
+	use_timeouts(0, 0);
 }
 
 /*
@@ -1517,7 +1548,7 @@ TEST(slow_request_body_is_closed_at_the_deadline)
 	uint64_t	before;
 
 	REQUIRE(server != NULL);
-	use_timeouts(REQUEST_DEADLINE_MS);
+	use_timeouts(REQUEST_DEADLINE_MS, 0);
 	before = atomic_load(&admission.request_timeouts);
 	t.since = unit_now();
 	REQUIRE(hc_open(&t.c, port, TIMEOUT_S));
@@ -1530,7 +1561,7 @@ TEST(slow_request_body_is_closed_at_the_deadline)
 
 	/* a body that comes in time is read (and dropped) as before */
 	CHECK_EQ(status_of("POST", "/v1/health", "Content-Length: 3\r\n\r\nabc"), 404);
-	use_timeouts(0);
+	use_timeouts(0, 0);
 }
 
 /* Once a request is in, its deadline is over: a long-poll outlives it. */
@@ -1543,7 +1574,7 @@ TEST(request_deadline_spares_a_parked_request)
 	double		took;
 
 	REQUIRE(server != NULL);
-	use_timeouts(REQUEST_DEADLINE_MS / 2);
+	use_timeouts(REQUEST_DEADLINE_MS / 2, 0);
 	before = atomic_load(&admission.request_timeouts);
 	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true"
 			 "&cursor=", handle_of(SH_LIVE));
@@ -1557,7 +1588,70 @@ TEST(request_deadline_spares_a_parked_request)
 	hc_response_free(&r);
 	CHECK_UEQ(atomic_load(&admission.request_timeouts), before);
 	CHECK(wait_pins(SH_LIVE, 0, 5));
-	use_timeouts(0);
+	use_timeouts(0, 0);
+}
+
+#define SNAPSHOT_TIMEOUT_BODY "{\"message\":\"Timed out waiting for the shape's snapshot " \
+	"(shape_sync.snapshot_wait_timeout), please retry\"}"
+
+/* A 503 to retry, as Electric words its 503s, after about `ms`. */
+static void
+check_snapshot_timeout(const char *target, int ms)
+{
+	HcResponse	r;
+	double		t0 = unit_now();
+	double		took;
+
+	REQUIRE_RESPONSE(GET(target, &r), &r);
+	took = unit_now() - t0;
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, SNAPSHOT_TIMEOUT_BODY);
+	CHECK_HEADER(&r, "retry-after", "5");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	CHECK_HEADER(&r, "content-type", "application/json; charset=utf-8");
+	CHECK_HEADER(&r, "electric-internal-known-error", "true");
+	CHECK_HEADER(&r, "access-control-allow-origin", "*");
+	if (took < ms / 1000.0 - 0.05 || took > ms / 1000.0 + 3)
+		FAIL("%s: answered after %.2fs, the snapshot wait timeout is %dms", target, took, ms);
+	hc_response_free(&r);
+}
+
+TEST(snapshot_wait_times_out_with_503)
+{
+	REQUIRE(server != NULL);
+	use_timeouts(0, SNAPSHOT_WAIT_MS);
+	/* a new request, and one under the handle (catching up while it runs) */
+	check_snapshot_timeout(shape_target("slowsnap", "-1", NULL, NULL), SNAPSHOT_WAIT_MS);
+	check_snapshot_timeout(shape_target("slowsnap", "0_0", handle_of(SH_SLOWSNAP), NULL),
+						   SNAPSHOT_WAIT_MS);
+	CHECK_ADMITTED(0, 0);
+
+	/* a wake-up that brings nothing for it does not start its wait again */
+	use_timeouts(0, 600);
+	{
+		Client		p;
+		HcResponse	r;
+		double		t0 = unit_now();
+		double		took;
+
+		REQUIRE(client_get(&p, shape_target("slowsnap", "-1", NULL, NULL)));
+		usleep(400 * 1000);
+		http_server_wake_shape(server, slot_of[SH_SLOWSNAP]);
+		if (hc_read_response(&p.c, false, &r))
+		{
+			took = unit_now() - t0;
+			CHECK_EQ(r.status, 503);
+			if (took < 0.55 || took > 0.9)
+				FAIL("woken once with nothing new, answered after %.2fs (timeout 600ms)", took);
+		}
+		else
+			FAIL("slowsnap waiter: %s", r.error);
+		hc_response_free(&r);
+		client_close(&p);
+	}
+	CHECK_ADMITTED(0, 0);
+	CHECK(wait_pins(SH_SLOWSNAP, 0, 5));
+	use_timeouts(0, 0);
 }
 
 /* ---------------------------------------------------------- live mode */
