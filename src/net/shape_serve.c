@@ -36,6 +36,14 @@
  * shape_sync.snapshot_statement_timeout allows, and without a deadline a
  * client or a proxy in front would give up first, without retry-after.
  *
+ * While a request waits for its shape's snapshot it holds an `initial`
+ * admission slot, even under a handle the server knows: a snapshot costs
+ * what it costs whoever asks, and clients coming back with a handle a 409
+ * gave them wait on a running snapshot like new ones.  A request admitted
+ * as `existing` that turns out to wait is moved to `initial`, within the
+ * initial limit (503 over it); one admitted `initial` moves to `existing`
+ * once its shape has what it asks for (shape_admission_follow).
+ *
  * The body of a 200 is "[" + the chunk's records joined by "," + an
  * optional up-to-date control message + "]".  Records are copied straight
  * from shared memory into libmicrohttpd's write buffer; a piece holds whole
@@ -468,6 +476,36 @@ shape_wait_deadline(ShapeConn *sc, ServeDecision decision)
 	return sc->deadline_ms;
 }
 
+/*
+ * Makes the request hold the admission slot of what it does now (see the
+ * file header): `initial` while it waits for its shape's snapshot,
+ * `existing` otherwise.  Returns false when it must move to `initial` and
+ * that kind is full: the caller answers 503.
+ */
+static bool
+shape_admission_follow(ShapeConn *sc, bool snapshot_wait)
+{
+	Admission  *admission = sc->server->admission;
+
+	if (snapshot_wait && sc->admitted == ADMISSION_EXISTING)
+	{
+		if (!admission_demote(admission))
+		{
+			sc->rejected_kind = ADMISSION_INITIAL;
+			return false;
+		}
+		sc->admitted = ADMISSION_INITIAL;
+	}
+	else if (!snapshot_wait && sc->admitted == ADMISSION_INITIAL)
+	{
+		admission_promote(admission);
+		sc->admitted = ADMISSION_EXISTING;
+	}
+	return true;
+}
+
+static enum MHD_Result shape_respond_over_limit(ShapeConn *sc);
+
 static enum MHD_Result
 shape_respond_or_wait(ShapeConn *sc)
 {
@@ -482,6 +520,8 @@ shape_respond_or_wait(ShapeConn *sc)
 	sc->waiter.timed_out = false;
 	for (;;)
 	{
+		if (!shape_admission_follow(sc, c.decision == SERVE_WAIT))
+			return shape_respond_over_limit(sc);
 		if (sc->query.live_sse && c.state != SHAPE_RETIRED && c.state != SHAPE_FAILED &&
 			(c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
 		{
@@ -541,7 +581,9 @@ shape_respond_or_wait(ShapeConn *sc)
 
 /*
  * Takes an admission slot for the request's whole life: `existing` when it
- * names a handle the server knows, `initial` otherwise.
+ * names a handle the server knows, `initial` otherwise.  Once the shape is
+ * resolved, the kind follows what the request does
+ * (shape_admission_follow).
  */
 static bool
 shape_admit(ShapeConn *sc)
@@ -674,12 +716,6 @@ shape_after_resolve(ShapeConn *sc)
 									   "{\"message\":\"No existing shape found\"}", 0);
 		case SHAPE_RESOLVE_OK:
 			break;
-	}
-	if (sc->admitted == ADMISSION_INITIAL)
-	{
-		/* the shape exists now: the request holds an existing slot */
-		admission_promote(sc->server->admission);
-		sc->admitted = ADMISSION_EXISTING;
 	}
 	conn_table_set_handle(&sc->server->conns, sc->conn_slot, res->handle);
 	if (sc->query.handle != NULL && strcmp(sc->query.handle, res->handle) != 0)

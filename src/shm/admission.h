@@ -18,7 +18,8 @@
 typedef enum AdmissionKind
 {
 	ADMISSION_NONE = -1,
-	ADMISSION_INITIAL = 0,		/* no handle the server knows */
+	ADMISSION_INITIAL = 0,		/* no handle the server knows, or waiting
+								 * for its shape's snapshot */
 	ADMISSION_EXISTING = 1,		/* a known handle */
 	ADMISSION_KINDS = 2
 } AdmissionKind;
@@ -38,6 +39,7 @@ extern void admission_set_limits(Admission *a, uint32_t initial, uint32_t existi
 extern bool admission_acquire(Admission *a, AdmissionKind kind);
 extern void admission_release(Admission *a, AdmissionKind kind);
 extern void admission_promote(Admission *a);
+extern bool admission_demote(Admission *a);
 
 extern const char *admission_kind_name(AdmissionKind kind);
 

@@ -27,11 +27,11 @@ static _Atomic int resolutions;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap"
+	"slowsnap", "snapping"
 };
 
 #include "server_fixture.h"
@@ -298,6 +298,8 @@ TEST(server_starts)
 
 	/* slowsnap: a snapshot that never produces anything */
 	new_shape(SH_SLOWSNAP, SHAPE_SNAPSHOTTING);
+	/* snapping: a snapshot the tests move on */
+	new_shape(SH_SNAPPING, SHAPE_SNAPSHOTTING);
 
 	REQUIRE_EQ(UNIT_FAILURES(), 0);
 
@@ -1305,6 +1307,8 @@ TEST(retired_while_parked_is_409)
 	hc_response_free(&r);
 	hc_close(&p.c);
 
+	CHECK_ADMITTED(0, 0);
+
 	/* the HTTP thread's unpin freed the slot and its blocks */
 	{
 		double		until = unit_now() + 10;
@@ -1326,9 +1330,11 @@ TEST(parked_client_that_leaves_is_noticed)
 	if (!wait_pins(SH_STOPPER, 1, 10))
 		FAIL("the request did not pin the shape");
 	CHECK(!hc_readable(&p.c, 100));
+	CHECK_ADMITTED(1, 0);		/* it waits for the snapshot */
 	hc_close(&p.c);
 	if (!wait_pins(SH_STOPPER, 0, 10))
 		FAIL("a client that left while parked still pins its shape");
+	CHECK_ADMITTED(0, 0);
 }
 
 TEST(stalled_reader_is_reaped)
@@ -1654,6 +1660,88 @@ TEST(snapshot_wait_times_out_with_503)
 	use_timeouts(0, 0);
 }
 
+TEST(snapshot_waiters_count_as_initial)
+{
+	Client		by_handle;
+	Client		fresh;
+	Client		leaves;
+	HcResponse	r;
+	uint64_t	rejected;
+	uint32_t	s = slot_of[SH_SNAPPING];
+
+	REQUIRE(server != NULL);
+	use_timeouts(0, 0);
+
+	/* admitted as existing (a known handle), it waits for the snapshot as initial */
+	REQUIRE(client_get(&by_handle, shape_target("snapping", "0_0", handle_of(SH_SNAPPING), NULL)));
+	if (!wait_pins(SH_SNAPPING, 1, 10))
+		FAIL("the request did not pin the shape");
+	CHECK_ADMITTED(1, 0);
+	REQUIRE(client_get(&fresh, shape_target("snapping", "-1", NULL, NULL)));
+	CHECK_ADMITTED(2, 0);
+	CHECK(!hc_readable(&by_handle.c, 100));
+
+	/* so the initial limit bounds it: over it, Electric's 503 */
+	rejected = atomic_load(&admission.rejected[ADMISSION_INITIAL]);
+	admission_set_limits(&admission, 2, 1000);
+	REQUIRE_RESPONSE(GET(shape_target("snapping", "0_0", handle_of(SH_SNAPPING), NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
+				 "\"Concurrent initial request limit exceeded (limit: 2), please retry\"}");
+	hc_response_free(&r);
+	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
+	admission_set_limits(&admission, 1000, 1000);
+	CHECK_ADMITTED(2, 0);
+
+	/* a waiter that leaves gives its slot back */
+	REQUIRE(client_get(&leaves, shape_target("snapping", "0_0", handle_of(SH_SNAPPING), NULL)));
+	CHECK_ADMITTED(3, 0);
+	client_close(&leaves);
+	CHECK_ADMITTED(2, 0);
+
+	/* chunk 0: the fresh request has its data and is answered as existing */
+	append_str(s, (LogOffset) {0, 0}, P0);
+	close_chunk(s, (LogOffset) {0, 0});
+	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+	http_server_wake_shape(server, s);
+	if (hc_read_response(&fresh.c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" P0 "]");
+	}
+	else
+		FAIL("the fresh waiter: %s", r.error);
+	hc_response_free(&r);
+	client_close(&fresh);
+	/* the other still waits for the rest: still initial */
+	CHECK_ADMITTED(1, 0);
+	CHECK(!hc_readable(&by_handle.c, 100));
+
+	/* the snapshot ends */
+	append_str(s, (LogOffset) {0, 1}, P1);
+	close_chunk(s, (LogOffset) {0, 1});
+	shape_table_set_state(table, s, SHAPE_READY);
+	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	http_server_wake_shape(server, s);
+	if (hc_read_response(&by_handle.c, false, &r))
+	{
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" P1 "]");
+	}
+	else
+		FAIL("the waiter under the handle: %s", r.error);
+	hc_response_free(&r);
+	client_close(&by_handle);
+	CHECK_ADMITTED(0, 0);
+
+	/* a done shape's requests under its handle are existing from start to end */
+	REQUIRE_RESPONSE(GET(shape_target("snapping", "0_1", handle_of(SH_SNAPPING), NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_ADMITTED(0, 0);
+	CHECK(wait_pins(SH_SNAPPING, 0, 5));
+}
+
 /* ---------------------------------------------------------- live mode */
 
 static long long
@@ -1920,6 +2008,7 @@ TEST(admission_limits)
 {
 	HcResponse	r;
 	const char *retry;
+	uint64_t	rejected = atomic_load(&admission.rejected[ADMISSION_INITIAL]);
 
 	REQUIRE(server != NULL);
 	/* no initial request may run: 503 with Electric's body */
@@ -1931,7 +2020,7 @@ TEST(admission_limits)
 	retry = hc_header(&r, "retry-after");
 	CHECK(retry != NULL && atoi(retry) >= 5 && atoi(retry) <= 10);
 	hc_response_free(&r);
-	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), 1);
+	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
 
 	/* a request naming a live shape's handle is an existing one */
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
@@ -2166,9 +2255,10 @@ TEST(stop_with_parked_and_queued_requests)
 	}
 	fprintf(stderr, "  # at stop: %d answered 503, %d dropped\n", stop_answered, stop_dropped);
 
-	/* nothing pinned, nothing queued, every block back after retiring */
+	/* nothing pinned, nothing admitted, nothing queued, every block back after retiring */
 	for (int i = 0; i < SH_COUNT; i++)
 		CHECK_EQ(pins(i), 0);
+	CHECK_EQ(in_use(), 0);
 	CHECK(request_queue_take_all(&queue) == NULL);
 	CHECK(!request_queue_push(&queue, &(ShapeRequest) {0}));
 	for (int i = 0; i < SH_COUNT; i++)
