@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * conn_table.c
- *		One slot per open TCP connection: generation, socket, write deadline.
+ *		One slot per open TCP connection: generation, socket, deadlines.
  *
  * This file runs on libmicrohttpd threads and the server's own threads,
  * and must not call into PostgreSQL.
@@ -17,11 +17,19 @@
  * libmicrohttpd reports the close before it calls close(2), and the close
  * bumps the generation under the same lock.
  *
+ * A slot carries two deadlines, each as the time it was armed (0: none),
+ * for the deadline thread to compare with the timeout in force: the write
+ * deadline of a response piece in flight (write_armed_ms), and the request
+ * deadline (request_armed_ms), armed from the moment the connection waits
+ * for a request, at accept or when its previous response ended, until the
+ * whole request (headers, and a body if the client sends one) is in.
+ *
  * Notes on synchronization
  * ------------------------
- * - write_armed_ms is stored by the connection's own thread (relaxed)
- *   and read by the deadline thread; it sits alone on its cache line, so
- *   the write path shares nothing with any other connection.
+ * - write_armed_ms and request_armed_ms are stored by the connection's
+ *   own thread (relaxed), and by open and close under `lock`, and read by
+ *   the deadline thread; they share a cache line with nothing of any
+ *   other connection, so neither path shares a line across connections.
  *   query_strings, query_seen and query_refused, on the same line, are
  *   the connection's own thread's alone.
  * - gen_state, fd, parked, peer and handle change under `lock` only;
@@ -55,6 +63,7 @@ conn_table_init(ConnTable *table, uint32_t nslots)
 		ConnSlot   *s = &table->slots[i];
 
 		atomic_init(&s->write_armed_ms, 0);
+		atomic_init(&s->request_armed_ms, 0);
 		atomic_init(&s->gen_state, CONN_SLOT_FREE);
 		pthread_mutex_init(&s->lock, NULL);
 		s->fd = -1;
@@ -63,6 +72,7 @@ conn_table_init(ConnTable *table, uint32_t nslots)
 	pthread_mutex_init(&table->free_lock, NULL);
 	table->free_head = nslots > 0 ? 0 : CONN_NO_SLOT;
 	atomic_init(&table->write_timeout_ms, 0);
+	atomic_init(&table->request_timeout_ms, 0);
 	return 0;
 }
 
@@ -78,7 +88,10 @@ conn_table_destroy(ConnTable *table)
 	table->slots = NULL;
 }
 
-/* Gives a new connection a slot; CONN_NO_SLOT when all are taken. */
+/*
+ * Gives a new connection a slot, its request deadline armed (it waits for
+ * its first request); CONN_NO_SLOT when all are taken.
+ */
 uint32_t
 conn_table_open(ConnTable *table, int fd, const char *peer)
 {
@@ -103,6 +116,7 @@ conn_table_open(ConnTable *table, int fd, const char *peer)
 	s->peer[sizeof(s->peer) - 1] = '\0';
 	s->handle[0] = '\0';
 	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->request_armed_ms, conn_now_coarse_ms(), memory_order_relaxed);
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_OPEN);
 	pthread_mutex_unlock(&s->lock);
 	return i;
@@ -123,6 +137,7 @@ conn_table_close(ConnTable *table, uint32_t i)
 	s->fd = -1;
 	s->parked = NULL;
 	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&s->request_armed_ms, 0, memory_order_relaxed);
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_FREE);
 	pthread_mutex_unlock(&s->lock);
 

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * conn_table.h
- *		One slot per open TCP connection: generation, socket, write deadline.
+ *		One slot per open TCP connection: generation, socket, deadlines.
  *
  * See conn_table.c for the slot life cycle and the notes on
  * synchronization.
@@ -35,9 +35,11 @@ struct Waiter;
 
 typedef struct ConnSlot
 {
-	/* Written by the connection's own thread on every piece: its own line. */
+	/* The connection's own thread writes these, on a line of their own. */
 	_Alignas(128) _Atomic int64_t write_armed_ms;	/* when the pending piece was
 													 * handed over; 0: none */
+	_Atomic int64_t request_armed_ms;	/* when the connection began waiting
+										 * for a request; 0: one is in hand */
 	uint32_t	query_strings;	/* keys and values decoded for the current
 								 * request; the connection's thread only */
 	bool		query_seen;		/* its target showed a "?" to the URI callback */
@@ -59,7 +61,8 @@ typedef struct ConnTable
 	ConnSlot   *slots;
 	pthread_mutex_t free_lock;	/* guards free_head and next_free links */
 	uint32_t	free_head;
-	_Atomic int64_t write_timeout_ms;	/* 0: deadlines disabled */
+	_Atomic int64_t write_timeout_ms;	/* 0: write deadlines disabled */
+	_Atomic int64_t request_timeout_ms; /* 0: request deadlines disabled */
 } ConnTable;
 
 extern int	conn_table_init(ConnTable *table, uint32_t nslots);
@@ -104,6 +107,31 @@ conn_deadline_clear(ConnTable *table, uint32_t slot)
 	if (slot == CONN_NO_SLOT)
 		return;
 	atomic_store_explicit(&table->slots[slot].write_armed_ms, 0, memory_order_relaxed);
+}
+
+/*
+ * The request path: the connection starts waiting for a request (it was
+ * accepted, which conn_table_open does, or its previous response ended:
+ * arm), or a whole request has arrived (clear).  The same single relaxed
+ * store on the same cache line as the write path, and, as there, the
+ * deadline thread applies shape_sync.request_header_timeout as in force
+ * when it looks.
+ */
+static inline void
+conn_request_arm(ConnTable *table, uint32_t slot)
+{
+	if (slot == CONN_NO_SLOT)
+		return;
+	atomic_store_explicit(&table->slots[slot].request_armed_ms, conn_now_coarse_ms(),
+						  memory_order_relaxed);
+}
+
+static inline void
+conn_request_clear(ConnTable *table, uint32_t slot)
+{
+	if (slot == CONN_NO_SLOT)
+		return;
+	atomic_store_explicit(&table->slots[slot].request_armed_ms, 0, memory_order_relaxed);
 }
 
 #endif							/* CONN_TABLE_H */

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * deadline.c
- *		The deadline thread: reaps serves whose clients stopped reading.
+ *		The deadline thread: closes connections whose writes stall, or whose
+ *		requests do not arrive in time.
  *
  * This file runs on its own thread and must not call into PostgreSQL.
  *
@@ -17,29 +18,45 @@
  * client that stopped reading, or trickles a few bytes per window, leaves
  * a piece unfinished past its deadline.
  *
- * This thread sweeps the table a few times per timeout window.  A sweep
- * reads one cache line per connection and does nothing else unless a
- * deadline has passed: its work grows with connections and stalls, never
- * with writes.  A stalled connection is closed with shutdown(2), never
- * close(2): libmicrohttpd's next send fails, it runs its usual close path
- * (the request's completion callback releases its admission slot and
- * everything else), and only then closes the socket.  The shutdown happens
- * under the slot's lock after re-checking the generation and the deadline,
- * and libmicrohttpd's close notification bumps the generation under the
- * same lock before close(2), so a connection that completed in the
- * meantime, or a new one that got the same socket number, is never
- * touched.  A write that completes between the re-check and the shutdown
- * is reaped anyway: it was past its deadline when looked at.
+ * The request deadline works the same way.  A connection is armed when it
+ * starts waiting for a request (accepted, or its previous response ended)
+ * and cleared once the whole request is in (http_server.c), so a client
+ * that trickles its headers, or a body, a byte at a time, or holds an idle
+ * keep-alive connection, has shape_sync.request_header_timeout from the
+ * start of the wait, however often it sends a byte.  (libmicrohttpd's own
+ * connection timeout restarts on every byte received.)  Such a connection
+ * is closed without an answer: a 408 written from this thread could land
+ * in the middle of a response the connection's thread has just begun, and
+ * clients treat an idle keep-alive connection that closes as nothing to
+ * report.  Nor is it logged, as a flood of them would flood the log: it is
+ * only counted.
+ *
+ * This thread sweeps the table a few times per (shortest) timeout window.
+ * A sweep reads one cache line per connection and does nothing else unless
+ * a deadline has passed: its work grows with connections and stalls, never
+ * with writes or requests.  A stalled connection is closed with
+ * shutdown(2), never close(2): libmicrohttpd's next send or receive fails,
+ * it runs its usual close path (the request's completion callback releases
+ * its admission slot and everything else), and only then closes the
+ * socket.  The shutdown happens under the slot's lock after re-checking the
+ * generation and the deadline, and libmicrohttpd's close notification
+ * bumps the generation under the same lock before close(2), so a
+ * connection that completed in the meantime, or a new one that got the
+ * same socket number, is never touched.  A write (or request) that
+ * completes between the re-check and the shutdown is reaped anyway: it was
+ * past its deadline when looked at.
  *
  * The contract for clients: drain about one socket send buffer plus one
- * piece per shape_sync.stalled_serve_timeout.  Each reap is logged as a
- * WARNING with the shape handle and the peer, and counted.
+ * piece per shape_sync.stalled_serve_timeout, and send each request whole
+ * within shape_sync.request_header_timeout of the previous response (or of
+ * connecting).  Each reap of a stalled write is logged as a WARNING with
+ * the shape handle and the peer, and counted.
  *
  * Notes on synchronization
  * ------------------------
- * - Reads write_armed_ms without a lock (relaxed); acts only under the
- *   slot's lock, after re-reading gen_state and the deadline (see
- *   conn_table.c).
+ * - Reads write_armed_ms and request_armed_ms without a lock (relaxed);
+ *   acts only under the slot's lock, after re-reading gen_state and the
+ *   deadline (see conn_table.c).
  * - `stopping` is set once by deadline_stop, which wakes the thread and
  *   joins it.
  *
@@ -62,7 +79,14 @@
 #define SWEEP_MIN_MS	20
 #define SWEEP_MAX_MS	1000
 
-/* Whether a write handed over at `armed` has stalled by `now`. */
+/* The two deadlines a connection's slot carries. */
+typedef enum DeadlineKind
+{
+	DEADLINE_WRITE,				/* a response piece in flight */
+	DEADLINE_REQUEST			/* the next request, not in yet */
+} DeadlineKind;
+
+/* Whether a deadline armed at `armed` has passed by `now`. */
 static inline bool
 deadline_passed(int64_t armed, int64_t timeout, int64_t now)
 {
@@ -70,9 +94,12 @@ deadline_passed(int64_t armed, int64_t timeout, int64_t now)
 }
 
 static bool
-deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
+deadline_reap(DeadlineWatch *watch, uint32_t i, DeadlineKind kind, int64_t timeout,
+			  int64_t now)
 {
 	ConnSlot   *s = &watch->conns->slots[i];
+	_Atomic int64_t *armed_at = kind == DEADLINE_WRITE ? &s->write_armed_ms :
+		&s->request_armed_ms;
 	char		handle[CONN_HANDLE_LEN];
 	char		peer[CONN_PEER_LEN];
 	int64_t		stalled = 0;
@@ -81,7 +108,7 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 	pthread_mutex_lock(&s->lock);
 	{
 		uint64_t	gs = atomic_load(&s->gen_state);
-		int64_t		armed = atomic_load_explicit(&s->write_armed_ms, memory_order_relaxed);
+		int64_t		armed = atomic_load_explicit(armed_at, memory_order_relaxed);
 
 		if ((gs & 0xFF) == CONN_SLOT_OPEN && deadline_passed(armed, timeout, now) && s->fd >= 0)
 		{
@@ -91,11 +118,15 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 			 * The close that follows sends a reset and frees the unsent
 			 * data at once, instead of an orphaned socket holding its send
 			 * queue for as long as the idle peer answers window probes.
+			 * A connection waiting for a request has nothing unsent: it
+			 * gets the ordinary close of an idle connection.
 			 */
-			setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof(abort_on_close));
+			if (kind == DEADLINE_WRITE)
+				setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &abort_on_close,
+						   sizeof(abort_on_close));
 			shutdown(s->fd, SHUT_RDWR);
 			atomic_store(&s->gen_state, (gs & ~(uint64_t) 0xFF) | CONN_SLOT_REAPED);
-			atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
+			atomic_store_explicit(armed_at, 0, memory_order_relaxed);
 			memcpy(handle, s->handle, sizeof(handle));
 			memcpy(peer, s->peer, sizeof(peer));
 			stalled = now - armed;
@@ -103,7 +134,10 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (reaped)
+	if (reaped && kind == DEADLINE_REQUEST)
+		atomic_fetch_add_explicit(&watch->counters->request_timeouts, 1,
+								  memory_order_relaxed);
+	else if (reaped)
 	{
 		atomic_fetch_add_explicit(&watch->counters->reaped, 1, memory_order_relaxed);
 		thread_log(THREAD_LOG_WARNING,
@@ -116,20 +150,47 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, int64_t timeout, int64_t now)
 int
 deadline_sweep(DeadlineWatch *watch, int64_t now)
 {
-	int64_t		timeout = atomic_load(&watch->conns->write_timeout_ms);
+	int64_t		write_timeout = atomic_load(&watch->conns->write_timeout_ms);
+	int64_t		request_timeout = atomic_load(&watch->conns->request_timeout_ms);
 	int			reaped = 0;
 
-	if (timeout <= 0)
+	if (write_timeout <= 0 && request_timeout <= 0)
 		return 0;
 	for (uint32_t i = 0; i < watch->conns->nslots; i++)
 	{
-		int64_t		armed = atomic_load_explicit(&watch->conns->slots[i].write_armed_ms,
-												 memory_order_relaxed);
+		ConnSlot   *s = &watch->conns->slots[i];
+		int64_t		write_armed = atomic_load_explicit(&s->write_armed_ms,
+													   memory_order_relaxed);
+		int64_t		request_armed = atomic_load_explicit(&s->request_armed_ms,
+														 memory_order_relaxed);
 
-		if (deadline_passed(armed, timeout, now) && deadline_reap(watch, i, timeout, now))
+		if (deadline_passed(write_armed, write_timeout, now) &&
+			deadline_reap(watch, i, DEADLINE_WRITE, write_timeout, now))
+			reaped++;
+		else if (deadline_passed(request_armed, request_timeout, now) &&
+				 deadline_reap(watch, i, DEADLINE_REQUEST, request_timeout, now))
 			reaped++;
 	}
 	return reaped;
+}
+
+/* How long the thread sleeps between sweeps: an eighth of the shortest timeout. */
+static int64_t
+deadline_tick(const ConnTable *conns)
+{
+	int64_t		write_timeout = atomic_load(&conns->write_timeout_ms);
+	int64_t		request_timeout = atomic_load(&conns->request_timeout_ms);
+	int64_t		shortest = write_timeout > 0 ? write_timeout : request_timeout;
+	int64_t		tick;
+
+	if (request_timeout > 0 && request_timeout < shortest)
+		shortest = request_timeout;
+	tick = shortest > 0 ? shortest / 8 : SWEEP_MAX_MS;
+	if (tick < SWEEP_MIN_MS)
+		tick = SWEEP_MIN_MS;
+	if (tick > SWEEP_MAX_MS)
+		tick = SWEEP_MAX_MS;
+	return tick;
 }
 
 static void *
@@ -140,14 +201,9 @@ deadline_main(void *arg)
 	pthread_mutex_lock(&watch->lock);
 	while (!atomic_load(&watch->stopping))
 	{
-		int64_t		timeout = atomic_load(&watch->conns->write_timeout_ms);
-		int64_t		tick = timeout > 0 ? timeout / 8 : SWEEP_MAX_MS;
+		int64_t		tick = deadline_tick(watch->conns);
 		struct timespec until;
 
-		if (tick < SWEEP_MIN_MS)
-			tick = SWEEP_MIN_MS;
-		if (tick > SWEEP_MAX_MS)
-			tick = SWEEP_MAX_MS;
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += tick / 1000;
 		until.tv_nsec += (tick % 1000) * 1000000;

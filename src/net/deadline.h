@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * deadline.h
- *		The deadline thread: reaps serves whose clients stopped reading.
+ *		The deadline thread: closes connections whose writes stall, or whose
+ *		requests do not arrive in time.
  *
  * IDENTIFICATION
  *	  src/net/deadline.h
@@ -21,7 +22,7 @@
 typedef struct DeadlineWatch
 {
 	ConnTable  *conns;
-	Admission  *counters;		/* reaped count, in shared memory */
+	Admission  *counters;		/* reap counts, in shared memory */
 	_Atomic bool stopping;
 	bool		started;
 	pthread_t	thread;

@@ -48,6 +48,7 @@ struct HttpServer
 	_Atomic int cache_max_age;
 	_Atomic int cache_stale_age;
 	_Atomic int long_poll_timeout_ms;
+	_Atomic int snapshot_wait_timeout_ms;	/* 0: none */
 	_Atomic bool allow_shape_deletion;
 	_Atomic int max_where_length;	/* bytes */
 	_Atomic bool stopping;		/* set once, by http_server_stop */
@@ -62,6 +63,15 @@ typedef enum ShapeConnPhase
 	CONN_WAITING,				/* suspended on the shape's wait list */
 	CONN_RESPONDED				/* a response is queued */
 } ShapeConnPhase;
+
+/* What a request should do, given the state of its shape's log. */
+typedef enum ServeDecision
+{
+	SERVE_RESPOND,				/* data, an error, or a rotation: answer now */
+	SERVE_WAIT,					/* the snapshot has not reached the offset */
+	SERVE_WAIT_LIVE,			/* live, at the end of the log */
+	SERVE_WAIT_BOUNDS			/* the offset is past the end of the log */
+} ServeDecision;
 
 /* The body of a shape response, produced piece by piece. */
 typedef struct BodyCursor
@@ -108,7 +118,9 @@ struct ShapeConn
 	bool		log_pinned;		/* holds a version of that log ... */
 	uint32_t	log_version;	/* ... this one (shape_table_log_pin) */
 	Waiter		waiter;			/* while parked (CONN_WAITING) */
+	ServeDecision parked_for;	/* the kind of wait it parked for last */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
+	int64_t		snapshot_deadline_ms;	/* of a snapshot wait, once set */
 	BodyCursor	body;
 	SseStream	sse;			/* when live_sse */
 };

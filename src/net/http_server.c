@@ -18,6 +18,19 @@
  * the completion callback frees on every ending: done, client abort, error
  * or daemon shutdown.
  *
+ * Every wait has a deadline.  A connection waiting for a request (from its
+ * accept, or from the end of its previous response, until the request's
+ * headers and any body are in) holds its ConnTable slot's request
+ * deadline, which the deadline thread enforces (deadline.c): libmicrohttpd's
+ * own connection timeout is only an idle timeout, restarted by each byte,
+ * so a client sending one byte a minute would hold a connection for good.
+ * No route takes a request body, but libmicrohttpd reads one that a client
+ * sends and hands it to http_access, which throws it away; so the deadline
+ * ends only at the call that finds the whole request in, not at the first
+ * call, when only the headers are.  A request that is answered at its first
+ * call reads no body (libmicrohttpd closes the connection after the
+ * answer), and its deadline ends there.
+ *
  * Notes on synchronization
  * ------------------------
  * - A ShapeConn is touched by the thread that owns its connection, except
@@ -29,8 +42,10 @@
  *   queue and wakes every parked connection; a connection that sees it
  *   answers 503 instead of parking, so nothing is left suspended when the
  *   daemons stop.
- * - cache_max_age and cache_stale_age are atomics the main thread updates
- *   on SIGHUP.
+ * - cache_max_age, cache_stale_age and the other runtime settings are
+ *   atomics the main thread updates on SIGHUP (http_server_apply_settings);
+ *   shape_sync.request_header_timeout lives in the ConnTable, where the
+ *   deadline thread reads it.
  *
  * IDENTIFICATION
  *	  src/net/http_server.c
@@ -238,6 +253,15 @@ http_conn_slot(HttpServer *server, struct MHD_Connection *connection)
 	if (info == NULL || info->socket_context == NULL)
 		return NULL;
 	return &server->conns.slots[(uintptr_t) info->socket_context - 1];
+}
+
+/* The connection's ConnTable slot number, or CONN_NO_SLOT. */
+static uint32_t
+http_conn_slot_no(HttpServer *server, struct MHD_Connection *connection)
+{
+	ConnSlot   *slot = http_conn_slot(server, connection);
+
+	return slot != NULL ? (uint32_t) (slot - server->conns.slots) : CONN_NO_SLOT;
 }
 
 /*
@@ -475,7 +499,15 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 	HttpRoute	route;
 
 	if (*con_cls == NULL || http_is_target_marker(*con_cls))
-		return http_begin_request(server, connection, url, method, con_cls);
+	{
+		enum MHD_Result ret = http_begin_request(server, connection, url, method,
+												 con_cls);
+
+		/* answered at once: nothing more of this request will be read */
+		if (*con_cls == &http_answered)
+			conn_request_clear(&server->conns, http_conn_slot_no(server, connection));
+		return ret;
+	}
 
 	/* request bodies are not used by any route; discard them */
 	if (*upload_data_size != 0 || *con_cls == &http_answered)
@@ -483,6 +515,9 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+
+	/* the whole request is in: its deadline ends (again, when resumed) */
+	conn_request_clear(&server->conns, http_conn_slot_no(server, connection));
 
 	if (*con_cls != &http_plain_request)
 		return shape_serve(server, connection, (ShapeConn *) *con_cls);
@@ -528,13 +563,21 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 	return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
 }
 
+/*
+ * A request ended, however it ended.  A connection kept alive now waits for
+ * its next request: its request deadline starts again.  (One that closes
+ * instead frees its slot just after, on this same thread.)
+ */
 static void
 http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 			   enum MHD_RequestTerminationCode toe)
 {
+	HttpServer *server = cls;
+
 	if (http_owns_shape_conn(*con_cls))
 		shape_conn_free((ShapeConn *) *con_cls);
 	*con_cls = NULL;
+	conn_request_arm(&server->conns, http_conn_slot_no(server, connection));
 }
 
 /*
@@ -727,6 +770,7 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	(intptr_t) http_request_begins, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_UNESCAPE_CALLBACK,
 	(intptr_t) http_unescape, server};
+	/* an idle backstop only: each byte received restarts it (see the header) */
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_TIMEOUT, 120, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_NOTIFY_COMPLETED,
 	(intptr_t) http_completed, server};
@@ -871,6 +915,8 @@ http_server_apply_settings(HttpServer *server, const HttpRuntimeSettings *settin
 	atomic_store(&server->long_poll_timeout_ms, settings->long_poll_timeout_ms);
 	atomic_store(&server->allow_shape_deletion, settings->allow_shape_deletion);
 	atomic_store(&server->conns.write_timeout_ms, settings->stalled_serve_timeout_ms);
+	atomic_store(&server->conns.request_timeout_ms, settings->request_header_timeout_ms);
+	atomic_store(&server->snapshot_wait_timeout_ms, settings->snapshot_wait_timeout_ms);
 	atomic_store(&server->max_where_length, settings->max_where_length);
 	return access_policy_update(&server->access, &settings->access, err, errlen);
 }

@@ -45,6 +45,10 @@ typedef struct HttpRuntimeSettings
 	int			long_poll_timeout_ms;
 	bool		allow_shape_deletion;	/* DELETE /v1/shape */
 	int			stalled_serve_timeout_ms;	/* 0: never reap */
+	int			request_header_timeout_ms;	/* a whole request, from the start
+											 * of the wait; 0: no limit */
+	int			snapshot_wait_timeout_ms;	/* a request waiting for its
+											 * shape's snapshot; 0: no limit */
 	int			max_where_length;	/* bytes of a where clause */
 	AccessSettings access;		/* copied; the strings may go after the call */
 } HttpRuntimeSettings;

@@ -25,6 +25,25 @@
  * The admission slot and the pin are released when libmicrohttpd reports
  * the request complete, however it ended (shape_conn_free).
  *
+ * Every wait has a deadline, one per kind of wait, set when the request
+ * first waits that way and kept across wake-ups that bring nothing for it:
+ * a live request answers up-to-date after shape_sync.long_poll_timeout, one
+ * past the end of the log answers 400 after half of it, and one waiting for
+ * its shape's snapshot to produce what it asks for answers 503 with
+ * retry-after after shape_sync.snapshot_wait_timeout (the snapshot goes on;
+ * the client comes back for it).  A snapshot may be queued behind
+ * shape_sync.max_snapshot_workers, or run for as long as
+ * shape_sync.snapshot_statement_timeout allows, and without a deadline a
+ * client or a proxy in front would give up first, without retry-after.
+ *
+ * While a request waits for its shape's snapshot it holds an `initial`
+ * admission slot, even under a handle the server knows: a snapshot costs
+ * what it costs whoever asks, and clients coming back with a handle a 409
+ * gave them wait on a running snapshot like new ones.  A request admitted
+ * as `existing` that turns out to wait is moved to `initial`, within the
+ * initial limit (503 over it); one admitted `initial` moves to `existing`
+ * once its shape has what it asks for (shape_admission_follow).
+ *
  * The body of a 200 is "[" + the chunk's records joined by "," + an
  * optional up-to-date control message + "]".  Records are copied straight
  * from shared memory into libmicrohttpd's write buffer; a piece holds whole
@@ -427,19 +446,11 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	return ret;
 }
 
-/* What a request should do, given the state of its shape's log. */
-typedef enum ServeDecision
-{
-	SERVE_RESPOND,				/* data, an error, or a rotation: answer now */
-	SERVE_WAIT,					/* the snapshot has not reached the offset */
-	SERVE_WAIT_LIVE,			/* live, at the end of the log */
-	SERVE_WAIT_BOUNDS			/* the offset is past the end of the log */
-} ServeDecision;
-
 typedef struct ServeCheck
 {
 	ShapeConn  *sc;
 	ServeDecision decision;
+	ServeDecision parking_for;	/* the wait whose deadline is being used */
 	ShapeState	state;
 	SlogPublished pub;
 	SlogRange	range;
@@ -478,14 +489,73 @@ shape_decide(ServeCheck *c)
 	return decision;
 }
 
+/*
+ * waiters_park's check, under the wait list's lock: park unless there is
+ * an answer now, or the request must wait otherwise than it is about to
+ * (its deadline would be the wrong one).
+ */
 static bool
 shape_ready_to_answer(void *arg)
 {
 	ServeCheck *c = arg;
 
 	c->decision = shape_decide(c);
-	return c->decision == SERVE_RESPOND;
+	return c->decision == SERVE_RESPOND || c->decision != c->parking_for;
 }
+
+/* When a wait of this kind ends (monotonic ms; 0: never). */
+static int64_t
+shape_wait_deadline(ShapeConn *sc, ServeDecision decision)
+{
+	HttpServer *server = sc->server;
+
+	if (decision == SERVE_WAIT)
+	{
+		int			timeout = atomic_load(&server->snapshot_wait_timeout_ms);
+
+		if (sc->snapshot_deadline_ms == 0 && timeout > 0)
+			sc->snapshot_deadline_ms = waiters_now_ms() + timeout;
+		return sc->snapshot_deadline_ms;
+	}
+	if (sc->deadline_ms == 0)
+	{
+		int64_t		timeout = atomic_load(&server->long_poll_timeout_ms);
+
+		sc->deadline_ms = waiters_now_ms() +
+			(decision == SERVE_WAIT_BOUNDS ? timeout / 2 : timeout);
+	}
+	return sc->deadline_ms;
+}
+
+/*
+ * Makes the request hold the admission slot of what it does now (see the
+ * file header): `initial` while it waits for its shape's snapshot,
+ * `existing` otherwise.  Returns false when it must move to `initial` and
+ * that kind is full: the caller answers 503.
+ */
+static bool
+shape_admission_follow(ShapeConn *sc, bool snapshot_wait)
+{
+	Admission  *admission = sc->server->admission;
+
+	if (snapshot_wait && sc->admitted == ADMISSION_EXISTING)
+	{
+		if (!admission_demote(admission))
+		{
+			sc->rejected_kind = ADMISSION_INITIAL;
+			return false;
+		}
+		sc->admitted = ADMISSION_INITIAL;
+	}
+	else if (!snapshot_wait && sc->admitted == ADMISSION_INITIAL)
+	{
+		admission_promote(admission);
+		sc->admitted = ADMISSION_EXISTING;
+	}
+	return true;
+}
+
+static enum MHD_Result shape_respond_over_limit(ShapeConn *sc);
 
 static enum MHD_Result
 shape_respond_or_wait(ShapeConn *sc)
@@ -493,37 +563,37 @@ shape_respond_or_wait(ShapeConn *sc)
 	HttpServer *server = sc->server;
 	ShapeSlot  *slot = &server->shapes->slots[sc->request.result.slot];
 	ServeCheck	c = {.sc = sc};
-	bool		timed_out = sc->waiter.timed_out;
+	bool		timed_out;
 
-	sc->waiter.timed_out = false;
 	c.decision = shape_decide(&c);
-	if (sc->query.live_sse && c.state != SHAPE_RETIRED && c.state != SHAPE_FAILED &&
-		(c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
+	/* a deadline that passed ends the kind of wait it was set for only */
+	timed_out = sc->waiter.timed_out && c.decision == sc->parked_for;
+	sc->waiter.timed_out = false;
+	for (;;)
 	{
-		char		cursor[32];
-
-		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
-		return sse_respond(sc, &c.pub, &c.range, c.decision == SERVE_WAIT_LIVE, cursor);
-	}
-	if (c.decision != SERVE_RESPOND && !timed_out)
-	{
-		if (sc->deadline_ms == 0 && c.decision != SERVE_WAIT)
+		if (!shape_admission_follow(sc, c.decision == SERVE_WAIT))
+			return shape_respond_over_limit(sc);
+		if (sc->query.live_sse && c.state != SHAPE_RETIRED && c.state != SHAPE_FAILED &&
+			(c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
 		{
-			int64_t		timeout = atomic_load(&server->long_poll_timeout_ms);
+			char		cursor[32];
 
-			sc->deadline_ms = waiters_now_ms() +
-				(c.decision == SERVE_WAIT_BOUNDS ? timeout / 2 : timeout);
+			snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
+			return sse_respond(sc, &c.pub, &c.range, c.decision == SERVE_WAIT_LIVE, cursor);
 		}
+		if (c.decision == SERVE_RESPOND || timed_out)
+			break;
+		sc->parked_for = c.parking_for = c.decision;
 		sc->waiter.connection = sc->connection;
 		if (waiters_park(&server->waiters, &sc->waiter, sc->request.result.slot,
-						 c.decision == SERVE_WAIT ? 0 : sc->deadline_ms,
-						 shape_ready_to_answer, &c))
+						 shape_wait_deadline(sc, c.decision), shape_ready_to_answer, &c))
 		{
 			sc->phase = CONN_WAITING;
 			return MHD_YES;
 		}
 		if (atomic_load(&server->waiters.stopping))
 			return shape_respond_unavailable(sc, "the server is shutting down", 5);
+		/* the check under the list's lock saw something else: go on with it */
 	}
 
 	if (c.state == SHAPE_RETIRED ||
@@ -553,15 +623,18 @@ shape_respond_or_wait(ShapeConn *sc)
 		case SERVE_WAIT:
 			break;
 	}
-	/* a snapshot wait has no deadline, so it cannot time out */
-	return shape_respond_unavailable(sc, "the shape is not ready, please retry", 1);
+	/* shape_sync.snapshot_wait_timeout passed; the snapshot goes on */
+	return shape_respond_unavailable(sc, "Timed out waiting for the shape's snapshot "
+									 "(shape_sync.snapshot_wait_timeout), please retry", 5);
 }
 
 /* ------------------------------------------------------------ admission */
 
 /*
  * Takes an admission slot for the request's whole life: `existing` when it
- * names a handle the server knows, `initial` otherwise.
+ * names a handle the server knows, `initial` otherwise.  Once the shape is
+ * resolved, the kind follows what the request does
+ * (shape_admission_follow).
  */
 /*
  * Who a request comes from, for the limit on new shapes per client: a hash
@@ -738,12 +811,6 @@ shape_after_resolve(ShapeConn *sc)
 									   "{\"message\":\"No existing shape found\"}", 0);
 		case SHAPE_RESOLVE_OK:
 			break;
-	}
-	if (sc->admitted == ADMISSION_INITIAL)
-	{
-		/* the shape exists now: the request holds an existing slot */
-		admission_promote(sc->server->admission);
-		sc->admitted = ADMISSION_EXISTING;
 	}
 	conn_table_set_handle(&sc->server->conns, sc->conn_slot, res->handle);
 	if (sc->query.handle != NULL && strcmp(sc->query.handle, res->handle) != 0)

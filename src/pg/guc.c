@@ -56,6 +56,8 @@ bool		shape_sync_allow_shape_deletion = false;
 int			shape_sync_max_concurrent_initial = 300;
 int			shape_sync_max_concurrent_existing = 10000;
 int			shape_sync_stalled_serve_timeout = 60000;
+int			shape_sync_request_header_timeout = 10000;
+int			shape_sync_snapshot_wait_timeout = 45000;
 int			shape_sync_socket_send_buffer = 64;
 bool		shape_sync_insecure = false;
 char	   *shape_sync_cors_allowed_origins = NULL;
@@ -304,6 +306,34 @@ shape_sync_define_gucs(void)
 							"A client must drain about one socket send buffer plus one write piece in this time; 0 disables the check.",
 							&shape_sync_stalled_serve_timeout,
 							60000, 0, 24 * 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * 10 s: longer than the idle keep-alive time of most servers (Node's
+	 * 5 s, Apache's 5 s) and than any live client needs between a response
+	 * and its next request, short enough that a client trickling its
+	 * headers holds a connection and a file descriptor only briefly.
+	 */
+	DefineCustomIntVariable("shape_sync.request_header_timeout",
+							"Sets how long an HTTP connection may wait for a whole request before it is closed.",
+							"Counted from the connection's start or its previous response, however often bytes arrive; the connection is closed without an answer. 0 disables the limit.",
+							&shape_sync_request_header_timeout,
+							10000, 0, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * 45 s: the client should get this 503 and its retry-after, not the 504
+	 * of a proxy in front that gives up on a response that sends nothing
+	 * for 60 s (nginx's proxy_read_timeout, an AWS load balancer's idle
+	 * timeout); and a waiting request should outlast a long-poll.
+	 */
+	DefineCustomIntVariable("shape_sync.snapshot_wait_timeout",
+							"Sets how long a request may wait for its shape's snapshot before answering 503.",
+							"The client gets retry-after and comes back; the snapshot goes on. A waiting request counts against shape_sync.max_concurrent_initial. 0 disables the limit.",
+							&shape_sync_snapshot_wait_timeout,
+							45000, 0, 24 * 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -32,6 +32,8 @@ extern bool shape_sync_allow_shape_deletion;
 extern int	shape_sync_max_concurrent_initial;
 extern int	shape_sync_max_concurrent_existing;
 extern int	shape_sync_stalled_serve_timeout;	/* ms */
+extern int	shape_sync_request_header_timeout;	/* ms; 0: none */
+extern int	shape_sync_snapshot_wait_timeout;	/* ms; 0: none */
 extern int	shape_sync_socket_send_buffer;	/* kB */
 extern bool shape_sync_insecure;
 extern char *shape_sync_cors_allowed_origins;

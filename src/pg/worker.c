@@ -93,6 +93,8 @@ worker_runtime_settings(void)
 	settings.long_poll_timeout_ms = shape_sync_long_poll_timeout;
 	settings.allow_shape_deletion = shape_sync_allow_shape_deletion;
 	settings.stalled_serve_timeout_ms = shape_sync_stalled_serve_timeout;
+	settings.request_header_timeout_ms = shape_sync_request_header_timeout;
+	settings.snapshot_wait_timeout_ms = shape_sync_snapshot_wait_timeout;
 	settings.max_where_length = shape_sync_max_where_length;
 	settings.access.secret = shape_sync_secret();
 	settings.access.insecure = shape_sync_insecure;

@@ -8,7 +8,10 @@
  * (shape_sync.max_concurrent_initial, shape_sync.max_concurrent_existing).
  * A request takes a slot before any work and holds it for its whole life:
  * long-poll hold and response streaming included.  An initial slot is
- * promoted to an existing one once the shape is known.  The slot is given
+ * promoted to an existing one once the shape has what the request asks
+ * for; a request that waits for its shape's snapshot holds an initial slot
+ * while it waits, so an existing one is demoted, within the initial limit,
+ * when it turns out to wait (shape_serve.c).  The slot is given
  * back in exactly one place, when the request's state is freed by
  * libmicrohttpd's completion callback, which runs once for every request
  * however it ends: done, client abort, error, timeout, reap or shutdown.
@@ -22,9 +25,13 @@
  *   fetch_add/fetch_sub (release, promote); the count is exact at every
  *   moment, and never exceeds the limit through acquire.  Promotion does
  *   not check the limit: a request already admitted is never turned away.
+ *   Demotion takes its initial slot through acquire before it gives the
+ *   existing one back, so for an instant the request counts twice, never
+ *   zero times.
  * - limit[] is stored by the worker's main thread on start and on SIGHUP
  *   and read relaxed; a lowered limit applies to new requests only.
- * - rejected[] and reaped only grow (fetch_add, relaxed).
+ * - rejected[], reaped and request_timeouts only grow (fetch_add,
+ *   relaxed).
  *
  * IDENTIFICATION
  *	  src/shm/admission.c
@@ -48,6 +55,7 @@ admission_init(Admission *a, uint32_t initial, uint32_t existing)
 	atomic_init(&a->limit[ADMISSION_INITIAL], initial);
 	atomic_init(&a->limit[ADMISSION_EXISTING], existing);
 	atomic_init(&a->reaped, 0);
+	atomic_init(&a->request_timeouts, 0);
 }
 
 void
@@ -89,6 +97,21 @@ admission_promote(Admission *a)
 {
 	atomic_fetch_add_explicit(&a->in_use[ADMISSION_EXISTING], 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&a->in_use[ADMISSION_INITIAL], 1, memory_order_relaxed);
+}
+
+/*
+ * The reverse of admission_promote, for an admitted request that turns out
+ * to wait for a snapshot: it takes an initial slot, within the initial
+ * limit, and gives its existing one back.  Returns false, with nothing
+ * changed but the refusal counted, when the initial kind is full.
+ */
+bool
+admission_demote(Admission *a)
+{
+	if (!admission_acquire(a, ADMISSION_INITIAL))
+		return false;
+	atomic_fetch_sub_explicit(&a->in_use[ADMISSION_EXISTING], 1, memory_order_relaxed);
+	return true;
 }
 
 const char *

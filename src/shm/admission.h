@@ -18,7 +18,8 @@
 typedef enum AdmissionKind
 {
 	ADMISSION_NONE = -1,
-	ADMISSION_INITIAL = 0,		/* no handle the server knows */
+	ADMISSION_INITIAL = 0,		/* no handle the server knows, or waiting
+								 * for its shape's snapshot */
 	ADMISSION_EXISTING = 1,		/* a known handle */
 	ADMISSION_KINDS = 2
 } AdmissionKind;
@@ -29,6 +30,8 @@ typedef struct Admission
 	_Atomic uint32_t limit[ADMISSION_KINDS];
 	_Atomic uint64_t rejected[ADMISSION_KINDS];
 	_Atomic uint64_t reaped;	/* stalled serves closed by the deadline thread */
+	_Atomic uint64_t request_timeouts;	/* connections closed by it for sending
+										 * no whole request in time */
 } Admission;
 
 extern void admission_init(Admission *a, uint32_t initial, uint32_t existing);
@@ -36,6 +39,7 @@ extern void admission_set_limits(Admission *a, uint32_t initial, uint32_t existi
 extern bool admission_acquire(Admission *a, AdmissionKind kind);
 extern void admission_release(Admission *a, AdmissionKind kind);
 extern void admission_promote(Admission *a);
+extern bool admission_demote(Admission *a);
 
 extern const char *admission_kind_name(AdmissionKind kind);
 

@@ -5,7 +5,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS shape_sync;
 
-SELECT plan(16);
+SELECT plan(18);
 
 SELECT is(current_setting('shape_sync.role'), 'pg_read_all_data',
           'shape_sync.role defaults to pg_read_all_data (no SUPERUSER, no BYPASSRLS)');
@@ -23,6 +23,10 @@ SELECT is((SELECT boot_val FROM pg_settings WHERE name = 'shape_sync.max_where_l
           'a where clause is limited to 8 kB by default');
 SELECT is((SELECT boot_val FROM pg_settings WHERE name = 'shape_sync.snapshot_statement_timeout'), '300000',
           'a snapshot query may run 5 minutes by default');
+SELECT is((SELECT boot_val FROM pg_settings WHERE name = 'shape_sync.request_header_timeout'), '10000',
+          'a connection gets 10 s for each whole request by default');
+SELECT is((SELECT boot_val FROM pg_settings WHERE name = 'shape_sync.snapshot_wait_timeout'), '45000',
+          'a request waits 45 s for its shape''s snapshot by default');
 
 -- Nothing is set here: SHOW prints nothing, not even the mask.
 SELECT is(current_setting('shape_sync.secret'), '', 'no secret set: SHOW prints an empty string');

@@ -136,6 +136,41 @@ TEST(promote_moves_one_from_initial_to_existing)
 	CHECK_UEQ(IN_USE(&a, ADMISSION_EXISTING), 0);
 }
 
+/*
+ * A request admitted as existing that turns out to wait for a snapshot
+ * moves to initial, within the initial limit.
+ */
+TEST(demote_moves_one_from_existing_to_initial_within_the_limit)
+{
+	Admission	a;
+
+	admission_init(&a, 1, 5);
+	CHECK(admission_acquire(&a, ADMISSION_EXISTING));
+	CHECK(admission_acquire(&a, ADMISSION_EXISTING));
+	CHECK(admission_demote(&a));
+	CHECK_UEQ(IN_USE(&a, ADMISSION_INITIAL), 1);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_EXISTING), 1);
+
+	/* the initial kind is full: refused, counted, nothing moved */
+	CHECK(!admission_demote(&a));
+	CHECK_UEQ(IN_USE(&a, ADMISSION_INITIAL), 1);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_EXISTING), 1);
+	CHECK_UEQ(REJECTED(&a, ADMISSION_INITIAL), 1);
+	CHECK_UEQ(REJECTED(&a, ADMISSION_EXISTING), 0);
+
+	/* and back, as a waiter whose snapshot arrived */
+	admission_promote(&a);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_INITIAL), 0);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_EXISTING), 2);
+	admission_set_limits(&a, 0, 5);
+	CHECK(!admission_demote(&a));
+	CHECK_UEQ(REJECTED(&a, ADMISSION_INITIAL), 2);
+	for (int i = 0; i < 2; i++)
+		admission_release(&a, ADMISSION_EXISTING);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_INITIAL), 0);
+	CHECK_UEQ(IN_USE(&a, ADMISSION_EXISTING), 0);
+}
+
 TEST(set_limits_applies_to_new_acquisitions)
 {
 	Admission	a;

@@ -1,8 +1,9 @@
 /*
  * test_conn_table.c
  *		One slot per TCP connection (src/net/conn_table.c): generations,
- *		slot reuse, a full table, the write deadline's arm and clear, and
- *		open/close from several threads while another reads generations.
+ *		slot reuse, a full table, the write and request deadlines' arm and
+ *		clear, and open/close from several threads while another reads
+ *		generations.
  */
 #include "unit.h"
 
@@ -16,6 +17,7 @@
 
 #define STATE(t, i)	((ConnState) (atomic_load(&(t)->slots[i].gen_state) & 0xFF))
 #define ARMED(t, i)	atomic_load(&(t)->slots[i].write_armed_ms)
+#define REQ_ARMED(t, i) atomic_load(&(t)->slots[i].request_armed_ms)
 
 /* ------------------------------------------------------------ basics */
 
@@ -26,14 +28,18 @@ TEST(init_all_free)
 	REQUIRE_EQ(conn_table_init(&t, 5), 0);
 	CHECK_UEQ(t.nslots, 5);
 	CHECK_EQ(atomic_load(&t.write_timeout_ms), 0);
+	CHECK_EQ(atomic_load(&t.request_timeout_ms), 0);
 	for (uint32_t i = 0; i < 5; i++)
 	{
 		CHECK_EQ(STATE(&t, i), CONN_SLOT_FREE);
 		CHECK_UEQ(conn_table_generation(&t, i), 0);
 		CHECK_EQ(t.slots[i].fd, -1);
 		CHECK_EQ(ARMED(&t, i), 0);
-		/* each slot's write time sits alone on its cache line */
+		CHECK_EQ(REQ_ARMED(&t, i), 0);
+		/* each slot's deadlines sit on a cache line of their own */
 		CHECK_EQ((uintptr_t) &t.slots[i].write_armed_ms % 128, 0);
+		CHECK((uintptr_t) &t.slots[i].request_armed_ms / 128 ==
+			  (uintptr_t) &t.slots[i].write_armed_ms / 128);
 		CHECK((uintptr_t) &t.slots[i].lock - (uintptr_t) &t.slots[i].write_armed_ms >= 128);
 	}
 	conn_table_destroy(&t);
@@ -160,6 +166,54 @@ TEST(full_table_gives_no_slot)
 }
 
 /* -------------------------------------------------------- deadlines */
+
+/*
+ * A connection waits for a request from its open: the request deadline is
+ * armed there, cleared once a request is in, armed again when its response
+ * ends, and gone at close.
+ */
+TEST(request_deadline_life_cycle)
+{
+	ConnTable	t;
+	uint32_t	s;
+	uint32_t	other;
+	int64_t		before;
+	int64_t		after;
+
+	REQUIRE_EQ(conn_table_init(&t, 2), 0);
+	before = conn_now_coarse_ms();
+	s = conn_table_open(&t, 7, "p");
+	after = conn_now_coarse_ms();
+	REQUIRE(s != CONN_NO_SLOT);
+	CHECK(REQ_ARMED(&t, s) >= before && REQ_ARMED(&t, s) <= after && REQ_ARMED(&t, s) > 0);
+	CHECK_EQ(ARMED(&t, s), 0);	/* no write in flight */
+	other = conn_table_open(&t, 8, "q");
+	REQUIRE(other != CONN_NO_SLOT);
+
+	conn_request_clear(&t, s);
+	CHECK_EQ(REQ_ARMED(&t, s), 0);
+	CHECK(REQ_ARMED(&t, other) > 0);	/* only its own slot */
+	usleep(30000);
+	before = conn_now_coarse_ms();
+	conn_request_arm(&t, s);
+	after = conn_now_coarse_ms();
+	CHECK(REQ_ARMED(&t, s) >= before && REQ_ARMED(&t, s) <= after);
+	CHECK(REQ_ARMED(&t, s) > REQ_ARMED(&t, other));
+
+	/* the write deadline is a separate matter */
+	conn_deadline_arm(&t, s);
+	conn_deadline_clear(&t, s);
+	CHECK(REQ_ARMED(&t, s) >= before);
+
+	/* no slot: a no-op */
+	conn_request_arm(&t, CONN_NO_SLOT);
+	conn_request_clear(&t, CONN_NO_SLOT);
+
+	conn_table_close(&t, s);
+	CHECK_EQ(REQ_ARMED(&t, s), 0);
+	conn_table_close(&t, other);
+	conn_table_destroy(&t);
+}
 
 TEST(deadline_arm_and_clear)
 {

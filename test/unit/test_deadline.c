@@ -4,12 +4,15 @@
  *		down, the re-check under the slot's lock that keeps a kill from
  *		landing on a connection that completed or on the next one to get
  *		the same slot and socket number, the write path racing the sweeper,
- *		and the thread itself reaping a stalled write while sparing one
- *		that keeps making progress.
+ *		the thread itself reaping a stalled write while sparing one that
+ *		keeps making progress, and the request deadline: a connection that
+ *		gets no whole request in time is closed, quietly.
  *
  * A slot holds when its pending piece was handed over (write_armed_ms, 0:
  * none); a write is due, its "deadline" passed, once now - armed reaches
- * the timeout in force at the sweep (write_timeout_ms, 0: never).
+ * the timeout in force at the sweep (write_timeout_ms, 0: never).  The
+ * request deadline works the same way (request_armed_ms,
+ * request_timeout_ms).
  *
  * Connections are real AF_UNIX socketpairs: the table holds one end, the
  * test watches the other (the "peer") for the EOF a shutdown(2) produces.
@@ -33,6 +36,9 @@
 /* when the slot's pending piece was handed over; 0: none */
 #define ARMED(t, i) atomic_load(&(t)->slots[i].write_armed_ms)
 #define SET_ARMED(t, i, v) atomic_store(&(t)->slots[i].write_armed_ms, (int64_t) (v))
+/* when the slot began waiting for a request; 0: one is in hand */
+#define REQ_ARMED(t, i) atomic_load(&(t)->slots[i].request_armed_ms)
+#define SET_REQ_ARMED(t, i, v) atomic_store(&(t)->slots[i].request_armed_ms, (int64_t) (v))
 
 /* ---------------------------------------------------------- helpers */
 
@@ -154,6 +160,7 @@ fixture_init(Fixture *f, uint32_t nslots, int64_t timeout_ms)
 }
 
 #define REAPED(f) atomic_load(&(f)->adm.reaped)
+#define REQUEST_TIMEOUTS(f) atomic_load(&(f)->adm.request_timeouts)
 
 /* ---------------------------------------------------- single sweeps */
 
@@ -900,6 +907,172 @@ TEST(thread_reaps_stalled_and_spares_progressing)
 	pair_close(&busy);
 	pair_close(&idle);
 	conn_table_destroy(&f.t);
+}
+
+/* ------------------------------------------------ request deadline */
+
+/*
+ * A connection that got no whole request in time is shut down like a
+ * stalled write, but quietly: no log line, its own counter, and the
+ * ordinary close of an idle connection (no reset: nothing is unsent).
+ */
+TEST(request_deadline_reaps_quietly)
+{
+	Fixture		f;
+	Pair		p;
+	uint32_t	s;
+	struct linger lg = {1, 1};
+	socklen_t	lglen = sizeof(lg);
+
+	REQUIRE(fixture_init(&f, 4, 0));	/* write deadlines off */
+	atomic_store(&f.t.request_timeout_ms, 300);
+	REQUIRE(pair_open(&p));
+	s = conn_table_open(&f.t, p.fd, "10.9.8.7:65");
+	REQUIRE(s != CONN_NO_SLOT);
+	CHECK(REQ_ARMED(&f.t, s) > 0);	/* open arms it: it waits for a request */
+	SET_REQ_ARMED(&f.t, s, 700);	/* due at 700 + 300 */
+
+	CHECK_EQ(deadline_sweep(&f.w, 999), 0);
+	CHECK_EQ(STATE(&f.t, s), CONN_SLOT_OPEN);
+	CHECK(pair_intact(&p));
+
+	CHECK_EQ(deadline_sweep(&f.w, 1000), 1);
+	CHECK_EQ(STATE(&f.t, s), CONN_SLOT_REAPED);
+	CHECK_EQ(REQ_ARMED(&f.t, s), 0);
+	CHECK(peer_sees_eof(&p));
+	CHECK(conn_end_shut(&p));
+	CHECK_UEQ(REQUEST_TIMEOUTS(&f), 1);
+	CHECK_UEQ(REAPED(&f), 0);	/* not a stalled serve */
+	CHECK_EQ(log_collect(), 0);
+	CHECK_EQ(getsockopt(p.fd, SOL_SOCKET, SO_LINGER, &lg, &lglen), 0);
+	CHECK_EQ(lg.l_onoff, 0);
+
+	/* once reaped, never again */
+	SET_REQ_ARMED(&f.t, s, 700);
+	CHECK_EQ(deadline_sweep(&f.w, 5000), 0);
+	CHECK_UEQ(REQUEST_TIMEOUTS(&f), 1);
+
+	conn_table_close(&f.t, s);
+	pair_close(&p);
+	conn_table_destroy(&f.t);
+}
+
+/*
+ * Each deadline goes with its own timeout, the one in force at the sweep;
+ * either may be off while the other is on.
+ */
+TEST(request_and_write_deadlines_have_their_own_timeouts)
+{
+	Fixture		f;
+	Pair		p[3];
+	uint32_t	s[3];
+
+	REQUIRE(fixture_init(&f, 4, 1000));
+	atomic_store(&f.t.request_timeout_ms, 300);
+	for (int i = 0; i < 3; i++)
+	{
+		REQUIRE(pair_open(&p[i]));
+		s[i] = conn_table_open(&f.t, p[i].fd, "peer");
+		REQUIRE(s[i] != CONN_NO_SLOT);
+	}
+	/* 0: a write in flight; 1: waiting for a request; 2: serving, nothing in flight */
+	SET_REQ_ARMED(&f.t, s[0], 0);
+	SET_ARMED(&f.t, s[0], 700);
+	SET_REQ_ARMED(&f.t, s[1], 700);
+	SET_REQ_ARMED(&f.t, s[2], 0);
+
+	/* request deadlines off: only writes can be due, and this one is not yet */
+	atomic_store(&f.t.request_timeout_ms, 0);
+	CHECK_EQ(deadline_sweep(&f.w, 1000), 0);
+	/* a reload that turns them on reaches connections already waiting */
+	atomic_store(&f.t.request_timeout_ms, 60000);
+	CHECK_EQ(deadline_sweep(&f.w, 1000), 0);
+	atomic_store(&f.t.request_timeout_ms, 300);
+	CHECK_EQ(deadline_sweep(&f.w, 1000), 1);
+	CHECK_EQ(STATE(&f.t, s[1]), CONN_SLOT_REAPED);
+	CHECK_EQ(STATE(&f.t, s[0]), CONN_SLOT_OPEN);
+	CHECK(pair_intact(&p[0]));
+
+	/* write deadlines off, request deadlines on: the write is never due */
+	atomic_store(&f.t.write_timeout_ms, 0);
+	CHECK_EQ(deadline_sweep(&f.w, 100000), 0);
+	atomic_store(&f.t.write_timeout_ms, 1000);
+	CHECK_EQ(deadline_sweep(&f.w, 1700), 1);
+	CHECK_EQ(STATE(&f.t, s[0]), CONN_SLOT_REAPED);
+	CHECK_EQ(STATE(&f.t, s[2]), CONN_SLOT_OPEN);
+	CHECK(pair_intact(&p[2]));
+	CHECK_UEQ(REAPED(&f), 1);
+	CHECK_UEQ(REQUEST_TIMEOUTS(&f), 1);
+	CHECK_EQ(log_collect(), 1);	/* the stalled write only */
+
+	for (int i = 0; i < 3; i++)
+	{
+		conn_table_close(&f.t, s[i]);
+		pair_close(&p[i]);
+	}
+	conn_table_destroy(&f.t);
+}
+
+/*
+ * The thread sweeps often enough for the shortest timeout in force, here
+ * the request deadline's, whether write deadlines are off or much longer:
+ * a connection that never sends a request is closed soon after its
+ * deadline, and not before; one whose request is in is left alone.
+ */
+static void
+check_thread_reaps_a_connection_that_sends_no_request(int64_t write_timeout_ms)
+{
+	Fixture		f;
+	Pair		waiting;
+	Pair		served;
+	uint32_t	s_waiting;
+	uint32_t	s_served;
+	double		opened;
+	double		took;
+
+	REQUIRE(fixture_init(&f, 4, write_timeout_ms));
+	atomic_store(&f.t.request_timeout_ms, 200);
+	REQUIRE(pair_open(&waiting));
+	REQUIRE(pair_open(&served));
+	REQUIRE_EQ(deadline_start(&f.w, &f.t, &f.adm), 0);
+	opened = unit_now();
+	s_waiting = conn_table_open(&f.t, waiting.fd, "waiting");
+	s_served = conn_table_open(&f.t, served.fd, "served");
+	conn_request_clear(&f.t, s_served);
+
+	took = wait_eof_ms(&waiting, 3000);
+	if (took < 0)
+		FAIL("a connection with no request was not closed within 3 s");
+	else
+	{
+		double		since_open = (unit_now() - opened) * 1000;
+
+		fprintf(stderr, "  # closed %.0f ms after it opened (request timeout 200 ms, "
+				"write timeout %lld ms)\n", since_open, (long long) write_timeout_ms);
+		/* coarse clock: a tick of slack before; a few sweeps after */
+		if (since_open < 190 || since_open > 800)
+			FAIL("closed %.0f ms after opening, expected 200..800 ms", since_open);
+	}
+	CHECK_EQ(STATE(&f.t, s_served), CONN_SLOT_OPEN);
+	CHECK(pair_intact(&served));
+	deadline_stop(&f.w);
+	CHECK_UEQ(REQUEST_TIMEOUTS(&f), 1);
+	CHECK_EQ(log_collect(), 0);
+	conn_table_close(&f.t, s_waiting);
+	conn_table_close(&f.t, s_served);
+	pair_close(&waiting);
+	pair_close(&served);
+	conn_table_destroy(&f.t);
+}
+
+TEST(thread_reaps_a_connection_that_sends_no_request)
+{
+	check_thread_reaps_a_connection_that_sends_no_request(0);
+}
+
+TEST(thread_reaps_it_while_write_deadlines_are_longer)
+{
+	check_thread_reaps_a_connection_that_sends_no_request(60000);
 }
 
 TEST(thread_with_timeout_zero_reaps_nothing_and_stops_promptly)
