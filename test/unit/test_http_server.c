@@ -1702,7 +1702,7 @@ TEST(snapshot_waiters_count_as_initial)
 	/* chunk 0: the fresh request has its data and is answered as existing */
 	append_str(s, (LogOffset) {0, 0}, P0);
 	close_chunk(s, (LogOffset) {0, 0});
-	slog_publish(&table->slots[s].log, (LogOffset) {0, 0}, 0);
+	slog_publish(&table->slots[s].logs[0], (LogOffset) {0, 0}, 0);
 	http_server_wake_shape(server, s);
 	if (hc_read_response(&fresh.c, false, &r))
 	{
@@ -1721,7 +1721,7 @@ TEST(snapshot_waiters_count_as_initial)
 	append_str(s, (LogOffset) {0, 1}, P1);
 	close_chunk(s, (LogOffset) {0, 1});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	http_server_wake_shape(server, s);
 	if (hc_read_response(&by_handle.c, false, &r))
 	{
