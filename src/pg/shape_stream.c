@@ -151,6 +151,7 @@ typedef struct ShapeStream
 	int			snap_nxip;
 	uint64	   *snap_xip;
 	List	   *pending;		/* PendingTxn *, until ready */
+	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
 	LogOffset	last;			/* the log's last offset */
 	uint64		compacted_bytes;	/* the log's size after its snapshot or
 									 * its last compaction; 0: never compact */
@@ -719,6 +720,16 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	s->appended = true;
 }
 
+/*
+ * The most a snapshotting shape keeps of the transactions decoded meanwhile:
+ * a quarter of the log memory, which they would go to.
+ */
+static uint64
+ss_pending_limit(void)
+{
+	return (uint64) shape_sync_log_memory * 1024 * 1024 / 4;
+}
+
 /* A finished message goes to the log, or to the pending transaction. */
 static void
 ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
@@ -726,6 +737,16 @@ ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	if (s->ready)
 	{
 		ss_append(s, offset, data, len);
+		return;
+	}
+	if (s->rotate)
+		return;
+	s->pending_bytes += sizeof(offset) + sizeof(len) + len;
+	if (s->pending_bytes > ss_pending_limit())
+	{
+		/* bounded: the shape starts over once the changes have committed */
+		ss_rotate_later(s, psprintf("the changes kept while its snapshot is taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
+									(unsigned long long) (ss_pending_limit() >> 20)));
 		return;
 	}
 	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &offset, sizeof(offset));

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include "access_policy.h"
@@ -359,13 +360,17 @@ TEST(readers_race_with_updates)
 
 	REQUIRE_EQ(access_policy_init(&policy, &s, err, sizeof(err)), 0);
 	atomic_store(&readers_stop, false);
+	atomic_store(&decisions, 0);
 	for (int i = 0; i < 4; i++)
 		pthread_create(&readers[i], NULL, reader_thread, NULL);
-	for (int v = 1; v <= 2000; v++)
+	for (int v = 1; v <= 2000 || atomic_load(&decisions) < 100; v++)
 	{
+		/* until the readers made decisions during updates, not only after */
 		snprintf(secret, sizeof(secret), "k%d", v % 8);
 		s.secret = secret;
 		CHECK_EQ(access_policy_update(&policy, &s, err, sizeof(err)), 0);
+		if (v > 2000)
+			sched_yield();
 	}
 	atomic_store(&readers_stop, true);
 	for (int i = 0; i < 4; i++)
