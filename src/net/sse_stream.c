@@ -111,7 +111,6 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 	SseStream  *st = &sc->sse;
 	HttpServer *server = sc->server;
 	const ShapeLogArena *arena = server->shapes->arena;
-	const ShapeLog *log = shape_conn_log(sc);
 	size_t		limit = max < server->write_piece_size ? max : server->write_piece_size;
 	size_t		n = 0;
 
@@ -127,7 +126,8 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 		}
 		if (st->records.in_record)
 		{
-			n += slog_cursor_copy(arena, log, &st->records, buf + n, limit - n);
+			/* the version sse_next_range pinned: it may change between ranges */
+			n += slog_cursor_copy(arena, shape_conn_log(sc), &st->records, buf + n, limit - n);
 			if (st->records.in_record)
 				return (ssize_t) n;
 			sse_queue(st, "\n\n");
@@ -135,10 +135,10 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 		}
 		if (slog_cursor_more(&st->records))
 		{
-			if (n > 0 && slog_cursor_peek(arena, log, &st->records) + 8 > limit - n)
+			if (n > 0 && slog_cursor_peek(arena, shape_conn_log(sc), &st->records) + 8 > limit - n)
 				return (ssize_t) n;		/* whole events per piece when they fit */
 			sse_queue(st, "data: ");
-			slog_cursor_begin(arena, log, &st->records);
+			slog_cursor_begin(arena, shape_conn_log(sc), &st->records);
 			continue;
 		}
 		if (st->in_range)

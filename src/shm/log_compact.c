@@ -15,12 +15,15 @@
  *	- A life still open at the end of the range keeps its insert, at its
  *	  offset, and one update at the offset of its last update that merges
  *	  them all: every column any of them changed, with its last value (with
- *	  replica full, that is the last update's whole row), the first
- *	  old_value of each column, and the txids of all of them.  A client
- *	  before the insert gets both; one inside the life gets the update;
- *	  one past it, nothing.
+ *	  replica full, that is the last update's whole row), and the txids of
+ *	  all of them.  A client before the insert gets both; one inside the
+ *	  life gets the update; one past it, nothing.  A merged update has no
+ *	  old_value: the values before it differ from one client to another
+ *	  (a lone update keeps its own, which is right for every client).
  *	- A life that ended keeps only its delete, as a tombstone record that
- *	  carries the offset of the life's insert.  The cursor
+ *	  carries the offset of the life's insert, and, when it had updates,
+ *	  its update merged as above, a tombstone record too, so that a client
+ *	  inside the life has the row the delete names.  The cursor
  *	  (slog_cursor_*) serves a tombstone only to a client that resumes
  *	  from inside that life, the one client that holds the row; everyone
  *	  else, a fresh client above all, never hears of the key.
@@ -35,9 +38,12 @@
  * Each kept change message is marked the last of its transaction: the
  * messages a transaction had beside it may be gone, and a client must not
  * wait for them.  Records stay in their order, at their offsets; chunks
- * keep the input's boundaries (some of them: see above), merged until they
- * reach `chunk_bytes`, so every offset a client was given still names a
- * position, and locating it (slog_locate) finds what follows it.
+ * are groups of the input's chunks, merged until they reach `chunk_bytes`,
+ * and end at their last message, as every chunk does; so every offset a
+ * client was given still names a position, and locating it (slog_locate)
+ * finds what follows it.  (Where a group's last message is earlier than
+ * the input chunk's end, no dropped life is open between the two either:
+ * its delete, a kept tombstone, would be later.)
  *
  * So a compacted log holds one insert and at most one update per live row,
  * plus one small delete per life that ended since the snapshot; a log
@@ -102,6 +108,8 @@ typedef struct CompactRecord
 	uint8_t		kind;
 	uint8_t		op;				/* CompactOp */
 	uint8_t		fate;			/* CompactFate */
+	bool		filtered;		/* kept as a tombstone: only for clients
+								 * inside its life (born) */
 } CompactRecord;
 
 /* A column of a merged update: name and value as JSON text. */
@@ -117,9 +125,6 @@ typedef struct CompactMerge
 {
 	CompactPair *values;
 	int			nvalues;
-	CompactPair *old_values;
-	int			nold;
-	bool		has_old;
 	uint64_t   *txids;
 	int			ntxids;
 } CompactMerge;
@@ -156,6 +161,7 @@ typedef struct Compactor
 	size_t		out_cap;
 	size_t		out_len;
 	bool		no_memory;
+	LogOffset	last_out;		/* the offset of the last record written */
 } Compactor;
 
 /* ------------------------------------------------------------- helpers */
@@ -438,13 +444,7 @@ cmp_merge_free(CompactMerge *m)
 		free(m->values[i].name);
 		free(m->values[i].value);
 	}
-	for (int i = 0; i < m->nold; i++)
-	{
-		free(m->old_values[i].name);
-		free(m->old_values[i].value);
-	}
 	free(m->values);
-	free(m->old_values);
 	free(m->txids);
 	free(m);
 }
@@ -459,10 +459,10 @@ cmp_dup(const char *s, size_t n)
 	return d;
 }
 
-/* Sets name to value in a pair list; `keep_first` keeps an existing one. */
+/* Sets name to value in a pair list. */
 static bool
 cmp_set_pair(CompactPair **pairs, int *n, const char *name, size_t nlen,
-			 const char *value, size_t vlen, bool keep_first)
+			 const char *value, size_t vlen)
 {
 	CompactPair *grown;
 	char	   *v;
@@ -470,8 +470,6 @@ cmp_set_pair(CompactPair **pairs, int *n, const char *name, size_t nlen,
 	for (int i = 0; i < *n; i++)
 		if ((*pairs)[i].name_len == nlen && memcmp((*pairs)[i].name, name, nlen) == 0)
 		{
-			if (keep_first)
-				return true;
 			if ((v = cmp_dup(value, vlen)) == NULL)
 				return false;
 			free((*pairs)[i].value);
@@ -502,15 +500,7 @@ cmp_merge_value(void *arg, const char *name, size_t nlen, const char *value, siz
 {
 	CompactMerge *m = arg;
 
-	return cmp_set_pair(&m->values, &m->nvalues, name, nlen, value, vlen, false);
-}
-
-static bool
-cmp_merge_old(void *arg, const char *name, size_t nlen, const char *value, size_t vlen)
-{
-	CompactMerge *m = arg;
-
-	return cmp_set_pair(&m->old_values, &m->nold, name, nlen, value, vlen, true);
+	return cmp_set_pair(&m->values, &m->nvalues, name, nlen, value, vlen);
 }
 
 /* The txids array of a headers object, added to the merge's. */
@@ -566,22 +556,29 @@ cmp_out_pairs(Compactor *c, const CompactPair *pairs, int n)
 
 /*
  * Writes the merged update into c->out_buf: the last update's key and
- * headers (txids replaced by all of the group's, marked last), the merged
- * value and old_value.
+ * headers (txids replaced by all of the group's, marked last) and the
+ * merged value.
  */
 static bool
-cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m)
+cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
+			   const LogOffset *born)
 {
 	static const char tag[] = "\"txids\":[";
 	const char *h = last->headers;
 	const char *t;
 
 	c->out_len = 0;
+	if (born != NULL)
+	{
+		char		prefix[SLOG_TOMBSTONE_PREFIX];
+
+		memcpy(prefix, &born->tx, sizeof(int64_t));
+		memcpy(prefix + sizeof(int64_t), &born->op, sizeof(uint64_t));
+		if (!cmp_out(c, prefix, sizeof(prefix)))
+			return false;
+	}
 	if (!cmp_out(c, "{\"key\":", 7) || !cmp_out(c, last->key, last->key_len) ||
 		!cmp_out(c, ",\"value\":", 9) || !cmp_out_pairs(c, m->values, m->nvalues))
-		return false;
-	if (m->has_old && (!cmp_out(c, ",\"old_value\":", 13) ||
-					   !cmp_out_pairs(c, m->old_values, m->nold)))
 		return false;
 	if (!cmp_out(c, ",\"headers\":", 11))
 		return false;
@@ -705,7 +702,7 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		k = &c->keys[r->key];
 		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
 		{
-			if (m.op != OP_DELETE || k->life_insert >= 0)
+			if (m.op == OP_INSERT || k->life_insert >= 0)
 				return SLOG_COMPACT_UNREADABLE;
 			r->op = OP_TOMBSTONE;
 			r->fate = FATE_KEEP_TOMBSTONE;
@@ -730,7 +727,13 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			case OP_DELETE:
 				if (k->life_insert < 0)
 					return SLOG_COMPACT_UNREADABLE;
-				cmp_mark_life(c, k, FATE_DROP, false);
+				/* its updates, merged, go to the clients inside the life too */
+				cmp_mark_life(c, k, k->updates > 1 ? FATE_MERGE : FATE_KEEP, false);
+				for (int64_t j = k->life_last; j >= 0; j = c->records[j].prev_in_life)
+				{
+					c->records[j].filtered = true;
+					c->records[j].born = c->records[k->life_insert].offset;
+				}
 				r->fate = FATE_TOMBSTONE;
 				r->born = c->records[k->life_insert].offset;
 				c->records[k->life_insert].lives_opened++;
@@ -760,6 +763,7 @@ cmp_append(Compactor *c, ShapeLog *out, LogOffset offset, uint32_t kind, const c
 {
 	SlogResult	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
 
+	c->last_out = offset;
 	return res == SLOG_OK ? SLOG_COMPACT_OK : SLOG_COMPACT_FULL;
 }
 
@@ -786,6 +790,15 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 		return SLOG_COMPACT_UNREADABLE;
 	k = &c->keys[r->key];
 	c->out_len = 0;
+	if (r->filtered || r->fate == FATE_TOMBSTONE)
+	{
+		char		prefix[SLOG_TOMBSTONE_PREFIX];
+
+		memcpy(prefix, &r->born.tx, sizeof(int64_t));
+		memcpy(prefix + sizeof(int64_t), &r->born.op, sizeof(uint64_t));
+		if (!cmp_out(c, prefix, sizeof(prefix)))
+			return SLOG_COMPACT_NO_MEMORY;
+	}
 	switch (r->fate)
 	{
 		case FATE_KEEP:
@@ -793,15 +806,13 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 				!cmp_out_headers_last(c, m.headers, m.headers_end) || !cmp_out(c, "}", 1))
 				return SLOG_COMPACT_NO_MEMORY;
 			stats->records_out++;
-			return cmp_append(c, out, r->offset, SLOG_RECORD_CHANGE, c->out_buf, c->out_len);
+			stats->tombstones += r->filtered;
+			return cmp_append(c, out, r->offset,
+							  r->filtered ? SLOG_RECORD_TOMBSTONE : SLOG_RECORD_CHANGE,
+							  c->out_buf, c->out_len);
 		case FATE_TOMBSTONE:
 			{
-				char		prefix[SLOG_TOMBSTONE_PREFIX];
-
-				memcpy(prefix, &r->born.tx, sizeof(int64_t));
-				memcpy(prefix + sizeof(int64_t), &r->born.op, sizeof(uint64_t));
-				if (!cmp_out(c, prefix, sizeof(prefix)) ||
-					!cmp_out(c, c->buf, (size_t) (m.headers - c->buf)) ||
+				if (!cmp_out(c, c->buf, (size_t) (m.headers - c->buf)) ||
 					!cmp_out_headers_last(c, m.headers, m.headers_end) || !cmp_out(c, "}", 1))
 					return SLOG_COMPACT_NO_MEMORY;
 				stats->records_out++;
@@ -818,24 +829,20 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 
 				if (!cmp_object(&p, m.value_end, cmp_merge_value, k->merge))
 					return SLOG_COMPACT_NO_MEMORY;
-				if (m.old_value != NULL)
-				{
-					p = m.old_value;
-					k->merge->has_old = true;
-					if (!cmp_object(&p, m.old_value_end, cmp_merge_old, k->merge))
-						return SLOG_COMPACT_NO_MEMORY;
-				}
 				if (!cmp_merge_txids(k->merge, m.headers, m.headers_end))
 					return SLOG_COMPACT_NO_MEMORY;
 			}
 			if (r->fate == FATE_MERGE)
 				return SLOG_COMPACT_OK;
-			if (!cmp_out_merged(c, &m, k->merge))
+			if (!cmp_out_merged(c, &m, k->merge, r->filtered ? &r->born : NULL))
 				return SLOG_COMPACT_NO_MEMORY;
 			cmp_merge_free(k->merge);
 			k->merge = NULL;
 			stats->records_out++;
-			res = cmp_append(c, out, r->offset, SLOG_RECORD_CHANGE, c->out_buf, c->out_len);
+			stats->tombstones += r->filtered;
+			res = cmp_append(c, out, r->offset,
+							 r->filtered ? SLOG_RECORD_TOMBSTONE : SLOG_RECORD_CHANGE,
+							 c->out_buf, c->out_len);
 			return res;
 		default:
 			return SLOG_COMPACT_UNREADABLE;
@@ -885,16 +892,18 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	for (uint32_t ch = 0; res == SLOG_COMPACT_OK && ch < pub.chunk_count; ch++)
 	{
 		uint64_t	end_pos;
-		LogOffset	end = cmp_chunk_end(arena, in, ch, &end_pos);
+
+		(void) cmp_chunk_end(arena, in, ch, &end_pos);
 
 		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < end_pos)
 		{
 			spanning += c.records[next].lives_opened;
 			res = cmp_emit(&c, out, &c.records[next++], stats);
 		}
+		/* a chunk ends at its last message, as every chunk does */
 		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 && spanning == 0 &&
 			(out->open_chunk_bytes >= chunk_bytes || ch + 1 == pub.chunk_count) &&
-			slog_close_chunk(arena, out, end) != SLOG_OK)
+			slog_close_chunk(arena, out, c.last_out) != SLOG_OK)
 			res = SLOG_COMPACT_FULL;
 	}
 

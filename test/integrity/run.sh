@@ -14,6 +14,10 @@
 # (kinds and weights, e.g. `truncate,addcol:3`), INTEGRITY_CHAOS_GAP, INTEGRITY_CHAOS_BIG_ROWS
 # (see the header of integrity.mjs).
 #
+# INTEGRITY_COMPACTION_FACTOR (default 1.2, aggressive: a log is compacted once it grew by a
+# fifth) sets shape_sync.compaction_factor, so that clients resume from offsets before,
+# inside and after compacted parts all the time; 0 turns compaction off.
+#
 # INTEGRITY_SYNC_STANDBY=1 (default 0): before each seed's test, a physical standby of the
 # cluster is made with pg_basebackup (cluster_standby_create of scripts/lib/cluster.sh) and
 # named in synchronous_standby_names, and the chaos loop stops it for 0.5-3 s now and then,
@@ -50,8 +54,10 @@ if ((${#seeds[@]} == 0)); then
 	seeds=("${SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}")
 fi
 
+export INTEGRITY_COMPACTION_FACTOR=${INTEGRITY_COMPACTION_FACTOR:-1.2}
 export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '2s'
-shape_sync.chunk_bytes_threshold = '16kB'${SHAPE_SYNC_EXTRA_CONF:+
+shape_sync.chunk_bytes_threshold = '16kB'
+shape_sync.compaction_factor = $INTEGRITY_COMPACTION_FACTOR${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 
 trap cluster_stop EXIT
@@ -87,6 +93,9 @@ for seed in "${seeds[@]}"; do
 			cp "$SHAPE_SYNC_LOG" "$INTEGRITY_KEEP_LOG.$seed" && echo "# server log kept in $INTEGRITY_KEEP_LOG.$seed"
 		fi
 	fi
+	compactions=$(cluster_psql -At -c "CREATE EXTENSION IF NOT EXISTS shape_sync" \
+		-c "SELECT coalesce(sum(compactions), 0) FROM shape_sync.shapes" 2>/dev/null | tail -n 1) || compactions='?'
+	echo "# seed $seed: the shapes held at the end were compacted $compactions times in all"
 	if grep -q 'could not start its HTTP server' "$SHAPE_SYNC_LOG"; then
 		echo "# environment: after the restart shape_sync could not listen on its HTTP port (taken by"
 		echo "# another process meanwhile); the clients talked to that process. This seed's result says"

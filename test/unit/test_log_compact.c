@@ -291,11 +291,24 @@ apply(Rows *rows, const char *msg, char *why, size_t whylen)
 	}
 	else if (strstr(msg, "\"operation\":\"update\""))
 	{
+		Row			was;
+		bool		old_cols[NCOLS];
+
 		if (!row->present)
 		{
 			snprintf(why, whylen, "update of absent key %d: %s", k, msg);
 			return false;
 		}
+		/* old_value, when there is one, is what this client had */
+		memset(&was, 0, sizeof(was));
+		if (strstr(msg, "\"old_value\":{") && parse_value(msg, "\"old_value\":{", &was, old_cols))
+			for (int c = 0; c < NCOLS; c++)
+				if (old_cols[c] && strcmp(was.col[c], row->col[c]) != 0)
+				{
+					snprintf(why, whylen, "old_value of column %d is %s, the row had %s: %s", c,
+							 was.col[c], row->col[c], msg);
+					return false;
+				}
 		for (int c = 0; c < NCOLS; c++)
 			if (cols[c])
 				strcpy(row->col[c], got.col[c]);
@@ -307,6 +320,14 @@ apply(Rows *rows, const char *msg, char *why, size_t whylen)
 			snprintf(why, whylen, "delete of absent key %d: %s", k, msg);
 			return false;
 		}
+		/* with replica full, a delete carries the row this client had */
+		for (int c = 1; c < NCOLS; c++)
+			if (cols[c] && strcmp(got.col[c], row->col[c]) != 0)
+			{
+				snprintf(why, whylen, "delete's column %d is %s, the row had %s: %s", c,
+						 got.col[c], row->col[c], msg);
+				return false;
+			}
 		row->present = false;
 	}
 	if (strstr(msg, "\"headers\":{") == NULL || msg[strlen(msg) - 1] != '}')
@@ -513,6 +534,53 @@ count_records(ShapeLogArena *arena, const ShapeLog *log, bool tombstones)
 	return n;
 }
 
+/*
+ * The shape of a compacted log: every closed chunk ends at its last
+ * record's offset (as the server's chunks do), and a merged update (more
+ * than one txid) carries no old_value.
+ */
+static int
+check_chunks_and_merges(ShapeLogArena *arena, const ShapeLog *log)
+{
+	SlogPublished pub;
+	int			bad = 0;
+
+	slog_read_published(log, &pub);
+	for (uint32_t i = 0; i < pub.chunk_count; i++)
+	{
+		SlogChunk	c;
+		LogOffset	last = {0, 0};
+
+		slog_chunk_read(arena, log, i, &c);
+		for (uint64_t pos = c.start_pos; pos < c.end_pos;)
+		{
+			SlogRecordHeader hdr;
+			char		m[2048];
+
+			slog_read_header(arena, log, pos, &hdr);
+			last = (LogOffset) {hdr.tx, hdr.op};
+			slog_copy_out(arena, log, pos + sizeof(hdr), m, hdr.len);
+			m[hdr.len] = '\0';
+			if (strstr(m, "\"txids\":[") && strchr(strstr(m, "\"txids\":["), ',') &&
+				strchr(strstr(m, "\"txids\":["), ',') < strchr(strstr(m, "\"txids\":["), ']') &&
+				strstr(m, "\"old_value\"") != NULL)
+			{
+				FAIL("a merged update with old_value: %s", m);
+				bad++;
+			}
+			pos += slog_record_span(hdr.len);
+		}
+		if (log_offset_cmp(last, (LogOffset) {c.end_tx, c.end_op}) != 0)
+		{
+			FAIL("chunk %u ends at %lld_%llu, its last record is %lld_%llu", i,
+				 (long long) c.end_tx, (unsigned long long) c.end_op,
+				 (long long) last.tx, (unsigned long long) last.op);
+			bad++;
+		}
+	}
+	return bad;
+}
+
 static SlogCompactResult
 compact_into(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, SlogCompactStats *st)
 {
@@ -555,6 +623,7 @@ run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
 	CHECK(st.bytes_out < st.bytes_in);
 	CHECK(st.records_out < st.records_in);
 	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[1], &w.truth, &fresh), 0);
+	CHECK_EQ(check_chunks_and_merges(arena, &logs[1]), 0);
 	{
 		SlogChunk	last;
 
@@ -574,6 +643,7 @@ run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
 	/* clients of the first log, and of the compacted one, on the second */
 	CHECK_EQ(check_every_offset(arena, &logs[1], compacted_end, &logs[2], &w.truth, NULL), 0);
 	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[2], &w.truth, NULL), 0);
+	CHECK_EQ(check_chunks_and_merges(arena, &logs[2]), 0);
 
 	for (int i = 0; i < 3; i++)
 		slog_release(arena, &logs[i]);
