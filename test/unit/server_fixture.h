@@ -72,7 +72,7 @@ fixture_init(uint32_t nslots, uint64_t nblocks, uint32_t hash_base)
 static inline void
 append(uint32_t slot, LogOffset o, uint32_t kind, const char *payload, size_t len)
 {
-	SlogResult	res = slog_append(arena, &table->slots[slot].logs[0], o, kind, payload,
+	SlogResult	res = slog_append(arena, shape_table_log(table, slot), o, kind, payload,
 								  (uint32_t) len);
 
 	if (res != SLOG_OK)
@@ -90,7 +90,7 @@ append_str(uint32_t slot, LogOffset o, const char *payload)
 static inline void
 close_chunk(uint32_t slot, LogOffset end)
 {
-	if (slog_close_chunk(arena, &table->slots[slot].logs[0], end) != SLOG_OK)
+	if (slog_close_chunk(arena, shape_table_log(table, slot), end) != SLOG_OK)
 		FAIL("slog_close_chunk failed");
 }
 
@@ -126,7 +126,7 @@ new_live_shape(int which, const char *record)
 	append_str(s, (LogOffset) {0, 0}, record);
 	close_chunk(s, (LogOffset) {0, 0});
 	shape_table_set_state(table, s, SHAPE_READY);
-	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(shape_table_log(table, s), LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	return s;
 }
 
@@ -137,7 +137,52 @@ live_change(int which, int64_t tx, const char *payload)
 	uint32_t	s = slot_of[which];
 
 	append_str(s, (LogOffset) {tx, 0}, payload);
-	slog_publish(&table->slots[s].logs[0], (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
+	slog_publish(shape_table_log(table, s), (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
+}
+
+/*
+ * Serves a copy of a shape's log from now on, as compaction does: the same
+ * records and chunks in the other version, swapped in; the old version goes
+ * back to the arena when its last reader lets go.
+ */
+static inline void
+swap_in_copy(int which)
+{
+	uint32_t	s = slot_of[which];
+	ShapeLog   *old = shape_table_log(table, s);
+	ShapeLog   *copy = shape_table_spare_log(table, s);
+	SlogPublished pub;
+	uint32_t	chunk = 0;
+	char		buf[65536];
+
+	if (copy == NULL)
+	{
+		FAIL("the spare log version is still read");
+		return;
+	}
+	slog_read_published(old, &pub);
+	for (uint64_t pos = 0; pos < pub.data_end;)
+	{
+		SlogRecordHeader hdr;
+		SlogChunk	c;
+
+		slog_read_header(arena, old, pos, &hdr);
+		slog_copy_out(arena, old, pos + sizeof(hdr), buf, hdr.len);
+		if (slog_append(arena, copy, (LogOffset) {hdr.tx, hdr.op}, hdr.kind, buf, hdr.len) != SLOG_OK)
+			FAIL("copying the log");
+		pos += slog_record_span(hdr.len);
+		if (chunk < pub.chunk_count)
+		{
+			slog_chunk_read(arena, old, chunk, &c);
+			if (pos == c.end_pos)
+			{
+				slog_close_chunk(arena, copy, (LogOffset) {c.end_tx, c.end_op});
+				chunk++;
+			}
+		}
+	}
+	slog_publish(copy, pub.last, pub.flags);
+	shape_table_swap_log(table, s);
 }
 
 static inline const char *

@@ -27,11 +27,11 @@ static _Atomic int resolutions;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap", "snapping"
+	"slowsnap", "snapping", "swapped"
 };
 
 #include "server_fixture.h"
@@ -300,6 +300,8 @@ TEST(server_starts)
 	new_shape(SH_SLOWSNAP, SHAPE_SNAPSHOTTING);
 	/* snapping: a snapshot the tests move on */
 	new_shape(SH_SNAPPING, SHAPE_SNAPSHOTTING);
+	/* swapped: a live shape whose log a test replaces by a copy, as compaction does */
+	new_live_shape(SH_SWAPPED, L0);
 
 	REQUIRE_EQ(UNIT_FAILURES(), 0);
 
@@ -1959,6 +1961,56 @@ TEST(sse_streams_changes)
 		wait_pins(SH_LIVE, 0, 0.3);
 	}
 	CHECK_EQ(pins(SH_LIVE), 0);
+}
+
+/*
+ * An SSE stream parked between ranges while compaction swaps in another
+ * version of the log reads its next range from the version served then.
+ * (It read the new range's positions in the old version, which had gone
+ * back to the arena: a crash.)
+ */
+TEST(sse_follows_a_log_swap)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		req[1024];
+	size_t		cap = 1;
+	bool		ended = false;
+	const char *want = "data: {\"key\":\"swapped200\"}\n\n" "data: " UP_TO_DATE_AT("200") "\n\n";
+
+	REQUIRE(server != NULL);
+	live_change(SH_SWAPPED, 100, "{\"key\":\"swapped100\"}");
+	snprintf(req, sizeof(req), "GET /v1/shape?table=swapped&offset=100_0&handle=%s&live=true"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			 "Accept: text/event-stream\r\n\r\n", handle_of(SH_SWAPPED));
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	REQUIRE(hc_send(&c, req, strlen(req)));
+	if (!hc_read_head(&c, &r))
+	{
+		FAIL("sse head: %s", r.error);
+		hc_response_free(&r);
+		hc_close(&c);
+		return;
+	}
+	CHECK_EQ(r.status, 200);
+	if (!wait_pins(SH_SWAPPED, 1, 5))
+		FAIL("the SSE stream does not hold the shape");
+
+	swap_in_copy(SH_SWAPPED);
+	live_change(SH_SWAPPED, 200, "{\"key\":\"swapped200\"}");
+	http_server_wake_shape(server, slot_of[SH_SWAPPED]);
+	while (!ended && r.body_len < strlen(want))
+		if (!hc_read_chunk(&c, &r, &cap, &ended))
+		{
+			FAIL("sse stream: %s", r.error);
+			break;
+		}
+	CHECK_STR_EQ(r.body, want);
+	hc_response_free(&r);
+	hc_close(&c);
+	/* the old version went back once the stream let go of it */
+	CHECK(shape_table_spare_log(table, slot_of[SH_SWAPPED]) != NULL);
+	shape_table_drop_spare_log(table, slot_of[SH_SWAPPED]);
 }
 
 /* ------------------------------------------------------------- DELETE */
