@@ -15,12 +15,18 @@
 #      "Decoding many small transactions" of bench/RESULTS.md;
 #   6. bench/locate.sh: locating a client's offset in a 10 MB open tail, with the position
 #      index against the scan it replaced, the section "Locating an offset in the open tail"
-#      of bench/RESULTS.md.
+#      of bench/RESULTS.md;
+#   7. bench/compaction.sh: the memory of one hot shape over time with compaction and without,
+#      the section "Memory of a hot shape";
+#   8. bench/big_transaction.sh: a new shape requested during the replay of a 1M-row
+#      transaction, the section "A new shape during a big transaction";
+#   9. bench/recovery.sh: 1,000 live clients on 100 shapes coming back after a restart of
+#      PostgreSQL, the section "Recovery after a restart".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
 # THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
-# raw-1, client-1, raw-100, sock-100, client-100). About 8 minutes with the defaults.
+# raw-1, client-1, raw-100, sock-100, client-100). About 15 minutes with the defaults.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,5 +62,8 @@ bash "$here/access.sh" >/dev/null || rc=$?
 bash "$here/decode.sh" >/dev/null || rc=$?
 bash "$here/commits.sh" >/dev/null || rc=$?
 bash "$here/locate.sh" >/dev/null || rc=$?
+bash "$here/compaction.sh" >/dev/null || rc=$?
+bash "$here/big_transaction.sh" >/dev/null || rc=$?
+bash "$here/recovery.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"

@@ -180,6 +180,8 @@ cluster_start() {
 		printf "shape_sync.database = 'postgres'\n"
 		printf "shape_sync.log_memory = '256MB'\n"
 		printf 'shape_sync.manage_replica_identity = %s\n' "${SHAPE_SYNC_MANAGE_REPLICA_IDENTITY:-on}"
+		# every client of a test (and of this throwaway cluster) comes from one address
+		printf 'shape_sync.max_new_shapes_per_client = 0\n'
 		printf 'log_min_messages = info\n'
 		printf 'logging_collector = off\n'
 		if [[ -n ${SHAPE_SYNC_EXTRA_CONF:-} ]]; then

@@ -59,6 +59,14 @@
  * left behind (shape_sync_<other oid>, our plugin, not in use) are dropped,
  * since they would hold WAL and catalog_xmin for ever.
  *
+ * A transaction is replayed whole when its commit record is decoded, which
+ * for a million rows takes seconds.  The plugin ticks once per change
+ * (decoder_replay_tick), and every DECODER_REPLAY_TICK_MS of replay the
+ * worker's hook runs: it wakes the clients of shapes whose logs grew (a
+ * snapshot publishing its chunks) and obeys a shutdown request.  New
+ * shapes are resolved only between transactions: resolving reads the
+ * current catalog, which a replay (under a historic snapshot) cannot.
+ *
  * PostgreSQL 15.20 only lets a slot use the output plugins listed in
  * output_plugin_libraries.  The worker trusts its own library for its own
  * process by adding it to that list with a process-local override; other
@@ -94,8 +102,12 @@
 #include "shape_stream.h"
 
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
+#define DECODER_REPLAY_TICK_MS	20	/* the hook's period during a replay */
 
 static LogicalDecodingContext *dec_ctx = NULL;
+static DecoderReplayHook dec_replay_hook = NULL;
+static uint32 dec_replay_changes = 0;
+static TimestampTz dec_replay_hook_at = 0;
 static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
 static XLogRecPtr dec_skip_from = InvalidXLogRecPtr;
 static TimestampTz dec_skip_started;
@@ -297,11 +309,12 @@ dec_begin_decoding(void)
 }
 
 void
-decoder_start(void)
+decoder_start(DecoderReplayHook hook)
 {
 	char		name[NAMEDATALEN];
 	XLogRecPtr	flushed;
 
+	dec_replay_hook = hook;
 	if (wal_level < WAL_LEVEL_LOGICAL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -443,6 +456,7 @@ decoder_step(void)
 		return false;
 	if (dec_skip_to != InvalidXLogRecPtr)
 		return dec_skip_step();
+	dec_replay_hook_at = start;	/* the main loop ran just now */
 	/* where clauses matched in the batch are held to their deadline */
 	eval_deadline_watch();
 	while (dec_ctx->reader->EndRecPtr < flushed)
@@ -484,6 +498,27 @@ decoder_step(void)
 	}
 	return dec_ctx->reader->EndRecPtr < flushed && progress &&
 		!TransactionIdIsValid(dec_held_xid);
+}
+
+/*
+ * One change replayed (the plugin calls this): runs the hook every
+ * DECODER_REPLAY_TICK_MS of a long replay.  The clock is read once per 256
+ * changes.
+ */
+void
+decoder_replay_tick(void)
+{
+	TimestampTz now;
+
+	if (dec_replay_hook == NULL || ++dec_replay_changes % 256 != 0)
+		return;
+	now = GetCurrentTimestamp();
+	if (dec_replay_hook_at == 0)
+		dec_replay_hook_at = now;
+	if (!TimestampDifferenceExceeds(dec_replay_hook_at, now, DECODER_REPLAY_TICK_MS))
+		return;
+	dec_replay_hook_at = now;
+	dec_replay_hook();
 }
 
 /* Whether decoding waits for a committed transaction to become visible. */

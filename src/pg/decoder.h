@@ -18,7 +18,11 @@ struct LogicalDecodingContext;
 /* how often a held commit (decoder.c) is looked at again without a wake-up */
 #define DECODER_HOLD_RECHECK_MS 10
 
-extern void decoder_start(void);
+/* what the main loop does that may not wait for a long replay (decoder.c) */
+typedef void (*DecoderReplayHook) (void);
+
+extern void decoder_start(DecoderReplayHook hook);
+extern void decoder_replay_tick(void);
 extern bool decoder_step(void);
 extern bool decoder_wal_pending(void);
 extern bool decoder_holds_commit(void);

@@ -216,7 +216,10 @@ plugin_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 		return;
 	old = MemoryContextSwitchTo(state->change_context);
 	if (decoder_is_worker_context(ctx))
+	{
 		shape_stream_change(rel, change);
+		decoder_replay_tick();
+	}
 	else
 		plugin_sql_change(ctx, rel, change);
 	MemoryContextSwitchTo(old);

@@ -306,6 +306,25 @@ worker_live_clients(uint32 slot)
 	return worker_http != NULL ? http_server_live_clients(worker_http, slot) : 0;
 }
 
+static void worker_wake_changed_shapes(void);
+
+/*
+ * Runs every few ms while decoding replays a long transaction (decoder.c):
+ * clients of shapes whose logs grew are woken, and a shutdown request is
+ * obeyed at once (worker_shutdown answers what waits) instead of after the
+ * replay.
+ */
+static void
+worker_during_replay(void)
+{
+	worker_wake_changed_shapes();
+	if (ShutdownRequestPending)
+	{
+		ereport(LOG, (errmsg("shape_sync shutting down during the replay of a transaction")));
+		proc_exit(1);
+	}
+}
+
 /* Resumes the connections parked on shapes whose logs changed. */
 static void
 worker_wake_changed_shapes(void)
@@ -342,7 +361,7 @@ shape_sync_worker_main(Datum arg)
 	eval_deadline_enable();
 
 	registry_start(worker_live_clients);
-	decoder_start();
+	decoder_start(worker_during_replay);
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
