@@ -934,12 +934,6 @@ http_server_wake_all(HttpServer *server)
 		waiters_notify(&server->waiters, i);
 }
 
-uint32_t
-http_server_live_clients(HttpServer *server, uint32_t slot)
-{
-	return waiters_count(&server->waiters, slot);
-}
-
 /* Frees what http_server_start allocated; the daemons are stopped. */
 static void
 http_server_free(HttpServer *server)

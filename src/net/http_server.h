@@ -75,7 +75,4 @@ extern void http_server_wake_shape(HttpServer *server, uint32_t slot);
 /* Resumes every parked connection (the shape table changed wholesale). */
 extern void http_server_wake_all(HttpServer *server);
 
-/* Live requests (long-poll, SSE) parked on shape `slot` now. */
-extern uint32_t http_server_live_clients(HttpServer *server, uint32_t slot);
-
 #endif							/* HTTP_SERVER_H */

@@ -69,6 +69,12 @@
 
 #include "json_text.h"
 
+/*
+ * retry-after of what a stopping server answers: a restart takes about a
+ * second, and the client then learns (409) that its shape is gone.
+ */
+#define SHUTDOWN_RETRY_AFTER_S 1
+
 #define CACHE_CONTROL_INITIAL \
 	"public, max-age=604800, s-maxage=3600, stale-while-revalidate=2629746"
 
@@ -592,7 +598,7 @@ shape_respond_or_wait(ShapeConn *sc)
 			return MHD_YES;
 		}
 		if (atomic_load(&server->waiters.stopping))
-			return shape_respond_unavailable(sc, "the server is shutting down", 5);
+			return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 		/* the check under the list's lock saw something else: go on with it */
 	}
 
@@ -764,7 +770,7 @@ shape_start(ShapeConn *sc)
 								   "{\"message\":\"Invalid request\",\"errors\":{\"log\":"
 								   "[\"log=changes_only is not supported by this server yet: use log=full\"]}}", 0);
 	if (atomic_load(&sc->server->stopping))
-		return shape_respond_unavailable(sc, "the server is shutting down", 5);
+		return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 	if (!shape_admit(sc))
 		return shape_respond_over_limit(sc);
 

@@ -43,9 +43,6 @@
  *   epoll set, and resumed it.  Epoll events carry (ConnTable slot,
  *   generation), never a pointer, and the waiter is found through the
  *   slot's `parked` field after the generation check.
- * - A list's `count` changes with its links, under its lock; it is an
- *   atomic only so that the main thread may read it without the lock, as
- *   a hint (waiters_count: is anyone parked on this shape?).
  * - `changed` bits are set with fetch_or and taken with exchange.
  * - `stopping` is set once; parking checks it under the list lock, and
  *   the park thread resumes everything before it exits.
@@ -171,7 +168,6 @@ list_link(WaitList *list, Waiter *waiter)
 		list->head->prev = waiter;
 	list->head = waiter;
 	waiter->in_list = true;
-	atomic_store_explicit(&list->count, list->count + 1, memory_order_relaxed);
 }
 
 static void
@@ -187,7 +183,6 @@ list_unlink(WaitList *list, Waiter *waiter)
 		waiter->next->prev = waiter->prev;
 	waiter->prev = waiter->next = NULL;
 	waiter->in_list = false;
-	atomic_store_explicit(&list->count, list->count - 1, memory_order_relaxed);
 }
 
 static uint64_t
@@ -214,24 +209,13 @@ waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns)
 		epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->notify_fd, &ev) != 0)
 		return -1;
 	for (uint32_t i = 0; i < nslots; i++)
-	{
 		pthread_mutex_init(&w->lists[i].lock, NULL);
-		atomic_init(&w->lists[i].count, 0);
-	}
 	for (uint32_t i = 0; i < CHANGED_WORDS(nslots); i++)
 		atomic_init(&w->changed[i], 0);
 	pthread_mutex_init(&w->timer_lock, NULL);
 	atomic_init(&w->stopping, false);
 	atomic_init(&w->clients_gone, 0);
 	return 0;
-}
-
-uint32_t
-waiters_count(Waiters *w, uint32_t slot)
-{
-	if (slot >= w->nslots)
-		return 0;
-	return atomic_load_explicit(&w->lists[slot].count, memory_order_relaxed);
 }
 
 static void

@@ -43,7 +43,6 @@ typedef struct WaitList
 {
 	pthread_mutex_t lock;
 	Waiter	   *head;
-	_Atomic uint32_t count;		/* waiters in the list; changes under lock */
 } WaitList;
 
 typedef struct Waiters
@@ -80,9 +79,6 @@ extern bool waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t dead
 
 /* Shape `slot` changed: the park thread resumes its waiters.  O(1). */
 extern void waiters_notify(Waiters *w, uint32_t slot);
-
-/* How many requests are parked on shape `slot` now; any thread, a hint. */
-extern uint32_t waiters_count(Waiters *w, uint32_t slot);
 
 extern int64_t waiters_now_ms(void);
 

@@ -54,7 +54,9 @@
  * batches between which requests are served.  Skipping stops early at a
  * commit whose transaction is still in the proc array, for the reason
  * above: a shape created meanwhile may not see it.  Then decoding goes on
- * normally from there.  A slot that was invalidated (max_slot_wal_keep_size)
+ * normally from there; it also ends where the reader is as soon as a shape
+ * is made, so that nothing a new snapshot may lack is skipped after it
+ * was taken.  A slot that was invalidated (max_slot_wal_keep_size)
  * is dropped and made again, and slots that an earlier shape_sync.database
  * left behind (shape_sync_<other oid>, our plugin, not in use) are dropped,
  * since they would hold WAL and catalog_xmin for ever.
@@ -110,6 +112,7 @@ static uint32 dec_replay_changes = 0;
 static TimestampTz dec_replay_hook_at = 0;
 static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
 static XLogRecPtr dec_skip_from = InvalidXLogRecPtr;
+static bool dec_skip_stop = false;	/* a shape was made: decode from here */
 static TimestampTz dec_skip_started;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
@@ -280,6 +283,7 @@ dec_drop_stale_slots(const char *own)
 			MemoryContextSwitchTo(cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
+			LWLockReleaseAll();	/* dropping may fail holding the allocation lock */
 			if (MyReplicationSlot != NULL)
 				ReplicationSlotRelease();
 			ereport(WARNING,
@@ -364,6 +368,20 @@ decoder_start(DecoderReplayHook hook)
 					LSN_FORMAT_ARGS(MyReplicationSlot->data.confirmed_flush))));
 }
 
+/* Reads the next record; false when the rest of the WAL is not flushed yet. */
+static bool
+dec_read_record(void)
+{
+	char	   *errm = NULL;
+	XLogRecord *record;
+
+	dec_page_private.end_of_wal = false;
+	record = XLogReadRecord(dec_ctx->reader, &errm);
+	if (errm)
+		elog(ERROR, "could not read WAL for logical decoding: %s", errm);
+	return record != NULL;
+}
+
 /*
  * One batch of fast-forwarding; once it reaches dec_skip_to (or a commit
  * not visible to every snapshot yet), decoding proper starts there.
@@ -375,16 +393,9 @@ dec_skip_step(void)
 	XLogRecPtr	stop_at = InvalidXLogRecPtr;
 	int			n = 0;
 
-	while (dec_ctx->reader->EndRecPtr < dec_skip_to)
+	while (!dec_skip_stop && dec_ctx->reader->EndRecPtr < dec_skip_to)
 	{
-		char	   *errm = NULL;
-		XLogRecord *record;
-
-		dec_page_private.end_of_wal = false;
-		record = XLogReadRecord(dec_ctx->reader, &errm);
-		if (errm)
-			elog(ERROR, "could not read WAL for logical decoding: %s", errm);
-		if (record == NULL)
+		if (!dec_read_record())
 			break;
 		if (TransactionIdIsValid(dec_commit_still_running(dec_ctx->reader)))
 		{
@@ -399,7 +410,7 @@ dec_skip_step(void)
 				break;
 		}
 	}
-	if (stop_at == InvalidXLogRecPtr && dec_ctx->reader->EndRecPtr < dec_skip_to)
+	if (stop_at == InvalidXLogRecPtr && !dec_skip_stop && dec_ctx->reader->EndRecPtr < dec_skip_to)
 	{
 		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
 		return true;			/* more to skip */
@@ -417,8 +428,21 @@ dec_skip_step(void)
 					(long long) ((GetCurrentTimestamp() - dec_skip_started) / 1000),
 					LSN_FORMAT_ARGS(stop_at))));
 	dec_skip_to = InvalidXLogRecPtr;
+	dec_skip_stop = false;
 	dec_begin_decoding();
 	return true;
+}
+
+/*
+ * A shape was made while skipping: its snapshot is taken after this, and
+ * what decoding passes from now on must reach it, so skipping ends where
+ * the reader is (at the next step, before its snapshot worker has started).
+ */
+void
+decoder_note_new_shape(void)
+{
+	if (dec_skip_to != InvalidXLogRecPtr)
+		dec_skip_stop = true;
 }
 
 /*
@@ -461,14 +485,7 @@ decoder_step(void)
 	eval_deadline_watch();
 	while (dec_ctx->reader->EndRecPtr < flushed)
 	{
-		char	   *errm = NULL;
-		XLogRecord *record;
-
-		dec_page_private.end_of_wal = false;
-		record = XLogReadRecord(dec_ctx->reader, &errm);
-		if (errm)
-			elog(ERROR, "could not read WAL for logical decoding: %s", errm);
-		if (record == NULL)
+		if (!dec_read_record())
 			break;				/* the rest is not flushed yet */
 		dec_held_xid = dec_commit_still_running(dec_ctx->reader);
 		if (TransactionIdIsValid(dec_held_xid))
@@ -533,6 +550,17 @@ bool
 decoder_wal_pending(void)
 {
 	return dec_ctx != NULL && GetXLogInsertRecPtr() > dec_ctx->reader->EndRecPtr;
+}
+
+/*
+ * The worker exits from inside a replay (decoder_replay_tick): the decoding
+ * context is on the stack below, so it is left to process exit (PostgreSQL
+ * releases the slot) rather than freed under the reorder buffer.
+ */
+void
+decoder_abandon(void)
+{
+	dec_ctx = NULL;
 }
 
 void

@@ -31,7 +31,8 @@
  *
  * Eviction.  Entries sit on a list in the order they were last read (every
  * request for a shape resolves here, and moves it to the head).  A shape is
- * in active use while its snapshot runs or a live request is parked on it;
+ * in active use while its snapshot runs or a request holds it (a parked
+ * live request, an SSE stream, a response being sent: its pins);
  * every other shape may be evicted (rotated: its clients get 409
  * must-refetch and its log memory goes back to the arena once its last
  * reader lets go).  Three things evict, always from the least recently
@@ -76,6 +77,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "decoder.h"
 #include "guc.h"
 #include "registry.h"
 #include "shape_def.h"
@@ -132,11 +134,11 @@ static MemoryContext reg_context;
 static bool reg_warned_no_worker = false;
 static int32 reg_lru_newest = -1;
 static int32 reg_lru_oldest = -1;
-static RegistryLiveClients reg_live_clients;
 static HTAB *reg_clients;		/* RegistryClient by key */
 static TimestampTz reg_last_idle_sweep;
 static TimestampTz reg_last_clients_sweep;
 static TimestampTz reg_evictions_logged_at;
+static TimestampTz reg_room_retry_at;	/* reg_make_room found nothing to evict */
 static uint64 reg_evictions_unlogged;	/* for room, since the last LOG */
 
 #define CLIENT_WINDOW_MS		60000
@@ -233,7 +235,7 @@ reg_forget(uint32 slot)
 }
 
 void
-registry_start(RegistryLiveClients live_clients)
+registry_start(void)
 {
 	ShapeTable *table = reg_table();
 	HASHCTL		ctl;
@@ -242,7 +244,6 @@ registry_start(RegistryLiveClients live_clients)
 										ALLOCSET_DEFAULT_SIZES);
 	reg_entries = MemoryContextAllocZero(reg_context,
 										 sizeof(RegistryEntry) * table->nslots);
-	reg_live_clients = live_clients;
 	reg_lru_newest = reg_lru_oldest = -1;
 	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(RegistryClient);
@@ -390,13 +391,19 @@ reg_copy_spec(ShapeSpec *dst, const ShapeSpec *src)
 
 /* ------------------------------------------------------------ eviction */
 
-/* Whether a shape is in active use: its snapshot runs, or a live request waits. */
+/*
+ * Whether a shape is in active use: its snapshot runs, or a request holds
+ * it (parked live requests, SSE streams and responses being sent all do).
+ */
 static bool
 reg_in_active_use(uint32 slot)
 {
-	if (shape_table_state(reg_table(), slot) == SHAPE_SNAPSHOTTING)
+	ShapeTable *table = reg_table();
+
+	if (shape_table_state(table, slot) == SHAPE_SNAPSHOTTING)
 		return true;
-	return reg_live_clients != NULL && reg_live_clients(slot) > 0;
+	return (atomic_load_explicit(&table->slots[slot].pins, memory_order_relaxed) &
+			~SHAPE_PIN_RETIRED) > 0;
 }
 
 static void
@@ -482,7 +489,8 @@ reg_make_room(void)
 			atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
 		return;
 	}
-	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU)
+	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU ||
+		(wanted == 0 && GetCurrentTimestamp() < reg_room_retry_at))
 	{
 		atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
 		return;
@@ -494,7 +502,11 @@ reg_make_room(void)
 		int64		freed = reg_evict_oldest("the shape log memory (\"shape_sync.log_memory\") is nearly full");
 
 		if (freed < 0)
+		{
+			/* all in use: a walk of every shape, not again for a second */
+			reg_room_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 			break;
+		}
 		free_blocks += freed;
 	}
 	atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
@@ -597,6 +609,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	if (slot == SHAPE_NO_SLOT)
 		return -1;
 	reg_creating = slot;		/* undone by registry_resolve on error */
+	decoder_note_new_shape();
 	s = &table->slots[slot];
 	e = &reg_entries[slot];
 
@@ -856,8 +869,9 @@ registry_rotate(uint32 slot)
 
 	if (reg_entries == NULL || !reg_entries[slot].in_use)
 		return;
-	reg_forget(slot);
+	/* retired first: a cancelled snapshot then finds it so, and exits quietly */
 	shape_table_retire(table, slot);
+	reg_forget(slot);
 	shape_table_mark_dirty(table, slot);
 }
 

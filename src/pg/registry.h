@@ -13,10 +13,7 @@
 
 #include "request_queue.h"
 
-/* How many live requests are parked on a shape slot now. */
-typedef uint32_t (*RegistryLiveClients) (uint32_t slot);
-
-extern void registry_start(RegistryLiveClients live_clients);
+extern void registry_start(void);
 extern void registry_resolve(ShapeRequest *req);
 extern void registry_maintain(void);
 extern void registry_rotate(uint32_t slot);

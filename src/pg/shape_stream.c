@@ -178,8 +178,10 @@ typedef struct ShapeStream
 #define COMPACTION_MIN_BYTES	(64 * 1024)
 
 static void ss_maybe_compact(ShapeStream *s);
+static void ss_pending_forget(ShapeStream *s);
 
 static ShapeStream *ss_streams;	/* by slot */
+static uint64 ss_pending_total = 0; /* pending_bytes of every stream */
 static MemoryContext ss_context;
 static List *ss_touched;		/* streams touched by the current txn */
 static TransactionId ss_xid;
@@ -582,6 +584,7 @@ shape_stream_remove(uint32 slot)
 	s = &ss_streams[slot];
 	if (!s->in_use)
 		return;
+	ss_pending_forget(s);
 	ss_touched = list_delete_ptr(ss_touched, s);
 	if (s->counted)
 		ss_index_stream(ss_relids, s->relid, slot, false);
@@ -721,13 +724,24 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 }
 
 /*
- * The most a snapshotting shape keeps of the transactions decoded meanwhile:
- * a quarter of the log memory, which they would go to.
+ * The most the snapshotting shapes keep, together, of the transactions
+ * decoded meanwhile (ss_pending_total): a quarter of the log memory, which
+ * they would go to.
  */
 static uint64
 ss_pending_limit(void)
 {
-	return (uint64) shape_sync_log_memory * 1024 * 1024 / 4;
+	/* and under what one allocation may hold: one transaction's buffer */
+	return Min((uint64) shape_sync_log_memory * 1024 * 1024 / 4, (uint64) MaxAllocSize / 2);
+}
+
+/* A stream's kept changes are gone (used, freed, or not to be kept). */
+static void
+ss_pending_forget(ShapeStream *s)
+{
+	Assert(ss_pending_total >= s->pending_bytes);
+	ss_pending_total -= s->pending_bytes;
+	s->pending_bytes = 0;
 }
 
 /* A finished message goes to the log, or to the pending transaction. */
@@ -741,14 +755,16 @@ ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	}
 	if (s->rotate)
 		return;
-	s->pending_bytes += sizeof(offset) + sizeof(len) + len;
-	if (s->pending_bytes > ss_pending_limit())
+	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit())
 	{
 		/* bounded: the shape starts over once the changes have committed */
-		ss_rotate_later(s, psprintf("the changes kept while its snapshot is taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
+		ss_rotate_later(s, psprintf("the changes kept while snapshots are taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
 									(unsigned long long) (ss_pending_limit() >> 20)));
+		ss_pending_forget(s);
 		return;
 	}
+	s->pending_bytes += sizeof(offset) + sizeof(len) + len;
+	ss_pending_total += sizeof(offset) + sizeof(len) + len;
 	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &offset, sizeof(offset));
 	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &len, sizeof(len));
 	appendBinaryStringInfo(&s->txn_pending->records, data, len);
@@ -1417,6 +1433,7 @@ ss_take_over(ShapeStream *s)
 		ss_free_pending(lfirst(lc));
 	list_free(s->pending);
 	s->pending = NIL;
+	ss_pending_forget(s);
 	if (s->appended)
 	{
 		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);

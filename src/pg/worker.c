@@ -300,12 +300,6 @@ worker_resolve_requests(void)
 	}
 }
 
-static uint32
-worker_live_clients(uint32 slot)
-{
-	return worker_http != NULL ? http_server_live_clients(worker_http, slot) : 0;
-}
-
 static void worker_wake_changed_shapes(void);
 
 /*
@@ -321,6 +315,7 @@ worker_during_replay(void)
 	if (ShutdownRequestPending)
 	{
 		ereport(LOG, (errmsg("shape_sync shutting down during the replay of a transaction")));
+		decoder_abandon();
 		proc_exit(1);
 	}
 }
@@ -360,7 +355,7 @@ shape_sync_worker_main(Datum arg)
 	/* where clauses folded or evaluated here get shape_sync.where_evaluation_timeout */
 	eval_deadline_enable();
 
-	registry_start(worker_live_clients);
+	registry_start();
 	decoder_start(worker_during_replay);
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,

@@ -10,45 +10,43 @@
  * the open chunk as it is.  It reads only messages this server wrote
  * (row_encoder.c's format), and gives up on anything else.
  *
- * What is kept, per key, for its lives (an insert, its updates, and the
- * delete that ends it, if any):
- *	- A life still open at the end of the range keeps its insert, at its
- *	  offset, and one update at the offset of its last update that merges
- *	  them all: every column any of them changed, with its last value (with
- *	  replica full, that is the last update's whole row), and the txids of
- *	  all of them.  A client before the insert gets both; one inside the
- *	  life gets the update; one past it, nothing.  A merged update has no
- *	  old_value: the values before it differ from one client to another
- *	  (a lone update keeps its own, which is right for every client).
- *	- A life that ended keeps only its delete, as a tombstone record that
- *	  carries the offset of the life's insert, and, when it had updates,
- *	  its update merged as above, a tombstone record too, so that a client
- *	  inside the life has the row the delete names.  The cursor
- *	  (slog_cursor_*) serves a tombstone only to a client that resumes
- *	  from inside that life, the one client that holds the row; everyone
- *	  else, a fresh client above all, never hears of the key.
- *	  That takes one more rule: an offset must say which rows its client
- *	  holds, whether it read the old log or the compacted one, so a chunk
- *	  of the compacted log ends only where no dropped life is open (its
- *	  insert before, its delete after): there both hold the same keys.  A
- *	  client of the compacted log only ever holds such chunk ends (or
- *	  offsets past the compacted part); a client of the old log holds its
- *	  offsets, whose rows the old log defines.
- *	- Control messages (snapshot-end) stay where they are.
- * Each kept change message is marked the last of its transaction: the
- * messages a transaction had beside it may be gone, and a client must not
- * wait for them.  Records stay in their order, at their offsets; chunks
- * are groups of the input's chunks, merged until they reach `chunk_bytes`,
- * and end at their last message, as every chunk does; so every offset a
- * client was given still names a position, and locating it (slog_locate)
- * finds what follows it.  (Where a group's last message is earlier than
- * the input chunk's end, no dropped life is open between the two either:
- * its delete, a kept tombstone, would be later.)
+ * The closed chunks are taken in groups of at least `chunk_bytes` (input
+ * bytes), and each group becomes one chunk of the compacted log, ending at
+ * its last message as every chunk does.  Per key (a life: an insert, its
+ * updates, the delete that ends it):
+ *	- the insert stays at its offset;
+ *	- the life's updates become one update at the offset of the last of
+ *	  them: every column any of them changed, with its last value (with
+ *	  replica full, the last update's whole row), and their txids (the
+ *	  newest SLOG_COMPACT_MAX_TXIDS).  A merged update has no old_value: the
+ *	  values before it differ from one client to another (a lone update
+ *	  keeps its own, which is right for every client);
+ *	- a life that begins and ends inside one group keeps only its delete
+ *	  and, if it had updates, their merged update, as tombstone records
+ *	  that carry the offset of the life's insert.  The cursor
+ *	  (slog_cursor_*) serves a tombstone only to a client that resumes from
+ *	  inside that life, the one client that holds the row; a client
+ *	  entering the chunk at its start never hears of the key.  A life that
+ *	  spans a group's end keeps its insert and its delete as they are;
+ *	- control messages (snapshot-end) stay where they are.
+ * So at every chunk end of the compacted log its readers hold the same keys
+ * as readers of the old log at that offset, and offsets inside a chunk are
+ * held only by clients of the old log (a client of the compacted one holds
+ * its chunk ends), whose rows the old log defines: from any offset a client
+ * holds, the messages after it bring it strictly to the same rows.  Their
+ * values may differ at a chunk end (an update merged later), which only a
+ * caching proxy that still holds the old log's response for that offset
+ * would notice (see test_log_compact.c, values_agree_at_chunk_ends).  Each
+ * kept change message is marked the last of its transaction: the messages
+ * a transaction had beside it may be gone, and a client must not wait for
+ * them.  A key whose history this server would never write (an insert of
+ * a present key: a table whose rows share a key) keeps its records as they
+ * are.
  *
- * So a compacted log holds one insert and at most one update per live row,
- * plus one small delete per life that ended since the snapshot; a log
- * whose deletes dominate does not shrink, and its shape is rotated when
- * the arena cannot hold it (shape_stream.c).
+ * So a compacted log holds one insert and at most one update per row, plus
+ * a delete (and a merged update) per life that ended since the snapshot; a
+ * log whose deletes dominate does not shrink much, and its shape is rotated
+ * when the arena cannot hold it (shape_stream.c).
  *
  * Work is linear in the records of the log; memory is a small fixed
  * record per message (malloc'd, freed before returning) plus, while an
@@ -103,8 +101,6 @@ typedef struct CompactRecord
 	uint32_t	len;
 	uint32_t	key;			/* index into keys, changes only */
 	int64_t		prev_in_life;	/* the key's previous record of this life */
-	int32_t		lives_opened;	/* dropped lives whose insert this is (+1) or
-								 * whose delete this is (-1): see chunks */
 	uint8_t		kind;
 	uint8_t		op;				/* CompactOp */
 	uint8_t		fate;			/* CompactFate */
@@ -134,9 +130,11 @@ typedef struct CompactKey
 	uint64_t	hash;
 	size_t		text_off;		/* into Compactor.key_text */
 	size_t		text_len;
+	bool		life_open;		/* the key is present */
+	bool		verbatim;		/* its records stay as they are */
 	int64_t		life_insert;	/* the open life's insert, or -1 */
-	int64_t		life_last;		/* its last record */
-	uint32_t	updates;		/* in the open life */
+	int64_t		life_last;		/* its last record, or -1 */
+	uint32_t	life_updates;	/* ... and how many updates it has */
 	CompactMerge *merge;		/* while pass 2 merges its updates */
 } CompactKey;
 
@@ -162,6 +160,8 @@ typedef struct Compactor
 	size_t		out_len;
 	bool		no_memory;
 	LogOffset	last_out;		/* the offset of the last record written */
+	uint64_t   *group_ends;		/* end positions of the groups of chunks */
+	uint32_t	ngroups;
 } Compactor;
 
 /* ------------------------------------------------------------- helpers */
@@ -420,14 +420,31 @@ cmp_read(Compactor *c, const CompactRecord *r)
 	return true;
 }
 
-/* Appends the headers object [h, h_end) to c->out, marked last. */
+/* The first `tag` in [p, end), or NULL. */
+static const char *
+cmp_find(const char *p, const char *end, const char *tag)
+{
+	size_t		n = strlen(tag);
+
+	for (; p + n <= end; p++)
+		if (memcmp(p, tag, n) == 0)
+			return p;
+	return NULL;
+}
+
+/*
+ * Appends the headers object [h, h_end) to c->out, marked last when it
+ * is a replicated change's (snapshot rows have no transaction).
+ */
 static bool
 cmp_out_headers_last(Compactor *c, const char *h, const char *h_end)
 {
 	static const char last[] = ",\"last\":true}";
+	static const char lsn[] = "\"lsn\":";
 
-	if ((size_t) (h_end - h) >= sizeof(last) - 1 &&
-		memcmp(h_end - (sizeof(last) - 1), last, sizeof(last) - 1) == 0)
+	if (cmp_find(h, h_end, lsn) == NULL ||
+		((size_t) (h_end - h) >= sizeof(last) - 1 &&
+		 memcmp(h_end - (sizeof(last) - 1), last, sizeof(last) - 1) == 0))
 		return cmp_out(c, h, (size_t) (h_end - h));
 	return cmp_out(c, h, (size_t) (h_end - h) - 1) && cmp_out(c, last, sizeof(last) - 1);
 }
@@ -508,12 +525,9 @@ static bool
 cmp_merge_txids(CompactMerge *m, const char *h, const char *h_end)
 {
 	static const char tag[] = "\"txids\":[";
-	const char *p;
+	const char *p = cmp_find(h, h_end, tag);
 
-	for (p = h; p + sizeof(tag) - 1 <= h_end; p++)
-		if (memcmp(p, tag, sizeof(tag) - 1) == 0)
-			break;
-	if (p + sizeof(tag) - 1 > h_end)
+	if (p == NULL)
 		return true;			/* none */
 	for (p += sizeof(tag) - 1; p < h_end && *p != ']';)
 	{
@@ -532,10 +546,19 @@ cmp_merge_txids(CompactMerge *m, const char *h, const char *h_end)
 			seen = seen || m->txids[i] == x;
 		if (seen)
 			continue;
-		grown = realloc(m->txids, sizeof(uint64_t) * (m->ntxids + 1));
-		if (grown == NULL)
-			return false;
-		m->txids = grown;
+		if (m->txids == NULL)
+		{
+			grown = malloc(sizeof(uint64_t) * SLOG_COMPACT_MAX_TXIDS);
+			if (grown == NULL)
+				return false;
+			m->txids = grown;
+		}
+		if (m->ntxids == SLOG_COMPACT_MAX_TXIDS)
+		{
+			/* the newest stay: a client awaits a txid it wrote just now */
+			memmove(m->txids, m->txids + 1, sizeof(uint64_t) * (SLOG_COMPACT_MAX_TXIDS - 1));
+			m->ntxids--;
+		}
 		m->txids[m->ntxids++] = x;
 	}
 	return true;
@@ -582,10 +605,8 @@ cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 		return false;
 	if (!cmp_out(c, ",\"headers\":", 11))
 		return false;
-	for (t = h; t + sizeof(tag) - 1 <= last->headers_end; t++)
-		if (memcmp(t, tag, sizeof(tag) - 1) == 0)
-			break;
-	if (t + sizeof(tag) - 1 <= last->headers_end)
+	t = cmp_find(h, last->headers_end, tag);
+	if (t != NULL)
 	{
 		const char *close = memchr(t, ']', (size_t) (last->headers_end - t));
 		char		num[24];
@@ -615,34 +636,52 @@ cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 
 /* ------------------------------------------------------------ passes */
 
-/* Marks the records of a key's open life, from its last back to its insert. */
+/*
+ * Settles the records of a key's life: its insert is kept or dropped, its
+ * updates are kept (one) or merged (several, at the last one's offset);
+ * `filtered` makes them tombstone records, for the clients inside the life
+ * only.
+ */
 static void
-cmp_mark_life(Compactor *c, CompactKey *k, uint8_t fate_updates, bool keep_insert)
+cmp_settle_life(Compactor *c, CompactKey *k, bool keep_insert, bool filtered)
 {
-	int64_t		i = k->life_last;
+	LogOffset	born = k->life_insert >= 0 ? c->records[k->life_insert].offset :
+		LOG_OFFSET_BEFORE_ALL;
 	bool		last = true;
 
-	while (i >= 0)
+	for (int64_t i = k->life_last; i >= 0; i = c->records[i].prev_in_life)
 	{
 		CompactRecord *r = &c->records[i];
 
 		if (r->op == OP_INSERT)
 			r->fate = keep_insert ? FATE_KEEP : FATE_DROP;
-		else if (fate_updates == FATE_MERGE)
-			r->fate = last ? FATE_MERGE_LAST : FATE_MERGE;
 		else
-			r->fate = fate_updates;
-		last = false;
-		i = r->prev_in_life;
+		{
+			r->fate = k->life_updates > 1 ? (last ? FATE_MERGE_LAST : FATE_MERGE) : FATE_KEEP;
+			r->filtered = filtered;
+			r->born = born;
+			last = false;
+		}
 	}
+	k->life_last = -1;
+	k->life_updates = 0;
 }
 
-/* Pass 1: every record of the closed chunks, its key and its fate. */
+/*
+ * Pass 1: every record of the closed chunks, its key and its fate; the
+ * output chunks end at c->group_ends[].  A sequence this server never
+ * writes for a key (an insert of a present key: a table whose rows share a
+ * key; an update or delete of an absent one) makes that key's records stay
+ * as they are.
+ */
 static SlogCompactResult
 cmp_classify(Compactor *c, uint64_t closed_end)
 {
 	uint64_t	pos = 0;
 	uint64_t	n = 0;
+	uint32_t	group = 0;
+	uint64_t	group_first = 0;	/* its first record */
+	bool		any_verbatim = false;
 
 	for (pos = 0; pos < closed_end; n++)
 	{
@@ -653,6 +692,11 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		size_t		json_len;
 		CompactKey *k;
 
+		while (group < c->ngroups && pos >= c->group_ends[group])
+		{
+			group++;
+			group_first = n;
+		}
 		if (n == c->records_cap)
 		{
 			uint64_t	cap = c->records_cap ? c->records_cap * 2 : 4096;
@@ -664,7 +708,7 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			c->records_cap = cap;
 		}
 		r = &c->records[n];
-		c->nrecords = n + 1;	/* what cmp_mark_life may walk */
+		c->nrecords = n + 1;	/* what cmp_settle_life may walk */
 		slog_read_header(c->arena, c->in, pos, &hdr);
 		memset(r, 0, sizeof(*r));
 		r->pos = pos;
@@ -700,46 +744,54 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		if ((r->key = cmp_key(c, m.key, m.key_len)) == UINT32_MAX)
 			return SLOG_COMPACT_NO_MEMORY;
 		k = &c->keys[r->key];
+		r->op = hdr.kind == SLOG_RECORD_TOMBSTONE ? OP_TOMBSTONE : (uint8_t) m.op;
 		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
+			r->fate = FATE_KEEP_TOMBSTONE;	/* of an earlier compaction: as it is */
+		if ((hdr.kind == SLOG_RECORD_TOMBSTONE && k->life_open) ||
+			(m.op == OP_INSERT && k->life_open) ||
+			(m.op != OP_INSERT && hdr.kind == SLOG_RECORD_CHANGE && !k->life_open))
 		{
-			if (m.op == OP_INSERT || k->life_insert >= 0)
-				return SLOG_COMPACT_UNREADABLE;
-			r->op = OP_TOMBSTONE;
-			r->fate = FATE_KEEP_TOMBSTONE;
+			k->verbatim = any_verbatim = true;
+			k->life_open = m.op != OP_DELETE;
+			k->life_insert = -1;
+			k->life_last = -1;
+			k->life_updates = 0;
 			continue;
 		}
-		r->op = (uint8_t) m.op;
+		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
+			continue;
 		switch (m.op)
 		{
 			case OP_INSERT:
-				if (k->life_insert >= 0)
-					return SLOG_COMPACT_UNREADABLE;	/* an insert of a present key */
+				k->life_open = true;
 				k->life_insert = k->life_last = (int64_t) n;
-				k->updates = 0;
+				k->life_updates = 0;
 				break;
 			case OP_UPDATE:
-				if (k->life_insert < 0)
-					return SLOG_COMPACT_UNREADABLE;	/* an update of an absent key */
 				r->prev_in_life = k->life_last;
 				k->life_last = (int64_t) n;
-				k->updates++;
+				k->life_updates++;
 				break;
 			case OP_DELETE:
-				if (k->life_insert < 0)
-					return SLOG_COMPACT_UNREADABLE;
-				/* its updates, merged, go to the clients inside the life too */
-				cmp_mark_life(c, k, k->updates > 1 ? FATE_MERGE : FATE_KEEP, false);
-				for (int64_t j = k->life_last; j >= 0; j = c->records[j].prev_in_life)
+				if (k->life_insert >= (int64_t) group_first)
 				{
-					c->records[j].filtered = true;
-					c->records[j].born = c->records[k->life_insert].offset;
+					/*
+					 * A life inside one chunk: clients entering the chunk never
+					 * see the row; those inside the life get its merged update
+					 * and its delete (tombstones).
+					 */
+					r->born = c->records[k->life_insert].offset;
+					cmp_settle_life(c, k, false, true);
+					r->fate = FATE_TOMBSTONE;
 				}
-				r->fate = FATE_TOMBSTONE;
-				r->born = c->records[k->life_insert].offset;
-				c->records[k->life_insert].lives_opened++;
-				r->lives_opened--;
-				k->life_insert = k->life_last = -1;
-				k->updates = 0;
+				else
+				{
+					/* begun in an earlier chunk: every client here has the row */
+					cmp_settle_life(c, k, true, false);
+					r->fate = FATE_KEEP;
+				}
+				k->life_open = false;
+				k->life_insert = -1;
 				break;
 			default:
 				return SLOG_COMPACT_UNREADABLE;
@@ -747,13 +799,19 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 	}
 	c->nrecords = n;
 	for (uint32_t i = 0; i < c->nkeys; i++)
-	{
-		CompactKey *k = &c->keys[i];
+		if (c->keys[i].life_open && c->keys[i].life_last >= 0)
+			cmp_settle_life(c, &c->keys[i], true, false);
+	if (any_verbatim)
+		for (uint64_t i = 0; i < n; i++)
+		{
+			CompactRecord *r = &c->records[i];
 
-		if (k->life_insert < 0)
-			continue;
-		cmp_mark_life(c, k, k->updates > 1 ? FATE_MERGE : FATE_KEEP, true);
-	}
+			if (r->op != OP_CONTROL && c->keys[r->key].verbatim && r->fate != FATE_KEEP_TOMBSTONE)
+			{
+				r->fate = FATE_KEEP;
+				r->filtered = false;
+			}
+		}
 	return SLOG_COMPACT_OK;
 }
 
@@ -871,7 +929,7 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	SlogCompactResult res = SLOG_COMPACT_OK;
 	uint64_t	closed_end = 0;
 	uint64_t	next = 0;
-	int64_t		spanning = 0;	/* dropped lives open at this point */
+	uint64_t	group_bytes = 0;
 
 	memset(stats, 0, sizeof(*stats));
 	memset(&c, 0, sizeof(c));
@@ -882,27 +940,33 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	if (pub.chunk_count > 0)
 		(void) cmp_chunk_end(arena, in, pub.chunk_count - 1, &closed_end);
 
-	res = cmp_classify(&c, closed_end);
-	stats->records_in = c.nrecords;
-
-	/*
-	 * Pass 2, chunk by chunk, merging chunks up to chunk_bytes, and closing
-	 * one only where no dropped life spans the boundary (see the header).
-	 */
+	/* the groups: runs of input chunks of at least chunk_bytes (the last ends the closed part) */
+	c.group_ends = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));
+	if (c.group_ends == NULL)
+		res = SLOG_COMPACT_NO_MEMORY;
 	for (uint32_t ch = 0; res == SLOG_COMPACT_OK && ch < pub.chunk_count; ch++)
 	{
-		uint64_t	end_pos;
+		SlogChunk	chunk;
 
-		(void) cmp_chunk_end(arena, in, ch, &end_pos);
-
-		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < end_pos)
+		slog_chunk_read(arena, in, ch, &chunk);
+		group_bytes += chunk.end_pos - chunk.start_pos;
+		if (group_bytes >= chunk_bytes || ch + 1 == pub.chunk_count)
 		{
-			spanning += c.records[next].lives_opened;
-			res = cmp_emit(&c, out, &c.records[next++], stats);
+			c.group_ends[c.ngroups++] = chunk.end_pos;
+			group_bytes = 0;
 		}
-		/* a chunk ends at its last message, as every chunk does */
-		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 && spanning == 0 &&
-			(out->open_chunk_bytes >= chunk_bytes || ch + 1 == pub.chunk_count) &&
+	}
+
+	if (res == SLOG_COMPACT_OK)
+		res = cmp_classify(&c, closed_end);
+	stats->records_in = c.nrecords;
+
+	/* pass 2, group by group: a chunk each, ending at its last message */
+	for (uint32_t g = 0; res == SLOG_COMPACT_OK && g < c.ngroups; g++)
+	{
+		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < c.group_ends[g])
+			res = cmp_emit(&c, out, &c.records[next++], stats);
+		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 &&
 			slog_close_chunk(arena, out, c.last_out) != SLOG_OK)
 			res = SLOG_COMPACT_FULL;
 	}
@@ -926,6 +990,7 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	for (uint32_t i = 0; i < c.nkeys; i++)
 		cmp_merge_free(c.keys[i].merge);
 	free(c.records);
+	free(c.group_ends);
 	free(c.slots);
 	free(c.keys);
 	free(c.key_text);

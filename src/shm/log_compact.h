@@ -15,6 +15,9 @@
 
 #include "shape_log.h"
 
+/* a merged update names the newest of its updates' transactions, this many */
+#define SLOG_COMPACT_MAX_TXIDS	16
+
 typedef enum SlogCompactResult
 {
 	SLOG_COMPACT_OK = 0,

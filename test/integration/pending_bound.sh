@@ -36,7 +36,7 @@ snapshotting() { [[ $(cluster_psql -At -c "SELECT count(*) FROM shape_sync.shape
 check "the shape's snapshot waits" wait_for 10 snapshotting
 # a transaction of 4 MB of changes, into the other partition
 cluster_psql -c "INSERT INTO p SELECT g, repeat('x', 400) FROM generate_series(1000000, 1009999) g" >/dev/null
-rotated() { grep -q 'changes kept while its snapshot is taken exceed 2 MB' "$SHAPE_SYNC_LOG"; }
+rotated() { grep -q 'changes kept while snapshots are taken exceed 2 MB' "$SHAPE_SYNC_LOG"; }
 check "the shape is rotated, and the log says why" wait_for 20 rotated
 echo "COMMIT;" >&5
 wait "$first" || true

@@ -1882,6 +1882,33 @@ TEST(out_of_bounds_offset_waits_then_400)
 	CHECK(wait_pins(SH_LIVE, 0, 5));
 }
 
+/*
+ * Opens an SSE stream of shape `which` from `offset` and reads its head into
+ * `r`; false (with a failure recorded, `c` closed) when there is none.
+ */
+static bool
+sse_open(HcConn *c, HcResponse *r, int which, const char *offset)
+{
+	char		req[1024];
+
+	snprintf(req, sizeof(req), "GET /v1/shape?table=%s&offset=%s&handle=%s&live=true"
+			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			 "Accept: text/event-stream\r\n\r\n", shape_names[which], offset, handle_of(which));
+	if (!hc_open(c, port, TIMEOUT_S) || !hc_send(c, req, strlen(req)))
+	{
+		FAIL("sse: cannot send the request");
+		return false;
+	}
+	if (!hc_read_head(c, r))
+	{
+		FAIL("sse head: %s", r->error);
+		hc_response_free(r);
+		hc_close(c);
+		return false;
+	}
+	return true;
+}
+
 TEST(sse_streams_changes)
 {
 	HcConn		c;
@@ -1915,18 +1942,8 @@ TEST(sse_streams_changes)
 	hc_close(&c);
 
 	/* at the end of the log: the stream stays open and carries new changes */
-	snprintf(req, sizeof(req), "GET /v1/shape?table=live&offset=3000_0&handle=%s&live=true"
-			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-			 "Accept: text/event-stream\r\n\r\n", handle_of(SH_LIVE));
-	REQUIRE(hc_open(&c, port, TIMEOUT_S));
-	REQUIRE(hc_send(&c, req, strlen(req)));
-	if (!hc_read_head(&c, &r))
-	{
-		FAIL("sse head: %s", r.error);
-		hc_response_free(&r);
-		hc_close(&c);
+	if (!sse_open(&c, &r, SH_LIVE, "3000_0"))
 		return;
-	}
 	CHECK_EQ(r.status, 200);
 	CHECK(r.chunked);
 	CHECK_HEADER(&r, "content-type", "text/event-stream");
@@ -1973,25 +1990,14 @@ TEST(sse_follows_a_log_swap)
 {
 	HcConn		c;
 	HcResponse	r;
-	char		req[1024];
 	size_t		cap = 1;
 	bool		ended = false;
 	const char *want = "data: {\"key\":\"swapped200\"}\n\n" "data: " UP_TO_DATE_AT("200") "\n\n";
 
 	REQUIRE(server != NULL);
 	live_change(SH_SWAPPED, 100, "{\"key\":\"swapped100\"}");
-	snprintf(req, sizeof(req), "GET /v1/shape?table=swapped&offset=100_0&handle=%s&live=true"
-			 "&live_sse=true&experimental_live_sse=true&cursor= HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-			 "Accept: text/event-stream\r\n\r\n", handle_of(SH_SWAPPED));
-	REQUIRE(hc_open(&c, port, TIMEOUT_S));
-	REQUIRE(hc_send(&c, req, strlen(req)));
-	if (!hc_read_head(&c, &r))
-	{
-		FAIL("sse head: %s", r.error);
-		hc_response_free(&r);
-		hc_close(&c);
+	if (!sse_open(&c, &r, SH_SWAPPED, "100_0"))
 		return;
-	}
 	CHECK_EQ(r.status, 200);
 	if (!wait_pins(SH_SWAPPED, 1, 5))
 		FAIL("the SSE stream does not hold the shape");
@@ -2293,10 +2299,15 @@ TEST(stop_with_parked_and_queued_requests)
 			stop_answered++;
 			CHECK_EQ(r.status, 503);
 			if (i < STOP_PARKED)
+			{
 				CHECK_STR_EQ(r.body, "{\"message\":\"the server is shutting down\"}");
+				CHECK_HEADER(&r, "retry-after", "1");	/* a restart is short */
+			}
 			else
+			{
 				CHECK_STR_EQ(r.body, "{\"message\":\"the server is not ready, please retry\"}");
-			CHECK_HEADER(&r, "retry-after", "5");
+				CHECK_HEADER(&r, "retry-after", "5");
+			}
 		}
 		else if (strstr(r.error, "no status line") != NULL && p->c.len == 0)
 			stop_dropped++;		/* closed without a byte: no hang, no garbage */

@@ -442,6 +442,104 @@ client_offsets(ShapeLogArena *arena, const ShapeLog *log, uint64_t from_pos, Log
 	return n;
 }
 
+/* Applies `log` from -1 up to `upto` (inclusive) to `rows`; false on an anomaly. */
+static bool
+read_up_to(ShapeLogArena *arena, const ShapeLog *log, LogOffset upto, Rows *rows, char *why,
+		   size_t whylen)
+{
+	SlogPublished p;
+	LogOffset	after = LOG_OFFSET_BEFORE_ALL;
+
+	if (log_offset_is_before_all(upto))
+		return true;
+	slog_read_published(log, &p);
+	for (;;)
+	{
+		SlogRange	r;
+		SlogCursor	cur;
+		char		msg[2048];
+
+		slog_locate(arena, log, &p, after, &r);
+		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
+		while (slog_cursor_more(&cur))
+		{
+			size_t		len = 0;
+			SlogRecordHeader hdr;
+
+			slog_read_header(arena, log, cur.pos, &hdr);
+			if (log_offset_cmp((LogOffset) {hdr.tx, hdr.op}, upto) > 0)
+				return true;
+			slog_cursor_begin(arena, log, &cur);
+			while (cur.in_record)
+				len += slog_cursor_copy(arena, log, &cur, msg + len, sizeof(msg) - 1 - len);
+			msg[len] = '\0';
+			if (!apply(rows, msg, why, whylen))
+				return false;
+		}
+		if (log_offset_cmp(r.chunk_end, upto) >= 0 || log_offset_cmp(r.chunk_end, p.last) >= 0)
+			return true;
+		after = r.chunk_end;
+	}
+}
+
+/* Whether two clients hold the same keys (their values may differ). */
+static bool
+keys_equal(const Rows *a, const Rows *b, char *why, size_t whylen)
+{
+	for (int k = 0; k < NKEYS; k++)
+		if (a->r[k].present != b->r[k].present)
+		{
+			snprintf(why, whylen, "key %d present %d vs %d", k, a->r[k].present, b->r[k].present);
+			return false;
+		}
+	return true;
+}
+
+/*
+ * At every chunk end of the compacted log, its readers hold the keys that
+ * readers of the old log hold there (values too when `values`): what the
+ * cursor's tombstone filter and the strict rules need.  With values, it
+ * is what a response to `offset=<that end>` cached from the old log (a CDN
+ * keeps them by URL, and the handle stays) needs to be right for the new
+ * log's clients.
+ */
+static int
+check_chunk_ends_agree(ShapeLogArena *arena, const ShapeLog *old, const ShapeLog *new,
+					   bool values)
+{
+	SlogPublished pub,
+				old_pub;
+	int			bad = 0;
+
+	slog_read_published(new, &pub);
+	slog_read_published(old, &old_pub);
+	for (uint32_t i = 0; i < pub.chunk_count && bad < 3; i++)
+	{
+		SlogChunk	c;
+		Rows		a,
+					b;
+		char		why[2200] = "";
+		LogOffset	end;
+
+		slog_chunk_read(arena, new, i, &c);
+		end = (LogOffset) {c.end_tx, c.end_op};
+		if (log_offset_cmp(end, old_pub.last) > 0 && !log_offset_is_before_all(old_pub.last) &&
+			old_pub.last.tx > 0)
+			break;				/* past what the old log holds */
+		memset(&a, 0, sizeof(a));
+		memset(&b, 0, sizeof(b));
+		if (!read_up_to(arena, old, end, &a, why, sizeof(why)) ||
+			!read_up_to(arena, new, end, &b, why, sizeof(why)) ||
+			!(values ? rows_equal(&a, &b, why, sizeof(why)) : keys_equal(&a, &b, why, sizeof(why))))
+		{
+			FAIL("at chunk end %lld_%llu of the compacted log: %s", (long long) end.tx,
+				 (unsigned long long) end.op, why);
+			bad++;
+		}
+	}
+	return bad;
+}
+
 /*
  * For each offset of the old log: the client's rows up to it (from the
  * old log, from -1), then the rest from the new log; it must reach the
@@ -454,53 +552,19 @@ check_every_offset(ShapeLogArena *arena, const ShapeLog *old, uint64_t old_from_
 	static LogOffset offsets[20000];
 	int			n = client_offsets(arena, old, old_from_pos, offsets, 20000);
 	int			failures = 0;
-	SlogPublished pub;
 
-	slog_read_published(old, &pub);
 	for (int i = 0; i < n && failures < 3; i++)
 	{
 		Rows		rows;
 		char		why[2200] = "";
 		uint64_t	msgs = 0;
-		SlogRange	r;
 
 		memset(&rows, 0, sizeof(rows));
 		/* the rows a client at offsets[i] holds: the old log up to it */
-		if (!log_offset_is_before_all(offsets[i]))
+		if (!read_up_to(arena, old, offsets[i], &rows, why, sizeof(why)))
 		{
-			SlogPublished p = pub;
-			LogOffset	after = LOG_OFFSET_BEFORE_ALL;
-
-			for (;;)
-			{
-				SlogCursor	cur;
-				char		msg[2048];
-
-				slog_locate(arena, old, &p, after, &r);
-				slog_cursor_init(arena, old, &cur, r.start, r.end, after);
-				while (slog_cursor_more(&cur))
-				{
-					size_t		len = 0;
-					SlogRecordHeader hdr;
-
-					slog_read_header(arena, old, cur.pos, &hdr);
-					if (log_offset_cmp((LogOffset) {hdr.tx, hdr.op}, offsets[i]) > 0)
-						break;
-					slog_cursor_begin(arena, old, &cur);
-					while (cur.in_record)
-						len += slog_cursor_copy(arena, old, &cur, msg + len, sizeof(msg) - 1 - len);
-					msg[len] = '\0';
-					if (!apply(&rows, msg, why, sizeof(why)))
-					{
-						FAIL("the old log itself: %s", why);
-						return 1;
-					}
-				}
-				if (log_offset_cmp(r.chunk_end, offsets[i]) >= 0 ||
-					log_offset_cmp(r.chunk_end, p.last) >= 0)
-					break;
-				after = r.chunk_end;
-			}
+			FAIL("the old log itself: %s", why);
+			return 1;
 		}
 		if (!client_read(arena, new, offsets[i], &rows, &msgs, why, sizeof(why)) ||
 			!rows_equal(&rows, truth, why, sizeof(why)))
@@ -561,6 +625,18 @@ check_chunks_and_merges(ShapeLogArena *arena, const ShapeLog *log)
 			last = (LogOffset) {hdr.tx, hdr.op};
 			slog_copy_out(arena, log, pos + sizeof(hdr), m, hdr.len);
 			m[hdr.len] = '\0';
+			if (strstr(m, "\"txids\":["))
+			{
+				int			commas = 0;
+
+				for (const char *t = strstr(m, "\"txids\":["); *t && *t != ']'; t++)
+					commas += *t == ',';
+				if (commas + 1 > SLOG_COMPACT_MAX_TXIDS)
+				{
+					FAIL("%d txids in one message: %s", commas + 1, m);
+					bad++;
+				}
+			}
 			if (strstr(m, "\"txids\":[") && strchr(strstr(m, "\"txids\":["), ',') &&
 				strchr(strstr(m, "\"txids\":["), ',') < strchr(strstr(m, "\"txids\":["), ']') &&
 				strstr(m, "\"old_value\"") != NULL)
@@ -587,6 +663,9 @@ compact_into(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, SlogCompac
 	slog_init(out);
 	return slog_compact(arena, in, out, 600, st);
 }
+
+/* whether run_seed also asks for equal values at chunk ends */
+static bool values_at_chunk_ends = false;
 
 /* One seed: history, compaction, every offset; more history, again. */
 static void
@@ -624,6 +703,7 @@ run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
 	CHECK(st.records_out < st.records_in);
 	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[1], &w.truth, &fresh), 0);
 	CHECK_EQ(check_chunks_and_merges(arena, &logs[1]), 0);
+	CHECK_EQ(check_chunk_ends_agree(arena, &logs[0], &logs[1], values_at_chunk_ends), 0);
 	{
 		SlogChunk	last;
 
@@ -644,6 +724,8 @@ run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
 	CHECK_EQ(check_every_offset(arena, &logs[1], compacted_end, &logs[2], &w.truth, NULL), 0);
 	CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[2], &w.truth, NULL), 0);
 	CHECK_EQ(check_chunks_and_merges(arena, &logs[2]), 0);
+	CHECK_EQ(check_chunk_ends_agree(arena, &logs[1], &logs[2], values_at_chunk_ends), 0);
+	CHECK_EQ(check_chunk_ends_agree(arena, &logs[0], &logs[2], values_at_chunk_ends), 0);
 
 	for (int i = 0; i < 3; i++)
 		slog_release(arena, &logs[i]);
@@ -661,6 +743,25 @@ TEST(compaction_keeps_every_offset_replica_full)
 {
 	for (uint64_t seed = 100; seed < 100 + SEEDS; seed++)
 		run_seed(seed, true, 1 + (int) (seed % 4));
+}
+
+/*
+ * Known limit: an update merged at its life's last update moves across
+ * chunk ends, so at a compacted chunk end a reader may hold older values
+ * than a reader of the old log did there.  Clients of the compacted log are
+ * right (the merged update comes later); but a caching proxy that still
+ * holds the old log's response for that offset and handle would give such
+ * a client the old log's later messages, which do not repeat the moved
+ * values.  Fixing it needs merges that stop at chunk ends, which leaves a
+ * hot table's log unbounded, or new chunk-end offsets no old client holds.
+ */
+TEST_KNOWN_BUG(values_agree_at_chunk_ends,
+			   "a merged update moves across chunk ends: a proxy's cached old response is stale")
+{
+	values_at_chunk_ends = true;
+	for (uint64_t seed = 1; seed <= 3; seed++)
+		run_seed(seed, seed % 2 == 0, 2);
+	values_at_chunk_ends = false;
 }
 
 /* The merged update carries every txid of the updates it merged, and last. */
