@@ -70,7 +70,7 @@ SQL
 	echo "$mode $run 0 $(cluster_psql -At -c "SELECT log_bytes FROM shape_sync.shapes WHERE handle = '$handle'")"
 	cpu0=$(cpu_ns)
 	for ((step = 1; step <= STEPS; step++)); do
-		"$SHAPE_SYNC_PG_BINDIR/pgbench" -n -q -c 2 -j 2 -t $((UPDATES / STEPS / 2)) -f "$out/update.sql" \
+		"$SHAPE_SYNC_PG_BINDIR/pgbench" -n -c 2 -j 2 -t $((UPDATES / STEPS / 2)) -f "$out/update.sql" \
 			>/dev/null 2>&1
 		wait_caught_up
 		echo "$mode $run $((step * UPDATES / STEPS)) $(cluster_psql -At -c "SELECT log_bytes FROM shape_sync.shapes WHERE handle = '$handle'")"

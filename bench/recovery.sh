@@ -45,7 +45,6 @@ SQL
 
 for ((run = 1; run <= RUNS; run++)); do
 	rm -f "$out/ready" "$out/restart"
-	: >"$out/restart.tmp"
 	# cold start: the clients' first sync, timed by the clients themselves from their start
 	t0=$(date +%s.%N)
 	node "$here/recovery.mjs" "$SHAPE_SYNC_URL" "$SHAPES" "$CLIENTS" "$ROWS" "$out/ready" "$out/restart" \
@@ -58,9 +57,8 @@ for ((run = 1; run <= RUNS; run++)); do
 	[[ -e $out/ready ]] || { echo "the clients did not all go live" >&2; exit 1; }
 	cold=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
 	sleep 1
-	date +%s.%N >"$out/restart.tmp"
+	date +%s.%N >"$out/restart"	# the clients count from here
 	cluster_restart
-	mv "$out/restart.tmp" "$out/restart"
 	wait "$node_pid"
 	node_pid=
 	echo "$cold" >"$out/cold$run"

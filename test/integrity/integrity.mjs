@@ -690,7 +690,7 @@ class RawClient {
       if (this.lastPos && (pos[0] < this.lastPos[0] || (pos[0] === this.lastPos[0] && pos[1] <= this.lastPos[1])))
         this.anomaly(`change offset ${pos[0]}_${pos[1]} not after ${this.lastPos[0]}_${this.lastPos[1]} (${op} ${key})`)
       if (this.openTxn !== null && this.openTxn !== pos[0] && !this.openTxnCarried)
-        this.anomaly(`transaction lsn ${this.openTxn} ended without last:true; next is ${pos[0]}`)
+        this.anomaly(`transaction lsn ${this.openTxn} ended without last:true; next is ${pos[0]} (${op} ${key}): ${url}`)
       this.openTxn = hd.last === true ? null : pos[0]
       this.openTxnCarried = false
       this.lastPos = pos
