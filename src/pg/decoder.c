@@ -54,9 +54,9 @@
  * batches between which requests are served.  Skipping stops early at a
  * commit whose transaction is still in the proc array, for the reason
  * above: a shape created meanwhile may not see it.  Then decoding goes on
- * normally from there; it also ends where the reader is as soon as a shape
- * is made, so that nothing a new snapshot may lack is skipped after it
- * was taken.  A slot that was invalidated (max_slot_wal_keep_size)
+ * normally from there.  No shape is made while skipping (decoder_skipping),
+ * so that no skipped commit is one a new snapshot lacks.  A slot that was
+ * invalidated (max_slot_wal_keep_size)
  * is dropped and made again, and slots that an earlier shape_sync.database
  * left behind (shape_sync_<other oid>, our plugin, not in use) are dropped,
  * since they would hold WAL and catalog_xmin for ever.
@@ -112,7 +112,6 @@ static uint32 dec_replay_changes = 0;
 static TimestampTz dec_replay_hook_at = 0;
 static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
 static XLogRecPtr dec_skip_from = InvalidXLogRecPtr;
-static bool dec_skip_stop = false;	/* a shape was made: decode from here */
 static TimestampTz dec_skip_started;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
@@ -368,6 +367,19 @@ decoder_start(DecoderReplayHook hook)
 					LSN_FORMAT_ARGS(MyReplicationSlot->data.confirmed_flush))));
 }
 
+/*
+ * Confirms decoding up to `lsn`, never backwards: reading starts at the
+ * slot's restart_lsn, which may be well before what was confirmed, and
+ * confirming less would decode transactions again after a restart (or end
+ * a skip before what was skipped already).
+ */
+static void
+dec_confirm(XLogRecPtr lsn)
+{
+	if (lsn > MyReplicationSlot->data.confirmed_flush)
+		LogicalConfirmReceivedLocation(lsn);
+}
+
 /* Reads the next record; false when the rest of the WAL is not flushed yet. */
 static bool
 dec_read_record(void)
@@ -393,7 +405,7 @@ dec_skip_step(void)
 	XLogRecPtr	stop_at = InvalidXLogRecPtr;
 	int			n = 0;
 
-	while (!dec_skip_stop && dec_ctx->reader->EndRecPtr < dec_skip_to)
+	while (dec_ctx->reader->EndRecPtr < dec_skip_to)
 	{
 		if (!dec_read_record())
 			break;
@@ -410,14 +422,15 @@ dec_skip_step(void)
 				break;
 		}
 	}
-	if (stop_at == InvalidXLogRecPtr && !dec_skip_stop && dec_ctx->reader->EndRecPtr < dec_skip_to)
+	if (stop_at == InvalidXLogRecPtr && dec_ctx->reader->EndRecPtr < dec_skip_to)
 	{
-		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
+		dec_confirm(dec_ctx->reader->EndRecPtr);
 		return true;			/* more to skip */
 	}
 	if (stop_at == InvalidXLogRecPtr)
 		stop_at = dec_ctx->reader->EndRecPtr;
-	LogicalConfirmReceivedLocation(stop_at);
+	dec_confirm(stop_at);
+	stop_at = Max(stop_at, MyReplicationSlot->data.confirmed_flush);
 	ReplicationSlotMarkDirty();
 	ReplicationSlotSave();
 	FreeDecodingContext(dec_ctx);
@@ -428,21 +441,19 @@ dec_skip_step(void)
 					(long long) ((GetCurrentTimestamp() - dec_skip_started) / 1000),
 					LSN_FORMAT_ARGS(stop_at))));
 	dec_skip_to = InvalidXLogRecPtr;
-	dec_skip_stop = false;
 	dec_begin_decoding();
 	return true;
 }
 
 /*
- * A shape was made while skipping: its snapshot is taken after this, and
- * what decoding passes from now on must reach it, so skipping ends where
- * the reader is (at the next step, before its snapshot worker has started).
+ * Whether the worker is still skipping the WAL written before it started:
+ * no shape is made meanwhile (registry.c answers 503), since a commit the
+ * skip passes later could be one a new snapshot does not see.
  */
-void
-decoder_note_new_shape(void)
+bool
+decoder_skipping(void)
 {
-	if (dec_skip_to != InvalidXLogRecPtr)
-		dec_skip_stop = true;
+	return dec_skip_to != InvalidXLogRecPtr;
 }
 
 /*
@@ -510,7 +521,7 @@ decoder_step(void)
 	eval_deadline_unwatch();
 	if (progress)
 	{
-		LogicalConfirmReceivedLocation(dec_ctx->reader->EndRecPtr);
+		dec_confirm(dec_ctx->reader->EndRecPtr);
 		ReplicationSlotMarkDirty();
 	}
 	return dec_ctx->reader->EndRecPtr < flushed && progress &&

@@ -28,7 +28,7 @@ extern bool decoder_wal_pending(void);
 extern bool decoder_holds_commit(void);
 extern void decoder_stop(void);
 extern void decoder_abandon(void);
-extern void decoder_note_new_shape(void);
+extern bool decoder_skipping(void);
 extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
 extern void decoder_use_current_catalog(void);
 

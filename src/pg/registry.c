@@ -206,18 +206,7 @@ reg_forget(uint32 slot)
 	if (e->definition)
 		dsm_detach(e->definition);
 	if (e->worker)
-	{
-		pid_t		pid;
-
-		/*
-		 * Its snapshot is no longer wanted: cancel the query (the worker
-		 * then exits quietly, see snapshot.c).  One not yet started finds
-		 * the slot retired and exits at once.
-		 */
-		if (GetBackgroundWorkerPid(e->worker, &pid) == BGWH_STARTED)
-			kill(pid, SIGINT);
 		pfree(e->worker);
-	}
 	if (e->identity)
 		pfree(e->identity);
 	if (e->schema_json)
@@ -609,7 +598,6 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	if (slot == SHAPE_NO_SLOT)
 		return -1;
 	reg_creating = slot;		/* undone by registry_resolve on error */
-	decoder_note_new_shape();
 	s = &table->slots[slot];
 	e = &reg_entries[slot];
 
@@ -667,6 +655,14 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			req->result.error_json = reg_malloc_string(f->body);
 			return;
 		}
+	}
+	if (slot < 0 && decoder_skipping())
+	{
+		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		req->result.retry_after_s = 1;
+		req->result.error_json = reg_malloc_string(
+			"{\"message\":\"The server is skipping the WAL written before it started, please retry\"}");
+		return;
 	}
 	if (slot < 0)
 	{
@@ -866,13 +862,26 @@ void
 registry_rotate(uint32 slot)
 {
 	ShapeTable *table = reg_table();
+	RegistryEntry *e;
+	pid_t		snapshot_pid = 0;
 
 	if (reg_entries == NULL || !reg_entries[slot].in_use)
 		return;
-	/* retired first: a cancelled snapshot then finds it so, and exits quietly */
-	shape_table_retire(table, slot);
+	e = &reg_entries[slot];
+	if (e->worker != NULL && GetBackgroundWorkerPid(e->worker, &snapshot_pid) != BGWH_STARTED)
+		snapshot_pid = 0;
 	reg_forget(slot);
+	shape_table_retire(table, slot);
 	shape_table_mark_dirty(table, slot);
+
+	/*
+	 * Its snapshot is no longer wanted: cancel the query, now that the slot
+	 * is retired, so that the worker finds it so and exits quietly (see
+	 * snapshot.c) instead of failing the shape.  One not yet started finds
+	 * the slot retired and exits at once.
+	 */
+	if (snapshot_pid != 0)
+		kill(snapshot_pid, SIGINT);
 }
 
 /*
