@@ -147,7 +147,7 @@ typedef struct Compactor
 	uint64_t	records_cap;
 	CompactKey *keys;
 	uint32_t	nkeys;
-	uint32_t	keys_cap;
+	uint64_t	keys_cap;
 	uint32_t   *slots;			/* open addressing: key index + 1, 0 free */
 	uint32_t	slots_mask;
 	char	   *key_text;
@@ -181,6 +181,20 @@ cmp_reserve(char **buf, size_t *cap, size_t need)
 	if (grown == NULL)
 		return false;
 	*buf = grown;
+	*cap = n;
+	return true;
+}
+
+/* Doubles an array of `size`-byte elements (to `first` when empty). */
+static bool
+cmp_grow_array(void **array, uint64_t *cap, size_t size, uint64_t first)
+{
+	uint64_t	n = *cap ? *cap * 2 : first;
+	void	   *grown = realloc(*array, size * n);
+
+	if (grown == NULL)
+		return false;
+	*array = grown;
 	*cap = n;
 	return true;
 }
@@ -384,16 +398,9 @@ cmp_key(Compactor *c, const char *text, size_t len)
 			memcmp(c->key_text + k->text_off, text, len) == 0)
 			return s - 1;
 	}
-	if (c->nkeys == c->keys_cap)
-	{
-		uint32_t	cap = c->keys_cap ? c->keys_cap * 2 : 1024;
-		CompactKey *grown = realloc(c->keys, sizeof(CompactKey) * cap);
-
-		if (grown == NULL)
-			return UINT32_MAX;
-		c->keys = grown;
-		c->keys_cap = cap;
-	}
+	if (c->nkeys == c->keys_cap &&
+		!cmp_grow_array((void **) &c->keys, &c->keys_cap, sizeof(CompactKey), 1024))
+		return UINT32_MAX;
 	if (!cmp_reserve(&c->key_text, &c->key_text_cap, c->key_text_len + len))
 		return UINT32_MAX;
 	k = &c->keys[c->nkeys];
@@ -697,16 +704,9 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			group++;
 			group_first = n;
 		}
-		if (n == c->records_cap)
-		{
-			uint64_t	cap = c->records_cap ? c->records_cap * 2 : 4096;
-			CompactRecord *grown = realloc(c->records, sizeof(CompactRecord) * cap);
-
-			if (grown == NULL)
-				return SLOG_COMPACT_NO_MEMORY;
-			c->records = grown;
-			c->records_cap = cap;
-		}
+		if (n == c->records_cap &&
+			!cmp_grow_array((void **) &c->records, &c->records_cap, sizeof(CompactRecord), 4096))
+			return SLOG_COMPACT_NO_MEMORY;
 		r = &c->records[n];
 		c->nrecords = n + 1;	/* what cmp_settle_life may walk */
 		slog_read_header(c->arena, c->in, pos, &hdr);
