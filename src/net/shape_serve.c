@@ -67,6 +67,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fnv_hash.h"
 #include "json_text.h"
 
 /*
@@ -654,7 +655,7 @@ shape_client_key(struct MHD_Connection *connection)
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	const unsigned char *bytes;
 	size_t		len;
-	uint64_t	h = 1469598103934665603ULL;
+	uint64_t	h;
 
 	if (info == NULL || info->client_addr == NULL)
 		return 0;
@@ -680,8 +681,7 @@ shape_client_key(struct MHD_Connection *connection)
 	}
 	else
 		return 0;
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ bytes[i]) * 1099511628211ULL;
+	h = fnv_hash_bytes(FNV_HASH_START, bytes, len);
 	return h ? h : 1;
 }
 

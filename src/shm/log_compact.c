@@ -72,6 +72,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fnv_hash.h"
+
 /* What becomes of a record of the closed chunks. */
 typedef enum CompactFate
 {
@@ -342,16 +344,6 @@ cmp_parse(const char *msg, size_t len, CompactMessage *m)
 	return m->headers_end > m->headers && *(m->headers_end - 1) == '}';
 }
 
-static uint64_t
-cmp_hash(const char *s, size_t n)
-{
-	uint64_t	h = 1469598103934665603ULL;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char) s[i]) * 1099511628211ULL;
-	return h;
-}
-
 /* Doubles the key slots (keeping them under half full). */
 static bool
 cmp_grow_slots(Compactor *c)
@@ -379,7 +371,7 @@ cmp_grow_slots(Compactor *c)
 static uint32_t
 cmp_key(Compactor *c, const char *text, size_t len)
 {
-	uint64_t	h = cmp_hash(text, len);
+	uint64_t	h = fnv_hash_bytes(FNV_HASH_START, text, len);
 	uint32_t	i;
 	CompactKey *k;
 
@@ -907,19 +899,6 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 	}
 }
 
-static LogOffset
-cmp_chunk_end(const ShapeLogArena *arena, const ShapeLog *in, uint32_t i, uint64_t *end_pos)
-{
-	SlogChunk	chunk;
-	LogOffset	o;
-
-	slog_chunk_read(arena, in, i, &chunk);
-	*end_pos = chunk.end_pos;
-	o.tx = chunk.end_tx;
-	o.op = chunk.end_op;
-	return o;
-}
-
 SlogCompactResult
 slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t chunk_bytes,
 			 SlogCompactStats *stats)
@@ -938,7 +917,12 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	slog_read_published(in, &pub);
 	stats->bytes_in = pub.data_end;
 	if (pub.chunk_count > 0)
-		(void) cmp_chunk_end(arena, in, pub.chunk_count - 1, &closed_end);
+	{
+		SlogChunk	last;
+
+		slog_chunk_read(arena, in, pub.chunk_count - 1, &last);
+		closed_end = last.end_pos;
+	}
 
 	/* the groups: runs of input chunks of at least chunk_bytes (the last ends the closed part) */
 	c.group_ends = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));

@@ -52,6 +52,8 @@
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
  * - `last_read_us` is stored (relaxed) by the main thread, which resolves
  *   every request, and read by SQL; it is only ever a hint for eviction.
+ * - `compactions` is counted (relaxed) by the main thread, its log's writer
+ *   once the shape is ready, and read by SQL.
  * - `blocks_wanted` is raised by snapshot workers that ran out of log
  *   memory and cleared by the main thread once it made room (or could not);
  *   a worker re-raises it while it still waits.
@@ -69,6 +71,8 @@
 
 #include <stdio.h>
 #include <string.h>
+
+#include "fnv_hash.h"
 
 #define DIRTY_WORDS(n)	(((n) + 63) / 64)
 
@@ -447,10 +451,8 @@ shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
 static uint64_t
 shape_handle_key(const char *handle)
 {
-	uint64_t	h = 1469598103934665603ULL;
+	uint64_t	h = fnv_hash_bytes(FNV_HASH_START, handle, strlen(handle));
 
-	for (const unsigned char *p = (const unsigned char *) handle; *p; p++)
-		h = (h ^ *p) * 1099511628211ULL;
 	return h ? h : 1;
 }
 
