@@ -432,20 +432,29 @@ cmp_find(const char *p, const char *end, const char *tag)
 }
 
 /*
+ * Appends the tail [h, h_end) of a headers object to c->out, marked last
+ * when `mark` (and it is not already).
+ */
+static bool
+cmp_out_headers_marked(Compactor *c, const char *h, const char *h_end, bool mark)
+{
+	static const char last[] = ",\"last\":true}";
+
+	if (!mark ||
+		((size_t) (h_end - h) >= sizeof(last) - 1 &&
+		 memcmp(h_end - (sizeof(last) - 1), last, sizeof(last) - 1) == 0))
+		return cmp_out(c, h, (size_t) (h_end - h));
+	return cmp_out(c, h, (size_t) (h_end - h) - 1) && cmp_out(c, last, sizeof(last) - 1);
+}
+
+/*
  * Appends the headers object [h, h_end) to c->out, marked last when it
  * is a replicated change's (snapshot rows have no transaction).
  */
 static bool
 cmp_out_headers_last(Compactor *c, const char *h, const char *h_end)
 {
-	static const char last[] = ",\"last\":true}";
-	static const char lsn[] = "\"lsn\":";
-
-	if (cmp_find(h, h_end, lsn) == NULL ||
-		((size_t) (h_end - h) >= sizeof(last) - 1 &&
-		 memcmp(h_end - (sizeof(last) - 1), last, sizeof(last) - 1) == 0))
-		return cmp_out(c, h, (size_t) (h_end - h));
-	return cmp_out(c, h, (size_t) (h_end - h) - 1) && cmp_out(c, last, sizeof(last) - 1);
+	return cmp_out_headers_marked(c, h, h_end, cmp_find(h, h_end, "\"lsn\":") != NULL);
 }
 
 /* ---------------------------------------------------------- merging */
@@ -588,6 +597,8 @@ cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 	static const char tag[] = "\"txids\":[";
 	const char *h = last->headers;
 	const char *t;
+	/* decided on the whole headers: the tail after txids has no lsn */
+	bool		replicated = cmp_find(h, last->headers_end, "\"lsn\":") != NULL;
 
 	c->out_len = 0;
 	if (born != NULL)
@@ -630,7 +641,7 @@ cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 		}
 		h = close;
 	}
-	return cmp_out_headers_last(c, h, last->headers_end) && cmp_out(c, "}", 1);
+	return cmp_out_headers_marked(c, h, last->headers_end, replicated) && cmp_out(c, "}", 1);
 }
 
 /* ------------------------------------------------------------ passes */

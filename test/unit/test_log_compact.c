@@ -52,6 +52,9 @@ typedef struct Row
 typedef struct Rows
 {
 	Row			r[NKEYS];
+	/* the client's view of transactions, as test/integrity checks it */
+	long long	open_txn;		/* lsn of one whose last:true is not seen; 0 */
+	bool		carried;		/* open since before this log: may not end */
 } Rows;
 
 static uint64_t rng;
@@ -164,7 +167,8 @@ write_snapshot(Writer *w, int per_chunk)
 static void
 write_transaction(Writer *w)
 {
-	int			n = 1 + (int) rnd(3);
+	/* mostly small; sometimes one that spans chunks, as a bulk UPDATE does */
+	int			n = rnd(12) == 0 ? 4 + (int) rnd(12) : 1 + (int) rnd(3);
 
 	w->lsn += 100 + rnd(50);
 	w->xid++;
@@ -211,7 +215,8 @@ write_transaction(Writer *w)
 			}
 			write_change(w, o, "update", k, v, w->replica_full ? old : NULL, last);
 		}
-		if (w->log->open_chunk_bytes >= w->threshold && last)
+		/* as shape_stream.c's ss_append: after any message, so mid-transaction too */
+		if (w->log->open_chunk_bytes >= w->threshold)
 			REQUIRE(slog_close_chunk(w->arena, w->log, o) == SLOG_OK);
 	}
 	slog_publish(w->log, w->last, SLOG_SNAPSHOT_DONE);
@@ -335,7 +340,30 @@ apply(Rows *rows, const char *msg, char *why, size_t whylen)
 		snprintf(why, whylen, "malformed: %s", msg);
 		return false;
 	}
+	if (strstr(msg, "\"lsn\":\"") != NULL)
+	{
+		long long	lsn = atoll(strstr(msg, "\"lsn\":\"") + 7);
+
+		if (rows->open_txn != 0 && rows->open_txn != lsn && !rows->carried)
+		{
+			snprintf(why, whylen, "transaction %lld ended without last:true, next is %s",
+					 rows->open_txn, msg);
+			return false;
+		}
+		rows->open_txn = strstr(msg, "\"last\":true") != NULL ? 0 : lsn;
+		rows->carried = false;
+	}
 	return true;
+}
+
+/* The client is up to date: no transaction may be left open. */
+static bool
+no_open_txn(const Rows *rows, char *why, size_t whylen)
+{
+	if (rows->open_txn == 0 || rows->carried)
+		return true;
+	snprintf(why, whylen, "up to date in the middle of transaction %lld", rows->open_txn);
+	return false;
 }
 
 /*
@@ -349,6 +377,13 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 	SlogPublished pub;
 
 	slog_read_published(log, &pub);
+	/*
+	 * A transaction this client saw the start of in the old log (its
+	 * offset is a chunk end inside it) may have lost its last message to
+	 * compaction: the first message of the new log may belong to another.
+	 * From there on, transactions end with last:true.
+	 */
+	rows->carried = rows->open_txn != 0;
 	for (int guard = 0; guard < 100000; guard++)
 	{
 		SlogRange	r;
@@ -362,9 +397,9 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			return false;
 		}
 		if (r.beyond_end)
-			return true;
+			return no_open_txn(rows, why, whylen);
 		if (r.start == r.end && log_offset_cmp(r.chunk_end, pub.last) >= 0)
-			return true;		/* nothing after `after`: up to date */
+			return no_open_txn(rows, why, whylen);	/* nothing after `after`: up to date */
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
 		while (slog_cursor_more(&cur))
 		{
@@ -379,7 +414,7 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 				return false;
 		}
 		if (log_offset_cmp(r.chunk_end, pub.last) >= 0)
-			return true;
+			return no_open_txn(rows, why, whylen);
 		after = r.chunk_end;
 	}
 	snprintf(why, whylen, "did not reach the end");
