@@ -2,8 +2,8 @@
 #
 # bench/big_transaction.sh: how long a request for a new shape waits while the worker
 # replays a transaction of ROWS rows (issue 9, item 5). A transaction is replayed whole when
-# its commit is decoded; resolving a new shape reads the current catalog, which the worker
-# does only between transactions. Here: a table with one shape (so each change is encoded),
+# its commit is decoded; every 20 ms of it the worker resolves queued requests under the
+# replay's catalog and starts their snapshots (registry.c). Here: a table with one shape (so each change is encoded),
 # one INSERT of ROWS rows committed, and 0.2 s later a request for a new shape on another
 # table; its time to the first 200. Baseline: the same request with nothing to decode, in
 # the same run. Also the replay's own length: commit until the big table's live client has
@@ -104,12 +104,13 @@ lines = [
     f"| new shape, 0.2 s into the replay | {med(1):.3f} ({med(1) / med(0):.0f}x) |",
     f"| the replay itself | {med(2):.3f} |",
     "",
-    "Resolving a new shape reads the current catalog, which the worker does only between "
-    "transactions, so a new shape waits for the rest of the replay. During it the worker "
-    "wakes clients whose shapes grew and obeys SIGTERM every 20 ms (decoder.c); streaming "
-    "big transactions as they are written (PostgreSQL's `stream_*` callbacks) is what would "
-    "let it resolve new shapes meanwhile.",
+    "Every 20 ms of a replay the worker resolves queued requests, under the catalog as the "
+    "replay sees it, and starts their snapshots (registry.c); it also wakes clients whose "
+    "shapes grew and obeys SIGTERM. Before, a new shape waited for the end of the replay: "
+    "1.351 s against 0.010 s in the same bench (2026-12-01, same machine).",
 ]
+if med(1) >= med(2) - 0.2:
+    sys.exit("the request was not answered during the replay")
 write_section(f"{here}/RESULTS.md", "big-transaction", lines)
 print("\n".join(lines))
 PY

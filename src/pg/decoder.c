@@ -64,10 +64,10 @@
  * A transaction is replayed whole when its commit record is decoded, which
  * for a million rows takes seconds.  The plugin ticks once per change
  * (decoder_replay_tick), and every DECODER_REPLAY_TICK_MS of replay the
- * worker's hook runs: it wakes the clients of shapes whose logs grew (a
- * snapshot publishing its chunks) and obeys a shutdown request.  New
- * shapes are resolved only between transactions: resolving reads the
- * current catalog, which a replay (under a historic snapshot) cannot.
+ * worker's hook runs: it resolves new requests (under the replay's
+ * historic catalog, inside its transaction: registry.c says what it
+ * answers then), starts their snapshots, wakes the clients of shapes whose
+ * logs grew and obeys a shutdown request.
  *
  * PostgreSQL 15.20 only lets a slot use the output plugins listed in
  * output_plugin_libraries.  The worker trusts its own library for its own

@@ -29,6 +29,22 @@
  * When the worker (re)starts, shapes left in shared memory by its previous
  * life are retired: their clients get 409 and refetch.
  *
+ * During the replay of a long transaction (decoder.c's hook, every few ms)
+ * requests are resolved too, under the catalog as the replay sees it (a
+ * historic snapshot: the replay's transaction is the only one there is),
+ * so that a new shape's snapshot starts at once instead of after the
+ * replay.  That catalog may be older than the current one, so only a new
+ * shape whose definition it validates is answered then: its snapshot
+ * worker checks, under the current catalog, the table (the shape's
+ * fingerprint, as every snapshot does) and that the role may read it, and
+ * the shape is checked again before decoding goes past the transaction
+ * (shape_stream_check_when_replayed).  Everything else waits for the end
+ * of the replay and the current catalog: an error, a deletion, and a
+ * request for a shape that exists (which has no snapshot to start early,
+ * and which the current catalog may name differently or refuse).  A shape
+ * made so skips the transaction being replayed: its snapshot, taken
+ * later, sees it.
+ *
  * Eviction.  Entries sit on a list in the order they were last read (every
  * request for a shape resolves here, and moves it to the head).  A shape is
  * in active use while its snapshot runs or a request holds it (a parked
@@ -130,6 +146,8 @@ static void reg_delete(ShapeRequest *req, const ShapeSpec *spec);
 static RegistryEntry *reg_entries;
 static List *reg_failures = NIL;
 static uint32 reg_creating = SHAPE_NO_SLOT;	/* slot claimed, not yet published */
+static bool reg_in_replay = false;	/* resolving during a replay (see the header) */
+static bool reg_wait_for_replay = false;	/* ... and this request must wait */
 static MemoryContext reg_context;
 static bool reg_warned_no_worker = false;
 static int32 reg_lru_newest = -1;
@@ -615,6 +633,8 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	e->queued_at = GetCurrentTimestamp();
 	MemoryContextSwitchTo(old);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
+	if (reg_in_replay)
+		shape_stream_check_when_replayed(slot);
 
 	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
 						   s->handle);
@@ -655,6 +675,16 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			req->result.error_json = reg_malloc_string(f->body);
 			return;
 		}
+	}
+	if (slot >= 0 && reg_in_replay)
+	{
+		/*
+		 * Names were resolved under the replay's catalog: the current one
+		 * may say this definition is another shape, or not the role's to
+		 * read.  A shape that exists has no snapshot to start early.
+		 */
+		reg_wait_for_replay = true;
+		return;
 	}
 	if (slot < 0 && decoder_skipping())
 	{
@@ -777,7 +807,16 @@ registry_resolve(ShapeRequest *req)
 		else
 			reg_resolve_valid(req, &spec);
 		shape_role_restore(&saved);
-		ReleaseCurrentSubTransaction();
+		if (reg_in_replay)
+		{
+			/*
+			 * Nothing here writes: rolling back releases the locks now,
+			 * instead of with the replay's transaction, seconds later.
+			 */
+			RollbackAndReleaseCurrentSubTransaction();
+		}
+		else
+			ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
 	}
@@ -802,10 +841,34 @@ registry_resolve(ShapeRequest *req)
 			reg_creating = SHAPE_NO_SLOT;
 		}
 		shape_resolution_free(&req->result);
-		reg_reject(req, edata);
+		if (reg_in_replay)
+			reg_wait_for_replay = true; /* the current catalog may say otherwise */
+		else
+			reg_reject(req, edata);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+}
+
+/*
+ * registry_resolve during the replay of a transaction, inside its
+ * transaction (see the header): true when the request was answered, false
+ * when it waits for the end of the replay.
+ */
+bool
+registry_resolve_during_replay(ShapeRequest *req)
+{
+	if (req->delete_shape)
+		return false;
+	reg_in_replay = true;
+	reg_wait_for_replay = false;
+	registry_resolve(req);
+	reg_in_replay = false;
+	if (!reg_wait_for_replay)
+		return true;
+	shape_resolution_free(&req->result);
+	memset(&req->result, 0, sizeof(req->result));
+	return false;
 }
 
 /* ---------------------------------------------------------- maintenance */
@@ -884,17 +947,11 @@ registry_rotate(uint32 slot)
 		kill(snapshot_pid, SIGINT);
 }
 
-/*
- * Starts queued snapshots, notices finished and failed ones, and retires
- * failed shapes.  Main thread, outside transactions.
- */
-void
-registry_maintain(void)
+/* Notices finished and failed snapshots, and retires failed shapes. */
+static void
+reg_reap_snapshots(TimestampTz now)
 {
 	ShapeTable *table = reg_table();
-	TimestampTz now = GetCurrentTimestamp();
-	int			running;
-	ListCell   *lc;
 
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
@@ -941,37 +998,15 @@ registry_maintain(void)
 				reg_remember_failure(i, now);
 		}
 	}
+}
 
-	/* forget failures older than the retention */
-	foreach(lc, reg_failures)
-	{
-		RegistryFailure *f = lfirst(lc);
+/* Starts queued snapshots, oldest first, up to shape_sync.max_snapshot_workers. */
+static void
+reg_launch_snapshots(void)
+{
+	ShapeTable *table = reg_table();
+	int			running = reg_running_workers();
 
-		if (TimestampDifferenceExceeds(f->failed_at, now, FAILED_SHAPE_RETENTION_MS))
-		{
-			pfree(f->identity);
-			pfree(f->body);
-			pfree(f);
-			reg_failures = foreach_delete_current(reg_failures, lc);
-		}
-	}
-
-	if (shape_sync_shape_idle_timeout > 0 &&
-		TimestampDifferenceExceeds(reg_last_idle_sweep, now, 1000))
-	{
-		reg_evict_idle();
-		reg_last_idle_sweep = now;
-	}
-	if (TimestampDifferenceExceeds(reg_last_clients_sweep, now, CLIENT_WINDOW_MS))
-	{
-		reg_clients_sweep(now);
-		reg_last_clients_sweep = now;
-	}
-	reg_make_room();
-	reg_log_evictions(now);
-
-	/* launch queued snapshots, oldest first */
-	running = reg_running_workers();
 	while (running < shape_sync_max_snapshot_workers)
 	{
 		int32		next = -1;
@@ -1013,4 +1048,63 @@ registry_maintain(void)
 		e->launched = true;
 		running++;
 	}
+}
+
+/*
+ * Starts queued snapshots, notices finished and failed ones, retires failed
+ * shapes and evicts.  Main thread, outside transactions.
+ */
+void
+registry_maintain(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	reg_reap_snapshots(now);
+
+	/* forget failures older than the retention */
+	foreach(lc, reg_failures)
+	{
+		RegistryFailure *f = lfirst(lc);
+
+		if (TimestampDifferenceExceeds(f->failed_at, now, FAILED_SHAPE_RETENTION_MS))
+		{
+			pfree(f->identity);
+			pfree(f->body);
+			pfree(f);
+			reg_failures = foreach_delete_current(reg_failures, lc);
+		}
+	}
+
+	if (shape_sync_shape_idle_timeout > 0 &&
+		TimestampDifferenceExceeds(reg_last_idle_sweep, now, 1000))
+	{
+		reg_evict_idle();
+		reg_last_idle_sweep = now;
+	}
+	if (TimestampDifferenceExceeds(reg_last_clients_sweep, now, CLIENT_WINDOW_MS))
+	{
+		reg_clients_sweep(now);
+		reg_last_clients_sweep = now;
+	}
+	reg_make_room();
+	reg_log_evictions(now);
+	reg_launch_snapshots();
+}
+
+/*
+ * What of registry_maintain runs during a replay (decoder.c's hook): the
+ * snapshots of shapes made meanwhile start, with room made for them.  A
+ * shape retired meanwhile leaves the replay's transaction with its stream
+ * (shape_stream_remove).
+ */
+void
+registry_maintain_during_replay(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	reg_reap_snapshots(now);
+	reg_make_room();
+	reg_log_evictions(now);
+	reg_launch_snapshots();
 }

@@ -15,7 +15,9 @@
 
 extern void registry_start(void);
 extern void registry_resolve(ShapeRequest *req);
+extern bool registry_resolve_during_replay(ShapeRequest *req);
 extern void registry_maintain(void);
+extern void registry_maintain_during_replay(void);
 extern void registry_rotate(uint32_t slot);
 extern void registry_stop(void);
 

@@ -1556,6 +1556,19 @@ shape_definition_fingerprint(const ShapeSpec *spec)
 	return buf.data;
 }
 
+/*
+ * What keeps the current user from reading the shape (shape_read_problem
+ * over the columns it reads), or NULL.
+ */
+char *
+shape_spec_read_problem(const ShapeSpec *spec, const char **field)
+{
+	AttrNumber *attnums;
+	int			n = sdef_read_columns(spec, &attnums);
+
+	return shape_read_problem(spec->relid, n, attnums, field);
+}
+
 /* Refuses the shape, with 403, when the current user cannot read it. */
 static void
 sdef_check_readable(Relation rel, const ShapeSpec *spec)

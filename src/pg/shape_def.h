@@ -80,5 +80,6 @@ extern char *shape_quoted_name(const char *schema, const char *table);
 extern char *shape_quoted_relation(const ShapeRelation *rel);
 extern char *shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums,
 								const char **field);
+extern char *shape_spec_read_problem(const ShapeSpec *spec, const char **field);
 
 #endif							/* SHAPE_DEF_H */

@@ -168,6 +168,8 @@ typedef struct ShapeStream
 	bool		needs_check;	/* privileges changed maybe: check at commit */
 	bool		needs_definition_check; /* the table changed maybe: check
 										 * at its next change */
+	bool		made_in_replay; /* from a replay's catalog: not yet checked
+								 * against the current one */
 	bool		counted;		/* counted in ss_relids */
 	bool		partitioned;	/* on a partitioned table: */
 	int			npartitions;	/* the partitions it had when the shape */
@@ -185,6 +187,7 @@ static uint64 ss_pending_total = 0; /* pending_bytes of every stream */
 static MemoryContext ss_context;
 static List *ss_touched;		/* streams touched by the current txn */
 static TransactionId ss_xid;
+static bool ss_in_txn;			/* between shape_stream_begin and _commit */
 static uint64 ss_lsn;
 static uint64 ss_op;			/* the next op position */
 static ExprContext *ss_econtext;
@@ -572,6 +575,32 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	}
 	ss_index_stream(ss_relids, spec->relid, slot, true);
 	s->counted = true;
+	if (ss_in_txn)
+	{
+		/*
+		 * Made during the replay of a transaction (registry.c): that
+		 * transaction has left the proc array (decoder.c), so the shape's
+		 * snapshot, taken later, has it.
+		 */
+		MemoryContext cxt = MemoryContextSwitchTo(ss_context);
+
+		s->touched = true;
+		s->skip_txn = true;
+		ss_touched = lappend(ss_touched, s);
+		MemoryContextSwitchTo(cxt);
+	}
+}
+
+/*
+ * A shape made during a replay, from the catalog as the replay saw it:
+ * before decoding goes past the transaction being replayed, its table and
+ * privileges are checked against the current catalog (shape_stream_maintain).
+ */
+void
+shape_stream_check_when_replayed(uint32 slot)
+{
+	ss_streams[slot].made_in_replay = true;
+	ss_mark_relation_for_check(ss_streams[slot].relid);
 }
 
 void
@@ -856,6 +885,7 @@ shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn)
 	ss_lsn = commit_lsn;
 	ss_op = 0;
 	ss_touched = NIL;
+	ss_in_txn = true;
 }
 
 /* Whether the row in values/nulls satisfies the shape's where clause. */
@@ -1350,6 +1380,7 @@ shape_stream_commit(void)
 	}
 	list_free(ss_touched);
 	ss_touched = NIL;
+	ss_in_txn = false;
 	if (ss_lsn > 0)
 		shape_table_note_lsn(table, ss_lsn);
 }
@@ -1526,10 +1557,17 @@ ss_check_relation(Oid relid, Oid role)
 
 			ss_changed_relids = list_append_unique_oid(ss_changed_relids, relid);
 			MemoryContextSwitchTo(old);
+			/* but a shape made from a replay's catalog goes unchecked no further */
+			for (uint32 j = i; j < table->nslots; j++)
+				if (ss_streams[j].in_use && ss_streams[j].relid == relid &&
+					ss_streams[j].made_in_replay && !ss_streams[j].rotate)
+					ss_rotate_later(&ss_streams[j],
+									"it was made during a replay and its table was locked when it was to be checked");
 			return;
 		}
 		s->needs_check = false;
 		s->needs_definition_check = false;
+		s->made_in_replay = false;
 		rel = table_open(relid, NoLock);
 		problem = ss_definition_problem(s, rel);
 		table_close(rel, NoLock);

@@ -718,6 +718,24 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 					 errmsg("table %s was renamed or its definition changed after the shape was made",
 							writer->slot->relation)));
 		}
+
+		/*
+		 * And the role may still read it, as the catalog says now: the main
+		 * thread checked it against the catalog it resolved the shape with,
+		 * which a replay's is older than (registry.c).
+		 */
+		{
+			const char *field;
+			char	   *problem = shape_role_usable() != task->role ?
+				pstrdup("\"shape_sync.role\" changed or cannot be used") :
+				shape_spec_read_problem(spec, &field);
+
+			if (problem != NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+						 errmsg("a shape of table %s cannot be served: %s",
+								writer->slot->relation, problem)));
+		}
 		not_full = shape_table_not_logged_in_full(spec->relid);
 		if (!OidIsValid(not_full))
 			break;

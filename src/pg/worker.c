@@ -303,14 +303,55 @@ worker_resolve_requests(void)
 static void worker_wake_changed_shapes(void);
 
 /*
+ * Resolves the queued requests inside the replay's transaction, under its
+ * catalog (registry.c says what is answered then); the others wait, with
+ * those deferred before, for the end of the replay.
+ */
+static void
+worker_resolve_during_replay(void)
+{
+	ShapeRequest *list = request_queue_take_all(&worker_queue);
+	ShapeRequest **tail = &worker_deferred;
+	int64		now_ms = GetCurrentTimestamp() / 1000;
+
+	if (list == NULL)
+		return;
+	while (*tail != NULL)
+		tail = &(*tail)->next;
+	/* the replay's historic snapshot, for what validation evaluates */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	while (list != NULL)
+	{
+		ShapeRequest *next = list->next;
+
+		if (list->first_try_ms == 0)
+			list->first_try_ms = now_ms;
+		shape_resolution_free(&list->result);
+		memset(&list->result, 0, sizeof(list->result));
+		if (registry_resolve_during_replay(list))
+			list->done(list);
+		else
+		{
+			list->next = NULL;
+			*tail = list;
+			tail = &list->next;
+		}
+		list = next;
+	}
+	PopActiveSnapshot();
+}
+
+/*
  * Runs every few ms while decoding replays a long transaction (decoder.c):
- * clients of shapes whose logs grew are woken, and a shutdown request is
- * obeyed at once (worker_shutdown answers what waits) instead of after the
- * replay.
+ * new requests are resolved and their snapshots started, clients of
+ * shapes whose logs grew are woken, and a shutdown request is obeyed at
+ * once (worker_shutdown answers what waits) instead of after the replay.
  */
 static void
 worker_during_replay(void)
 {
+	worker_resolve_during_replay();
+	registry_maintain_during_replay();
 	worker_wake_changed_shapes();
 	if (ShutdownRequestPending)
 	{

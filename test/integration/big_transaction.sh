@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 #
-# A transaction of a million rows is replayed whole at its commit, for seconds: meanwhile the
-# worker still obeys SIGTERM within a fraction of a second (the replay hook of decoder.c;
-# before, it finished the replay first), and once back it serves the table's shapes.
+# A transaction of a million rows is replayed whole at its commit, for seconds. Meanwhile the
+# worker serves new shapes within a second (resolved under the replay's catalog, registry.c;
+# before, they waited for the end of the replay), those shapes go on correctly after it (the
+# replayed transaction is in their snapshot, not in their log), a request the replay cannot
+# answer gets its answer after it; and the worker obeys SIGTERM within a fraction of a second
+# (the replay hook of decoder.c), and once back it serves the table's shapes.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
@@ -13,12 +16,97 @@ CREATE EXTENSION shape_sync;
 CREATE TABLE big (id int PRIMARY KEY, payload text);
 ALTER TABLE big REPLICA IDENTITY FULL;
 INSERT INTO big VALUES (0, 'first');
+CREATE TABLE other (id int PRIMARY KEY, v text);
+ALTER TABLE other REPLICA IDENTITY FULL;
+INSERT INTO other VALUES (1, 'a'), (2, 'b'), (3, 'c');
+CREATE SCHEMA guarded;
+CREATE TABLE guarded.t (id int PRIMARY KEY);
+ALTER TABLE guarded.t REPLICA IDENTITY FULL;
+INSERT INTO guarded.t VALUES (1), (2);
+-- a role of its own, whose privileges the test takes away
+CREATE ROLE reader NOLOGIN;
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader;
+GRANT USAGE ON SCHEMA guarded TO reader;
+GRANT SELECT ON guarded.t TO reader;
+ALTER SYSTEM SET shape_sync.role = 'reader';
+SELECT pg_reload_conf();
 SQL
+served_as_reader() { [[ $(http_status "$SHAPE_SYNC_URL/v1/shape?table=guarded.t&offset=-1&where=$(python3 -c 'import urllib.parse; print(urllib.parse.quote("id = 0"))')") == 200 ]]; }
+check "shapes are read as the role" wait_for 10 served_as_reader
 url="$SHAPE_SYNC_URL/v1/shape?table=big"
 expect_eq "the table's shape is served" 200 "$(http_status "$url&offset=-1")"
 pid=$(worker_pid)
+q() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
 
+# the worker replays a transaction read back from its spill files (logical_decoding_work_mem is
+# 1MB here), waiting on ReorderBufferRead: wait for that
+wait_for_replay() {
+	cluster_psql -At <<SQL
+DO \$\$
+BEGIN
+	FOR i IN 1..4000 LOOP
+		PERFORM pg_stat_clear_snapshot();
+		IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid AND wait_event = 'ReorderBufferRead') THEN
+			RETURN;
+		END IF;
+		PERFORM pg_sleep(0.002);
+	END LOOP;
+	RAISE EXCEPTION 'the replay was never seen';
+END
+\$\$;
+SQL
+}
+
+# --- new shapes during the replay
 cluster_psql -c "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 1000000) g" >/dev/null
+committed=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
+# after the big transaction, the role loses the schema; the catalog the replay reads is older
+cluster_psql -c "REVOKE USAGE ON SCHEMA guarded FROM reader" >/dev/null
+wait_for_replay
+# a where clause naming no column: validation fails, under the replay's catalog as under the
+# current one; that answer waits for the current catalog
+curl -s -m 60 -o "$work/bad.json" -w '%{http_code}' "$url&offset=-1&where=$(q 'nosuch = 1')" >"$work/bad.code" &
+bad=$!
+t0=$(now)
+curl -s -m 60 -D "$work/other.h" -o "$work/other.json" "$SHAPE_SYNC_URL/v1/shape?table=other&offset=-1"
+took_other=$(diff_s "$t0" "$(now)")
+t0=$(now)
+curl -s -m 60 -D "$work/small.h" -o "$work/small.json" "$url&offset=-1&where=$(q 'id <= 10')"
+took_small=$(diff_s "$t0" "$(now)")
+guarded=$(curl -s -m 60 -w ' %{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=guarded.t&offset=-1")
+# the worker confirms its slot's position after the batch that replays the transaction
+replaying=$(cluster_psql -At -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync_%' AND confirmed_flush_lsn < '$committed'")
+check "a new shape on another table is served within 1 s of the replay's start (${took_other} s)" le "$took_other" 1
+expect_eq "with its rows" 3 "$(grep -o '"operation":"insert"' "$work/other.json" | wc -l)"
+check "a new shape on the replayed table within 1 s too (${took_small} s)" le "$took_small" 1
+expect_eq "with the replayed transaction's rows" 11 "$(grep -o '"operation":"insert"' "$work/small.json" | wc -l)"
+expect_eq "the replay was still going on (the slot is confirmed below its commit)" 1 "$replaying"
+expect_match "a table the current catalog refuses to the role is refused by its snapshot, not served" \
+	'cannot be served: Role .*reader.* has no USAGE privilege on the schema.* 403$' "$guarded"
+wait "$bad"
+expect_eq "a request the replay's catalog could not answer is answered after it" 400 "$(cat "$work/bad.code")"
+expect_match "with the validation error" 'nosuch' "$(cat "$work/bad.json")"
+
+# after the replay, the shapes made during it go on from their snapshots: the replayed
+# transaction is not in their logs again, later ones are
+live_after() {	# url-of-shape headers-file -> the body of a live request from its end
+	local handle offset
+	handle=$(header electric-handle "$2")
+	offset=$(header electric-offset "$2")
+	curl -s -m 30 "$1&handle=$handle&offset=$offset&live=true"
+}
+cluster_psql -c "INSERT INTO other VALUES (4, 'd'); UPDATE big SET payload = 'changed' WHERE id = 5" >/dev/null
+body=$(live_after "$SHAPE_SYNC_URL/v1/shape?table=other" "$work/other.h")
+expect_match "the other table's shape gets a later insert" '"operation":"insert"' "$body"
+expect_eq "and only it" 1 "$(grep -o '"operation":' <<<"$body" | wc -l)"
+body=$(live_after "$url&where=$(q 'id <= 10')" "$work/small.h")
+expect_match "the replayed table's shape gets a later update" '"operation":"update"' "$body"
+expect_eq "and nothing of the replayed transaction" 0 "$(grep -o '"operation":"insert"' <<<"$body" | wc -l)"
+check "no other warning in the log" bash -c '! grep -E "WARNING|ERROR" "$1" | grep -v -E "nosuch|guarded"' _ "$SHAPE_SYNC_LOG"
+
+# --- SIGTERM during a replay
+
+cluster_psql -c "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1000001, 2000000) g" >/dev/null
 # SIGTERM once the replay is under way: the worker reads the transaction back from its spill
 # files (logical_decoding_work_mem is 1MB here), waiting on ReorderBufferRead
 cluster_psql -At >"$work/term.out" <<SQL
@@ -46,7 +134,8 @@ expect_match "it was stopped in the middle of the replay" 'shape_sync shutting d
 	"$(cat "$SHAPE_SYNC_LOG")"
 back() { local p; p=$(worker_pid); [[ -n $p && $p != "$pid" ]] && [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "it comes back" wait_for 30 back
-body=$(curl -s -m 60 "$url&offset=-1&where=$(python3 -c 'import urllib.parse; print(urllib.parse.quote("id <= 10"))')")
-expect_eq "and serves the table's shapes with its rows" 11 "$(grep -o '"operation":"insert"' <<<"$body" | wc -l)"
+# (while it skips the WAL written before it started it answers 503, retry-after 1)
+rows_back() { [[ $(curl -s -m 60 "$url&offset=-1&where=$(q 'id <= 10')" | grep -o '"operation":"insert"' | wc -l) == 11 ]]; }
+check "and serves the table's shapes with their rows" wait_for 30 rows_back
 check "no crash in the log" bash -c '! grep -E "PANIC|terminated by signal|TRAP:" "$1"' _ "$SHAPE_SYNC_LOG"
 finish

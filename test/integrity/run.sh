@@ -16,9 +16,8 @@
 #
 # INTEGRITY_COMPACTION_FACTOR (default 0: off) sets shape_sync.compaction_factor; 1.2 is
 # aggressive (a log is compacted once it grew by a fifth), so that clients resume from
-# offsets before, inside and after compacted parts all the time. With 1.2, about one seed in
-# eight still shows one raw-client anomaly after the restart of phase 2 ("transaction ...
-# ended without last:true"), not understood yet, which is why the test command leaves it off.
+# offsets before, inside and after compacted parts all the time (integrity_compaction.sh of
+# test/integration runs it so).
 #
 # INTEGRITY_SYNC_STANDBY=1 (default 0): before each seed's test, a physical standby of the
 # cluster is made with pg_basebackup (cluster_standby_create of scripts/lib/cluster.sh) and
