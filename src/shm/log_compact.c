@@ -11,12 +11,13 @@
  * (row_encoder.c's format), and gives up on anything else.
  *
  * The closed chunks are taken in groups of at least `chunk_bytes` (input
- * bytes), and each group becomes one chunk of the compacted log, ending at
- * its last message as every chunk does.  Per key (a life: an insert, its
- * updates, the delete that ends it):
+ * bytes), and each group becomes one chunk of the compacted log (where it
+ * ends: see below).  Per key (a life: an insert, its updates, the delete
+ * that ends it):
  *	- the insert stays at its offset;
  *	- the life's updates become one update at the offset of the last of
- *	  them: every column any of them changed, with its last value (with
+ *	  them (of the last before a chunk end that updates do not cross, see
+ *	  below): every column any of them changed, with its last value (with
  *	  replica full, the last update's whole row), and their txids (the
  *	  newest SLOG_COMPACT_MAX_TXIDS).  A merged update has no old_value: the
  *	  values before it differ from one client to another (a lone update
@@ -33,15 +34,33 @@
  * as readers of the old log at that offset, and offsets inside a chunk are
  * held only by clients of the old log (a client of the compacted one holds
  * its chunk ends), whose rows the old log defines: from any offset a client
- * holds, the messages after it bring it strictly to the same rows.  Their
- * values may differ at a chunk end (an update merged later), which only a
- * caching proxy that still holds the old log's response for that offset
- * would notice (see test_log_compact.c, values_agree_at_chunk_ends).  Each
+ * holds, the messages after it bring it strictly to the same rows.  Each
  * kept change message is marked the last of its transaction: the messages
  * a transaction had beside it may be gone, and a client must not wait for
  * them.  A key whose history this server would never write (an insert of
  * a present key: a table whose rows share a key) keeps its records as they
  * are.
+ *
+ * Chunk ends.  A merged update moves values past chunk ends, so at a chunk
+ * end a reader of the compacted log may hold older values than a reader of
+ * the old log held at the same offset; a caching proxy that still holds
+ * the old log's response for that offset (the handle stays) would give the
+ * new reader the old log's continuation, which does not repeat them.  So:
+ *	- a chunk that ends where a transaction ends (the next record is of a
+ *	  later one) ends at an offset no client ever held: that transaction's
+ *	  LSN with op SLOG_COMPACT_END_OP + 1, or one more than the input
+ *	  chunk end's op when an earlier compaction made it so.  It is above
+ *	  every op of the transaction's messages and below the next
+ *	  transaction's, and updates merge across it;
+ *	- a chunk that ends inside a transaction (a bulk change spans chunks),
+ *	  in the snapshot, or at the end of the log ends at its last message,
+ *	  and no update merges across it, so its readers hold what the old
+ *	  log's readers held there, values too.
+ * A transaction whose records after the group's end were dropped by an
+ * earlier compaction (the insert of a life whose tombstone comes later)
+ * does not end there: a client at a made offset would count as inside that
+ * life.  test_log_compact.c checks, at every chunk end a client of the old
+ * log could hold, that both logs' readers agree.
  *
  * So a compacted log holds one insert and at most one update per row, plus
  * a delete (and a merged update) per life that ended since the snapshot; a
@@ -137,8 +156,16 @@ typedef struct CompactKey
 	int64_t		life_insert;	/* the open life's insert, or -1 */
 	int64_t		life_last;		/* its last record, or -1 */
 	uint32_t	life_updates;	/* ... and how many updates it has */
+	bool		listed;			/* in Compactor.updated_keys */
 	CompactMerge *merge;		/* while pass 2 merges its updates */
 } CompactKey;
+
+/* A tombstone of the input: where it is, and the transaction of its life's insert. */
+typedef struct CompactBorn
+{
+	int64_t		tx;
+	uint64_t	pos;
+} CompactBorn;
 
 typedef struct Compactor
 {
@@ -163,7 +190,15 @@ typedef struct Compactor
 	bool		no_memory;
 	LogOffset	last_out;		/* the offset of the last record written */
 	uint64_t   *group_ends;		/* end positions of the groups of chunks */
+	LogOffset  *group_end_offsets;	/* ... their output chunk ends; tx 0: the
+									 * offset of the chunk's last message */
+	uint64_t   *input_end_ops;	/* the op of the input chunk end at each */
 	uint32_t	ngroups;
+	CompactBorn *born;			/* the input's tombstones, by born.tx */
+	uint64_t	nborn;
+	uint32_t   *updated_keys;	/* keys with updates not yet settled */
+	uint32_t	nupdated;
+	uint64_t	updated_cap;
 } Compactor;
 
 /* ------------------------------------------------------------- helpers */
@@ -678,6 +713,109 @@ cmp_settle_life(Compactor *c, CompactKey *k, bool keep_insert, bool filtered)
 }
 
 /*
+ * The end of group `g`, after record `last`, before a record of
+ * transaction `next_tx` (when `has_next`): where its output chunk ends
+ * (see "Chunk ends" in the header).  At the end of a transaction the
+ * chunk ends at an offset no client held, and updates merge across it;
+ * elsewhere it ends at its last message, and the updates before it are
+ * settled, so that none merges across it.
+ */
+/*
+ * Whether a tombstone after input position `pos` began its life in
+ * transaction `tx`: that transaction's insert, since dropped, comes after
+ * `pos` in the history clients saw.
+ */
+static bool
+cmp_life_of_tx_spans(const Compactor *c, int64_t tx, uint64_t pos)
+{
+	uint64_t	lo = 0,
+				hi = c->nborn;
+
+	while (lo < hi)
+	{
+		uint64_t	mid = lo + (hi - lo) / 2;
+
+		if (c->born[mid].tx < tx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < c->nborn && c->born[lo].tx == tx; lo++)
+		if (c->born[lo].pos >= pos)
+			return true;
+	return false;
+}
+
+static void
+cmp_end_group(Compactor *c, uint32_t g, const CompactRecord *last, bool has_next,
+			  int64_t next_tx)
+{
+	/*
+	 * A transaction whose later records an earlier compaction dropped (the
+	 * insert of a life whose tombstone comes later) has not ended here: a
+	 * client at the made offset would count as inside that life
+	 * (slog_cursor_skip).
+	 */
+	if (last != NULL && last->offset.tx > 0 && has_next && next_tx != last->offset.tx &&
+		!cmp_life_of_tx_spans(c, last->offset.tx, c->group_ends[g]))
+	{
+		uint64_t	in_op = c->input_end_ops[g];
+
+		c->group_end_offsets[g].tx = last->offset.tx;
+		c->group_end_offsets[g].op = in_op > SLOG_COMPACT_END_OP && in_op != LOG_OFFSET_OP_INF ?
+			in_op + 1 : SLOG_COMPACT_END_OP + 1;
+		return;
+	}
+	c->group_end_offsets[g] = (LogOffset) {0, 0};
+	for (uint32_t i = 0; i < c->nupdated; i++)
+	{
+		CompactKey *k = &c->keys[c->updated_keys[i]];
+
+		if (k->life_open && k->life_updates > 0 && !k->verbatim)
+			cmp_settle_life(c, k, true, false);
+		k->listed = false;
+	}
+	c->nupdated = 0;
+}
+
+static int
+cmp_born_cmp(const void *a, const void *b)
+{
+	const CompactBorn *x = a;
+	const CompactBorn *y = b;
+
+	return x->tx < y->tx ? -1 : x->tx > y->tx;
+}
+
+/* The input's tombstones: where each is, and the transaction of its life's insert. */
+static SlogCompactResult
+cmp_collect_born(Compactor *c, uint64_t closed_end)
+{
+	uint64_t	cap = 0;
+
+	for (uint64_t pos = 0; pos < closed_end;)
+	{
+		SlogRecordHeader hdr;
+
+		slog_read_header(c->arena, c->in, pos, &hdr);
+		if (hdr.kind == SLOG_RECORD_TOMBSTONE && hdr.len >= SLOG_TOMBSTONE_PREFIX)
+		{
+			if (c->nborn == cap &&
+				!cmp_grow_array((void **) &c->born, &cap, sizeof(CompactBorn), 256))
+				return SLOG_COMPACT_NO_MEMORY;
+			slog_copy_out(c->arena, c->in, pos + sizeof(hdr), (char *) &c->born[c->nborn].tx,
+						  sizeof(int64_t));
+			c->born[c->nborn].pos = pos;
+			c->nborn++;
+		}
+		pos += slog_record_span(hdr.len);
+	}
+	if (c->nborn > 1)
+		qsort(c->born, c->nborn, sizeof(CompactBorn), cmp_born_cmp);
+	return SLOG_COMPACT_OK;
+}
+
+/*
  * Pass 1: every record of the closed chunks, its key and its fate; the
  * output chunks end at c->group_ends[].  A sequence this server never
  * writes for a key (an insert of a present key: a table whose rows share a
@@ -702,8 +840,10 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		size_t		json_len;
 		CompactKey *k;
 
+		slog_read_header(c->arena, c->in, pos, &hdr);
 		while (group < c->ngroups && pos >= c->group_ends[group])
 		{
+			cmp_end_group(c, group, n > 0 ? &c->records[n - 1] : NULL, true, hdr.tx);
 			group++;
 			group_first = n;
 		}
@@ -712,7 +852,6 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			return SLOG_COMPACT_NO_MEMORY;
 		r = &c->records[n];
 		c->nrecords = n + 1;	/* what cmp_settle_life may walk */
-		slog_read_header(c->arena, c->in, pos, &hdr);
 		memset(r, 0, sizeof(*r));
 		r->pos = pos;
 		r->len = hdr.len;
@@ -774,6 +913,15 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 				r->prev_in_life = k->life_last;
 				k->life_last = (int64_t) n;
 				k->life_updates++;
+				if (!k->listed)
+				{
+					if (c->nupdated == c->updated_cap &&
+						!cmp_grow_array((void **) &c->updated_keys, &c->updated_cap,
+										sizeof(uint32_t), 1024))
+						return SLOG_COMPACT_NO_MEMORY;
+					c->updated_keys[c->nupdated++] = r->key;
+					k->listed = true;
+				}
 				break;
 			case OP_DELETE:
 				if (k->life_insert >= (int64_t) group_first)
@@ -801,6 +949,19 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		}
 	}
 	c->nrecords = n;
+	while (group < c->ngroups)
+	{
+		/* the last group ends the closed part: the open part follows */
+		SlogPublished pub;
+		SlogRecordHeader next;
+
+		slog_read_published(c->in, &pub);
+		if (closed_end < pub.data_end)
+			slog_read_header(c->arena, c->in, closed_end, &next);
+		cmp_end_group(c, group, n > 0 ? &c->records[n - 1] : NULL,
+					  closed_end < pub.data_end, closed_end < pub.data_end ? next.tx : 0);
+		group++;
+	}
 	for (uint32_t i = 0; i < c->nkeys; i++)
 		if (c->keys[i].life_open && c->keys[i].life_last >= 0)
 			cmp_settle_life(c, &c->keys[i], true, false);
@@ -937,7 +1098,9 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 
 	/* the groups: runs of input chunks of at least chunk_bytes (the last ends the closed part) */
 	c.group_ends = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));
-	if (c.group_ends == NULL)
+	c.group_end_offsets = malloc(sizeof(LogOffset) * (pub.chunk_count ? pub.chunk_count : 1));
+	c.input_end_ops = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));
+	if (c.group_ends == NULL || c.group_end_offsets == NULL || c.input_end_ops == NULL)
 		res = SLOG_COMPACT_NO_MEMORY;
 	for (uint32_t ch = 0; res == SLOG_COMPACT_OK && ch < pub.chunk_count; ch++)
 	{
@@ -947,11 +1110,14 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 		group_bytes += chunk.end_pos - chunk.start_pos;
 		if (group_bytes >= chunk_bytes || ch + 1 == pub.chunk_count)
 		{
+			c.input_end_ops[c.ngroups] = chunk.end_op;
 			c.group_ends[c.ngroups++] = chunk.end_pos;
 			group_bytes = 0;
 		}
 	}
 
+	if (res == SLOG_COMPACT_OK)
+		res = cmp_collect_born(&c, closed_end);
 	if (res == SLOG_COMPACT_OK)
 		res = cmp_classify(&c, closed_end);
 	stats->records_in = c.nrecords;
@@ -962,7 +1128,8 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < c.group_ends[g])
 			res = cmp_emit(&c, out, &c.records[next++], stats);
 		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 &&
-			slog_close_chunk(arena, out, c.last_out) != SLOG_OK)
+			slog_close_chunk(arena, out, c.group_end_offsets[g].tx > 0 ?
+							 c.group_end_offsets[g] : c.last_out) != SLOG_OK)
 			res = SLOG_COMPACT_FULL;
 	}
 
@@ -986,6 +1153,10 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 		cmp_merge_free(c.keys[i].merge);
 	free(c.records);
 	free(c.group_ends);
+	free(c.group_end_offsets);
+	free(c.input_end_ops);
+	free(c.updated_keys);
+	free(c.born);
 	free(c.slots);
 	free(c.keys);
 	free(c.key_text);

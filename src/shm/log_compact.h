@@ -18,6 +18,13 @@
 /* a merged update names the newest of its updates' transactions, this many */
 #define SLOG_COMPACT_MAX_TXIDS	16
 
+/*
+ * The op of a chunk end that compaction made at a transaction's end: above
+ * every op a message can have, below the next transaction's offsets, and
+ * one more at each compaction that keeps that chunk end (log_compact.c).
+ */
+#define SLOG_COMPACT_END_OP		(UINT64_C(1) << 40)
+
 typedef enum SlogCompactResult
 {
 	SLOG_COMPACT_OK = 0,

@@ -1,8 +1,10 @@
 // Log compaction: a hot shape's log stays within a bounded size while its rows are updated
 // thousands of times, its handle is kept, and every client converges to SELECT, strictly
 // (no insert of a present key, no update or delete of an absent one), whatever offset it
-// resumes from: before, inside or after the compacted part. The official client stays live
-// throughout. Seconds here; COMPACTION_SOAK_SECONDS makes it a soak.
+// resumes from: before, inside or after the compacted part; so does a client behind a
+// caching proxy that still holds responses computed before compactions (any subset of
+// them: a proxy evicts as it likes). The official client stays live throughout. Seconds
+// here; COMPACTION_SOAK_SECONDS makes it a soak.
 
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
@@ -41,11 +43,16 @@ class StrictClient {
     }
   }
 
+  // One catch-up request; a proxy may answer it instead (ProxiedClient).
+  fetch(offset, handle) {
+    return fetchShape({ ...this.params, offset, handle })
+  }
+
   // Catch-up requests until up-to-date; returns the handles it was served.
   async catchUp() {
     const handles = new Set()
     for (let i = 0; i < 10000; i++) {
-      const res = await fetchShape({ ...this.params, offset: this.offset, handle: this.handle })
+      const res = await this.fetch(this.offset, this.handle)
       assert.equal(res.status, 200, `catch-up from ${this.offset}: ${res.status} ${res.text}`)
       this.handle = res.headers.get('electric-handle')
       handles.add(this.handle)
@@ -58,6 +65,28 @@ class StrictClient {
 
   snapshot() {
     return { handle: this.handle, offset: this.offset, rows: this.rows }
+  }
+}
+
+// A client behind a caching proxy: responses are kept by URL (offset and handle here), and
+// a request whose URL is kept gets the kept response, however old.
+class ProxiedClient extends StrictClient {
+  constructor(params, cache, keep = () => true) {
+    super(params)
+    this.cache = cache
+    this.keep = keep
+    this.fromCache = 0
+  }
+
+  async fetch(offset, handle) {
+    const url = `${offset}|${handle}`
+    if (this.cache.has(url)) {
+      this.fromCache++
+      return this.cache.get(url)
+    }
+    const res = await super.fetch(offset, handle)
+    if (res.status === 200 && this.keep(url)) this.cache.set(url, res)
+    return res
   }
 }
 
@@ -121,6 +150,9 @@ describe('log compaction', () => {
     const shape = new Shape(stream)
     await shape.rows
 
+    const proxies = Array.from({ length: 6 }, () => new Map())
+    const hash = (text) => [...text].reduce((h, ch) => (h * 31 + ch.charCodeAt(0)) >>> 0, 7)
+
     // updates (each its own transaction), some deletes and re-inserts
     let appended = 0
     let peak = 0
@@ -155,6 +187,12 @@ describe('log compaction', () => {
         await mid.catchUp()
         inside = mid.snapshot()
       }
+      // clients reading through the proxies now and then fill them; each proxy keeps about
+      // two thirds of the responses, which depending on the URL
+      for (const [k, proxy] of proxies.entries()) {
+        const reader = new ProxiedClient(params, proxy, (url) => hash(`${k}${url}`) % 3 !== 0)
+        await reader.catchUp()
+      }
     } while (rounds < 8 || Date.now() < deadline)
 
     const end = await shapeStats(handle)
@@ -185,6 +223,14 @@ describe('log compaction', () => {
       if (!from) {
         assert.ok(c.messages <= 2 * ROWS + 2 * 500, `${label}: ${c.messages} messages for ${ROWS} rows`)
       }
+    }
+
+    // through the proxies, which still hold responses from before the compactions
+    for (const [k, proxy] of proxies.entries()) {
+      const proxied = new ProxiedClient(params, proxy, () => false)
+      await proxied.catchUp()
+      assert.ok(proxied.fromCache > 0, `proxy ${k} answered some requests`)
+      assert.deepEqual(asSorted(proxied.rows), truth, `through caching proxy ${k}: equal to SELECT`)
     }
   })
 })
