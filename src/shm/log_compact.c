@@ -713,14 +713,6 @@ cmp_settle_life(Compactor *c, CompactKey *k, bool keep_insert, bool filtered)
 }
 
 /*
- * The end of group `g`, after record `last`, before a record of
- * transaction `next_tx` (when `has_next`): where its output chunk ends
- * (see "Chunk ends" in the header).  At the end of a transaction the
- * chunk ends at an offset no client held, and updates merge across it;
- * elsewhere it ends at its last message, and the updates before it are
- * settled, so that none merges across it.
- */
-/*
  * Whether a tombstone after input position `pos` began its life in
  * transaction `tx`: that transaction's insert, since dropped, comes after
  * `pos` in the history clients saw.
@@ -746,6 +738,14 @@ cmp_life_of_tx_spans(const Compactor *c, int64_t tx, uint64_t pos)
 	return false;
 }
 
+/*
+ * The end of group `g`, after record `last`, before a record of
+ * transaction `next_tx` (when `has_next`): where its output chunk ends
+ * (see "Chunk ends" in the header).  At the end of a transaction the
+ * chunk ends at an offset no client held, and updates merge across it;
+ * elsewhere it ends at its last message, and the updates before it are
+ * settled, so that none merges across it.
+ */
 static void
 cmp_end_group(Compactor *c, uint32_t g, const CompactRecord *last, bool has_next,
 			  int64_t next_tx)

@@ -661,7 +661,10 @@ slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
  * Finds what a request for "everything after `after`" is sent: the records
  * of the chunk holding the first record after `after` (or of the open tail
  * once the snapshot is done), minus those at or before `after`.  Reads
- * entries after offset O are exclusive of O, as in Electric.
+ * entries after offset O are exclusive of O, as in Electric.  A chunk may
+ * end past its last record (log_compact.c makes such ends), so a reader at
+ * that record finds nothing in it: the next chunk is its answer, since an
+ * empty range means "nothing yet" to a live request.
  */
 void
 slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
@@ -683,28 +686,33 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			lo = mid + 1;
 	}
 
-	if (lo < pub->chunk_count)
+	for (;; lo++)
 	{
-		const SlogChunk *chunk = slog_chunk_at(arena, log, lo);
+		if (lo < pub->chunk_count)
+		{
+			const SlogChunk *chunk = slog_chunk_at(arena, log, lo);
 
-		range->start = chunk->start_pos;
-		range->end = chunk->end_pos;
-		range->chunk_end = slog_chunk_end(chunk);
-	}
-	else if (pub->flags & SLOG_SNAPSHOT_DONE)
-	{
-		range->start = pub->chunk_count == 0 ? 0 :
-			slog_chunk_at(arena, log, pub->chunk_count - 1)->end_pos;
-		range->end = pub->data_end;
-		range->chunk_end = pub->last;
-		range->beyond_end = log_offset_cmp(after, pub->last) > 0;
-	}
-	else
-		return;					/* the chunk is still being written */
+			range->start = chunk->start_pos;
+			range->end = chunk->end_pos;
+			range->chunk_end = slog_chunk_end(chunk);
+		}
+		else if (pub->flags & SLOG_SNAPSHOT_DONE)
+		{
+			range->start = pub->chunk_count == 0 ? 0 :
+				slog_chunk_at(arena, log, pub->chunk_count - 1)->end_pos;
+			range->end = pub->data_end;
+			range->chunk_end = pub->last;
+			range->beyond_end = log_offset_cmp(after, pub->last) > 0;
+		}
+		else
+			return;				/* the chunk is still being written */
 
-	range->ready = true;
-	if (!log_offset_is_before_all(after))
-		range->start = slog_seek(arena, log, range->start, range->end, after);
+		range->ready = true;
+		if (!log_offset_is_before_all(after))
+			range->start = slog_seek(arena, log, range->start, range->end, after);
+		if (range->start < range->end || lo >= pub->chunk_count)
+			return;
+	}
 }
 
 /* ------------------------------------------------------------- cursors */

@@ -724,7 +724,7 @@ class RawClient {
       }
       const prev = this.rowsMap.get(key)
       if (!prev) {
-        this.anomaly(`update of absent key ${key} at ${pos ? pos.join('_') : '?'}: ${short(msg)}`)
+        this.anomaly(`update of absent key ${key} at ${pos ? pos.join('_') : '?'} (${url}): ${short(msg)}`)
         this.rowsMap.set(key, { ...value })
       } else {
         if (full && msg.old_value) for (const [c, v] of Object.entries(msg.old_value))

@@ -400,6 +400,13 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			return no_open_txn(rows, why, whylen);
 		if (r.start == r.end && log_offset_cmp(r.chunk_end, pub.last) >= 0)
 			return no_open_txn(rows, why, whylen);	/* nothing after `after`: up to date */
+		if (r.start == r.end)
+		{
+			/* a live request takes an empty range for "nothing yet" (shape_serve.c) */
+			snprintf(why, whylen, "an empty range at %lld_%llu before the log's end",
+					 (long long) after.tx, (unsigned long long) after.op);
+			return false;
+		}
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
 		while (slog_cursor_more(&cur))
 		{

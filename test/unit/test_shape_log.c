@@ -633,7 +633,11 @@ ref_chunk_answer(const RefLog *ref, int c, LogOffset after, RefAnswer *want)
 	}
 }
 
-/* The plain scan, one query at a time: every chunk, every record. */
+/*
+ * The plain scan, one query at a time: every chunk, every record.  A chunk
+ * with nothing after `after` (it ends past its last record) gives way to
+ * the next one.
+ */
 static void
 ref_scan(const RefLog *ref, LogOffset after, RefAnswer *want)
 {
@@ -641,18 +645,23 @@ ref_scan(const RefLog *ref, LogOffset after, RefAnswer *want)
 
 	while (c < ref->pub_nchunks && log_offset_cmp(ref->chunks[c].end_off, after) <= 0)
 		c++;
-	ref_chunk_answer(ref, c, after, want);
-	if (!want->ready || log_offset_is_before_all(after))
-		return;
-	for (int i = 0; i < ref->pub_nrecs; i++)
+	for (;; c++)
 	{
-		const RefRec *r = &ref->recs[i];
+		ref_chunk_answer(ref, c, after, want);
+		if (!want->ready || log_offset_is_before_all(after))
+			return;
+		for (int i = 0; i < ref->pub_nrecs; i++)
+		{
+			const RefRec *r = &ref->recs[i];
 
-		if (r->pos < want->start)
-			continue;
-		if (r->pos >= want->end || log_offset_cmp(r->o, after) > 0)
-			break;
-		want->start = r->pos + slog_record_span(r->len);
+			if (r->pos < want->start)
+				continue;
+			if (r->pos >= want->end || log_offset_cmp(r->o, after) > 0)
+				break;
+			want->start = r->pos + slog_record_span(r->len);
+		}
+		if (want->start < want->end || c >= ref->pub_nchunks)
+			return;
 	}
 }
 
@@ -769,14 +778,21 @@ sweep(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *lo
 			c++;
 		while (r < ref->pub_nrecs && log_offset_cmp(ref->recs[r].o, q[i]) <= 0)
 			r++;
-		ref_chunk_answer(ref, c, q[i], &want);
-		if (want.ready && !log_offset_is_before_all(q[i]))
+		for (int cc = c;; cc++)
 		{
-			/* the first record past q[i], if in the range, else its edge */
-			uint64_t	first = r < ref->pub_nrecs ? ref->recs[r].pos : ref->pub_data_end;
+			ref_chunk_answer(ref, cc, q[i], &want);
+			if (!want.ready || log_offset_is_before_all(q[i]))
+				break;
+			{
+				/* the first record past q[i], if in the range, else its edge */
+				uint64_t	first = r < ref->pub_nrecs ? ref->recs[r].pos : ref->pub_data_end;
 
-			want.start = first < want.start ? want.start :
-				first > want.end ? want.end : first;
+				want.start = first < want.start ? want.start :
+					first > want.end ? want.end : first;
+			}
+			/* nothing past q[i] in a chunk that ends past its last record: the next one */
+			if (want.start < want.end || cc >= ref->pub_nchunks)
+				break;
 		}
 		memset(&range, 0x5a, sizeof(range));
 		slog_locate(arena, log, &pub, q[i], &range);
