@@ -664,7 +664,8 @@ slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
  * entries after offset O are exclusive of O, as in Electric.  A chunk may
  * end past its last record (log_compact.c makes such ends), so a reader at
  * that record finds nothing in it: the next chunk is its answer, since an
- * empty range means "nothing yet" to a live request.
+ * empty range means "nothing yet" to a live request.  (A chunk with no
+ * records at all is answered as it is.)
  */
 void
 slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
@@ -672,8 +673,6 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 {
 	uint32_t	lo = 0;
 	uint32_t	hi = pub->chunk_count;
-
-	memset(range, 0, sizeof(*range));
 
 	/* first closed chunk whose end is past `after` */
 	while (lo < hi)
@@ -688,6 +687,7 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 
 	for (;; lo++)
 	{
+		memset(range, 0, sizeof(*range));
 		if (lo < pub->chunk_count)
 		{
 			const SlogChunk *chunk = slog_chunk_at(arena, log, lo);
@@ -708,11 +708,15 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			return;				/* the chunk is still being written */
 
 		range->ready = true;
+		if (lo >= pub->chunk_count || range->start == range->end)
+			break;				/* the tail, or a chunk with no records at all */
 		if (!log_offset_is_before_all(after))
 			range->start = slog_seek(arena, log, range->start, range->end, after);
-		if (range->start < range->end || lo >= pub->chunk_count)
+		if (range->start < range->end)
 			return;
 	}
+	if (!log_offset_is_before_all(after))
+		range->start = slog_seek(arena, log, range->start, range->end, after);
 }
 
 /* ------------------------------------------------------------- cursors */

@@ -39,7 +39,7 @@ pid=$(worker_pid)
 q() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$1"; }
 
 # the worker replays a transaction read back from its spill files (logical_decoding_work_mem is
-# 1MB here), waiting on ReorderBufferRead: wait for that
+# 1MB here), waiting on ReorderBufferRead: wait for that, then run the SQL statements $1
 wait_for_replay() {
 	cluster_psql -At <<SQL
 DO \$\$
@@ -47,6 +47,7 @@ BEGIN
 	FOR i IN 1..4000 LOOP
 		PERFORM pg_stat_clear_snapshot();
 		IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid AND wait_event = 'ReorderBufferRead') THEN
+			${1:-}
 			RETURN;
 		END IF;
 		PERFORM pg_sleep(0.002);
@@ -107,24 +108,8 @@ check "no other warning in the log" bash -c '! grep -E "WARNING|ERROR" "$1" | gr
 # --- SIGTERM during a replay
 
 cluster_psql -c "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1000001, 2000000) g" >/dev/null
-# SIGTERM once the replay is under way: the worker reads the transaction back from its spill
-# files (logical_decoding_work_mem is 1MB here), waiting on ReorderBufferRead
-cluster_psql -At >"$work/term.out" <<SQL
-DO \$\$
-BEGIN
-	FOR i IN 1..4000 LOOP
-		PERFORM pg_stat_clear_snapshot();
-		IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $pid AND wait_event = 'ReorderBufferRead') THEN
-			PERFORM pg_terminate_backend($pid);
-			RAISE NOTICE 'terminated at %', extract(epoch FROM clock_timestamp());
-			RETURN;
-		END IF;
-		PERFORM pg_sleep(0.002);
-	END LOOP;
-	RAISE EXCEPTION 'the replay was never seen';
-END
-\$\$;
-SQL
+# SIGTERM once the replay is under way
+wait_for_replay "PERFORM pg_terminate_backend($pid);" >"$work/term.out"
 t0=$(now)
 gone() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 0 ]]; }
 check "the worker exits" wait_for 30 gone

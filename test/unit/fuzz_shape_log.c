@@ -125,41 +125,54 @@ next_byte(Reader *r)
 	return r->p < r->end ? *r->p++ : 0;
 }
 
-/* Model of slog_locate over the published state. */
+/*
+ * Model of slog_locate over the published state: the first chunk ending
+ * past `after`, passing over one whose records are all at or before it (a
+ * chunk may end past its last record), else the open tail once the
+ * snapshot is done.
+ */
 static void
 model_locate(const Model *m, LogOffset after, SlogRange *want, int *first_rec)
 {
-	int			i;
+	int			c;
 
-	memset(want, 0, sizeof(*want));
-	*first_rec = -1;
-	for (i = 0; i < m->pub_nchunks; i++)
-		if (log_offset_cmp(m->chunks[i].end_off, after) > 0)
+	for (c = 0; c < m->pub_nchunks; c++)
+		if (log_offset_cmp(m->chunks[c].end_off, after) > 0)
 			break;
-	if (i < m->pub_nchunks)
+	for (;; c++)
 	{
-		want->start = m->chunks[i].start;
-		want->end = m->chunks[i].end;
-		want->chunk_end = m->chunks[i].end_off;
+		int			i;
+
+		memset(want, 0, sizeof(*want));
+		*first_rec = -1;
+		if (c < m->pub_nchunks)
+		{
+			want->start = m->chunks[c].start;
+			want->end = m->chunks[c].end;
+			want->chunk_end = m->chunks[c].end_off;
+		}
+		else if (m->pub_flags & SLOG_SNAPSHOT_DONE)
+		{
+			want->start = m->pub_nchunks ? m->chunks[m->pub_nchunks - 1].end : 0;
+			want->end = m->pub_data_end;
+			want->chunk_end = m->pub_last;
+			want->beyond_end = log_offset_cmp(after, m->pub_last) > 0;
+		}
+		else
+			return;
+		want->ready = true;
+		/* the first record at start, then skip those at or before `after` */
+		for (i = 0; i < m->pub_nrecs && m->recs[i].pos < want->start; i++)
+			;
+		if (!log_offset_is_before_all(after))
+			for (; i < m->pub_nrecs && m->recs[i].pos < want->end &&
+				 log_offset_cmp(m->recs[i].o, after) <= 0; i++)
+				want->start = m->recs[i].pos + slog_record_span(m->recs[i].len);
+		*first_rec = i;
+		if (want->start < want->end || c >= m->pub_nchunks ||
+			m->chunks[c].start == m->chunks[c].end)
+			return;
 	}
-	else if (m->pub_flags & SLOG_SNAPSHOT_DONE)
-	{
-		want->start = m->pub_nchunks ? m->chunks[m->pub_nchunks - 1].end : 0;
-		want->end = m->pub_data_end;
-		want->chunk_end = m->pub_last;
-		want->beyond_end = log_offset_cmp(after, m->pub_last) > 0;
-	}
-	else
-		return;
-	want->ready = true;
-	/* the first record at start, then skip those at or before `after` */
-	for (i = 0; i < m->pub_nrecs && m->recs[i].pos < want->start; i++)
-		;
-	if (!log_offset_is_before_all(after))
-		for (; i < m->pub_nrecs && m->recs[i].pos < want->end &&
-			 log_offset_cmp(m->recs[i].o, after) <= 0; i++)
-			want->start = m->recs[i].pos + slog_record_span(m->recs[i].len);
-	*first_rec = i;
 }
 
 static void

@@ -635,8 +635,8 @@ ref_chunk_answer(const RefLog *ref, int c, LogOffset after, RefAnswer *want)
 
 /*
  * The plain scan, one query at a time: every chunk, every record.  A chunk
- * with nothing after `after` (it ends past its last record) gives way to
- * the next one.
+ * with records but none after `after` (it ends past its last record) gives
+ * way to the next one.
  */
 static void
 ref_scan(const RefLog *ref, LogOffset after, RefAnswer *want)
@@ -660,7 +660,8 @@ ref_scan(const RefLog *ref, LogOffset after, RefAnswer *want)
 				break;
 			want->start = r->pos + slog_record_span(r->len);
 		}
-		if (want->start < want->end || c >= ref->pub_nchunks)
+		if (want->start < want->end || c >= ref->pub_nchunks ||
+			ref->chunks[c].start == ref->chunks[c].end)
 			return;
 	}
 }
@@ -791,7 +792,8 @@ sweep(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *lo
 					first > want.end ? want.end : first;
 			}
 			/* nothing past q[i] in a chunk that ends past its last record: the next one */
-			if (want.start < want.end || cc >= ref->pub_nchunks)
+			if (want.start < want.end || cc >= ref->pub_nchunks ||
+				ref->chunks[cc].start == ref->chunks[cc].end)
 				break;
 		}
 		memset(&range, 0x5a, sizeof(range));
