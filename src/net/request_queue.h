@@ -58,6 +58,8 @@ typedef struct ShapeResolution
 	unsigned	error_status;	/* HTTP status, for SHAPE_RESOLVE_FAILED */
 	bool		retry;			/* a lock was busy: the main thread tries again */
 	unsigned	retry_after_s;	/* for 503: the retry-after to send; 0: 5 s */
+	bool		initial_full;	/* 503: a new shape, and no initial admission
+								 * slot for its snapshot's wait */
 	char	   *schema_json;	/* malloc'd electric-schema, on success */
 	uint32_t	slot;
 	uint32_t	generation;

@@ -36,13 +36,20 @@
  * shape_sync.snapshot_statement_timeout allows, and without a deadline a
  * client or a proxy in front would give up first, without retry-after.
  *
- * While a request waits for its shape's snapshot it holds an `initial`
- * admission slot, even under a handle the server knows: a snapshot costs
- * what it costs whoever asks, and clients coming back with a handle a 409
- * gave them wait on a running snapshot like new ones.  A request admitted
- * as `existing` that turns out to wait is moved to `initial`, within the
- * initial limit (503 over it); one admitted `initial` moves to `existing`
- * once its shape has what it asks for (shape_admission_follow).
+ * The kind of admission slot a request holds follows whether the server
+ * has what it asks for, as Electric decides it by whether the shape
+ * exists: every request is admitted as `existing`, with or without a
+ * handle, and holds an `initial` slot while it waits for its shape's
+ * snapshot (a snapshot costs what it costs whoever asks, and clients
+ * coming back with a handle a 409 gave them wait on a running snapshot
+ * like new ones).  A request that turns out to wait is moved to
+ * `initial`, within the initial limit (503 over it), and back to
+ * `existing` once its shape has what it asks for (shape_admission_follow).
+ * A request that would make a new shape is refused before the shape is
+ * made when the initial limit is reached (registry.c asks
+ * admission_would_admit), so that a full server does not start snapshots
+ * nobody will wait for.  So `offset=-1` for a shape the server holds takes
+ * no initial slot.
  *
  * The body of a 200 is "[" + the chunk's records joined by "," + an
  * optional up-to-date control message + "]".  Records are copied straight
@@ -638,10 +645,11 @@ shape_respond_or_wait(ShapeConn *sc)
 /* ------------------------------------------------------------ admission */
 
 /*
- * Takes an admission slot for the request's whole life: `existing` when it
- * names a handle the server knows, `initial` otherwise.  Once the shape is
- * resolved, the kind follows what the request does
- * (shape_admission_follow).
+ * Takes an admission slot for the request's whole life: `existing` at
+ * first, whatever it names; once the shape is resolved, the kind follows
+ * what the request does (shape_admission_follow), and a request that would
+ * make a new shape is refused before it is made when no `initial` slot is
+ * free (registry.c).
  */
 /*
  * Who a request comes from, for the limit on new shapes per client: a hash
@@ -688,9 +696,7 @@ shape_client_key(struct MHD_Connection *connection)
 static bool
 shape_admit(ShapeConn *sc)
 {
-	AdmissionKind kind = sc->query.handle != NULL &&
-		shape_table_knows_handle(sc->server->shapes, sc->query.handle) ?
-		ADMISSION_EXISTING : ADMISSION_INITIAL;
+	AdmissionKind kind = ADMISSION_EXISTING;
 
 	if (!admission_acquire(sc->server->admission, kind))
 	{
@@ -804,6 +810,11 @@ shape_after_resolve(ShapeConn *sc)
 		case SHAPE_RESOLVE_FORBIDDEN:
 			return shape_respond_error(sc, MHD_HTTP_FORBIDDEN, res->error_json, 0);
 		case SHAPE_RESOLVE_UNAVAILABLE:
+			if (res->initial_full)
+			{
+				sc->rejected_kind = ADMISSION_INITIAL;
+				return shape_respond_over_limit(sc);
+			}
 			if (res->error_json != NULL)
 				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, res->error_json,
 										   res->retry_after_s ? res->retry_after_s : 5);

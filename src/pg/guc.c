@@ -286,8 +286,8 @@ shape_sync_define_gucs(void)
 							 NULL, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.max_concurrent_initial",
-							"Sets the maximum number of concurrent requests for shapes the server does not know yet.",
-							"Requests over the limit get 503 with retry-after.",
+							"Sets the maximum number of concurrent requests that make a shape or wait for a shape's snapshot.",
+							"Requests over the limit get 503 with retry-after; requests for shapes the server holds count against shape_sync.max_concurrent_existing.",
 							&shape_sync_max_concurrent_initial,
 							300, 0, 1000000,
 							PGC_SIGHUP, 0,

@@ -646,7 +646,6 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s->created_at_us = reg_unix_us();
 	reg_touch(slot);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
-	shape_table_publish_handle(table, slot);
 	reg_creating = SHAPE_NO_SLOT;
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s created for %s", s->handle, s->relation)));
@@ -706,6 +705,13 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
 			req->result.retry_after_s = retry_s;
 			req->result.error_json = reg_malloc_string(msg);
+			return;
+		}
+		if (!admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL))
+		{
+			/* its request would wait for the snapshot, over the initial limit */
+			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+			req->result.initial_full = true;
 			return;
 		}
 		slot = reg_create(spec, identity, hash);

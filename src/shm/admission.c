@@ -114,6 +114,22 @@ admission_demote(Admission *a)
 	return true;
 }
 
+/*
+ * Whether a request of `kind` would be admitted now, without taking a slot
+ * (the registry asks before it makes a shape whose snapshot the request
+ * would wait for); a no is counted as a refusal.  Advisory: another
+ * request may take the slot first, and then admission_demote refuses.
+ */
+bool
+admission_would_admit(Admission *a, AdmissionKind kind)
+{
+	if (atomic_load_explicit(&a->in_use[kind], memory_order_relaxed) <
+		atomic_load_explicit(&a->limit[kind], memory_order_relaxed))
+		return true;
+	atomic_fetch_add_explicit(&a->rejected[kind], 1, memory_order_relaxed);
+	return false;
+}
+
 const char *
 admission_kind_name(AdmissionKind kind)
 {

@@ -18,9 +18,8 @@
 typedef enum AdmissionKind
 {
 	ADMISSION_NONE = -1,
-	ADMISSION_INITIAL = 0,		/* no handle the server knows, or waiting
-								 * for its shape's snapshot */
-	ADMISSION_EXISTING = 1,		/* a known handle */
+	ADMISSION_INITIAL = 0,		/* waiting for its shape's snapshot */
+	ADMISSION_EXISTING = 1,		/* served from a log the server holds */
 	ADMISSION_KINDS = 2
 } AdmissionKind;
 
@@ -40,6 +39,7 @@ extern bool admission_acquire(Admission *a, AdmissionKind kind);
 extern void admission_release(Admission *a, AdmissionKind kind);
 extern void admission_promote(Admission *a);
 extern bool admission_demote(Admission *a);
+extern bool admission_would_admit(Admission *a, AdmissionKind kind);
 
 extern const char *admission_kind_name(AdmissionKind kind);
 

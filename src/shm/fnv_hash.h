@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * fnv_hash.h
- *		FNV-1a, the 64-bit hash of short keys kept in shared memory: shape
- *		handles, client addresses, the keys a compaction groups by.
+ *		FNV-1a, the 64-bit hash of short keys: client addresses, the keys
+ *		a compaction groups by.
  *
  * A header only, for threads and PostgreSQL processes alike.
  *

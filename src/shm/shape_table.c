@@ -33,9 +33,6 @@
  *   count to zero.  Freeing resets the log, then release-stores FREE.
  * - `generation` changes only in shape_table_claim, on a FREE slot, by the
  *   main thread (the only claimer).
- * - `handle_key` (a hash of the handle) is stored by the main thread once the
- *   handle is written, and cleared at retirement; HTTP threads read only it,
- *   never the handle text of a slot they have not pinned.
  * - `dirty` bits are set with fetch_or by writers and cleared with exchange
  *   by the main thread; a set bit only means "look at this slot".
  * - Log versions.  `log_current` (release-stored by the writer, acquired by
@@ -72,7 +69,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fnv_hash.h"
 
 #define DIRTY_WORDS(n)	(((n) + 63) / 64)
 
@@ -109,7 +105,6 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 		atomic_init(&s->state, SHAPE_FREE);
 		atomic_init(&s->generation, 0);
 		atomic_init(&s->pins, SHAPE_PIN_RETIRED);	/* unpinnable while free */
-		atomic_init(&s->handle_key, 0);
 		atomic_init(&s->last_read_us, 0);
 		atomic_init(&s->log_current, 0);
 		for (int v = 0; v < 2; v++)
@@ -159,7 +154,6 @@ shape_table_claim(ShapeTable *table)
 static void
 shape_table_free(ShapeTable *table, ShapeSlot *s)
 {
-	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
 	for (int v = 0; v < 2; v++)
 	{
 		if (!atomic_load_explicit(&s->log_free[v], memory_order_acquire))
@@ -191,7 +185,6 @@ shape_table_retire(ShapeTable *table, uint32_t slot)
 		   !atomic_compare_exchange_weak_explicit(&s->state, &state, SHAPE_RETIRED,
 												  memory_order_acq_rel, memory_order_acquire))
 		;
-	atomic_store_explicit(&s->handle_key, 0, memory_order_relaxed);
 	prev = atomic_fetch_or_explicit(&s->pins, SHAPE_PIN_RETIRED, memory_order_acq_rel);
 	if (prev == 0)
 		shape_table_free(table, s);
@@ -447,36 +440,3 @@ shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
 		;
 }
 
-/* FNV-1a of a handle; never 0, which means "no handle". */
-static uint64_t
-shape_handle_key(const char *handle)
-{
-	uint64_t	h = fnv_hash_bytes(FNV_HASH_START, handle, strlen(handle));
-
-	return h ? h : 1;
-}
-
-void
-shape_table_publish_handle(ShapeTable *table, uint32_t slot)
-{
-	atomic_store_explicit(&table->slots[slot].handle_key,
-						  shape_handle_key(table->slots[slot].handle), memory_order_release);
-}
-
-/*
- * Whether a live shape has this handle, to pick a request's admission
- * kind.  It compares hashes, which sit in atomics, because the handle
- * text of a slot may be rewritten by its next claim while we look; a hash
- * collision only admits a request as `existing`.  A linear scan.  XXX: a
- * hash table once max_shapes grows large.
- */
-bool
-shape_table_knows_handle(const ShapeTable *table, const char *handle)
-{
-	uint64_t	key = shape_handle_key(handle);
-
-	for (uint32_t i = 0; i < table->nslots; i++)
-		if (atomic_load_explicit(&table->slots[i].handle_key, memory_order_relaxed) == key)
-			return true;
-	return false;
-}

@@ -40,7 +40,6 @@ typedef struct ShapeSlot
 	_Atomic uint32_t state;		/* ShapeState; release-stored */
 	_Atomic uint32_t generation;	/* bumped each time the slot is claimed */
 	_Atomic uint64_t pins;		/* readers holding the log | SHAPE_PIN_RETIRED */
-	_Atomic uint64_t handle_key;	/* hash of `handle` while live, else 0 */
 
 	/* Set by the main thread before the state leaves SHAPE_FREE. */
 	char		handle[SHAPE_HANDLE_LEN];
@@ -127,12 +126,6 @@ extern uint32_t shape_table_take_dirty(ShapeTable *table, uint32_t *slots,
 extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
 								   int64_t now_us, char *out);
 
-/* Publishes a claimed slot's handle to shape_table_knows_handle. */
-extern void shape_table_publish_handle(ShapeTable *table, uint32_t slot);
-
 extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
-
-/* Whether a live shape has this handle (a linear scan). */
-extern bool shape_table_knows_handle(const ShapeTable *table, const char *handle);
 
 #endif							/* SHAPE_TABLE_H */

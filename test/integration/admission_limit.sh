@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
-# Admission limits (seed 000): concurrent requests per kind, initial (no handle
-# the server knows) and existing, each with its limit; a request over the limit
+# Admission limits (seed 000): concurrent requests per kind, initial (waiting for a
+# snapshot, or about to make a shape) and existing, each with its limit; a request over the limit
 # gets Electric's 503: retry-after between 5 and 10, cache-control no-store and
 # the body {"code":"concurrent_request_limit_exceeded",...}; shape_sync.admission
 # shows in_use, max and rejected; the limits are reloadable.
@@ -13,7 +13,8 @@
 # 2. A new shape on a table another session holds locked gets a 503 to retry
 #    at once: the worker's main thread never waits on a user's lock. Then
 #    max_concurrent_initial = 0 (by reload) turns away every request for a
-#    new shape with the 503, while known handles are served.
+#    new shape with the 503, while shapes the server holds are served, with or
+#    without their handle (before, offset=-1 took an initial slot even for them).
 # 3. A new shape's large snapshot read slowly holds one slot for its whole
 #    response: as designed (src/shm/admission.c), the initial slot is promoted
 #    to an existing one once the shape is known, so it shows as existing.
@@ -152,6 +153,10 @@ check_503 "a request without a handle" no_handle initial 0
 expect_eq "rejected (initial) grew by 2" $((rejected_before + 2)) "$(adm initial rejected)"
 get known "$catchup"
 expect_eq "a request on a known handle is still served" 200 "$(cat "$work/known.status")"
+get held "$SHAPE_SYNC_URL/v1/shape?table=lp&offset=-1"
+expect_eq "and one without a handle for a shape the server holds (Electric decides by whether it exists)" \
+	200 "$(cat "$work/held.status")"
+expect_eq "no more refusals were counted" $((rejected_before + 2)) "$(adm initial rejected)"
 cluster_psql -c "ALTER SYSTEM SET shape_sync.max_concurrent_initial = 1" -c "SELECT pg_reload_conf()" >/dev/null
 one_initial_max() { [[ $(adm initial max) == 1 ]]; }
 check "and back to 1" wait_for 10 one_initial_max

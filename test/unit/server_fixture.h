@@ -111,7 +111,6 @@ new_shape(int which, ShapeState state)
 						   s->handle);
 	snprintf(s->relation, sizeof(s->relation), "\"public\".\"%s\"", shape_names[which]);
 	shape_table_set_state(table, slot, state);
-	shape_table_publish_handle(table, slot);	/* as the registry does */
 	slot_of[which] = slot;
 	gen_of[which] = atomic_load(&s->generation);
 	return slot;

@@ -2069,9 +2069,12 @@ TEST(admission_limits)
 	uint64_t	rejected = atomic_load(&admission.rejected[ADMISSION_INITIAL]);
 
 	REQUIRE(server != NULL);
-	/* no initial request may run: 503 with Electric's body */
+	/*
+	 * No initial request may run: a request that would wait for a snapshot
+	 * gets 503 with Electric's body ...
+	 */
 	admission_set_limits(&admission, 0, 1000);
-	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	REQUIRE_RESPONSE(GET(shape_target("slowsnap", "-1", NULL, NULL), &r), &r);
 	CHECK_EQ(r.status, 503);
 	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
 				 "\"Concurrent initial request limit exceeded (limit: 0), please retry\"}");
@@ -2080,10 +2083,17 @@ TEST(admission_limits)
 	hc_response_free(&r);
 	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
 
-	/* a request naming a live shape's handle is an existing one */
+	/*
+	 * ... but one for a shape the server holds is an existing one, with or
+	 * without its handle (Electric decides by whether the shape exists)
+	 */
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
+	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
 
 	admission_set_limits(&admission, 1000, 0);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
@@ -2091,9 +2101,16 @@ TEST(admission_limits)
 	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
 				 "\"Concurrent existing request limit exceeded (limit: 0), please retry\"}");
 	hc_response_free(&r);
-	/* an unknown handle counts as initial */
+	/* so is a request without a handle, or with one the server does not know */
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 503);
+	hc_response_free(&r);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "no-such-handle", NULL), &r), &r);
-	CHECK_EQ(r.status, 409);
+	CHECK_EQ(r.status, 503);
+	hc_response_free(&r);
+	admission_set_limits(&admission, 0, 1000);
+	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "no-such-handle", NULL), &r), &r);
+	CHECK_EQ(r.status, 409);	/* which needs no initial slot: it is told the handle */
 	hc_response_free(&r);
 
 	admission_set_limits(&admission, 1000, 1000);
