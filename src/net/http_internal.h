@@ -53,6 +53,10 @@ struct HttpServer
 	_Atomic int max_where_length;	/* bytes */
 	_Atomic bool stopping;		/* set once, by http_server_stop */
 	_Atomic int unanswered;		/* shape requests with no response queued yet */
+	unsigned	connection_limit;	/* shape_sync.max_connections, as it fits */
+	_Atomic unsigned over_limit;	/* open connections past it (HTTP_OVER_LIMIT_CONNECTIONS) */
+	_Atomic uint64_t over_limit_turned_away;	/* 503s and closes, all told */
+	_Atomic int64_t over_limit_logged_ms;	/* when it was last logged */
 };
 
 typedef enum ShapeConnPhase

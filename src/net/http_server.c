@@ -31,6 +31,17 @@
  * call reads no body (libmicrohttpd closes the connection after the
  * answer), and its deadline ends there.
  *
+ * The connection limit (shape_sync.max_connections, as the worker's file
+ * descriptors allow) is the size of the ConnTable.  libmicrohttpd is let
+ * accept HTTP_OVER_LIMIT_CONNECTIONS more, which get no slot: each is
+ * answered 503 with retry-after and closed as soon as its request is in
+ * (or after OVER_LIMIT_TIMEOUT_S without one), so that a client at the
+ * limit is refused promptly instead of waiting in the listen backlog.
+ * Past those, http_accept_policy closes a new connection at once (which
+ * needs libmicrohttpd to go on accepting: its own limit is set higher,
+ * HTTP_MHD_CONNECTION_LIMIT).  The limit is logged at most once a minute,
+ * with how many were turned away.
+ *
  * Notes on synchronization
  * ------------------------
  * - A ShapeConn is touched by the thread that owns its connection, except
@@ -42,6 +53,9 @@
  *   queue and wakes every parked connection; a connection that sees it
  *   answers 503 instead of parking, so nothing is left suspended when the
  *   daemons stop.
+ * - `over_limit` is a count of open connections without a slot, changed
+ *   by fetch_add/sub in http_connection_event; the accept policy reads it
+ *   (relaxed: a connection more or less past the reserve is harmless).
  * - cache_max_age, cache_stale_age and the other runtime settings are
  *   atomics the main thread updates on SIGHUP (http_server_apply_settings);
  *   shape_sync.request_header_timeout lives in the ConnTable, where the
@@ -91,6 +105,12 @@ http_bound_send_buffer(HttpServer *server, int fd)
 
 /* con_cls of requests that own nothing */
 static char http_plain_request;
+
+/* the socket context of a connection accepted past the limit */
+static char http_over_limit;
+
+/* how long a connection past the limit may take to send its request */
+#define OVER_LIMIT_TIMEOUT_S	2
 
 static const char *const http_expose_headers =
 "electric-cursor,electric-handle,electric-has-data,electric-offset,"
@@ -250,9 +270,20 @@ http_conn_slot(HttpServer *server, struct MHD_Connection *connection)
 	const union MHD_ConnectionInfo *info =
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
-	if (info == NULL || info->socket_context == NULL)
+	if (info == NULL || info->socket_context == NULL ||
+		info->socket_context == &http_over_limit)
 		return NULL;
 	return &server->conns.slots[(uintptr_t) info->socket_context - 1];
+}
+
+/* Whether the connection was accepted past the limit, to be refused. */
+static bool
+http_conn_over_limit(struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return info != NULL && info->socket_context == &http_over_limit;
 }
 
 /* The connection's ConnTable slot number, or CONN_NO_SLOT. */
@@ -426,6 +457,49 @@ http_respond_refused(HttpServer *server, struct MHD_Connection *connection,
 	return http_respond_json(connection, MHD_HTTP_FORBIDDEN, body, false);
 }
 
+/* A connection past the limit: 503, to retry once others have closed. */
+static enum MHD_Result
+http_respond_over_connection_limit(HttpServer *server, struct MHD_Connection *connection)
+{
+	char		body[192];
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	snprintf(body, sizeof(body),
+			 "{\"message\":\"The server holds as many connections as \\\"shape_sync.max_connections\\\" "
+			 "(%u) allows, please retry\"}", server->connection_limit);
+	response = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_COPY);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	MHD_add_response_header(response, "cache-control", "no-store");
+	MHD_add_response_header(response, "retry-after", "1");
+	MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
+	ret = MHD_queue_response(connection, MHD_HTTP_SERVICE_UNAVAILABLE, response);
+	MHD_destroy_response(response);
+	return ret;
+}
+
+/*
+ * Counts a connection turned away past the limit, and says so at most once
+ * a minute.
+ */
+static void
+http_note_over_limit(HttpServer *server)
+{
+	uint64_t	turned = atomic_fetch_add(&server->over_limit_turned_away, 1) + 1;
+	int64_t		now = conn_now_coarse_ms();
+	int64_t		last = atomic_load(&server->over_limit_logged_ms);
+
+	if ((last == 0 || now - last >= 60000) &&
+		atomic_compare_exchange_strong(&server->over_limit_logged_ms, &last, now))
+		thread_log(THREAD_LOG_WARNING,
+				   "\"shape_sync.max_connections\" (%u) was reached: new connections get 503 "
+				   "(%llu turned away since the server started)",
+				   server->connection_limit, (unsigned long long) turned);
+}
+
 /* The first call for a request: route it, decide access, set up its state. */
 static enum MHD_Result
 http_begin_request(HttpServer *server, struct MHD_Connection *connection,
@@ -443,6 +517,12 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	void	   *marker = *con_cls;
 	ConnSlot   *slot = http_conn_slot(server, connection);
 
+	if (slot == NULL && http_conn_over_limit(connection))
+	{
+		*con_cls = &http_answered;
+		http_note_over_limit(server);
+		return http_respond_over_connection_limit(server, connection);
+	}
 	if (slot != NULL && slot->query_refused)
 		marker = &http_too_many_args;
 	*con_cls = &http_answered;	/* unless it goes on below */
@@ -622,7 +702,21 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 			return;
 		http_bound_send_buffer(server, fd_info->connect_fd);
 		slot = conn_table_open(&server->conns, fd_info->connect_fd, peer);
-		*socket_context = slot == CONN_NO_SLOT ? NULL : (void *) (uintptr_t) (slot + 1);
+		if (slot != CONN_NO_SLOT)
+			*socket_context = (void *) (uintptr_t) (slot + 1);
+		else
+		{
+			/* past the limit: answered 503 once its request is in (http_access) */
+			atomic_fetch_add(&server->over_limit, 1);
+			*socket_context = &http_over_limit;
+			MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT,
+									  (unsigned int) OVER_LIMIT_TIMEOUT_S);
+		}
+	}
+	else if (*socket_context == &http_over_limit)
+	{
+		atomic_fetch_sub(&server->over_limit, 1);
+		*socket_context = NULL;
 	}
 	else if (*socket_context != NULL)
 	{
@@ -729,7 +823,8 @@ http_resolve_addresses(const char *list, int port, struct sockaddr_storage *out,
 }
 
 /*
- * New connections are closed at once while the server stops.  (Not with
+ * New connections are closed at once while the server stops, and past the
+ * connections accepted over the limit (see the header).  (Not with
  * MHD_quiesce_daemon: in thread-pool epoll mode it takes the listen socket
  * out of each worker's epoll set from this thread while the worker may be
  * doing the same at its connection limit, and libmicrohttpd panics when
@@ -742,7 +837,16 @@ http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 
 	(void) addr;
 	(void) addrlen;
-	return atomic_load(&server->stopping) ? MHD_NO : MHD_YES;
+	if (atomic_load(&server->stopping))
+		return MHD_NO;
+	if (atomic_load_explicit(&server->over_limit, memory_order_relaxed) >=
+		HTTP_OVER_LIMIT_CONNECTIONS)
+	{
+		/* no answer can be afforded: a prompt close, never the backlog */
+		http_note_over_limit(server);
+		return MHD_NO;
+	}
+	return MHD_YES;
 }
 
 static struct MHD_Daemon *
@@ -848,6 +952,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 		return NULL;
 	}
 	server->access_ready = true;
+	server->connection_limit = options->connection_limit;
 	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
 		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0)
 	{
@@ -876,11 +981,18 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 		bool		ipv6 = dual_stack || addrs[i].ss_family == AF_INET6;
 		struct MHD_Daemon *d;
 
+		/*
+		 * libmicrohttpd's own limit, which it splits among its threads, is
+		 * set past what http_accept_policy lets in, by more than a
+		 * connection per thread: a thread at its share stops accepting,
+		 * and if every one did, new clients would wait in the backlog.
+		 */
 		d = http_start_daemon(server, options, addr, ipv6, dual_stack, threads,
-							  options->connection_limit / (unsigned) ndaemons);
+							  HTTP_MHD_CONNECTION_LIMIT(options->connection_limit, threads) /
+							  (unsigned) ndaemons);
 		if (d == NULL && dual_stack)
 			d = http_start_daemon(server, options, NULL, false, false, threads,
-								  options->connection_limit);
+								  HTTP_MHD_CONNECTION_LIMIT(options->connection_limit, threads));
 		if (d == NULL)
 		{
 			char		host[INET6_ADDRSTRLEN] = "*";

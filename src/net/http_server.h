@@ -24,6 +24,22 @@
 
 typedef struct HttpServer HttpServer;
 
+/*
+ * Connections accepted past connection_limit, only to be answered 503 and
+ * closed; past these too, a new connection is closed at once.  The worker
+ * counts them in its file descriptors.
+ */
+#define HTTP_OVER_LIMIT_CONNECTIONS	16
+
+/*
+ * libmicrohttpd's connection limit for `limit` of ours and `threads`
+ * threads: room for those answered 503, and for the connections closed at
+ * their accept (a moment each), so that no thread stops accepting.  The
+ * worker counts it all in its file descriptors.
+ */
+#define HTTP_MHD_CONNECTION_LIMIT(limit, threads) \
+	((limit) + 2 * HTTP_OVER_LIMIT_CONNECTIONS + 2 * (threads))
+
 typedef struct HttpServerOptions
 {
 	const char *listen_addresses;	/* "localhost", "*", or a comma list */

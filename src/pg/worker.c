@@ -191,7 +191,9 @@ worker_connection_limit(void)
 {
 	struct rlimit rl;
 	unsigned	wanted = (unsigned) shape_sync_max_connections;
-	rlim_t		reserve = (rlim_t) max_files_per_process + 64;
+	/* PostgreSQL's own files, and the connections turned away past the limit */
+	rlim_t		reserve = (rlim_t) max_files_per_process + 64 +
+		(HTTP_MHD_CONNECTION_LIMIT(0, shape_sync_http_threads));
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return wanted;

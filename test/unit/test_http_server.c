@@ -380,6 +380,100 @@ TEST(failed_start_leaves_the_queue_open)
 	request_queue_destroy(&q3);
 }
 
+/*
+ * At the connection limit a new client is refused at once: 503 with
+ * retry-after and Connection: close for a few past the limit, then a close
+ * at accept; never a wait in the listen backlog.
+ */
+TEST(connection_limit_refuses_promptly)
+{
+	HttpServerOptions opts;
+	HttpRuntimeSettings settings = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS};
+	char		err[256] = "";
+	HttpServer *s = NULL;
+	int			p = 0;
+	HcConn		held[2];
+	HcConn		over;
+	int			idle[HTTP_OVER_LIMIT_CONNECTIONS];
+	int			extra;
+	char		byte;
+	double		t0;
+	HcResponse	r;
+	static const char health[] = "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+
+	RequestQueue q2;			/* stopping a server closes its queue */
+
+	REQUIRE(server != NULL);
+	REQUIRE_EQ(request_queue_init(&q2), 0);
+	fixture_options(&opts, 2, 0);
+	opts.threads = 2;
+	opts.queue = &q2;
+	for (int attempt = 0; attempt < 10 && s == NULL; attempt++)
+	{
+		p = probe_free_port();
+		opts.port = p;
+		s = p > 0 ? http_server_start(&opts, &settings, err, sizeof(err)) : NULL;
+	}
+	REQUIRE(s != NULL);
+
+	/* the two connections of the limit, idle */
+	for (int i = 0; i < 2; i++)
+		REQUIRE(hc_open(&held[i], p, 5));
+	usleep(100 * 1000);
+
+	/* one more: its request is answered 503 at once */
+	REQUIRE(hc_open(&over, p, 5));
+	t0 = unit_now();
+	REQUIRE(hc_send(&over, health, sizeof(health) - 1));
+	if (hc_read_response(&over, false, &r))
+	{
+		CHECK_EQ(r.status, 503);
+		CHECK_HEADER(&r, "retry-after", "1");
+		CHECK_HEADER(&r, "connection", "close");
+		CHECK(strstr(r.body, "shape_sync.max_connections") != NULL);
+	}
+	else
+		FAIL("past the limit: %s", r.error);
+	CHECK(unit_now() - t0 < 1.0);
+	hc_response_free(&r);
+	CHECK(recv(over.fd, &byte, 1, 0) == 0);	/* and closed */
+	hc_close(&over);
+
+	/* those accepted past the limit, idle; the next is closed at its accept */
+	for (int i = 0; i < HTTP_OVER_LIMIT_CONNECTIONS; i++)
+		REQUIRE((idle[i] = hc_connect(p, 5)) >= 0);
+	usleep(200 * 1000);
+	REQUIRE((extra = hc_connect(p, 5)) >= 0);
+	t0 = unit_now();
+	CHECK(recv(extra, &byte, 1, 0) <= 0);
+	CHECK(unit_now() - t0 < 1.0);
+	close(extra);
+	/* the idle ones are closed after a short wait for their request */
+	t0 = unit_now();
+	for (int i = 0; i < HTTP_OVER_LIMIT_CONNECTIONS; i++)
+	{
+		CHECK(recv(idle[i], &byte, 1, 0) <= 0);
+		close(idle[i]);
+	}
+	CHECK(unit_now() - t0 < 4.0);
+
+	/* once the limit's connections are gone, clients are served */
+	for (int i = 0; i < 2; i++)
+		hc_close(&held[i]);
+	usleep(200 * 1000);
+	REQUIRE(hc_open(&over, p, 5));
+	REQUIRE(hc_send(&over, health, sizeof(health) - 1));
+	if (hc_read_response(&over, false, &r))
+		CHECK_EQ(r.status, 200);
+	else
+		FAIL("after the limit: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&over);
+	http_server_stop(s);
+	request_queue_destroy(&q2);
+}
+
 /* ------------------------------------------------------- other routes */
 
 TEST(health_root_and_unknown_paths)

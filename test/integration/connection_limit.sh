@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+#
+# At shape_sync.max_connections a new client is refused promptly, never left in the listen
+# backlog: past the limit, a few more connections are accepted only to be answered 503
+# (retry-after, Connection: close) as soon as their request is in, or closed after 2 s
+# without one; past those, a new connection is closed at once. The limit is logged once, not
+# per connection; the connections held at the limit are served as usual, and once they are
+# gone every admission slot is free and new clients are served again.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+init_work
+
+LIMIT=16    # the smallest shape_sync.max_connections
+RESERVE=16  # HTTP_OVER_LIMIT_CONNECTIONS (src/net/http_server.h)
+SHAPE_SYNC_EXTRA_CONF="shape_sync.max_connections = $LIMIT
+shape_sync.long_poll_timeout = '60s'" start_cluster_retrying 5180
+cluster_psql <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE items (id int PRIMARY KEY, v text);
+INSERT INTO items VALUES (1, 'one');
+SQL
+read -r handle offset _ < <(follow items)
+live="$SHAPE_SYNC_URL/v1/shape?table=items&handle=$handle&offset=$offset&live=true"
+
+# the limit, held by parked live requests
+for ((i = 1; i <= LIMIT; i++)); do
+	curl -s -m 90 -o "$work/live$i.b" -w '%{http_code}' "$live" >"$work/live$i.status" &
+	helpers+=($!)
+done
+parked() { [[ $(adm existing in_use) == "$LIMIT" ]]; }
+check "$LIMIT live requests are parked" wait_for 20 parked
+
+# one more client: a prompt 503, not a hang
+t0=$(now)
+code=$(curl -s -m 10 -D "$work/over.h" -o "$work/over.b" -w '%{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=items&offset=-1")
+took=$(diff_s "$t0" "$(now)")
+expect_eq "a client past the limit gets 503" 503 "$code"
+check "at once (${took} s)" le "$took" 1
+expect_eq "with retry-after" 1 "$(header retry-after "$work/over.h")"
+expect_match "and Connection: close" '^close$' "$(header connection "$work/over.h")"
+expect_match "saying which limit" 'shape_sync.max_connections.*\(16\)' "$(cat "$work/over.b")"
+
+# more than can be answered: idle connections fill what is accepted past the limit, and the
+# one after them is closed at once; the idle ones are closed after 2 s
+python3 - "${SHAPE_SYNC_URL##*:}" "$RESERVE" >"$work/idle.out" <<'PY'
+import socket, sys, time
+port, reserve = int(sys.argv[1]), int(sys.argv[2])
+idle = [socket.create_connection(("localhost", port)) for _ in range(reserve)]
+time.sleep(0.3)
+extra = socket.create_connection(("localhost", port))
+extra.settimeout(5)
+t0 = time.time()
+try:
+    closed = extra.recv(1) == b""
+except ConnectionResetError:
+    closed = True
+except socket.timeout:
+    closed = False
+print("extra", "closed" if closed else "open", round(time.time() - t0, 2))
+t0 = time.time()
+for s in idle:
+    s.settimeout(10)
+    try:
+        s.recv(1)
+    except (ConnectionResetError, socket.timeout):
+        pass
+print("idle", round(time.time() - t0, 2))
+PY
+read -r _ state took_extra < <(grep '^extra' "$work/idle.out")
+expect_eq "a connection past those accepted over the limit is closed" closed "$state"
+check "at once (${took_extra} s)" le "$took_extra" 1
+read -r _ took_idle < <(grep '^idle' "$work/idle.out")
+check "idle connections over the limit are closed within 2 s and a bit (${took_idle} s)" le "$took_idle" 4
+
+for ((i = 0; i < 10; i++)); do http_status "$SHAPE_SYNC_URL/v1/health" >/dev/null; done
+expect_eq "the limit is logged once, not per connection" 1 \
+	"$(grep -c 'shape_sync.max_connections" (16) was reached' "$SHAPE_SYNC_LOG")"
+
+# the connections held at the limit are served as usual
+cluster_psql -c "INSERT INTO items VALUES (2, 'two')" >/dev/null
+answered() { for ((i = 1; i <= LIMIT; i++)); do [[ -s $work/live$i.status ]] || return 1; done; }
+check "the parked requests are answered" wait_for 20 answered
+ok=0
+for ((i = 1; i <= LIMIT; i++)); do
+	[[ $(cat "$work/live$i.status") == 200 ]] && grep -q '"two"' "$work/live$i.b" && ok=$((ok + 1))
+done
+expect_eq "each with the new row" "$LIMIT" "$ok"
+check "every admission slot is free" wait_for 5 slots_free
+expect_eq "and new clients are served again" 200 "$(http_status "$SHAPE_SYNC_URL/v1/shape?table=items&offset=-1")"
+check "no crash in the log" bash -c '! grep -E "PANIC|terminated by signal|TRAP:" "$1"' _ "$SHAPE_SYNC_LOG"
+finish
