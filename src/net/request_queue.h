@@ -77,6 +77,7 @@ struct ShapeRequest
 	char	   *handle;			/* DELETE: the handle given, or NULL */
 	uint64_t	client_key;		/* who asks: its address (IPv6: its /64),
 								 * hashed; 0 when unknown */
+	bool		holds_initial;	/* admitted as initial (shape_serve.c) */
 	int64_t		first_try_ms;	/* main thread: when it first tried; 0 before */
 	ShapeResolution result;		/* written by the main thread before done() */
 	void		(*done) (ShapeRequest *req);	/* called once, by the resolver */

@@ -39,7 +39,9 @@
  * The kind of admission slot a request holds follows whether the server
  * has what it asks for, as Electric decides it by whether the shape
  * exists: every request is admitted as `existing`, with or without a
- * handle, and holds an `initial` slot while it waits for its shape's
+ * handle (one without takes an `initial` slot when the existing kind is
+ * full: it may be for a new shape), and holds an `initial` slot while it
+ * waits for its shape's
  * snapshot (a snapshot costs what it costs whoever asks, and clients
  * coming back with a handle a 409 gave them wait on a running snapshot
  * like new ones).  A request that turns out to wait is moved to
@@ -646,10 +648,12 @@ shape_respond_or_wait(ShapeConn *sc)
 
 /*
  * Takes an admission slot for the request's whole life: `existing` at
- * first, whatever it names; once the shape is resolved, the kind follows
- * what the request does (shape_admission_follow), and a request that would
- * make a new shape is refused before it is made when no `initial` slot is
- * free (registry.c).
+ * first, whatever it names, or `initial` for a request without a handle
+ * when the existing kind is full (it may be for a new shape, which is
+ * initial's business); once the shape is resolved, the kind follows what
+ * the request does (shape_admission_follow), and a request that would make
+ * a new shape without holding an `initial` slot is refused before the
+ * shape is made when none is free (registry.c).
  */
 /*
  * Who a request comes from, for the limit on new shapes per client: a hash
@@ -696,15 +700,21 @@ shape_client_key(struct MHD_Connection *connection)
 static bool
 shape_admit(ShapeConn *sc)
 {
-	AdmissionKind kind = ADMISSION_EXISTING;
+	Admission  *admission = sc->server->admission;
 
-	if (!admission_acquire(sc->server->admission, kind))
+	if (admission_acquire(admission, ADMISSION_EXISTING))
+		sc->admitted = ADMISSION_EXISTING;
+	else if (sc->query.handle == NULL && admission_acquire(admission, ADMISSION_INITIAL))
+	{
+		/* the kinds are separate: a full existing kind leaves new shapes their own */
+		sc->admitted = ADMISSION_INITIAL;
+	}
+	else
 	{
 		sc->admitted = ADMISSION_NONE;
-		sc->rejected_kind = kind;
+		sc->rejected_kind = ADMISSION_EXISTING;
 		return false;
 	}
-	sc->admitted = kind;
 	return true;
 }
 
@@ -786,6 +796,7 @@ shape_start(ShapeConn *sc)
 	sc->request.delete_shape = sc->delete_shape;
 	sc->request.handle = sc->delete_shape ? sc->query.handle : NULL;
 	sc->request.client_key = shape_client_key(sc->connection);
+	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;

@@ -707,7 +707,8 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			req->result.error_json = reg_malloc_string(msg);
 			return;
 		}
-		if (!admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL))
+		if (!req->holds_initial &&
+			!admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL))
 		{
 			/* its request would wait for the snapshot, over the initial limit */
 			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;

@@ -3,7 +3,8 @@
 # At shape_sync.max_connections a new client is refused promptly, never left in the listen
 # backlog: past the limit, a few more connections are accepted only to be answered 503
 # (retry-after, Connection: close) as soon as their request is in, or closed after 2 s
-# without one; past those, a new connection is closed at once. The limit is logged once, not
+# without one; past those, a new connection is closed (at once; at worst within 2 s, when
+# libmicrohttpd next wakes). The limit is logged once, not
 # per connection; the connections held at the limit are served as usual, and once they are
 # gone every admission slot is free and new clients are served again.
 set -euo pipefail
@@ -68,7 +69,7 @@ print("idle", round(time.time() - t0, 2))
 PY
 read -r _ state took_extra < <(grep '^extra' "$work/idle.out")
 expect_eq "a connection past those accepted over the limit is closed" closed "$state"
-check "at once (${took_extra} s)" le "$took_extra" 1
+check "at once, or at worst when the server next wakes, within 2 s (${took_extra} s)" le "$took_extra" 3
 read -r _ took_idle < <(grep '^idle' "$work/idle.out")
 check "idle connections over the limit are closed within 2 s and a bit (${took_idle} s)" le "$took_idle" 4
 

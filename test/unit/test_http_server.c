@@ -13,6 +13,7 @@
 
 #include <sched.h>
 
+#include "http_internal.h"			/* HttpServer.over_limit */
 #include "json_text.h"
 
 #define NSLOTS		16
@@ -443,11 +444,18 @@ TEST(connection_limit_refuses_promptly)
 	/* those accepted past the limit, idle; the next is closed at its accept */
 	for (int i = 0; i < HTTP_OVER_LIMIT_CONNECTIONS; i++)
 		REQUIRE((idle[i] = hc_connect(p, 5)) >= 0);
-	usleep(200 * 1000);
+	t0 = unit_now();
+	while (atomic_load(&s->over_limit) < HTTP_OVER_LIMIT_CONNECTIONS && unit_now() - t0 < 1.5)
+		usleep(1000);	/* until the server has accepted them all */
+	CHECK_EQ(atomic_load(&s->over_limit), HTTP_OVER_LIMIT_CONNECTIONS);
 	REQUIRE((extra = hc_connect(p, 5)) >= 0);
 	t0 = unit_now();
 	CHECK(recv(extra, &byte, 1, 0) <= 0);
-	CHECK(unit_now() - t0 < 1.0);
+	/*
+	 * Mostly at once; now and then libmicrohttpd takes it from the backlog
+	 * only when it next wakes, at the idle ones' 2 s: never later.
+	 */
+	CHECK(unit_now() - t0 < 3.0);
 	close(extra);
 	/* the idle ones are closed after a short wait for their request */
 	t0 = unit_now();
@@ -2195,12 +2203,17 @@ TEST(admission_limits)
 	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
 				 "\"Concurrent existing request limit exceeded (limit: 0), please retry\"}");
 	hc_response_free(&r);
-	/* so is a request without a handle, or with one the server does not know */
-	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
-	CHECK_EQ(r.status, 503);
-	hc_response_free(&r);
+	/* so is one with a handle the server does not know */
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "no-such-handle", NULL), &r), &r);
 	CHECK_EQ(r.status, 503);
+	hc_response_free(&r);
+	/*
+	 * but one without a handle comes in as initial, which it may be (a new
+	 * shape): the kinds are separate, a full existing kind leaves new
+	 * shapes theirs
+	 */
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
 	admission_set_limits(&admission, 0, 1000);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", "no-such-handle", NULL), &r), &r);
