@@ -3,15 +3,18 @@
  * admission.c
  *		Admission slots: concurrent requests per kind, in shared memory.
  *
- * As in Electric, a request is `initial` when it names no handle the
- * server knows, `existing` otherwise, and each kind has a limit
+ * As in Electric, the kind follows whether the server holds what a
+ * request asks for: `initial` while it makes a shape or waits for a
+ * snapshot, `existing` otherwise, and each kind has a limit
  * (shape_sync.max_concurrent_initial, shape_sync.max_concurrent_existing).
- * A request takes a slot before any work and holds it for its whole life:
- * long-poll hold and response streaming included.  An initial slot is
- * promoted to an existing one once the shape has what the request asks
- * for; a request that waits for its shape's snapshot holds an initial slot
- * while it waits, so an existing one is demoted, within the initial limit,
- * when it turns out to wait (shape_serve.c).  The slot is given
+ * A request takes a slot before any work (existing, or initial for one
+ * without a handle when existing is full) and holds one for its whole
+ * life: long-poll hold and response streaming included.  An existing slot
+ * is demoted, within the initial limit, when the request turns out to wait
+ * for its shape's snapshot, and an initial one promoted once the shape has
+ * what the request asks for (shape_serve.c); the main thread asks
+ * admission_would_admit before it makes a shape for a request that holds
+ * no initial slot (registry.c).  The slot is given
  * back in exactly one place, when the request's state is freed by
  * libmicrohttpd's completion callback, which runs once for every request
  * however it ends: done, client abort, error, timeout, reap or shutdown.
@@ -31,7 +34,8 @@
  * - limit[] is stored by the worker's main thread on start and on SIGHUP
  *   and read relaxed; a lowered limit applies to new requests only.
  * - rejected[], reaped and request_timeouts only grow (fetch_add,
- *   relaxed).
+ *   relaxed), from HTTP threads, the deadline thread, and the main thread
+ *   (admission_would_admit, which only reads in_use[] and limit[]).
  *
  * IDENTIFICATION
  *	  src/shm/admission.c

@@ -673,6 +673,7 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 {
 	uint32_t	lo = 0;
 	uint32_t	hi = pub->chunk_count;
+	bool		has_records;
 
 	/* first closed chunk whose end is past `after` */
 	while (lo < hi)
@@ -708,15 +709,13 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			return;				/* the chunk is still being written */
 
 		range->ready = true;
-		if (lo >= pub->chunk_count || range->start == range->end)
-			break;				/* the tail, or a chunk with no records at all */
+		has_records = range->start < range->end;
 		if (!log_offset_is_before_all(after))
 			range->start = slog_seek(arena, log, range->start, range->end, after);
-		if (range->start < range->end)
+		/* the tail, a chunk with records after `after`, or one with none at all */
+		if (lo >= pub->chunk_count || range->start < range->end || !has_records)
 			return;
 	}
-	if (!log_offset_is_before_all(after))
-		range->start = slog_seek(arena, log, range->start, range->end, after);
 }
 
 /* ------------------------------------------------------------- cursors */
