@@ -168,8 +168,6 @@ typedef struct ShapeStream
 	bool		needs_check;	/* privileges changed maybe: check at commit */
 	bool		needs_definition_check; /* the table changed maybe: check
 										 * at its next change */
-	bool		made_in_replay; /* from a replay's catalog: not yet checked
-								 * against the current one */
 	bool		counted;		/* counted in ss_relids */
 	bool		partitioned;	/* on a partitioned table: */
 	int			npartitions;	/* the partitions it had when the shape */
@@ -594,12 +592,12 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 /*
  * A shape made during a replay, from the catalog as the replay saw it:
  * before decoding goes past the transaction being replayed, its table and
- * privileges are checked against the current catalog (shape_stream_maintain).
+ * privileges are checked against the current catalog (shape_stream_maintain),
+ * or, while another session holds the table locked, at a later maintain.
  */
 void
 shape_stream_check_when_replayed(uint32 slot)
 {
-	ss_streams[slot].made_in_replay = true;
 	ss_mark_relation_for_check(ss_streams[slot].relid);
 }
 
@@ -1552,22 +1550,25 @@ ss_check_relation(Oid relid, Oid role)
 		}
 		if (!ConditionalLockRelationOid(relid, AccessShareLock))
 		{
-			/* never wait on a user's lock here: look again next time */
+			/*
+			 * Never wait on a user's lock here: look again next time.  A
+			 * shape made from a replay's catalog (shape_stream_check_when_replayed)
+			 * stays unchecked until then,
+			 * which is safe: its snapshot compares the table with the
+			 * shape's definition and privileges under the current catalog
+			 * (snapshot.c), and a change to the table decoded meanwhile
+			 * marks it for a check of its own.  (A shape's own snapshot
+			 * worker holds such a lock while it sets REPLICA IDENTITY FULL:
+			 * rotating here rotated fresh shapes for nothing.)
+			 */
 			MemoryContext old = MemoryContextSwitchTo(ss_context);
 
 			ss_changed_relids = list_append_unique_oid(ss_changed_relids, relid);
 			MemoryContextSwitchTo(old);
-			/* but a shape made from a replay's catalog goes unchecked no further */
-			for (uint32 j = i; j < table->nslots; j++)
-				if (ss_streams[j].in_use && ss_streams[j].relid == relid &&
-					ss_streams[j].made_in_replay && !ss_streams[j].rotate)
-					ss_rotate_later(&ss_streams[j],
-									"it was made during a replay and its table was locked when it was to be checked");
 			return;
 		}
 		s->needs_check = false;
 		s->needs_definition_check = false;
-		s->made_in_replay = false;
 		rel = table_open(relid, NoLock);
 		problem = ss_definition_problem(s, rel);
 		table_close(rel, NoLock);

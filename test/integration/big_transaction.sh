@@ -71,6 +71,28 @@ bad=$!
 t0=$(now)
 curl -s -m 60 -D "$work/other.h" -o "$work/other.json" "$SHAPE_SYNC_URL/v1/shape?table=other&offset=-1"
 took_other=$(diff_s "$t0" "$(now)")
+# another session locks that table until the replay is over: the check of the shape against the
+# current catalog waits for the lock (before, the shape was rotated for it, and a shape's own
+# snapshot worker setting REPLICA IDENTITY FULL did the same to fresh shapes in CI)
+cluster_psql -At >"$work/lock.out" <<SQL &
+BEGIN;
+LOCK TABLE other IN ACCESS EXCLUSIVE MODE;
+SELECT 'locked while replaying: ' || count(*) FROM pg_replication_slots
+	WHERE slot_name LIKE 'shape_sync_%' AND confirmed_flush_lsn < '$committed';
+DO \$\$
+BEGIN
+	FOR i IN 1..3000 LOOP
+		PERFORM pg_stat_clear_snapshot();
+		EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_replication_slots
+			WHERE slot_name LIKE 'shape_sync_%' AND confirmed_flush_lsn < '$committed');
+		PERFORM pg_sleep(0.01);
+	END LOOP;
+	PERFORM pg_sleep(0.5);
+END
+\$\$;
+COMMIT;
+SQL
+locker=$!
 t0=$(now)
 curl -s -m 60 -D "$work/small.h" -o "$work/small.json" "$url&offset=-1&where=$(q 'id <= 10')"
 took_small=$(diff_s "$t0" "$(now)")
@@ -85,6 +107,8 @@ expect_eq "the replay was still going on (the slot is confirmed below its commit
 expect_match "a table the current catalog refuses to the role is refused by its snapshot, not served" \
 	'cannot be served: Role .*reader.* has no USAGE privilege on the schema.* 403$' "$guarded"
 wait "$bad"
+wait "$locker"
+expect_eq "the table was locked while the replay went on" "locked while replaying: 1" "$(grep locked "$work/lock.out")"
 expect_eq "a request the replay's catalog could not answer is answered after it" 400 "$(cat "$work/bad.code")"
 expect_match "with the validation error" 'nosuch' "$(cat "$work/bad.json")"
 
