@@ -42,6 +42,7 @@ typedef struct ConnSlot
 										 * for a request; 0: one is in hand */
 	uint32_t	query_strings;	/* keys and values decoded for the current
 								 * request; the connection's thread only */
+	uint32_t	target_len;		/* bytes of the current request's target */
 	bool		query_seen;		/* its target showed a "?" to the URI callback */
 	bool		query_refused;	/* its arguments were cut short: answer 400 */
 

@@ -23,7 +23,6 @@
 #include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
-#define HTTP_POOL_EXTRA		(64 * 1024)	/* a connection's memory beyond one piece */
 #define HTTP_MAX_QUERY_ARGS 1024	/* query arguments a request may carry */
 #define SERVER_NAME			"shape_sync/0.1.0"
 
@@ -36,6 +35,7 @@ struct HttpServer
 	ShapeTable *shapes;
 	RequestQueue *queue;
 	size_t		write_piece_size;
+	size_t		connection_memory;	/* libmicrohttpd's pool per connection */
 	size_t		socket_send_buffer;	/* SO_SNDBUF of each connection; 0: kernel's */
 	ConnTable	conns;			/* one slot per open TCP connection */
 	DeadlineWatch deadlines;	/* reaps stalled serves */

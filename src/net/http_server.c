@@ -340,6 +340,7 @@ http_request_begins(void *cls, const char *uri, struct MHD_Connection *connectio
 	if (slot != NULL)
 	{
 		slot->query_strings = 0;
+		slot->target_len = (uint32_t) len;
 		slot->query_seen = query != NULL;
 		slot->query_refused = false;
 	}
@@ -867,9 +868,14 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 	(intptr_t) http_mhd_log, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_THREAD_POOL_SIZE, threads, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_LIMIT, limit, NULL};
-	/* room for one write piece plus headers and the request */
+	/*
+	 * The request's line and headers and the response's headers only:
+	 * libmicrohttpd clears the whole pool between requests, so each
+	 * keep-alive connection keeps all of it resident, and shape bodies have
+	 * buffers of their own (shape_serve.c).
+	 */
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	(intptr_t) (options->write_piece_size + HTTP_POOL_EXTRA), NULL};
+	(intptr_t) options->connection_memory, NULL};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_URI_LOG_CALLBACK,
 	(intptr_t) http_request_begins, server};
 	opts[i++] = (struct MHD_OptionItem) {MHD_OPTION_UNESCAPE_CALLBACK,
@@ -942,8 +948,16 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
 	/* see http_request_begins: what a connection's memory pool can parse */
-	server->max_uri_len = (options->write_piece_size + HTTP_POOL_EXTRA) / 4;
-	server->max_query_args = (unsigned) ((options->write_piece_size + HTTP_POOL_EXTRA) / 256);
+	if (options->connection_memory < HTTP_MIN_CONNECTION_MEMORY)
+	{
+		snprintf(err, errlen, "connection memory of %zu bytes is under the %d bytes a request needs",
+				 options->connection_memory, HTTP_MIN_CONNECTION_MEMORY);
+		free(server);
+		return NULL;
+	}
+	server->connection_memory = options->connection_memory;
+	server->max_uri_len = options->connection_memory / 4;
+	server->max_query_args = (unsigned) (options->connection_memory / 256);
 	if (server->max_query_args > HTTP_MAX_QUERY_ARGS)
 		server->max_query_args = HTTP_MAX_QUERY_ARGS;
 	if (access_policy_init(&server->access, &settings->access, err, errlen) != 0)

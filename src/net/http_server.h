@@ -40,6 +40,9 @@ typedef struct HttpServer HttpServer;
 #define HTTP_MHD_CONNECTION_LIMIT(limit, threads) \
 	((limit) + 2 * HTTP_OVER_LIMIT_CONNECTIONS + 2 * (threads))
 
+/* The least memory a connection may have for its request and headers. */
+#define HTTP_MIN_CONNECTION_MEMORY	(8 * 1024)
+
 typedef struct HttpServerOptions
 {
 	const char *listen_addresses;	/* "localhost", "*", or a comma list */
@@ -47,6 +50,7 @@ typedef struct HttpServerOptions
 	int			threads;		/* worker threads in all */
 	unsigned	connection_limit;
 	size_t		write_piece_size;	/* bytes per socket write, at most */
+	size_t		connection_memory;	/* libmicrohttpd's pool per connection */
 	size_t		socket_send_buffer; /* SO_SNDBUF per connection; 0: the kernel's */
 	ShapeTable *shapes;
 	RequestQueue *queue;

@@ -54,10 +54,12 @@
  * no initial slot.
  *
  * The body of a 200 is "[" + the chunk's records joined by "," + an
- * optional up-to-date control message + "]".  Records are copied straight
- * from shared memory into libmicrohttpd's write buffer; a piece holds whole
- * messages, never more than shape_sync.write_piece_size bytes, and only a
- * single message larger than a piece is split across pieces.
+ * optional up-to-date control message + "]", of a length measured before
+ * it is sent (shape_body_response).  Records are copied straight from
+ * shared memory into the response's buffer, never into libmicrohttpd's
+ * per-connection pool; a piece holds whole messages, never more than
+ * shape_sync.write_piece_size bytes, and only a single message larger than
+ * a piece is split across pieces.
  *
  * IDENTIFICATION
  *	  src/net/shape_serve.c
@@ -78,6 +80,7 @@
 
 #include "fnv_hash.h"
 #include "json_text.h"
+#include "thread_log.h"
 
 /*
  * retry-after of what a stopping server answers: a restart takes about a
@@ -87,6 +90,14 @@
 
 #define CACHE_CONTROL_INITIAL \
 	"public, max-age=604800, s-maxage=3600, stale-while-revalidate=2629746"
+
+/*
+ * What a shape response's headers other than electric-schema take, at
+ * most, in the connection's memory (status line, Date, CORS, the rest),
+ * and what libmicrohttpd's record of each request header or argument does.
+ */
+#define SHAPE_OTHER_HEADERS_BYTES 1024
+#define SHAPE_REQUEST_FIELD_BYTES 64
 
 static const char must_refetch_body[] = "[{\"headers\":{\"control\":\"must-refetch\"}}]";
 
@@ -268,6 +279,37 @@ shape_conn_unpin_log(ShapeConn *sc)
 	sc->log_pinned = false;
 }
 
+static enum MHD_Result
+shape_count_field(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+				  const char *value, size_t value_size)
+{
+	/* a header's text, or an argument's (decoded inside the target) */
+	*(size_t *) cls += SHAPE_REQUEST_FIELD_BYTES +
+		(kind == MHD_HEADER_KIND ? 3 * (key_size + value_size + 4) / 2 : 0);
+	(void) key;
+	(void) value;
+	return MHD_YES;
+}
+
+/*
+ * What the request may hold of its connection's memory while the
+ * response's headers are built there: a record for each header and
+ * argument, and one and a half times the text of its target and headers
+ * (libmicrohttpd reads them into a buffer that it grows; measured with
+ * libmicrohttpd 0.9.75 and a 12 kB pool, a request of 0.3 kB left room for
+ * 11.3 kB of schema, one of 3.9 kB for 5.5 kB).  A guess on the safe side.
+ */
+static size_t
+shape_request_bytes(ShapeConn *sc)
+{
+	size_t		bytes = 3 * (sc->conn_slot == CONN_NO_SLOT ? sc->server->max_uri_len :
+							 sc->server->conns.slots[sc->conn_slot].target_len) / 2;
+
+	(void) MHD_get_connection_values_n(sc->connection, MHD_HEADER_KIND | MHD_GET_ARGUMENT_KIND,
+									   shape_count_field, &bytes);
+	return bytes;
+}
+
 /* ---------------------------------------------------------- body reader */
 
 static ssize_t shape_body_fill(ShapeConn *sc, char *buf, size_t max);
@@ -317,6 +359,55 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 	if (n == 0)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	return (ssize_t) n;
+}
+
+/*
+ * The body of a 200 as a response of known length, with a buffer of its
+ * own: libmicrohttpd writes a body of unknown length (chunked) into the
+ * connection's memory pool, which would then have to be a piece large, and
+ * which it clears, so keeps resident, between requests.  The length is
+ * measured first from the record headers of the range (the range is
+ * fixed, and the pinned log version does not change under it).  A body of
+ * up to a piece is copied whole here and goes out with the headers in one
+ * write; its write deadline runs from now until the request completes.  A
+ * longer one is copied a piece at a time by shape_body_reader into the
+ * response's buffer of one piece.
+ */
+static struct MHD_Response *
+shape_body_response(ShapeConn *sc)
+{
+	BodyCursor *b = &sc->body;
+	uint64_t	messages = 0;
+	uint64_t	size = 1 + b->tail_len;
+	char	   *buf;
+	size_t		n = 0;
+
+	if (slog_cursor_more(&b->records))
+		size += slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc),
+									&b->records, &messages) + messages - 1;
+	if (size > sc->server->write_piece_size)
+		return MHD_create_response_from_callback(size, sc->server->write_piece_size,
+												 shape_body_reader, sc, NULL);
+	buf = malloc(size);
+	if (buf == NULL)
+		return NULL;
+	while (n < size)
+	{
+		ssize_t		step = shape_body_fill(sc, buf + n, size - n);
+
+		if (step <= 0)
+			break;
+		n += (size_t) step;
+	}
+	if (n != size || slog_cursor_more(&b->records) || b->tail_off < b->tail_len)
+	{
+		thread_log(THREAD_LOG_WARNING, "a shape response measured %llu bytes and had %zu",
+				   (unsigned long long) size, n);
+		free(buf);
+		return NULL;
+	}
+	conn_deadline_arm(&sc->server->conns, sc->conn_slot);
+	return MHD_create_response_from_buffer(size, buf, MHD_RESPMEM_MUST_FREE);
 }
 
 /* ------------------------------------------------------------ responses */
@@ -385,6 +476,25 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	enum MHD_Result ret;
 	bool		not_modified;
 
+	/*
+	 * libmicrohttpd builds the headers in the connection's memory
+	 * (shape_sync.connection_memory) and closes the connection without a
+	 * word when they do not fit: a table too wide for it gets an answer.
+	 */
+	if (!live && res->schema_json != NULL &&
+		strlen(res->schema_json) + SHAPE_OTHER_HEADERS_BYTES + shape_request_bytes(sc) >
+		server->connection_memory)
+	{
+		char		body[400];
+
+		snprintf(body, sizeof(body),
+				 "{\"message\":\"The electric-schema header of this shape takes %zu bytes, more than "
+				 "shape_sync.connection_memory (%zu kB) leaves beside this request for a "
+				 "response's headers; the database operator can raise it\"}",
+				 strlen(res->schema_json), server->connection_memory / 1024);
+		return shape_respond_error(sc, MHD_HTTP_INTERNAL_SERVER_ERROR, body, 0);
+	}
+
 	up_to_date = !data ||
 		(!log_offset_is_before_all(requested) &&
 		 (pub->flags & SLOG_SNAPSHOT_DONE) &&
@@ -434,8 +544,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	if (not_modified || sc->head_only)
 		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	else
-		response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
-													 shape_body_reader, sc, NULL);
+		response = shape_body_response(sc);
 	if (response == NULL)
 		return MHD_NO;
 	MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");

@@ -25,6 +25,7 @@ extern double shape_sync_compaction_factor;	/* 0: never */
 extern int	shape_sync_shape_idle_timeout;	/* s; 0: never */
 extern int	shape_sync_max_new_shapes_per_client;	/* per minute; 0: no limit */
 extern int	shape_sync_write_piece_size;	/* kB */
+extern int	shape_sync_connection_memory;	/* kB */
 extern int	shape_sync_cache_max_age;	/* s */
 extern int	shape_sync_cache_stale_age; /* s */
 extern int	shape_sync_long_poll_timeout;	/* ms */

@@ -410,6 +410,7 @@ shape_sync_worker_main(Datum arg)
 	options.port = shape_sync_port;
 	options.threads = shape_sync_http_threads;
 	options.write_piece_size = (size_t) shape_sync_write_piece_size * 1024;
+	options.connection_memory = (size_t) shape_sync_connection_memory * 1024;
 	options.shapes = shape_sync_shared->table;
 	options.queue = &worker_queue;
 	options.admission = &shape_sync_shared->admission;

@@ -779,6 +779,33 @@ slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log, const SlogCurs
 	return hdr.kind == SLOG_RECORD_TOMBSTONE ? hdr.len - SLOG_TOMBSTONE_PREFIX : hdr.len;
 }
 
+/*
+ * The message bytes a cursor that has not begun a record would copy out
+ * from here to the end of its range, and how many messages: a walk of the
+ * record headers, which a response of known length needs before it starts.
+ */
+uint64_t
+slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor,
+					uint64_t *messages)
+{
+	SlogCursor	walk = *cursor;
+	uint64_t	bytes = 0;
+	uint64_t	count = 0;
+
+	while (walk.pos < walk.end)
+	{
+		SlogRecordHeader hdr;
+
+		slog_read_header(arena, log, walk.pos, &hdr);
+		bytes += hdr.kind == SLOG_RECORD_TOMBSTONE ? hdr.len - SLOG_TOMBSTONE_PREFIX : hdr.len;
+		count++;
+		walk.pos += slog_record_span(hdr.len);
+		slog_cursor_skip(arena, log, &walk);
+	}
+	*messages = count;
+	return bytes;
+}
+
 /* Starts copying the next record. */
 void
 slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)

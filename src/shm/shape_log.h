@@ -183,6 +183,8 @@ extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, Sl
 extern bool slog_cursor_more(const SlogCursor *cursor);
 extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
 								 const SlogCursor *cursor);
+extern uint64_t slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
+									const SlogCursor *cursor, uint64_t *messages);
 extern void slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log,
 							  SlogCursor *cursor);
 extern size_t slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log,

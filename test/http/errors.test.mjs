@@ -229,4 +229,34 @@ describe('errors', () => {
       await query(`DELETE FROM public.${table} WHERE id = 100`)
     }
   })
+
+  // libmicrohttpd builds response headers in each connection's fixed memory
+  // (shape_sync.connection_memory, 12 kB by default) and closes the connection
+  // without an answer when they do not fit; before, a wide table's
+  // electric-schema header did that once the pool no longer held a body piece.
+  it("a table too wide for the response headers' memory gets a 500 that says so, never a silent close", async () => {
+    const narrow = uniqueTable('wide200')
+    const wide = uniqueTable('wide400')
+    const cols = (n) => Array.from({ length: n }, (_, i) => `, column_number_${i} int4`).join('')
+    await createTable([
+      `CREATE TABLE public.${narrow} (id int4 PRIMARY KEY${cols(200)})`,
+      `INSERT INTO public.${narrow} (id) VALUES (1)`,
+      `CREATE TABLE public.${wide} (id int4 PRIMARY KEY${cols(400)})`,
+      `INSERT INTO public.${wide} (id) VALUES (1)`,
+    ])
+    try {
+      const ok = await fetchShape({ table: narrow, offset: '-1' })
+      assert.equal(ok.status, 200, ok.text)
+      assert.ok(ok.headers.get('electric-schema').length > 7000, 'a schema header of 7 kB fits')
+      assert.equal(ok.body.length, 2, ok.text)
+      const res = await fetchShape({ table: wide, offset: '-1' })
+      assert.equal(res.status, 500, res.text)
+      assert.match(res.body.message, /electric-schema header of this shape takes \d+ bytes, more than shape_sync\.connection_memory \(12 kB\)/)
+      // and the server still answers on a fresh connection
+      assert.equal((await fetchShape({ table: narrow, offset: '-1' })).status, 200)
+    } finally {
+      await dropTable(narrow)
+      await dropTable(wide)
+    }
+  })
 })

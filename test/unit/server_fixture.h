@@ -24,6 +24,7 @@
 #include "shape_table.h"
 
 #define PIECE_SIZE	16384		/* the server's write piece */
+#define CONNECTION_MEMORY (12 * 1024)	/* libmicrohttpd's pool per connection */
 #define TIMEOUT_S	20			/* a client's connect/receive timeout */
 
 static void *arena_mem;
@@ -257,6 +258,7 @@ fixture_options(HttpServerOptions *opts, unsigned connection_limit, size_t send_
 	opts->threads = 4;
 	opts->connection_limit = connection_limit;
 	opts->write_piece_size = PIECE_SIZE;
+	opts->connection_memory = CONNECTION_MEMORY;
 	opts->socket_send_buffer = send_buffer;
 	opts->shapes = table;
 	opts->queue = &queue;

@@ -389,6 +389,10 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 		SlogRange	r;
 		SlogCursor	cur;
 		char		msg[2048];
+		uint64_t	measured,
+					measured_count,
+					copied,
+					copied_count;
 
 		slog_locate(arena, log, &pub, after, &r);
 		if (!r.ready)
@@ -408,6 +412,9 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			return false;
 		}
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
+		/* what a response of known length measures first (shape_serve.c) */
+		measured = slog_cursor_measure(arena, log, &cur, &measured_count);
+		copied = copied_count = 0;
 		while (slog_cursor_more(&cur))
 		{
 			size_t		n = 0;
@@ -417,8 +424,17 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 				n += slog_cursor_copy(arena, log, &cur, msg + n, sizeof(msg) - 1 - n);
 			msg[n] = '\0';
 			(*messages)++;
+			copied += n;
+			copied_count++;
 			if (!apply(rows, msg, why, whylen))
 				return false;
+		}
+		if (measured != copied || measured_count != copied_count)
+		{
+			snprintf(why, whylen, "a range measured %llu bytes in %llu messages and copied %llu in %llu",
+					 (unsigned long long) measured, (unsigned long long) measured_count,
+					 (unsigned long long) copied, (unsigned long long) copied_count);
+			return false;
 		}
 		if (log_offset_cmp(r.chunk_end, pub.last) >= 0)
 			return no_open_txn(rows, why, whylen);
