@@ -161,6 +161,14 @@ http_copy_some(char *dst, size_t room, const char *src, size_t len, size_t *off)
 	return step;
 }
 
+/*
+ * Set by a handler that ends a connection on purpose (its client left while
+ * parked) just before it tells libmicrohttpd to close: libmicrohttpd then
+ * logs the close as an application error, on the same thread, and
+ * http_mhd_log drops that one line.  A client leaving is not an error.
+ */
+extern _Thread_local bool http_closing_on_purpose;
+
 /* shape_serve.c */
 extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
 								   ShapeConn *sc);

@@ -579,6 +579,7 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 	HttpServer *server = cls;
 	HttpRoute	route;
 
+	http_closing_on_purpose = false;
 	if (*con_cls == NULL || http_is_target_marker(*con_cls))
 	{
 		enum MHD_Result ret = http_begin_request(server, connection, url, method,
@@ -726,10 +727,22 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 	}
 }
 
+_Thread_local bool http_closing_on_purpose = false;
+
 static void
 http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	thread_log_v(THREAD_LOG_LOG, fmt, ap);
+	char		line[THREAD_LOG_LINE];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	if (http_closing_on_purpose &&
+		(strncmp(line, "Application reported internal error", 35) == 0 ||
+		 strncmp(line, "Closing connection (application error", 37) == 0))
+	{
+		http_closing_on_purpose = false;
+		return;
+	}
+	thread_log(THREAD_LOG_LOG, "%s", line);
 }
 
 /*

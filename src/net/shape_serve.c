@@ -963,7 +963,10 @@ enum MHD_Result
 shape_serve(HttpServer *server, struct MHD_Connection *connection, ShapeConn *sc)
 {
 	if (sc->waiter.client_gone)
+	{
+		http_closing_on_purpose = true;
 		return MHD_NO;			/* the client went away while parked: close */
+	}
 	switch (sc->phase)
 	{
 		case CONN_NEW:

@@ -101,7 +101,10 @@ sse_reader(void *cls, uint64_t offset, char *buf, size_t max)
 	ShapeConn  *sc = cls;
 
 	if (sc->waiter.client_gone)
+	{
+		http_closing_on_purpose = true;
 		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
 	return http_next_piece(sc, sse_fill, buf, max);
 }
 

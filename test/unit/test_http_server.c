@@ -15,6 +15,7 @@
 
 #include "http_internal.h"			/* HttpServer.over_limit */
 #include "json_text.h"
+#include "thread_log.h"
 
 #define NSLOTS		16
 #define NBLOCKS		256			/* 8 MB of log */
@@ -1427,11 +1428,28 @@ TEST(retired_while_parked_is_409)
 	CHECK_EQ(table->slots[s].logs[0].blocks_held, 0);
 }
 
+/* thread_log lines that name an error, collected by drain */
+static int	error_lines;
+static char error_line[THREAD_LOG_LINE];
+
+static void
+count_error_lines(ThreadLogLevel level, const char *line)
+{
+	(void) level;
+	if (strstr(line, "error") != NULL)
+	{
+		error_lines++;
+		snprintf(error_line, sizeof(error_line), "%s", line);
+	}
+}
+
 TEST(parked_client_that_leaves_is_noticed)
 {
 	Client		p;
 
 	REQUIRE(server != NULL);
+	thread_log_drain(count_error_lines);
+	error_lines = 0;
 	/* the stopper shape never grows: only the client leaving ends this */
 	REQUIRE(client_get(&p, shape_target("stopper", "-1", NULL, NULL)));
 	if (!wait_pins(SH_STOPPER, 1, 10))
@@ -1442,6 +1460,10 @@ TEST(parked_client_that_leaves_is_noticed)
 	if (!wait_pins(SH_STOPPER, 0, 10))
 		FAIL("a client that left while parked still pins its shape");
 	CHECK_ADMITTED(0, 0);
+	/* a client leaving is not an error: nothing in the log */
+	thread_log_drain(count_error_lines);
+	if (error_lines != 0)
+		unit_fail(__FILE__, __LINE__, "%d error lines logged, the last: %s", error_lines, error_line);
 }
 
 TEST(stalled_reader_is_reaped)
