@@ -57,6 +57,8 @@ struct HttpServer
 	_Atomic unsigned over_limit;	/* open connections past it (HTTP_OVER_LIMIT_CONNECTIONS) */
 	_Atomic uint64_t over_limit_turned_away;	/* 503s and closes, all told */
 	_Atomic int64_t over_limit_logged_ms;	/* when it was last logged */
+	uint64_t	closed_at_release;	/* conns.closed at the last release (main thread) */
+	int64_t		released_ms;	/* and when it was */
 };
 
 typedef enum ShapeConnPhase

@@ -77,6 +77,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -1064,6 +1065,32 @@ void
 http_server_wake_shape(HttpServer *server, uint32_t slot)
 {
 	waiters_notify(&server->waiters, slot);
+}
+
+/*
+ * What the connections that closed had (libmicrohttpd's pools, requests,
+ * response buffers) went back to each HTTP thread's malloc arena, which
+ * keeps it: after a disconnect storm the worker would hold the storm's
+ * memory for good.  Once HTTP_RELEASE_AFTER_CLOSED connections have closed
+ * since the last time, and at most once a second, malloc_trim() gives the
+ * free pages of every arena back.  Its cost grows with the heap, not with
+ * requests or writes.
+ */
+#define HTTP_RELEASE_AFTER_CLOSED	256
+#define HTTP_RELEASE_MIN_GAP_MS		1000
+
+void
+http_server_release_memory(HttpServer *server)
+{
+	uint64_t	closed = atomic_load_explicit(&server->conns.closed, memory_order_relaxed);
+	int64_t		now = conn_now_coarse_ms();
+
+	if (closed - server->closed_at_release < HTTP_RELEASE_AFTER_CLOSED ||
+		now - server->released_ms < HTTP_RELEASE_MIN_GAP_MS)
+		return;
+	server->closed_at_release = closed;
+	server->released_ms = now;
+	(void) malloc_trim(0);
 }
 
 void

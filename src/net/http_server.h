@@ -89,6 +89,12 @@ extern int	http_server_apply_settings(HttpServer *server,
 									   const HttpRuntimeSettings *settings,
 									   char *err, size_t errlen);
 
+/*
+ * Main thread, now and then: once many connections have closed since the
+ * last time, hands the memory they freed back to the kernel.
+ */
+extern void http_server_release_memory(HttpServer *server);
+
 /* Resumes the connections waiting for this shape's log to grow. */
 extern void http_server_wake_shape(HttpServer *server, uint32_t slot);
 

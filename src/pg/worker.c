@@ -472,6 +472,7 @@ shape_sync_worker_main(Datum arg)
 		more_wal = decoder_step();
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
+		http_server_release_memory(worker_http);
 	}
 
 	ereport(LOG, (errmsg("shape_sync shutting down")));
