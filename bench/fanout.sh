@@ -10,8 +10,7 @@
 # them (no database, no decoding: the least any server can do). Cases: every count in CLIENTS
 # on one shape (a one-row INSERT per commit), and SPREAD_CLIENTS over SPREAD_SHAPES shapes
 # (`where k = i`; each commit updates one row of every shape in one transaction). COMMITS
-# commits per case, GAP seconds apart, each row carrying its commit's time; the first is not
-# measured (it settles the clients). Memory per connection: the worker's RssAnon (private
+# commits per case, GAP seconds apart, each row carrying its commit's time. Memory per connection: the worker's RssAnon (private
 # memory, all buffers included; the shape logs are shared memory and not in it) with the
 # clients parked again after COMMITS - 1 deliveries on their keep-alive connections, less
 # the same before they connected, divided by the clients. RUNS runs, the floor and
@@ -56,7 +55,6 @@ shape_sync.max_shapes = $((SPREAD_SHAPES + 24))
 shape_sync.long_poll_timeout = '60s'" cluster_start "" >/dev/null
 port=${SHAPE_SYNC_URL##*:}
 pg_version=$(cluster_psql -At -c "SELECT version()")
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE fan_one (id bigserial PRIMARY KEY, mark text NOT NULL);
@@ -65,6 +63,12 @@ CREATE TABLE fan_spread (k int PRIMARY KEY, mark text NOT NULL);
 ALTER TABLE fan_spread REPLICA IDENTITY FULL;
 INSERT INTO fan_spread SELECT k, '0' FROM generate_series(0, $((SPREAD_SHAPES - 1))) k;
 SQL
+# the worker, once it serves (it starts over when the extension is created)
+for _ in $(seq 1 100); do
+	curl -sf -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=fan_one&offset=-1" && break
+	sleep 0.1
+done
+worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
 rss_anon_kb() { awk '/^RssAnon:/ { print $2 }' "/proc/$1/status"; }
 mark_sql='((extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)::text'
 
@@ -105,7 +109,7 @@ run_case() {
 	sleep 0.5
 	before=$(rss_anon_kb "$target_pid")
 	"$loadgen" --port "$port_now" --clients "$clients" --shapes "$shapes" --path "$path" \
-		--rounds $((COMMITS - 1)) --threads "$LOADGEN_THREADS" --timeout 300 >"$json.lg" 2>/dev/null &
+		--rounds "$COMMITS" --threads "$LOADGEN_THREADS" --timeout 300 >"$json.lg" 2>/dev/null &
 	lg=$!
 	pids+=("$lg")
 	wait_ready "$json.lg"
@@ -133,6 +137,7 @@ run_case() {
 import json, sys
 d = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
 d["rss_kb_per_conn"] = (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4])
+d["rss_kb"] = [int(sys.argv[2]), int(sys.argv[3])]
 print(json.dumps(d))
 PY
 	cat "$json"
@@ -143,13 +148,13 @@ for ((run = 1; run <= RUNS; run++)); do
 		if ((run % 2)); then order="floor shape_sync"; else order="shape_sync floor"; fi
 		for s in $order; do
 			run_case "$s" "$n" 1 "$run" >/dev/null
-			echo "run $run: $s, $n clients on 1 shape: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["all"], "rss/conn", round(d["rss_kb_per_conn"],1), "kB", d["errors"])' "$out/$s-$n-1-$run.json")" >&2
+			echo "run $run: $s, $n clients on 1 shape: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["all"], "rss/conn", round(d["rss_kb_per_conn"],1), "kB", d["rss_kb"], d["errors"])' "$out/$s-$n-1-$run.json")" >&2
 		done
 	done
 	if ((SPREAD_CLIENTS > 0)); then
 		for s in floor shape_sync; do
 			run_case "$s" "$SPREAD_CLIENTS" "$SPREAD_SHAPES" "$run" >/dev/null
-			echo "run $run: $s, $SPREAD_CLIENTS clients on $SPREAD_SHAPES shapes: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["all"], "rss/conn", round(d["rss_kb_per_conn"],1), "kB", d["errors"])' "$out/$s-$SPREAD_CLIENTS-$SPREAD_SHAPES-$run.json")" >&2
+			echo "run $run: $s, $SPREAD_CLIENTS clients on $SPREAD_SHAPES shapes: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["all"], "rss/conn", round(d["rss_kb_per_conn"],1), "kB", d["rss_kb"], d["errors"])' "$out/$s-$SPREAD_CLIENTS-$SPREAD_SHAPES-$run.json")" >&2
 		done
 	fi
 done
@@ -212,8 +217,8 @@ lines = [
     "client. The floor is `bench/floor_server.c`, which parks the same requests and writes one prebuilt "
     "response to all of them per commit, measured by the same loadgen in the same run (no database and "
     "no decoding in it). "
-    f"{os.environ['BENCH_COMMITS']} commits {os.environ['BENCH_GAP']} s apart per case, the first not "
-    f"measured; medians over {runs} runs of each run's median, p99 and time to the last client (the "
+    f"{os.environ['BENCH_COMMITS']} commits {os.environ['BENCH_GAP']} s apart per case; "
+    f"medians over {runs} runs of each run's median, p99 and time to the last client (the "
     "median over commits of the slowest client). Memory: the worker's private resident memory "
     "(RssAnon) with every client parked after all but one delivery on its keep-alive connection, less "
     "the same before they connected, per client. Server, clients and writer share this machine.",

@@ -32,6 +32,7 @@ typedef enum ConnState
 } ConnState;
 
 struct Waiter;
+struct ResolvedShape;
 
 typedef struct ConnSlot
 {
@@ -43,6 +44,7 @@ typedef struct ConnSlot
 	uint32_t	query_strings;	/* keys and values decoded for the current
 								 * request; the connection's thread only */
 	uint32_t	target_len;		/* bytes of the current request's target */
+	struct ResolvedShape *resolved; /* its last resolution (resolved_shapes.c) */
 	bool		query_seen;		/* its target showed a "?" to the URI callback */
 	bool		query_refused;	/* its arguments were cut short: answer 400 */
 

@@ -20,6 +20,7 @@
 #include "access_policy.h"
 #include "deadline.h"
 #include "request_parse.h"
+#include "resolved_shapes.h"
 #include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
@@ -41,6 +42,7 @@ struct HttpServer
 	DeadlineWatch deadlines;	/* reaps stalled serves */
 	Admission  *admission;		/* in shared memory */
 	Waiters		waiters;		/* parked connections, by shape slot */
+	ResolvedSchemas schemas;	/* electric-schema per shape slot */
 	AccessPolicy access;		/* secret, loopback-only, Host, Origin */
 	bool		access_ready;	/* `access` was initialised */
 	size_t		max_uri_len;	/* longer request targets get 414 */
@@ -117,6 +119,8 @@ struct ShapeConn
 	bool		delete_shape;	/* DELETE request */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
+	char	   *def_key;		/* resolved_shape_key of the definition */
+	size_t		def_key_len;
 	uint32_t	conn_slot;		/* the connection's ConnTable slot */
 	AdmissionKind admitted;		/* the admission slot held, released at the end */
 	AdmissionKind rejected_kind;	/* the kind that was full, for the 503 */

@@ -723,7 +723,10 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 	}
 	else if (*socket_context != NULL)
 	{
-		conn_table_close(&server->conns, (uint32_t) ((uintptr_t) *socket_context - 1));
+		uint32_t	slot = (uint32_t) ((uintptr_t) *socket_context - 1);
+
+		resolved_shape_free(&server->conns.slots[slot].resolved);
+		conn_table_close(&server->conns, slot);
 		*socket_context = NULL;
 	}
 }
@@ -982,7 +985,8 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->access_ready = true;
 	server->connection_limit = options->connection_limit;
 	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
-		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0)
+		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0 ||
+		resolved_schemas_init(&server->schemas, options->shapes->nslots) != 0)
 	{
 		http_server_free(server);
 		snprintf(err, errlen, "out of memory");
@@ -1105,6 +1109,7 @@ static void
 http_server_free(HttpServer *server)
 {
 	waiters_destroy(&server->waiters);
+	resolved_schemas_destroy(&server->schemas);
 	conn_table_destroy(&server->conns);
 	if (server->access_ready)
 		access_policy_destroy(&server->access);

@@ -867,6 +867,49 @@ shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
 	return MHD_YES;
 }
 
+/*
+ * A request for the shape its connection's last request resolved to, with
+ * that shape's handle, is served on this thread (resolved_shapes.c): true
+ * when the shape is pinned and the request resolved.  False sends it to the
+ * main thread: another definition or handle, a schema not at hand, or a
+ * shape that is gone (its generation moved on).
+ */
+static bool
+shape_reuse_resolution(ShapeConn *sc)
+{
+	HttpServer *server = sc->server;
+	ShapeResolution *res = &sc->request.result;
+	ResolvedShape **cached;
+	char	   *schema = NULL;
+
+	if (sc->conn_slot == CONN_NO_SLOT || sc->query.handle == NULL)
+		return false;
+	cached = &server->conns.slots[sc->conn_slot].resolved;
+	if (!resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle))
+		return false;
+	if (!sc->query.live && !sc->head_only)
+	{
+		schema = resolved_schemas_copy(&server->schemas, (*cached)->slot, (*cached)->generation);
+		if (schema == NULL)
+			return false;
+	}
+	if (!shape_table_pin(server->shapes, (*cached)->slot, (*cached)->generation))
+	{
+		free(schema);
+		resolved_shape_free(cached);
+		return false;
+	}
+	res->status = SHAPE_RESOLVE_OK;
+	res->slot = (*cached)->slot;
+	res->generation = (*cached)->generation;
+	memcpy(res->handle, (*cached)->handle, sizeof(res->handle));
+	res->schema_json = schema;
+	shape_table_note_read(server->shapes, res->slot);
+	sc->pinned = true;
+	sc->phase = CONN_RESOLVED;
+	return true;
+}
+
 static enum MHD_Result
 shape_start(ShapeConn *sc)
 {
@@ -907,6 +950,12 @@ shape_start(ShapeConn *sc)
 	sc->request.client_key = shape_client_key(sc->connection);
 	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
+	if (!sc->delete_shape)
+	{
+		sc->def_key = resolved_shape_key(&sc->request.def, &sc->def_key_len);
+		if (shape_reuse_resolution(sc))
+			return shape_respond_or_wait(sc);
+	}
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;
 	MHD_suspend_connection(sc->connection);
@@ -956,6 +1005,14 @@ shape_after_resolve(ShapeConn *sc)
 		return shape_respond_unavailable(sc, "Failed to create shape, please retry", 1);
 	sc->pinned = true;
 	sc->phase = CONN_RESOLVED;
+	/* the connection's next request for this shape needs no main thread */
+	if (sc->def_key != NULL && sc->conn_slot != CONN_NO_SLOT)
+	{
+		resolved_schemas_put(&sc->server->schemas, res->slot, res->generation, res->schema_json);
+		resolved_shape_store(&sc->server->conns.slots[sc->conn_slot].resolved,
+							 sc->def_key, sc->def_key_len, res);
+		sc->def_key = NULL;
+	}
 	return shape_respond_or_wait(sc);
 }
 
@@ -994,6 +1051,7 @@ shape_conn_free(ShapeConn *sc)
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
 	shape_query_free(&sc->query);
+	free(sc->def_key);
 	shape_definition_free(&sc->request.def);
 	shape_resolution_free(&sc->request.result);
 	free(sc);

@@ -49,7 +49,7 @@ double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
 int			shape_sync_max_new_shapes_per_client = 100;
 int			shape_sync_write_piece_size = 256;
-int			shape_sync_connection_memory = 12;
+int			shape_sync_connection_memory = 10;
 int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
 int			shape_sync_long_poll_timeout = 20000;
@@ -258,7 +258,7 @@ shape_sync_define_gucs(void)
 							"Sets the memory each HTTP connection keeps for a request's line and headers and a response's headers.",
 							"A request target longer than a quarter of it is answered 414; a response body never takes from it.",
 							&shape_sync_connection_memory,
-							12, 8, 1024,
+							10, 8, 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 

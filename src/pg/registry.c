@@ -121,6 +121,7 @@ typedef struct RegistryEntry
 	TimestampTz queued_at;		/* for FIFO launching */
 	int32		lru_newer;		/* the entry read after this one, or -1 */
 	int32		lru_older;		/* ... before it, or -1 */
+	int64		touched_us;		/* last_read_us as of its place on the list */
 } RegistryEntry;
 
 /* New shapes one client created in the current minute. */
@@ -209,8 +210,22 @@ reg_touch(uint32 slot)
 		if (reg_lru_oldest < 0)
 			reg_lru_oldest = (int32) slot;
 	}
-	atomic_store_explicit(&reg_table()->slots[slot].last_read_us, reg_unix_us(),
+	e->touched_us = reg_unix_us();
+	atomic_store_explicit(&reg_table()->slots[slot].last_read_us, e->touched_us,
 						  memory_order_relaxed);
+}
+
+/*
+ * Whether the shape was read since it took its place on the list: requests
+ * on a connection that resolved it before are served without this thread
+ * (resolved_shapes.c) and note the read in the slot only.  Eviction moves
+ * such a shape to the newest end, as if this thread had seen the read.
+ */
+static bool
+reg_read_since_touched(uint32 slot)
+{
+	return atomic_load_explicit(&reg_table()->slots[slot].last_read_us, memory_order_relaxed) >
+		reg_entries[slot].touched_us;
 }
 
 /* Frees an entry's memory; the slot itself is retired by the caller. */
@@ -441,7 +456,7 @@ reg_evict_oldest(const char *why)
 	{
 		int32		newer = reg_entries[slot].lru_newer;
 
-		if (!reg_in_active_use((uint32) slot))
+		if (!reg_in_active_use((uint32) slot) && !reg_read_since_touched((uint32) slot))
 		{
 			int64		blocks = shape_table_log_blocks(reg_table(), (uint32) slot);
 
@@ -463,11 +478,18 @@ reg_evict_idle(void)
 	int32		slot = reg_lru_oldest;
 	uint32		passes = table->nslots;
 
-	while (slot >= 0 && passes-- > 0 &&
-		   atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) < cutoff)
+	while (slot >= 0 && passes-- > 0)
 	{
 		int32		newer = reg_entries[slot].lru_newer;
 
+		if (reg_read_since_touched((uint32) slot))
+		{
+			reg_touch((uint32) slot);	/* read on another thread meanwhile */
+			slot = newer;
+			continue;
+		}
+		if (atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) >= cutoff)
+			break;
 		if (reg_in_active_use((uint32) slot))
 			reg_touch((uint32) slot);
 		else

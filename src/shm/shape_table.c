@@ -68,6 +68,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 
 #define DIRTY_WORDS(n)	(((n) + 63) / 64)
@@ -213,6 +214,24 @@ shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * A request read the shape without the main thread (resolved_shapes.c):
+ * last_read_us, which eviction consults, moves on.  Stored only when a
+ * second has passed, so that a hot shape's readers mostly only read the
+ * line.
+ */
+void
+shape_table_note_read(ShapeTable *table, uint32_t slot)
+{
+	struct timespec ts;
+	int64_t		now;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	now = (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	if (now - atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) >= 1000000)
+		atomic_store_explicit(&table->slots[slot].last_read_us, now, memory_order_relaxed);
 }
 
 void

@@ -99,6 +99,7 @@ extern void shape_table_retire(ShapeTable *table, uint32_t slot);
 /* Anyone: hold a slot's log while reading it. */
 extern bool shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation);
 extern void shape_table_unpin(ShapeTable *table, uint32_t slot);
+extern void shape_table_note_read(ShapeTable *table, uint32_t slot);
 extern ShapeState shape_table_state(const ShapeTable *table, uint32_t slot);
 extern void shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state);
 extern bool shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from,

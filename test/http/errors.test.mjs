@@ -231,7 +231,7 @@ describe('errors', () => {
   })
 
   // libmicrohttpd builds response headers in each connection's fixed memory
-  // (shape_sync.connection_memory, 12 kB by default) and closes the connection
+  // (shape_sync.connection_memory, 10 kB by default) and closes the connection
   // without an answer when they do not fit; before, a wide table's
   // electric-schema header did that once the pool no longer held a body piece.
   it("a table too wide for the response headers' memory gets a 500 that says so, never a silent close", async () => {
@@ -251,7 +251,7 @@ describe('errors', () => {
       assert.equal(ok.body.length, 2, ok.text)
       const res = await fetchShape({ table: wide, offset: '-1' })
       assert.equal(res.status, 500, res.text)
-      assert.match(res.body.message, /electric-schema header of this shape takes \d+ bytes, more than shape_sync\.connection_memory \(12 kB\)/)
+      assert.match(res.body.message, /electric-schema header of this shape takes \d+ bytes, more than shape_sync\.connection_memory \(10 kB\)/)
       // and the server still answers on a fresh connection
       assert.equal((await fetchShape({ table: narrow, offset: '-1' })).status, 200)
     } finally {

@@ -29,11 +29,11 @@ static _Atomic int resolutions;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap", "snapping", "swapped"
+	"slowsnap", "snapping", "swapped", "reused"
 };
 
 #include "server_fixture.h"
@@ -294,6 +294,8 @@ TEST(server_starts)
 	/* gone: ready but retired before anyone asks */
 	s = new_shape(SH_GONE, SHAPE_READY);
 	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	/* reused: read again and again on one connection, then retired */
+	new_live_shape(SH_REUSED, P0);
 
 	/* live: a one-record snapshot, then changes appended by the tests */
 	new_live_shape(SH_LIVE, L0);
@@ -1133,6 +1135,92 @@ TEST(loopback_only_refuses_foreign_hosts_and_origins)
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
 	use_access(NULL, false, "*");
+}
+
+/* One request on an open keep-alive connection. */
+static bool
+request_on(HcConn *c, const char *target, HcResponse *r)
+{
+	char		req[2048];
+
+	memset(r, 0, sizeof(*r));
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target);
+	return hc_send(c, req, strlen(req)) && hc_read_response(c, false, r);
+}
+
+/*
+ * A connection's requests for the shape its last request resolved to, with
+ * its handle, are served without the main thread (resolved_shapes.c); any
+ * other definition or handle, another connection, or a shape whose slot was
+ * retired goes to the main thread again.
+ */
+TEST(keep_alive_reuses_its_resolution)
+{
+	HcConn		c;
+	HcResponse	r;
+	char		handle[SHAPE_HANDLE_LEN];
+	char		offset[LOG_OFFSET_TEXT_LEN];
+	char		target[512];
+	int			before;
+
+	REQUIRE(server != NULL);
+	REQUIRE(hc_open(&c, port, TIMEOUT_S));
+	before = atomic_load(&resolutions);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	REQUIRE(hc_header(&r, "electric-handle") != NULL);
+	snprintf(handle, sizeof(handle), "%s", hc_header(&r, "electric-handle"));
+	snprintf(offset, sizeof(offset), "%s", hc_header(&r, "electric-offset"));
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 1);
+
+	/* the same definition with its handle, twice: no main thread */
+	for (int i = 0; i < 2; i++)
+	{
+		REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+		CHECK_EQ(r.status, 200);
+		CHECK_STR_EQ(r.body, "[" UP_TO_DATE "]");
+		CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
+		CHECK_HEADER(&r, "electric-handle", handle);
+		hc_response_free(&r);
+	}
+	CHECK_EQ(atomic_load(&resolutions), before + 1);
+
+	/* another definition (a where clause) goes to the main thread, and so
+	 * does the first one after it: the connection keeps its last only */
+	snprintf(target, sizeof(target), "%s&where=id%%3D1", shape_target("reused", offset, handle, NULL));
+	REQUIRE_RESPONSE(request_on(&c, target, &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 2);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 3);
+	/* another handle too (the main thread answers 409 with the real one) */
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, "1-1", NULL), &r), &r);
+	CHECK_EQ(r.status, 409);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 4);
+
+	/* another connection resolves for itself */
+	REQUIRE_RESPONSE(GET(shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 5);
+
+	/* a 409 is no resolution to keep: the one before still serves */
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 5);
+
+	/* the shape goes: its generation moves on, so the main thread decides */
+	shape_table_retire(table, slot_of[SH_REUSED]);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK(r.status != 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 6);
+	hc_close(&c);
 }
 
 /*

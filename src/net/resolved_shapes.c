@@ -1,0 +1,245 @@
+/*-------------------------------------------------------------------------
+ *
+ * resolved_shapes.c
+ *		What a connection's last request resolved to, so that its next
+ *		request for the same shape is served without the main thread.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.
+ *
+ * Resolving a definition (table, where, params, columns) takes the catalog,
+ * so only the main thread can do it, in a subtransaction, with a hand-off
+ * and a resume each way.  A client that follows a shape asks for the same
+ * definition again and again on its keep-alive connection: catch-up
+ * requests, then a live request after every change.  So each connection
+ * keeps its last successful resolution (ResolvedShape: the definition as
+ * the client spelled it, byte for byte, and the shape's slot, generation
+ * and handle), and a request on it with the same definition and the same
+ * handle is served on its own thread: the shape slot is pinned with that
+ * generation, which fails once the shape was rotated, evicted or deleted,
+ * and then the request goes to the main thread as any other would.
+ *
+ * What the main thread would have checked again is kept true otherwise: a
+ * shape whose table is dropped, renamed or changed, or that its role may
+ * no longer read, or whose role changed, is rotated once decoding reaches
+ * the change (shape_stream.c), which is also when its live requests stop
+ * being served; a reused resolution sees such a change no earlier and no
+ * later than they do.  A request without a handle always goes to the main
+ * thread: it asks which shape the definition names now.  The read is
+ * noted in the shape's slot (last_read_us) for eviction, as the main
+ * thread notes it.
+ *
+ * A non-live response carries the shape's electric-schema, which is the
+ * same for every request of a shape slot's generation: one copy per slot
+ * (ResolvedSchemas), put there by the first request the main thread
+ * resolved, copied out by the others.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - A ResolvedShape belongs to one connection, whose callbacks all run on
+ *   the thread libmicrohttpd gave it: no lock.  It is freed when the
+ *   connection closes, on that thread (http_server.c).
+ * - A SchemaEntry is read and written under its own lock, held for a copy
+ *   of the string; the generation tells a stale entry from a current one,
+ *   since a slot is reused with a new generation.
+ *
+ * IDENTIFICATION
+ *	  src/net/resolved_shapes.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "resolved_shapes.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "resolved_shapes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------- schema copies */
+
+int
+resolved_schemas_init(ResolvedSchemas *schemas, uint32_t nslots)
+{
+	schemas->entries = calloc(nslots ? nslots : 1, sizeof(SchemaEntry));
+	if (schemas->entries == NULL)
+		return -1;
+	schemas->nslots = nslots;
+	for (uint32_t i = 0; i < nslots; i++)
+		pthread_mutex_init(&schemas->entries[i].lock, NULL);
+	return 0;
+}
+
+void
+resolved_schemas_destroy(ResolvedSchemas *schemas)
+{
+	if (schemas->entries == NULL)
+		return;
+	for (uint32_t i = 0; i < schemas->nslots; i++)
+	{
+		pthread_mutex_destroy(&schemas->entries[i].lock);
+		free(schemas->entries[i].json);
+	}
+	free(schemas->entries);
+	schemas->entries = NULL;
+}
+
+void
+resolved_schemas_put(ResolvedSchemas *schemas, uint32_t slot, uint32_t generation,
+					 const char *json)
+{
+	SchemaEntry *e;
+
+	if (slot >= schemas->nslots || json == NULL)
+		return;
+	e = &schemas->entries[slot];
+	pthread_mutex_lock(&e->lock);
+	if (e->json == NULL || e->generation != generation)
+	{
+		char	   *copy = strdup(json);
+
+		if (copy != NULL)
+		{
+			free(e->json);
+			e->json = copy;
+			e->generation = generation;
+		}
+	}
+	pthread_mutex_unlock(&e->lock);
+}
+
+/* A malloc'd copy of the slot's schema for this generation, or NULL. */
+char *
+resolved_schemas_copy(ResolvedSchemas *schemas, uint32_t slot, uint32_t generation)
+{
+	SchemaEntry *e;
+	char	   *copy = NULL;
+
+	if (slot >= schemas->nslots)
+		return NULL;
+	e = &schemas->entries[slot];
+	pthread_mutex_lock(&e->lock);
+	if (e->json != NULL && e->generation == generation)
+		copy = strdup(e->json);
+	pthread_mutex_unlock(&e->lock);
+	return copy;
+}
+
+/* ---------------------------------------------------- resolved shapes */
+
+typedef struct KeyBuf
+{
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+	bool		failed;
+} KeyBuf;
+
+static void
+key_put(KeyBuf *k, const void *bytes, size_t n)
+{
+	if (k->failed)
+		return;
+	if (k->len + n > k->cap)
+	{
+		size_t		cap = k->cap ? k->cap : 128;
+		char	   *grown;
+
+		while (cap < k->len + n)
+			cap *= 2;
+		grown = realloc(k->data, cap);
+		if (grown == NULL)
+		{
+			k->failed = true;
+			return;
+		}
+		k->data = grown;
+		k->cap = cap;
+	}
+	memcpy(k->data + k->len, bytes, n);
+	k->len += n;
+}
+
+/* A string as its length and bytes; NULL as a length no string has. */
+static void
+key_put_string(KeyBuf *k, const char *s)
+{
+	uint32_t	len = s != NULL ? (uint32_t) strlen(s) : UINT32_MAX;
+
+	key_put(k, &len, sizeof(len));
+	if (s != NULL)
+		key_put(k, s, len);
+}
+
+char *
+resolved_shape_key(const ShapeDefinition *def, size_t *len)
+{
+	KeyBuf		k = {0};
+	uint32_t	n;
+	char		flags = (char) ((def->replica_full ? 1 : 0) | (def->changes_only ? 2 : 0));
+
+	key_put_string(&k, def->schema);
+	key_put_string(&k, def->table);
+	key_put_string(&k, def->where);
+	n = (uint32_t) def->nparams;
+	key_put(&k, &n, sizeof(n));
+	for (int i = 0; i < def->nparams; i++)
+		key_put_string(&k, def->params[i]);
+	n = def->columns != NULL ? (uint32_t) def->ncolumns : UINT32_MAX;
+	key_put(&k, &n, sizeof(n));
+	for (int i = 0; def->columns != NULL && i < def->ncolumns; i++)
+		key_put_string(&k, def->columns[i]);
+	key_put(&k, &flags, 1);
+	if (k.failed)
+	{
+		free(k.data);
+		return NULL;
+	}
+	*len = k.len;
+	return k.data;
+}
+
+bool
+resolved_shape_matches(const ResolvedShape *cached, const char *key, size_t key_len,
+					   const char *handle)
+{
+	return cached != NULL && key != NULL && handle != NULL &&
+		cached->key_len == key_len && memcmp(cached->key, key, key_len) == 0 &&
+		strcmp(cached->handle, handle) == 0;
+}
+
+void
+resolved_shape_store(ResolvedShape **cached, char *key, size_t key_len,
+					 const ShapeResolution *res)
+{
+	ResolvedShape *r = *cached;
+
+	if (r == NULL)
+	{
+		r = calloc(1, sizeof(ResolvedShape));
+		if (r == NULL)
+		{
+			free(key);
+			return;
+		}
+		*cached = r;
+	}
+	free(r->key);
+	r->key = key;
+	r->key_len = key_len;
+	r->slot = res->slot;
+	r->generation = res->generation;
+	strncpy(r->handle, res->handle, sizeof(r->handle) - 1);
+	r->handle[sizeof(r->handle) - 1] = '\0';
+}
+
+void
+resolved_shape_free(ResolvedShape **cached)
+{
+	if (*cached == NULL)
+		return;
+	free((*cached)->key);
+	free(*cached);
+	*cached = NULL;
+}
