@@ -7,6 +7,7 @@
 #
 #   SHAPE_SYNC_SKIP_APT=1    skip apt entirely (only the npm step runs)
 #   SHAPE_SYNC_FORCE_APT=1   run apt-get update/install even when nothing is missing
+#   SHAPE_SYNC_BENCH=1       also what bench/ compares against: nginx (light) and wrk
 #
 # Node.js and npm come from apt only when `node` or `npm` is missing: the machine image ships
 # newer ones outside apt (Node 20, npm 11), which must never be replaced by Debian's.
@@ -30,6 +31,9 @@ packages=(
 	clang libclang-rt-14-dev
 	curl
 )
+if [[ ${SHAPE_SYNC_BENCH:-0} == 1 ]]; then
+	packages+=(nginx-light wrk)
+fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	packages+=(nodejs npm)
 fi

@@ -112,6 +112,8 @@ conn_table_open(ConnTable *table, int fd, const char *peer)
 	gs = atomic_load(&s->gen_state);
 	s->fd = fd;
 	s->parked = NULL;
+	s->watched = false;
+	s->peer_gone = false;
 	strncpy(s->peer, peer ? peer : "?", sizeof(s->peer) - 1);
 	s->peer[sizeof(s->peer) - 1] = '\0';
 	s->handle[0] = '\0';

@@ -53,6 +53,8 @@ typedef struct ConnSlot
 	_Atomic uint64_t gen_state; /* generation << 8 | ConnState */
 	int			fd;
 	struct Waiter *parked;		/* the waiter parked on this connection */
+	bool		watched;		/* its socket is in the park thread's epoll set */
+	bool		peer_gone;		/* the park thread saw the peer close it */
 	char		peer[CONN_PEER_LEN];
 	char		handle[CONN_HANDLE_LEN];	/* the shape being served, for logs */
 	uint32_t	next_free;		/* free-list link, under the table's lock */

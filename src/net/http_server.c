@@ -706,7 +706,10 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 		http_bound_send_buffer(server, fd_info->connect_fd);
 		slot = conn_table_open(&server->conns, fd_info->connect_fd, peer);
 		if (slot != CONN_NO_SLOT)
+		{
 			*socket_context = (void *) (uintptr_t) (slot + 1);
+			waiters_watch(&server->waiters, slot);
+		}
 		else
 		{
 			/* past the limit: answered 503 once its request is in (http_access) */
@@ -738,14 +741,15 @@ http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char		line[THREAD_LOG_LINE];
 
+	bool		on_purpose = http_closing_on_purpose;
+
+	http_closing_on_purpose = false;	/* it stands for the next line only */
 	vsnprintf(line, sizeof(line), fmt, ap);
-	if (http_closing_on_purpose &&
+	/* an access handler's MHD_NO, a content reader's error (chunked or not) */
+	if (on_purpose &&
 		(strncmp(line, "Application reported internal error", 35) == 0 ||
-		 strncmp(line, "Closing connection (application error", 37) == 0))
-	{
-		http_closing_on_purpose = false;
+		 strncmp(line, "Closing connection (application", 31) == 0))
 		return;
-	}
 	thread_log(THREAD_LOG_LOG, "%s", line);
 }
 

@@ -61,6 +61,9 @@ typedef struct ShapeResolution
 	bool		initial_full;	/* 503: a new shape, and no initial admission
 								 * slot for its snapshot's wait */
 	char	   *schema_json;	/* malloc'd electric-schema, on success */
+	bool		reusable;		/* on success: made under the current catalog,
+								 * so the connection may keep it */
+	uint64_t	catalog_epoch;	/* ShapeTable.catalog_epoch before it was made */
 	uint32_t	slot;
 	uint32_t	generation;
 	char		handle[SHAPE_HANDLE_LEN];

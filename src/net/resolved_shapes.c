@@ -19,14 +19,23 @@
  * generation, which fails once the shape was rotated, evicted or deleted,
  * and then the request goes to the main thread as any other would.
  *
- * What the main thread would have checked again is kept true otherwise: a
- * shape whose table is dropped, renamed or changed, or that its role may
- * no longer read, or whose role changed, is rotated once decoding reaches
- * the change (shape_stream.c), which is also when its live requests stop
- * being served; a reused resolution sees such a change no earlier and no
- * later than they do.  A request without a handle always goes to the main
- * thread: it asks which shape the definition names now.  The read is
- * noted in the shape's slot (last_read_us) for eviction, as the main
+ * What the main thread would check again (the table by its name, its
+ * columns, the role's privileges, the role itself) depends on the current
+ * catalog, so a resolution is reused only while nothing it depends on may
+ * have changed: it carries the shape table's catalog epoch as it was when
+ * the main thread made it, and the main thread moves the epoch on every
+ * invalidation of a served table, of a role, a membership or a schema, on
+ * every reload, and all along a replay (whose requests for existing shapes
+ * wait for its end).  The next request then goes to the main thread, which
+ * answers under the current catalog: a 403, a 400 or a 409 with the handle
+ * of another shape, as it would have without the reuse.  The worker takes
+ * in other sessions' invalidations at each turn of its loop (at once when
+ * it decodes; at most a second when idle), so that is how long a REVOKE may
+ * take to stop a reused resolution.  A resolution made during a replay,
+ * under the replay's catalog, is not kept at all, nor is one of a request
+ * the main thread answered otherwise than with its shape.  A request
+ * without a handle, or a HEAD, always goes to the main thread.  The read
+ * is noted in the shape's slot (last_read_us) for eviction, as the main
  * thread notes it.
  *
  * A non-live response carries the shape's electric-schema, which is the
@@ -202,9 +211,10 @@ resolved_shape_key(const ShapeDefinition *def, size_t *len)
 
 bool
 resolved_shape_matches(const ResolvedShape *cached, const char *key, size_t key_len,
-					   const char *handle)
+					   const char *handle, uint64_t epoch)
 {
 	return cached != NULL && key != NULL && handle != NULL &&
+		cached->catalog_epoch == epoch &&
 		cached->key_len == key_len && memcmp(cached->key, key, key_len) == 0 &&
 		strcmp(cached->handle, handle) == 0;
 }
@@ -230,6 +240,7 @@ resolved_shape_store(ResolvedShape **cached, char *key, size_t key_len,
 	r->key_len = key_len;
 	r->slot = res->slot;
 	r->generation = res->generation;
+	r->catalog_epoch = res->catalog_epoch;
 	strncpy(r->handle, res->handle, sizeof(r->handle) - 1);
 	r->handle[sizeof(r->handle) - 1] = '\0';
 }

@@ -27,6 +27,7 @@ typedef struct ResolvedShape
 	size_t		key_len;
 	uint32_t	slot;
 	uint32_t	generation;
+	uint64_t	catalog_epoch;	/* of the resolution */
 	char		handle[SHAPE_HANDLE_LEN];
 } ResolvedShape;
 
@@ -57,9 +58,12 @@ extern char *resolved_schemas_copy(ResolvedSchemas *schemas, uint32_t slot, uint
  */
 extern char *resolved_shape_key(const ShapeDefinition *def, size_t *len);
 
-/* Whether `cached` answers a request with this key and handle. */
+/*
+ * Whether `cached` answers a request with this key and handle, the catalog
+ * epoch being `epoch` now.
+ */
 extern bool resolved_shape_matches(const ResolvedShape *cached, const char *key, size_t key_len,
-								   const char *handle);
+								   const char *handle, uint64_t epoch);
 
 /* Remembers a resolution (replacing the previous one); takes `key`. */
 extern void resolved_shape_store(ResolvedShape **cached, char *key, size_t key_len,

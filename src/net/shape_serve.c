@@ -716,6 +716,12 @@ shape_respond_or_wait(ShapeConn *sc)
 			sc->phase = CONN_WAITING;
 			return MHD_YES;
 		}
+		if (sc->waiter.client_gone)
+		{
+			/* the client left before it could park: close */
+			http_closing_on_purpose = true;
+			return MHD_NO;
+		}
 		if (atomic_load(&server->waiters.stopping))
 			return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 		/* the check under the list's lock saw something else: go on with it */
@@ -882,12 +888,13 @@ shape_reuse_resolution(ShapeConn *sc)
 	ResolvedShape **cached;
 	char	   *schema = NULL;
 
-	if (sc->conn_slot == CONN_NO_SLOT || sc->query.handle == NULL)
+	if (sc->conn_slot == CONN_NO_SLOT || sc->query.handle == NULL || sc->head_only)
 		return false;
 	cached = &server->conns.slots[sc->conn_slot].resolved;
-	if (!resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle))
+	if (!resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle,
+								atomic_load(&server->shapes->catalog_epoch)))
 		return false;
-	if (!sc->query.live && !sc->head_only)
+	if (!sc->query.live)
 	{
 		schema = resolved_schemas_copy(&server->schemas, (*cached)->slot, (*cached)->generation);
 		if (schema == NULL)
@@ -904,7 +911,10 @@ shape_reuse_resolution(ShapeConn *sc)
 	res->generation = (*cached)->generation;
 	memcpy(res->handle, (*cached)->handle, sizeof(res->handle));
 	res->schema_json = schema;
+	res->catalog_epoch = (*cached)->catalog_epoch;
 	shape_table_note_read(server->shapes, res->slot);
+	if (strcmp(server->conns.slots[sc->conn_slot].handle, res->handle) != 0)
+		conn_table_set_handle(&server->conns, sc->conn_slot, res->handle);	/* for logs */
 	sc->pinned = true;
 	sc->phase = CONN_RESOLVED;
 	return true;
@@ -972,6 +982,9 @@ shape_after_resolve(ShapeConn *sc)
 {
 	ShapeResolution *res = &sc->request.result;
 
+	/* the main thread says otherwise now: what the connection kept goes */
+	if (res->status != SHAPE_RESOLVE_OK && sc->conn_slot != CONN_NO_SLOT)
+		resolved_shape_free(&sc->server->conns.slots[sc->conn_slot].resolved);
 	switch (res->status)
 	{
 		case SHAPE_RESOLVE_INVALID:
@@ -1006,7 +1019,7 @@ shape_after_resolve(ShapeConn *sc)
 	sc->pinned = true;
 	sc->phase = CONN_RESOLVED;
 	/* the connection's next request for this shape needs no main thread */
-	if (sc->def_key != NULL && sc->conn_slot != CONN_NO_SLOT)
+	if (sc->def_key != NULL && sc->conn_slot != CONN_NO_SLOT && res->reusable)
 	{
 		resolved_schemas_put(&sc->server->schemas, res->slot, res->generation, res->schema_json);
 		resolved_shape_store(&sc->server->conns.slots[sc->conn_slot].resolved,

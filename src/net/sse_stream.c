@@ -195,6 +195,12 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 							 st->keepalive_ms < st->end_ms ? st->keepalive_ms : st->end_ms,
 							 sse_has_news, sc))
 				return 0;		/* suspended: called again once resumed */
+			if (sc->waiter.client_gone)
+			{
+				/* the client left before it could park: close */
+				http_closing_on_purpose = true;
+				return MHD_CONTENT_READER_END_WITH_ERROR;
+			}
 			if (atomic_load(&server->waiters.stopping))
 				st->finished = true;
 		}

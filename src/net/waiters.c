@@ -19,9 +19,14 @@
  *	  deadlines sit in a min-heap and the park thread sleeps until the
  *	  earliest;
  *	- the client went away: libmicrohttpd does not poll a suspended
- *	  connection, so the park thread watches each parked socket for
+ *	  connection, so the park thread watches every socket for
  *	  EPOLLRDHUP/EPOLLHUP itself, and resumes the connection marked
- *	  client_gone, which then ends, releasing everything it held.
+ *	  client_gone, which then ends, releasing everything it held.  A socket
+ *	  joins the watch set once, when its connection opens, edge-triggered
+ *	  (closing it leaves the set), not at every park: parking and waking
+ *	  cost no system call of their own but the resume's.  A close seen
+ *	  while the connection is not parked leaves a mark on its slot
+ *	  (peer_gone), and its next park ends it instead.
  *
  * A thousand clients vanishing at once are a thousand epoll events, each
  * handled in O(log n), on this thread only: the decoder and the HTTP
@@ -33,9 +38,14 @@
  *   lock.  A request checks whether it must wait and suspends itself under
  *   that lock, so a notification after the check finds it listed: no
  *   wakeup is lost.
- * - The heap, heap_index and watched (epoll membership) are guarded by
- *   timer_lock.  ConnSlot.parked is guarded by its slot's lock.
- * - Lock order: list lock, then timer_lock, then a ConnSlot lock.
+ * - The heap and heap_index are guarded by timer_lock; a waiter with a
+ *   deadline is in the heap from its park (under its list lock) until the
+ *   park thread takes it out.  ConnSlot.parked, watched and peer_gone, and
+ *   Waiter.watched (a socket added for one park only, when adding it for
+ *   good failed), are guarded by the slot's lock; the check of peer_gone
+ *   and the setting of parked happen under it together, so a close is
+ *   either seen by the park or finds the waiter parked.
+ * - Lock order: list lock, then timer_lock or a ConnSlot lock (never both).
  * - `parked` goes 1 -> 0 by CAS, by the park thread only (the CAS guards
  *   against a misdirected second resume all the same).  A waiter cannot
  *   be freed while parked: its connection is suspended, and completes only
@@ -227,6 +237,22 @@ waiters_poke(Waiters *w)
 		;
 }
 
+void
+waiters_watch(Waiters *w, uint32_t conn_slot)
+{
+	ConnSlot   *cs;
+	struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLET};
+
+	if (conn_slot == CONN_NO_SLOT)
+		return;
+	cs = &w->conns->slots[conn_slot];
+	ev.data.u64 = watch_key(w, conn_slot);
+	pthread_mutex_lock(&cs->lock);
+	if (cs->fd >= 0 && epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, cs->fd, &ev) == 0)
+		cs->watched = true;
+	pthread_mutex_unlock(&cs->lock);
+}
+
 bool
 waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 			 bool (*ready) (void *arg), void *arg)
@@ -234,6 +260,7 @@ waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 	WaitList   *list = &w->lists[slot];
 	bool		earliest = false;
 
+	waiter->client_gone = false;
 	pthread_mutex_lock(&list->lock);
 	if (atomic_load(&w->stopping) || ready(arg))
 	{
@@ -242,34 +269,54 @@ waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 	}
 	waiter->slot = slot;
 	waiter->timed_out = false;
-	waiter->client_gone = false;
 	waiter->deadline_ms = deadline_ms;
 	waiter->heap_index = -1;
 	waiter->watched = false;
+	if (waiter->conn_slot != CONN_NO_SLOT)
+	{
+		ConnSlot   *cs = &w->conns->slots[waiter->conn_slot];
+		bool		gone;
+
+		/*
+		 * The peer may have closed since the request came in: the park
+		 * thread saw it, found nobody parked and left the mark.  Checked
+		 * and parked under the slot's lock, so that a close seen later
+		 * finds the waiter.
+		 */
+		pthread_mutex_lock(&cs->lock);
+		gone = cs->peer_gone;
+		if (!gone)
+		{
+			cs->parked = waiter;
+			if (!cs->watched && cs->fd >= 0)
+			{
+				/* not in the set for good (epoll_ctl failed then): for this park */
+				struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR,
+				.data.u64 = watch_key(w, waiter->conn_slot)};
+
+				waiter->watched = epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, cs->fd, &ev) == 0;
+			}
+		}
+		pthread_mutex_unlock(&cs->lock);
+		if (gone)
+		{
+			pthread_mutex_unlock(&list->lock);
+			waiter->client_gone = true;
+			return false;
+		}
+	}
 	atomic_store(&waiter->parked, 1);
 	list_link(list, waiter);
 	MHD_suspend_connection(waiter->connection);
 
-	pthread_mutex_lock(&w->timer_lock);
 	if (deadline_ms > 0)
 	{
+		pthread_mutex_lock(&w->timer_lock);
 		if (!heap_add(w, waiter))
 			waiter->deadline_ms = 0;	/* out of memory: no deadline */
 		earliest = w->heap_len > 0 && w->heap[0] == waiter;
+		pthread_mutex_unlock(&w->timer_lock);
 	}
-	if (waiter->conn_slot != CONN_NO_SLOT)
-	{
-		ConnSlot   *cs = &w->conns->slots[waiter->conn_slot];
-		struct epoll_event ev = {.events = EPOLLRDHUP | EPOLLHUP | EPOLLERR,
-		.data.u64 = watch_key(w, waiter->conn_slot)};
-
-		pthread_mutex_lock(&cs->lock);
-		cs->parked = waiter;
-		if (cs->fd >= 0 && epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, cs->fd, &ev) == 0)
-			waiter->watched = true;
-		pthread_mutex_unlock(&cs->lock);
-	}
-	pthread_mutex_unlock(&w->timer_lock);
 	pthread_mutex_unlock(&list->lock);
 	if (earliest)
 		waiters_poke(w);
@@ -294,8 +341,12 @@ waiters_notify(Waiters *w, uint32_t slot)
 static void
 park_resume(Waiters *w, Waiter *waiter)
 {
-	pthread_mutex_lock(&w->timer_lock);
-	heap_remove(w, waiter);
+	if (waiter->deadline_ms > 0)	/* in the heap (set before it parked) */
+	{
+		pthread_mutex_lock(&w->timer_lock);
+		heap_remove(w, waiter);
+		pthread_mutex_unlock(&w->timer_lock);
+	}
 	if (waiter->conn_slot != CONN_NO_SLOT)
 	{
 		ConnSlot   *cs = &w->conns->slots[waiter->conn_slot];
@@ -308,7 +359,6 @@ park_resume(Waiters *w, Waiter *waiter)
 			cs->parked = NULL;
 		pthread_mutex_unlock(&cs->lock);
 	}
-	pthread_mutex_unlock(&w->timer_lock);
 	MHD_resume_connection(waiter->connection);
 }
 
@@ -398,8 +448,10 @@ park_client_gone(Waiters *w, uint64_t key)
 		return;
 	cs = &w->conns->slots[conn_slot];
 	pthread_mutex_lock(&cs->lock);
-	waiter = (conn_table_generation(w->conns, conn_slot) & 0xFFFFFFFF) == key >> 32 ?
-		cs->parked : NULL;
+	if ((conn_table_generation(w->conns, conn_slot) & 0xFFFFFFFF) != key >> 32)
+		waiter = NULL;			/* an event of a connection since closed */
+	else if ((waiter = cs->parked) == NULL)
+		cs->peer_gone = true;	/* not parked now: its next park sees it */
 	pthread_mutex_unlock(&cs->lock);
 	if (waiter != NULL && park_take(w, waiter))
 	{

@@ -33,7 +33,8 @@ typedef struct Waiter
 	struct Waiter *next;		/* ... */
 	int64_t		deadline_ms;	/* monotonic; 0: none */
 	int			heap_index;		/* guarded by timer_lock; -1: not in the heap */
-	bool		watched;		/* its socket is in the epoll set (timer_lock) */
+	bool		watched;		/* its socket was added to the epoll set for
+								 * this park only (its slot's lock) */
 	/* set by the park thread before it resumes the connection */
 	bool		timed_out;
 	bool		client_gone;
@@ -69,10 +70,17 @@ extern void waiters_stop(Waiters *w);
 extern void waiters_destroy(Waiters *w);
 
 /*
+ * A new connection's socket joins the park thread's epoll set for as long
+ * as it is open (libmicrohttpd's connection-started callback).
+ */
+extern void waiters_watch(Waiters *w, uint32_t conn_slot);
+
+/*
  * Parks `waiter` on shape `slot` (suspending its connection) unless
  * `ready(arg)`, checked under the list's lock, says there is something to
- * answer, or the server is stopping.  Returns true when parked.  Call only
- * from the connection's own libmicrohttpd callback.
+ * answer, the server is stopping, or the client is gone already (then
+ * waiter->client_gone is set).  Returns true when parked.  Call only from
+ * the connection's own libmicrohttpd callback.
  */
 extern bool waiters_park(Waiters *w, Waiter *waiter, uint32_t slot, int64_t deadline_ms,
 						 bool (*ready) (void *arg), void *arg);

@@ -442,7 +442,9 @@ reg_evict(uint32 slot, const char *why, bool for_room)
 
 /*
  * Evicts the least recently read shape not in active use; those in active
- * use that it passes count as read now.  Returns the log blocks the victim
+ * use that it passes count as read now, and those read on an HTTP thread
+ * since they took their place (reg_read_since_touched) take their place
+ * anew, at the newest end, where the walk comes to them again.  Returns the log blocks the victim
  * held (they return to the arena at its last unpin), or -1 if every shape
  * is in active use.
  */
@@ -450,7 +452,7 @@ static int64
 reg_evict_oldest(const char *why)
 {
 	int32		slot = reg_lru_oldest;
-	uint32		passes = reg_table()->nslots;
+	uint32		passes = 2 * reg_table()->nslots;	/* those read meanwhile come round again */
 
 	while (slot >= 0 && passes-- > 0)
 	{
@@ -754,6 +756,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 	}
 	e = &reg_entries[slot];
 	req->result.status = SHAPE_RESOLVE_OK;
+	req->result.reusable = !reg_in_replay;	/* a replay's catalog is not the current one */
 	req->result.slot = (uint32) slot;
 	req->result.generation = e->generation;
 	strlcpy(req->result.handle, table->slots[slot].handle, sizeof(req->result.handle));
@@ -821,6 +824,8 @@ registry_resolve(ShapeRequest *req)
 
 	shape_def_error_field = NULL;	/* what failed is this request's business */
 	shape_def_http_message[0] = '\0';
+	/* read before the catalog is: a change seen meanwhile moves it on */
+	req->result.catalog_epoch = atomic_load(&reg_table()->catalog_epoch);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();

@@ -263,6 +263,9 @@ ss_relcache_callback(Datum arg, Oid relid)
 {
 	if (ss_streams == NULL || decoder_resetting_caches)
 		return;
+	if (!OidIsValid(relid) || hash_search(ss_relids, &relid, HASH_FIND, NULL) != NULL ||
+		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL)
+		shape_stream_catalog_changed();
 	if (!OidIsValid(relid))
 		ss_mark_all_for_check();
 	else
@@ -284,6 +287,7 @@ ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0 ||
 		decoder_resetting_caches)
 		return;
+	shape_stream_catalog_changed();	/* roles, memberships and schemas are few */
 	if (cacheid == AUTHMEMROLEMEM || hashvalue == 0)
 	{
 		ss_mark_all_for_check();
@@ -299,6 +303,17 @@ ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 			GetSysCacheHashValue1(cacheid, ObjectIdGetDatum(key)) == hashvalue)
 			ss_mark_relation_for_check(s->relid);
 	}
+}
+
+/*
+ * Something a request's resolution depends on may have changed: the
+ * resolutions HTTP threads kept are not reused past this
+ * (resolved_shapes.c).
+ */
+void
+shape_stream_catalog_changed(void)
+{
+	atomic_fetch_add(&ss_table()->catalog_epoch, 1);
 }
 
 void

@@ -22,6 +22,7 @@
 extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec,
 							 int chunk_threshold);
 extern void shape_stream_check_when_replayed(uint32 slot);
+extern void shape_stream_catalog_changed(void);
 extern void shape_stream_remove(uint32 slot);
 
 /* Decoding callbacks; main thread, inside the decoding transaction. */

@@ -348,10 +348,14 @@ worker_resolve_during_replay(void)
  * new requests are resolved and their snapshots started, clients of
  * shapes whose logs grew are woken, and a shutdown request is obeyed at
  * once (worker_shutdown answers what waits) instead of after the replay.
+ * Meanwhile no HTTP thread reuses a resolution (resolved_shapes.c): the
+ * catalog changes a replay holds up are not seen, and requests for
+ * existing shapes wait for its end, as they would without the reuse.
  */
 static void
 worker_during_replay(void)
 {
+	shape_stream_catalog_changed();
 	worker_resolve_during_replay();
 	registry_maintain_during_replay();
 	worker_wake_changed_shapes();
@@ -456,6 +460,7 @@ shape_sync_worker_main(Datum arg)
 
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			shape_stream_catalog_changed();	/* shape_sync.role, for one */
 			settings = worker_runtime_settings();
 			if (http_server_apply_settings(worker_http, &settings, err, sizeof(err)) != 0)
 				ereport(WARNING,

@@ -47,8 +47,16 @@
  *   the version first, so a slot freed at its last unpin has no version
  *   readers left.
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
- * - `last_read_us` is stored (relaxed) by the main thread, which resolves
- *   every request, and read by SQL; it is only ever a hint for eviction.
+ * - `last_read_us` is stored (relaxed) by the main thread when it resolves
+ *   a request, and by HTTP threads that serve one on a resolution they
+ *   kept (at most once a second), and read by SQL and eviction; it is only
+ *   ever a hint for eviction.
+ * - `catalog_epoch` is moved (fetch_add) by the main thread whenever
+ *   something a resolution depends on may have changed: an invalidation of
+ *   a served table, a role or schema, a reload, a replay.  A resolution
+ *   carries the epoch read before it was made, and is reused on an HTTP
+ *   thread only while the epoch is still that (acquire load against the
+ *   main thread's fetch_add: seq_cst).
  * - `compactions` is counted (relaxed) by the main thread, its log's writer
  *   once the shape is ready, and read by SQL.
  * - `blocks_wanted` is raised by snapshot workers that ran out of log
@@ -90,6 +98,7 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 	table->pad = 0;
 	atomic_init(&table->last_handle_us, 0);
 	atomic_init(&table->last_seen_lsn, 0);
+	atomic_init(&table->catalog_epoch, 0);
 	atomic_init(&table->blocks_wanted, 0);
 	table->arena = arena;
 	table->dirty = (_Atomic uint64_t *) p;

@@ -81,6 +81,8 @@ typedef struct ShapeTable
 	uint32_t	pad;
 	_Atomic int64_t last_handle_us; /* handles never repeat */
 	_Atomic uint64_t last_seen_lsn; /* newest LSN the server knows about */
+	_Atomic uint64_t catalog_epoch; /* moves when what a resolution depends
+									 * on may have changed (main thread) */
 	_Atomic uint32_t blocks_wanted; /* a snapshot waits for this many free
 									 * blocks; the main thread makes room */
 	ShapeLogArena *arena;		/* valid in every process of the cluster */

@@ -24,6 +24,9 @@
 /* ------------------------------------------------------------ fixture */
 
 static _Atomic int resolutions;
+/* the "reused" shape: refused (403) now, or answered as during a replay */
+static _Atomic bool reused_forbidden;
+static _Atomic bool reused_in_replay;
 
 /* the shapes the fake main thread knows */
 enum
@@ -168,7 +171,15 @@ resolve(ShapeRequest *req)
 		res->error_json = strdup("{\"message\":\"unknown test shape\"}");
 		return;
 	}
+	if (which == SH_REUSED && atomic_load(&reused_forbidden))
+	{
+		res->status = SHAPE_RESOLVE_FORBIDDEN;
+		res->error_json = strdup("{\"message\":\"Forbidden\"}");
+		return;
+	}
 	res->status = SHAPE_RESOLVE_OK;
+	res->reusable = !(which == SH_REUSED && atomic_load(&reused_in_replay));
+	res->catalog_epoch = atomic_load(&table->catalog_epoch);
 	res->slot = slot_of[which];
 	res->generation = which == SH_STALE ? gen_of[which] + 7 : gen_of[which];
 	strcpy(res->handle, table->slots[slot_of[which]].handle);
@@ -1214,12 +1225,58 @@ TEST(keep_alive_reuses_its_resolution)
 	hc_response_free(&r);
 	CHECK_EQ(atomic_load(&resolutions), before + 5);
 
+	/* the catalog may have changed (the main thread moved the epoch): the
+	 * main thread answers, under the current catalog: here, 403 */
+	atomic_store(&reused_forbidden, true);
+	atomic_fetch_add(&table->catalog_epoch, 1);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 403);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 6);
+	/* and what the connection kept is gone with that answer */
+	atomic_store(&reused_forbidden, false);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 7);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 7);
+
+	/* a resolution made under a replay's catalog is not kept */
+	atomic_store(&reused_in_replay, true);
+	atomic_fetch_add(&table->catalog_epoch, 1);
+	for (int i = 0; i < 2; i++)
+	{
+		REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+		CHECK_EQ(r.status, 200);
+		hc_response_free(&r);
+	}
+	CHECK_EQ(atomic_load(&resolutions), before + 9);
+	atomic_store(&reused_in_replay, false);
+	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 10);
+	/* HEAD always asks the main thread (its answer has the schema header) */
+	{
+		char		req[1024];
+
+		snprintf(req, sizeof(req), "HEAD %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+				 shape_target("reused", offset, handle, NULL));
+		memset(&r, 0, sizeof(r));
+		REQUIRE(hc_send(&c, req, strlen(req)) && hc_read_response(&c, true, &r));
+		CHECK_EQ(r.status, 200);
+		CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
+		hc_response_free(&r);
+	}
+	CHECK_EQ(atomic_load(&resolutions), before + 11);
+
 	/* the shape goes: its generation moves on, so the main thread decides */
 	shape_table_retire(table, slot_of[SH_REUSED]);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK(r.status != 200);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 6);
+	CHECK_EQ(atomic_load(&resolutions), before + 12);
 	hc_close(&c);
 }
 
@@ -1549,6 +1606,39 @@ TEST(parked_client_that_leaves_is_noticed)
 		FAIL("a client that left while parked still pins its shape");
 	CHECK_ADMITTED(0, 0);
 	/* a client leaving is not an error: nothing in the log */
+	thread_log_drain(count_error_lines);
+	if (error_lines != 0)
+		unit_fail(__FILE__, __LINE__, "%d error lines logged, the last: %s", error_lines, error_line);
+}
+
+/*
+ * A client that sends its request and closes its side at once: the close
+ * reaches the park thread before the request parks (sockets are watched
+ * from the start, not from their park), and the request, instead of
+ * waiting out its deadline, ends the connection.
+ */
+TEST(client_that_closes_before_parking_is_let_go)
+{
+	Client		p;
+	char		b[64];
+	double		t0;
+	ssize_t		n;
+
+	REQUIRE(server != NULL);
+	thread_log_drain(count_error_lines);
+	error_lines = 0;
+	REQUIRE(client_get(&p, shape_target("stopper", "-1", NULL, NULL)));
+	REQUIRE(shutdown(p.c.fd, SHUT_WR) == 0);
+	t0 = unit_now();
+	CHECK(hc_readable(&p.c, 5000));
+	n = recv(p.c.fd, b, sizeof(b), 0);
+	if (n > 0)
+		unit_fail(__FILE__, __LINE__, "answered (%.*s...) instead of closed", (int) n, b);
+	CHECK(unit_now() - t0 < 2.0);
+	client_close(&p);
+	if (!wait_pins(SH_STOPPER, 0, 10))
+		FAIL("the request still pins its shape");
+	CHECK_ADMITTED(0, 0);
 	thread_log_drain(count_error_lines);
 	if (error_lines != 0)
 		unit_fail(__FILE__, __LINE__, "%d error lines logged, the last: %s", error_lines, error_line);

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+#
+# bench/catchup.sh: catch-up requests against nginx serving the same bytes (issue 10, item 3).
+# A client catching up asks for a chunk many others fetched before: a known handle and offset,
+# not live. wrk, with CONNS keep-alive connections, fetches one such chunk over and over from
+# shape_sync, and the same bytes as a static file from nginx (the baseline, same run, same
+# machine, its defaults but for logging off and keep-alive unbounded). Two sizes: a chunk of
+# about 1 kB (shape_sync.chunk_bytes_threshold = 1kB when its shape was made) and one of
+# about 10 MB (the default threshold). RUNS runs, alternating which server goes first;
+# reports the median requests per second of each and their ratio. Writes the section
+# "Catch-up against nginx" of bench/RESULTS.md.
+#
+# Needs nginx and wrk: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh installs them.
+# Knobs: RUNS (3), DURATION (5 s per wrk run), CONNS ("100 1000"), WRK_THREADS (2).
+# About 3 minutes.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+# shellcheck source=../scripts/lib/cluster.sh
+source "$root/scripts/lib/cluster.sh"
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-5}
+CONNS=${CONNS:-100 1000}
+WRK_THREADS=${WRK_THREADS:-2}
+for tool in nginx wrk; do
+	command -v "$tool" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "$tool" >/dev/null 2>&1 ||
+		{ echo "$tool is missing: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh" >&2; exit 1; }
+done
+PATH=$PATH:/usr/sbin
+out=$(mktemp -d)
+nginx_pid=
+cleanup() {
+	[[ -n $nginx_pid ]] && kill "$nginx_pid" 2>/dev/null || true
+	cluster_stop
+	rm -rf "$out"
+}
+trap cleanup EXIT
+chmod 755 "$out"
+ulimit -n "$(ulimit -Hn)"
+
+SHAPE_SYNC_EXTRA_CONF="shape_sync.max_connections = 3000
+shape_sync.max_concurrent_existing = 3000
+shape_sync.chunk_bytes_threshold = '1kB'" cluster_start "" >/dev/null
+pg_version=$(cluster_psql -At -c "SELECT version()")
+cluster_psql -q <<SQL
+CREATE EXTENSION shape_sync;
+CREATE TABLE catchup_small (id int PRIMARY KEY, payload text NOT NULL);
+ALTER TABLE catchup_small REPLICA IDENTITY FULL;
+INSERT INTO catchup_small SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 40) g;
+CREATE TABLE catchup_big (id int PRIMARY KEY, payload text NOT NULL);
+ALTER TABLE catchup_big REPLICA IDENTITY FULL;
+INSERT INTO catchup_big SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 130000) g;
+SQL
+
+# second_chunk TABLE NAME: the URL of its shape's second chunk, whose body goes to $out/www/NAME
+mkdir -p "$out/www"
+second_chunk() {
+	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" h handle offset i
+	for ((i = 0; i < 100; i++)); do
+		h=$(curl -s -D - -o /dev/null "$url&offset=-1" | tr -d '\r')
+		grep -q '^HTTP/1.1 200' <<<"$h" && break
+		sleep 0.2
+	done
+	handle=$(sed -n 's/^electric-handle: //Ip' <<<"$h")
+	offset=$(sed -n 's/^electric-offset: //Ip' <<<"$h")
+	url="$url&handle=$handle&offset=$offset"
+	curl -sf -o "$out/www/$2" "$url"
+	echo "$url"
+}
+small_url=$(second_chunk catchup_small small.json)
+cluster_psql -q -c "ALTER SYSTEM SET shape_sync.chunk_bytes_threshold = '10MB'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+big_url=$(second_chunk catchup_big big.json)
+small_bytes=$(stat -c %s "$out/www/small.json")
+big_bytes=$(stat -c %s "$out/www/big.json")
+
+nginx_port=$((${SHAPE_SYNC_URL##*:} + 1))
+cat >"$out/nginx.conf" <<CONF
+daemon off;
+worker_processes auto;
+pid $out/nginx.pid;
+error_log $out/nginx.err warn;
+events { worker_connections 8192; }
+http {
+	access_log off;
+	sendfile on;
+	tcp_nopush on;
+	keepalive_requests 100000000;
+	keepalive_timeout 120s;
+	default_type application/json;
+	client_body_temp_path $out/tmp; proxy_temp_path $out/tmp; fastcgi_temp_path $out/tmp;
+	uwsgi_temp_path $out/tmp; scgi_temp_path $out/tmp;
+	server { listen 127.0.0.1:$nginx_port; root $out/www; }
+}
+CONF
+mkdir -p "$out/tmp"
+nginx -c "$out/nginx.conf" -p "$out" &
+nginx_pid=$!
+for _ in $(seq 1 50); do curl -sf -o /dev/null "http://127.0.0.1:$nginx_port/small.json" && break; sleep 0.1; done
+cmp -s <(curl -s "http://127.0.0.1:$nginx_port/small.json") <(curl -s "$small_url") ||
+	{ echo "nginx and shape_sync do not serve the same bytes" >&2; exit 1; }
+
+# wrk_rps URL CONNS: requests per second (and non-2xx count) of one wrk run
+wrk_rps() {
+	local res
+	res=$(wrk -t"$WRK_THREADS" -c"$2" -d"${DURATION}s" --timeout 30s "$1" 2>&1)
+	echo "$(awk '/^Requests\/sec:/ { print $2 }' <<<"$res") $(awk '/Non-2xx/ { print $NF }' <<<"$res")"
+}
+
+: >"$out/results"
+for ((run = 1; run <= RUNS; run++)); do
+	for size in small big; do
+		if [[ $size == small ]]; then sh_url=$small_url; else sh_url=$big_url; fi
+		ng_url="http://127.0.0.1:$nginx_port/$size.json"
+		for conns in $CONNS; do
+			if ((run % 2)); then order="nginx shape_sync"; else order="shape_sync nginx"; fi
+			for server in $order; do
+				if [[ $server == nginx ]]; then u=$ng_url; else u=$sh_url; fi
+				read -r rps bad < <(wrk_rps "$u" "$conns")
+				echo "$size $conns $server $run $rps ${bad:-0}" >>"$out/results"
+				echo "run $run: $size, $conns connections, $server: $rps requests/s, non-2xx ${bad:-0}" >&2
+			done
+		done
+	done
+done
+
+BENCH_PG="$pg_version" BENCH_SMALL=$small_bytes BENCH_BIG=$big_bytes BENCH_RUNS=$RUNS \
+	BENCH_DURATION=$DURATION BENCH_THREADS=$WRK_THREADS \
+	python3 - "$here/RESULTS.md" "$out/results" <<'PY'
+import collections, os, statistics, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+from results_section import machine, write_section
+
+rows = collections.defaultdict(list)
+bad = collections.Counter()
+for line in open(sys.argv[2]):
+    size, conns, server, run, rps, nbad = line.split()
+    rows[(size, int(conns), server)].append(float(rps))
+    bad[(size, int(conns), server)] += int(nbad)
+E = os.environ
+sizes = {"small": int(E["BENCH_SMALL"]), "big": int(E["BENCH_BIG"])}
+table = []
+for size in ("small", "big"):
+    for conns in sorted({k[1] for k in rows if k[0] == size}):
+        s = statistics.median(rows[(size, conns, "shape_sync")])
+        n = statistics.median(rows[(size, conns, "nginx")])
+        label = f"{sizes[size] / 1024:.1f} kB" if size == "small" else f"{sizes[size] / 1048576:.1f} MB"
+        table.append(f"| {label} | {conns:,} | {s:,.0f} | {n:,.0f} | **{s / n:.2f}x** | "
+                     f"{bad[(size, conns, 'shape_sync')]} |")
+lines = [
+    "## Catch-up against nginx",
+    "",
+    machine(E["BENCH_PG"]),
+    "",
+    "`bash bench/catchup.sh`: wrk "
+    f"({E['BENCH_THREADS']} threads, {E['BENCH_DURATION']} s a run) fetches one catch-up chunk (a known handle "
+    "and offset, not live) over and over on keep-alive connections, from shape_sync and, as a static "
+    "file with the same bytes, from nginx (its defaults, logging off, keep-alive unbounded; the "
+    "baseline, same run). Requests per second, medians over "
+    f"{E['BENCH_RUNS']} runs, alternating which server goes first. Server and wrk share this machine.",
+    "",
+    "| response | connections | shape_sync req/s | nginx req/s | ratio | shape_sync non-2xx |",
+    "|---|---:|---:|---:|---:|---:|",
+    *table,
+]
+write_section(sys.argv[1], "catchup", lines)
+PY
