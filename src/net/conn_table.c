@@ -147,7 +147,6 @@ conn_table_close(ConnTable *table, uint32_t i)
 	s->next_free = table->free_head;
 	table->free_head = i;
 	pthread_mutex_unlock(&table->free_lock);
-	atomic_fetch_add_explicit(&table->closed, 1, memory_order_relaxed);
 }
 
 void

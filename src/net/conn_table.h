@@ -68,7 +68,6 @@ typedef struct ConnTable
 	uint32_t	free_head;
 	_Atomic int64_t write_timeout_ms;	/* 0: write deadlines disabled */
 	_Atomic int64_t request_timeout_ms; /* 0: request deadlines disabled */
-	_Atomic uint64_t closed;	/* connections closed, all told */
 } ConnTable;
 
 extern int	conn_table_init(ConnTable *table, uint32_t nslots);

@@ -59,7 +59,9 @@ struct HttpServer
 	_Atomic unsigned over_limit;	/* open connections past it (HTTP_OVER_LIMIT_CONNECTIONS) */
 	_Atomic uint64_t over_limit_turned_away;	/* 503s and closes, all told */
 	_Atomic int64_t over_limit_logged_ms;	/* when it was last logged */
-	uint64_t	closed_at_release;	/* conns.closed at the last release (main thread) */
+	_Atomic uint64_t freed_bytes;	/* about what connections and response
+									 * buffers gave back to malloc, all told */
+	uint64_t	freed_at_release;	/* freed_bytes at the last release (main thread) */
 	int64_t		released_ms;	/* and when it was */
 };
 
@@ -131,6 +133,7 @@ struct ShapeConn
 	ServeDecision parked_for;	/* the kind of wait it parked for last */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	int64_t		snapshot_deadline_ms;	/* of a snapshot wait, once set */
+	size_t		body_buffer;	/* bytes of the response's own body buffer */
 	BodyCursor	body;
 	SseStream	sse;			/* when live_sse */
 };

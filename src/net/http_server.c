@@ -730,6 +730,8 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 
 		resolved_shape_free(&server->conns.slots[slot].resolved);
 		conn_table_close(&server->conns, slot);
+		atomic_fetch_add_explicit(&server->freed_bytes, server->connection_memory,
+								  memory_order_relaxed);
 		*socket_context = NULL;
 	}
 }
@@ -1076,27 +1078,28 @@ http_server_wake_shape(HttpServer *server, uint32_t slot)
 }
 
 /*
- * What the connections that closed had (libmicrohttpd's pools, requests,
- * response buffers) went back to each HTTP thread's malloc arena, which
- * keeps it: after a disconnect storm the worker would hold the storm's
- * memory for good.  Once HTTP_RELEASE_AFTER_CLOSED connections have closed
- * since the last time, and at most once a second, malloc_trim() gives the
- * free pages of every arena back.  Its cost grows with the heap, not with
- * requests or writes.
+ * What connections and responses had (libmicrohttpd's pools, requests,
+ * response buffers of up to a write piece) goes back to each HTTP thread's
+ * malloc arena, which keeps it: after a disconnect storm, or stalled
+ * serves of big chunks reaped, the worker would hold that memory for good.
+ * Once about HTTP_RELEASE_AFTER_BYTES were given back since the last time,
+ * and at most once a second, malloc_trim() hands the free pages of every
+ * arena to the kernel.  Its cost grows with the heap, not with requests or
+ * writes.
  */
-#define HTTP_RELEASE_AFTER_CLOSED	256
+#define HTTP_RELEASE_AFTER_BYTES	(4 * 1024 * 1024)
 #define HTTP_RELEASE_MIN_GAP_MS		1000
 
 void
 http_server_release_memory(HttpServer *server)
 {
-	uint64_t	closed = atomic_load_explicit(&server->conns.closed, memory_order_relaxed);
+	uint64_t	freed = atomic_load_explicit(&server->freed_bytes, memory_order_relaxed);
 	int64_t		now = conn_now_coarse_ms();
 
-	if (closed - server->closed_at_release < HTTP_RELEASE_AFTER_CLOSED ||
+	if (freed - server->freed_at_release < HTTP_RELEASE_AFTER_BYTES ||
 		now - server->released_ms < HTTP_RELEASE_MIN_GAP_MS)
 		return;
-	server->closed_at_release = closed;
+	server->freed_at_release = freed;
 	server->released_ms = now;
 	(void) malloc_trim(0);
 }

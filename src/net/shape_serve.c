@@ -386,8 +386,12 @@ shape_body_response(ShapeConn *sc)
 		size += slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc),
 									&b->records, &messages) + messages - 1;
 	if (size > sc->server->write_piece_size)
+	{
+		sc->body_buffer = sc->server->write_piece_size;
 		return MHD_create_response_from_callback(size, sc->server->write_piece_size,
 												 shape_body_reader, sc, NULL);
+	}
+	sc->body_buffer = size;
 	buf = malloc(size);
 	if (buf == NULL)
 		return NULL;
@@ -1063,6 +1067,10 @@ shape_conn_free(ShapeConn *sc)
 	shape_conn_unpin_log(sc);	/* before the slot: see shape_table.c */
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
+	/* big buffers only: small ones are reused, and this line is shared */
+	if (sc->body_buffer >= 64 * 1024)
+		atomic_fetch_add_explicit(&sc->server->freed_bytes, sc->body_buffer,
+								  memory_order_relaxed);
 	shape_query_free(&sc->query);
 	free(sc->def_key);
 	shape_definition_free(&sc->request.def);
