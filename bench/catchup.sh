@@ -11,8 +11,9 @@
 # "Catch-up against nginx" of bench/RESULTS.md.
 #
 # Needs nginx and wrk: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh installs them.
-# Knobs: RUNS (3), DURATION (5 s per wrk run), CONNS ("100 1000"), WRK_THREADS (2).
-# About 3 minutes.
+# Knobs: RUNS (3), DURATION (5 s per wrk run of the small chunk), BIG_DURATION (20 s per run
+# of the big one: at 1,000 connections each takes seconds to get one), CONNS ("100 1000"),
+# WRK_THREADS (2). About 5 minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -20,6 +21,7 @@ root=$(cd "$here/.." && pwd)
 source "$root/scripts/lib/cluster.sh"
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-5}
+BIG_DURATION=${BIG_DURATION:-20}
 CONNS=${CONNS:-100 1000}
 WRK_THREADS=${WRK_THREADS:-2}
 for tool in nginx wrk; do
@@ -100,23 +102,23 @@ for _ in $(seq 1 50); do curl -sf -o /dev/null "http://127.0.0.1:$nginx_port/sma
 cmp -s <(curl -s "http://127.0.0.1:$nginx_port/small.json") <(curl -s "$small_url") ||
 	{ echo "nginx and shape_sync do not serve the same bytes" >&2; exit 1; }
 
-# wrk_rps URL CONNS: requests per second (and non-2xx count) of one wrk run
+# wrk_rps URL CONNS SECONDS: requests per second (and non-2xx count) of one wrk run
 wrk_rps() {
 	local res
-	res=$(wrk -t"$WRK_THREADS" -c"$2" -d"${DURATION}s" --timeout 30s "$1" 2>&1)
+	res=$(wrk -t"$WRK_THREADS" -c"$2" -d"${3}s" --timeout 60s "$1" 2>&1)
 	echo "$(awk '/^Requests\/sec:/ { print $2 }' <<<"$res") $(awk '/Non-2xx/ { print $NF }' <<<"$res")"
 }
 
 : >"$out/results"
 for ((run = 1; run <= RUNS; run++)); do
 	for size in small big; do
-		if [[ $size == small ]]; then sh_url=$small_url; else sh_url=$big_url; fi
+		if [[ $size == small ]]; then sh_url=$small_url secs=$DURATION; else sh_url=$big_url secs=$BIG_DURATION; fi
 		ng_url="http://127.0.0.1:$nginx_port/$size.json"
 		for conns in $CONNS; do
 			if ((run % 2)); then order="nginx shape_sync"; else order="shape_sync nginx"; fi
 			for server in $order; do
 				if [[ $server == nginx ]]; then u=$ng_url; else u=$sh_url; fi
-				read -r rps bad < <(wrk_rps "$u" "$conns")
+				read -r rps bad < <(wrk_rps "$u" "$conns" "$secs")
 				echo "$size $conns $server $run $rps ${bad:-0}" >>"$out/results"
 				echo "run $run: $size, $conns connections, $server: $rps requests/s, non-2xx ${bad:-0}" >&2
 			done
@@ -125,7 +127,7 @@ for ((run = 1; run <= RUNS; run++)); do
 done
 
 BENCH_PG="$pg_version" BENCH_SMALL=$small_bytes BENCH_BIG=$big_bytes BENCH_RUNS=$RUNS \
-	BENCH_DURATION=$DURATION BENCH_THREADS=$WRK_THREADS \
+	BENCH_DURATION=$DURATION BENCH_BIG_DURATION=$BIG_DURATION BENCH_THREADS=$WRK_THREADS \
 	python3 - "$here/RESULTS.md" "$out/results" <<'PY'
 import collections, os, statistics, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
@@ -153,7 +155,8 @@ lines = [
     machine(E["BENCH_PG"]),
     "",
     "`bash bench/catchup.sh`: wrk "
-    f"({E['BENCH_THREADS']} threads, {E['BENCH_DURATION']} s a run) fetches one catch-up chunk (a known handle "
+    f"({E['BENCH_THREADS']} threads, {E['BENCH_DURATION']} s a run for the small chunk and "
+    f"{E['BENCH_BIG_DURATION']} s for the big one) fetches one catch-up chunk (a known handle "
     "and offset, not live) over and over on keep-alive connections, from shape_sync and, as a static "
     "file with the same bytes, from nginx (its defaults, logging off, keep-alive unbounded; the "
     "baseline, same run). Requests per second, medians over "

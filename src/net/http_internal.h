@@ -21,6 +21,7 @@
 #include "deadline.h"
 #include "request_parse.h"
 #include "resolved_shapes.h"
+#include "shared_responses.h"
 #include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
@@ -43,6 +44,7 @@ struct HttpServer
 	Admission  *admission;		/* in shared memory */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
+	SharedResponses shared;		/* a live response per shape slot */
 	AccessPolicy access;		/* secret, loopback-only, Host, Origin */
 	bool		access_ready;	/* `access` was initialised */
 	size_t		max_uri_len;	/* longer request targets get 414 */

@@ -992,7 +992,8 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->connection_limit = options->connection_limit;
 	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
 		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0 ||
-		resolved_schemas_init(&server->schemas, options->shapes->nslots) != 0)
+		resolved_schemas_init(&server->schemas, options->shapes->nslots) != 0 ||
+		shared_responses_init(&server->shared, options->shapes->nslots) != 0)
 	{
 		http_server_free(server);
 		snprintf(err, errlen, "out of memory");
@@ -1117,6 +1118,7 @@ http_server_free(HttpServer *server)
 {
 	waiters_destroy(&server->waiters);
 	resolved_schemas_destroy(&server->schemas);
+	shared_responses_destroy(&server->shared);
 	conn_table_destroy(&server->conns);
 	if (server->access_ready)
 		access_policy_destroy(&server->access);

@@ -373,26 +373,27 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
  * longer one is copied a piece at a time by shape_body_reader into the
  * response's buffer of one piece.
  */
-static struct MHD_Response *
-shape_body_response(ShapeConn *sc)
+static uint64_t
+shape_body_measure(ShapeConn *sc)
 {
 	BodyCursor *b = &sc->body;
 	uint64_t	messages = 0;
 	uint64_t	size = 1 + b->tail_len;
-	char	   *buf;
-	size_t		n = 0;
 
 	if (slog_cursor_more(&b->records))
 		size += slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc),
 									&b->records, &messages) + messages - 1;
-	if (size > sc->server->write_piece_size)
-	{
-		sc->body_buffer = sc->server->write_piece_size;
-		return MHD_create_response_from_callback(size, sc->server->write_piece_size,
-												 shape_body_reader, sc, NULL);
-	}
-	sc->body_buffer = size;
-	buf = malloc(size);
+	return size;
+}
+
+/* The whole body, malloc'd, of the length measured; NULL on failure. */
+static char *
+shape_body_build(ShapeConn *sc, size_t size)
+{
+	BodyCursor *b = &sc->body;
+	char	   *buf = malloc(size);
+	size_t		n = 0;
+
 	if (buf == NULL)
 		return NULL;
 	while (n < size)
@@ -405,13 +406,60 @@ shape_body_response(ShapeConn *sc)
 	}
 	if (n != size || slog_cursor_more(&b->records) || b->tail_off < b->tail_len)
 	{
-		thread_log(THREAD_LOG_WARNING, "a shape response measured %llu bytes and had %zu",
-				   (unsigned long long) size, n);
+		thread_log(THREAD_LOG_WARNING, "a shape response measured %zu bytes and had %zu",
+				   size, n);
 		free(buf);
 		return NULL;
 	}
+	return buf;
+}
+
+static struct MHD_Response *
+shape_body_response(ShapeConn *sc)
+{
+	uint64_t	size = shape_body_measure(sc);
+	char	   *buf;
+
+	if (size > sc->server->write_piece_size)
+	{
+		sc->body_buffer = sc->server->write_piece_size;
+		return MHD_create_response_from_callback(size, sc->server->write_piece_size,
+												 shape_body_reader, sc, NULL);
+	}
+	sc->body_buffer = size;
+	buf = shape_body_build(sc, (size_t) size);
+	if (buf == NULL)
+		return NULL;
 	conn_deadline_arm(&sc->server->conns, sc->conn_slot);
 	return MHD_create_response_from_buffer(size, buf, MHD_RESPMEM_MUST_FREE);
+}
+
+/*
+ * A live answer with data, of a length up to SHARED_RESPONSE_MAX_BODY, is
+ * the same bytes for every waiter the change woke from the same offset
+ * (shared_responses.c): its key, and its body in *body (malloc'd; NULL when
+ * it could not be built), or false when it is not to be shared (its body is
+ * then left to shape_body_response).
+ */
+static bool
+shape_shared_key(ShapeConn *sc, const char *req_text, const char *resp_text, bool up_to_date,
+				 const char *cursor, SharedResponseKey *key, char **body, size_t *body_len)
+{
+	const char *origin = MHD_lookup_connection_value(sc->connection, MHD_HEADER_KIND, "Origin");
+	uint64_t	size;
+	int			n;
+
+	n = snprintf(key->text, sizeof(key->text), "%s|%s|%s|%d|%s|%s", sc->request.result.handle,
+				 req_text, resp_text, up_to_date ? 1 : 0, cursor, origin ? origin : "");
+	if (n < 0 || (size_t) n >= sizeof(key->text))
+		return false;
+	key->len = (size_t) n;
+	size = shape_body_measure(sc);
+	if (size > SHARED_RESPONSE_MAX_BODY)
+		return false;
+	*body = shape_body_build(sc, (size_t) size);
+	*body_len = (size_t) size;
+	return true;
 }
 
 /* ------------------------------------------------------------ responses */
@@ -479,6 +527,10 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	struct MHD_Response *response;
 	enum MHD_Result ret;
 	bool		not_modified;
+	bool		shared;
+	SharedResponseKey key;
+	char	   *shared_body = NULL;
+	size_t		shared_len = 0;
 
 	/*
 	 * libmicrohttpd builds the headers in the connection's memory
@@ -545,7 +597,27 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail), "]");
 
 	shape_conn_responded(sc);
-	if (not_modified || sc->head_only)
+	if (live)
+		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
+	shared = live && data && !not_modified && !sc->head_only && response_offset.tx > 0 &&
+		shape_shared_key(sc, req_text, resp_text, up_to_date, cursor, &key, &shared_body,
+						 &shared_len);
+	if (shared && shared_body == NULL)
+		return MHD_NO;
+	if (shared)
+	{
+		sc->body_buffer = shared_len;
+		conn_deadline_arm(&server->conns, sc->conn_slot);
+		if (shared_responses_queue(&server->shared, sc->request.result.slot, &key,
+								   shared_body, shared_len, sc->connection, &ret))
+		{
+			free(shared_body);
+			return ret;
+		}
+		response = MHD_create_response_from_buffer(shared_len, shared_body,
+												   MHD_RESPMEM_MUST_FREE);
+	}
+	else if (not_modified || sc->head_only)
 		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	else
 		response = shape_body_response(sc);
@@ -557,10 +629,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	MHD_add_response_header(response, "electric-offset", resp_text);
 	MHD_add_response_header(response, "electric-has-data", data ? "true" : "false");
 	if (live)
-	{
-		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
 		MHD_add_response_header(response, "electric-cursor", cursor);
-	}
 	else if (res->schema_json != NULL)
 		MHD_add_response_header(response, "electric-schema", res->schema_json);
 	if (up_to_date)
@@ -571,7 +640,11 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	ret = MHD_queue_response(sc->connection,
 							 not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK,
 							 response);
-	MHD_destroy_response(response);
+	if (shared && ret == MHD_YES)
+		shared_responses_keep(&server->shared, sc->request.result.slot, &key, shared_body,
+							  shared_len, response);	/* takes our reference */
+	else
+		MHD_destroy_response(response);
 	return ret;
 }
 

@@ -32,11 +32,11 @@ static _Atomic bool reused_in_replay;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_FANOUT, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap", "snapping", "swapped", "reused"
+	"slowsnap", "snapping", "swapped", "reused", "fanout"
 };
 
 #include "server_fixture.h"
@@ -307,6 +307,8 @@ TEST(server_starts)
 	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	/* reused: read again and again on one connection, then retired */
 	new_live_shape(SH_REUSED, P0);
+	/* fanout: one change wakes several live requests */
+	new_live_shape(SH_FANOUT, L0);
 
 	/* live: a one-record snapshot, then changes appended by the tests */
 	new_live_shape(SH_LIVE, L0);
@@ -1609,6 +1611,102 @@ TEST(parked_client_that_leaves_is_noticed)
 	thread_log_drain(count_error_lines);
 	if (error_lines != 0)
 		unit_fail(__FILE__, __LINE__, "%d error lines logged, the last: %s", error_lines, error_line);
+}
+
+/*
+ * One change wakes several live requests from the same offset: they get
+ * the same bytes, from one response shared by the shape
+ * (shared_responses.c); one whose CORS headers differ (another Origin) gets
+ * its own, and the next change's answer replaces the kept one.
+ */
+TEST(live_requests_woken_together_share_one_response)
+{
+	enum { N = 6 };
+	Client		p[N];
+	HcResponse	r[N];
+	char		target[512];
+	char		req[1024];
+	uint32_t	s;
+
+	REQUIRE(server != NULL);
+	s = slot_of[SH_FANOUT];
+	snprintf(target, sizeof(target), "/v1/shape?table=fanout&offset=0_inf&handle=%s&live=true&cursor=",
+			 handle_of(SH_FANOUT));
+	for (int i = 0; i < N; i++)
+	{
+		p[i].open = hc_open(&p[i].c, port, TIMEOUT_S);
+		REQUIRE(p[i].open);
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n", target,
+				 i == N - 1 ? "Origin: http://localhost:5173\r\n" : "");
+		REQUIRE(hc_send(&p[i].c, req, strlen(req)));
+	}
+	if (!wait_pins(SH_FANOUT, N, 10))
+		FAIL("the live requests did not park");
+	pthread_mutex_lock(&server->shared.slots[s].lock);
+	CHECK(server->shared.slots[s].response == NULL);
+	pthread_mutex_unlock(&server->shared.slots[s].lock);
+
+	live_change(SH_FANOUT, 2000, C1000);
+	http_server_wake_shape(server, s);
+	for (int i = 0; i < N; i++)
+	{
+		REQUIRE(hc_read_response(&p[i].c, false, &r[i]));
+		CHECK_EQ(r[i].status, 200);
+		CHECK_STR_EQ(r[i].body, "[" C1000 "," UP_TO_DATE_AT("2000") "]");
+		CHECK_HEADER(&r[i], "electric-offset", "2000_0");
+		CHECK_HEADER(&r[i], "access-control-allow-origin", i == N - 1 ? "http://localhost:5173" : "*");
+	}
+	for (int i = 1; i < N - 1; i++)
+		CHECK_STR_EQ(hc_header(&r[i], "etag"), hc_header(&r[0], "etag"));
+	pthread_mutex_lock(&server->shared.slots[s].lock);
+	CHECK(server->shared.slots[s].response != NULL);
+	CHECK_EQ(server->shared.slots[s].body_len, strlen(r[0].body));
+	/*
+	 * At worst the other Origin's answer came between two plain ones.  (The
+	 * cursor is the end of the current long-poll interval, 1 s here: answers
+	 * on both sides of a second's end differ, and are not shared.)
+	 */
+	{
+		bool		one_cursor = true;
+
+		for (int i = 1; i < N - 1; i++)
+			one_cursor = one_cursor && unit_str_eq(hc_header(&r[i], "electric-cursor"),
+												   hc_header(&r[0], "electric-cursor"));
+		if (one_cursor)
+			CHECK(server->shared.slots[s].hits >= N - 3);
+	}
+	pthread_mutex_unlock(&server->shared.slots[s].lock);
+
+	/* the next change, from the new offset: another response is kept */
+	{
+		struct MHD_Response *first;
+
+		pthread_mutex_lock(&server->shared.slots[s].lock);
+		first = server->shared.slots[s].response;
+		pthread_mutex_unlock(&server->shared.slots[s].lock);
+
+		snprintf(target, sizeof(target), "/v1/shape?table=fanout&offset=2000_0&handle=%s&live=true&cursor=",
+				 handle_of(SH_FANOUT));
+		snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target);
+		REQUIRE(hc_send(&p[0].c, req, strlen(req)));
+		if (!wait_pins(SH_FANOUT, 1, 10))
+			FAIL("the live request did not park");
+		live_change(SH_FANOUT, 3000, C3000);
+		http_server_wake_shape(server, s);
+		hc_response_free(&r[0]);
+		REQUIRE(hc_read_response(&p[0].c, false, &r[0]));
+		CHECK_STR_EQ(r[0].body, "[" C3000 "," UP_TO_DATE_AT("3000") "]");
+		pthread_mutex_lock(&server->shared.slots[s].lock);
+		CHECK(server->shared.slots[s].response != first);
+		pthread_mutex_unlock(&server->shared.slots[s].lock);
+	}
+	for (int i = 0; i < N; i++)
+	{
+		hc_response_free(&r[i]);
+		client_close(&p[i]);
+	}
+	CHECK(wait_pins(SH_FANOUT, 0, 10));
+	CHECK_ADMITTED(0, 0);
 }
 
 /*
