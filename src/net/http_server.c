@@ -1091,6 +1091,18 @@ http_server_wake_shape(HttpServer *server, uint32_t slot)
 #define HTTP_RELEASE_AFTER_BYTES	(4 * 1024 * 1024)
 #define HTTP_RELEASE_MIN_GAP_MS		1000
 
+int
+http_server_release_due_ms(HttpServer *server)
+{
+	uint64_t	freed = atomic_load_explicit(&server->freed_bytes, memory_order_relaxed);
+	int64_t		wait;
+
+	if (freed - server->freed_at_release < HTTP_RELEASE_AFTER_BYTES)
+		return -1;
+	wait = server->released_ms + HTTP_RELEASE_MIN_GAP_MS - conn_now_coarse_ms();
+	return wait < 0 ? 0 : (int) wait;
+}
+
 void
 http_server_release_memory(HttpServer *server)
 {

@@ -95,6 +95,9 @@ extern int	http_server_apply_settings(HttpServer *server,
  */
 extern void http_server_release_memory(HttpServer *server);
 
+/* In how many ms a release is due (0: now), or -1 when none is. */
+extern int	http_server_release_due_ms(HttpServer *server);
+
 /* Resumes the connections waiting for this shape's log to grow. */
 extern void http_server_wake_shape(HttpServer *server, uint32_t slot);
 

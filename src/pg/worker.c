@@ -449,6 +449,10 @@ shape_sync_worker_main(Datum arg)
 			decoder_holds_commit() ? DECODER_HOLD_RECHECK_MS :
 			decoder_wal_pending() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
+		int			release_in = http_server_release_due_ms(worker_http);
+
+		if (release_in >= 0 && release_in < timeout)
+			timeout = release_in;	/* memory to hand back soon */
 
 		(void) WaitEventSetWait(events, timeout, fired, lengthof(fired), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
