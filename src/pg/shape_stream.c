@@ -487,6 +487,16 @@ ss_definition_problem(ShapeStream *s, Relation rel)
 	if (strcmp(RelationGetRelationName(rel), s->rel->table) != 0 ||
 		RelationGetNamespace(rel) != s->nsp)
 		return "its table was renamed or moved to another schema";
+	{
+		/* the same schema under another name: its name now means another table */
+		char	   *nsp_name = get_namespace_name(s->nsp);
+		bool		renamed = nsp_name == NULL || strcmp(nsp_name, s->rel->schema) != 0;
+
+		if (nsp_name != NULL)
+			pfree(nsp_name);
+		if (renamed)
+			return "its table's schema was renamed";
+	}
 	if (!s->all_columns)
 	{
 		cols = palloc(sizeof(AttrNumber) * Max(s->rel->ncolumns, 1));

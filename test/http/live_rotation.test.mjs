@@ -131,6 +131,38 @@ describe('live: rotation and shape lifecycle', () => {
     assert.deepEqual(fresh.body.filter((m) => 'key' in m).map((m) => m.value), [{ id: '2', a: 'y' }], 'the new table\'s rows')
   })
 
+  // before, only the schema's oid was compared: a renamed schema kept its shapes, and their
+  // clients kept the old table under a name that now means another
+  it('ALTER SCHEMA RENAME: a waiting live request gets 409; the name then names the new table', async () => {
+    const schema = uniqueTable('rot_nsp')
+    const table = `${schema}.items`
+    await createTable([
+      `CREATE SCHEMA ${schema}`,
+      `CREATE TABLE ${table} (id int PRIMARY KEY, a text)`,
+      `ALTER TABLE ${table} REPLICA IDENTITY FULL`,
+      `INSERT INTO ${table} VALUES (1, 'old')`,
+    ])
+    try {
+      const shape = await new RawShape({ table }).sync()
+      const { response: pending } = await holdLive(shape)
+      await runTx([
+        `ALTER SCHEMA ${schema} RENAME TO ${schema}_old`,
+        `CREATE SCHEMA ${schema}`,
+        `CREATE TABLE ${table} (id int PRIMARY KEY, a text)`,
+        `ALTER TABLE ${table} REPLICA IDENTITY FULL`,
+        `INSERT INTO ${table} VALUES (2, 'new')`,
+      ])
+      await runTx([`INSERT INTO ${schema}_old.items VALUES (3, 'old table, later')`])
+      assert409(await pending, 'live request during ALTER SCHEMA RENAME', { oldHandle: shape.handle })
+      const fresh = await fetchShape({ table, offset: '-1' })
+      assert.equal(fresh.status, 200, fresh.text)
+      assert.notEqual(fresh.headers.get('electric-handle'), shape.handle)
+      assert.deepEqual(fresh.body.filter((m) => 'key' in m).map((m) => m.value), [{ id: '2', a: 'new' }], 'the new table\'s rows')
+    } finally {
+      await createTable([`DROP SCHEMA IF EXISTS ${schema} CASCADE`, `DROP SCHEMA IF EXISTS ${schema}_old CASCADE`])
+    }
+  })
+
   it('ALTER TABLE ADD COLUMN rotates a shape without a column list, not one whose list omits the column', async () => {
     const table = newTable('rot_alter')
     await createTable([`CREATE TABLE ${table} (id int PRIMARY KEY, a text, b int)`, `INSERT INTO ${table} VALUES (1, 'x', 1)`])
