@@ -444,9 +444,9 @@ reg_evict(uint32 slot, const char *why, bool for_room)
  * Evicts the least recently read shape not in active use; those in active
  * use that it passes count as read now, and those read on an HTTP thread
  * since they took their place (reg_read_since_touched) take their place
- * anew, at the newest end, where the walk comes to them again.  Returns the log blocks the victim
- * held (they return to the arena at its last unpin), or -1 if every shape
- * is in active use.
+ * anew, at the newest end, where the walk comes to them again.  Returns
+ * the log blocks the victim held (they return to the arena at its last
+ * unpin), or -1 if every shape is in active use.
  */
 static int64
 reg_evict_oldest(const char *why)

@@ -1577,9 +1577,9 @@ ss_check_relation(Oid relid, Oid role)
 		{
 			/*
 			 * Never wait on a user's lock here: look again next time.  A
-			 * shape made from a replay's catalog (shape_stream_check_when_replayed)
-			 * stays unchecked until then,
-			 * which is safe: its snapshot compares the table with the
+			 * shape made from a replay's catalog
+			 * (shape_stream_check_when_replayed) stays unchecked until
+			 * then, which is safe: its snapshot compares the table with the
 			 * shape's definition and privileges under the current catalog
 			 * (snapshot.c), and a change to the table decoded meanwhile
 			 * marks it for a check of its own.  (A shape's own snapshot
