@@ -30,10 +30,15 @@
  *   own thread (relaxed), and by open and close under `lock`, and read by
  *   the deadline thread; they share a cache line with nothing of any
  *   other connection, so neither path shares a line across connections.
- *   query_strings, query_seen and query_refused, on the same line, are
- *   the connection's own thread's alone.
- * - gen_state, fd, parked, peer and handle change under `lock` only;
- *   gen_state is also an atomic so that readers may peek without it.
+ *   query_strings, target_len, resolved, query_seen and query_refused, on
+ *   the same line, are the connection's own thread's alone (resolved is
+ *   freed by its close notification, on that thread).
+ * - gen_state, fd, parked, watched, peer_gone, peer and handle change
+ *   under `lock` only; gen_state is also an atomic so that readers may
+ *   peek without it.  handle is written only by the connection's own
+ *   thread (and at open), which may therefore read it without the lock;
+ *   the deadline thread reads it under the lock.  peer_gone is set by the
+ *   park thread and read by a park, both under the lock (waiters.c).
  * - The free list is guarded by free_lock, taken at open and close only.
  *
  * IDENTIFICATION

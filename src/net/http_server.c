@@ -742,7 +742,6 @@ static void
 http_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char		line[THREAD_LOG_LINE];
-
 	bool		on_purpose = http_closing_on_purpose;
 
 	http_closing_on_purpose = false;	/* it stands for the next line only */
