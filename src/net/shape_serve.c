@@ -41,10 +41,9 @@
  * exists: every request is admitted as `existing`, with or without a
  * handle (one without takes an `initial` slot when the existing kind is
  * full: it may be for a new shape), and holds an `initial` slot while it
- * waits for its shape's
- * snapshot (a snapshot costs what it costs whoever asks, and clients
- * coming back with a handle a 409 gave them wait on a running snapshot
- * like new ones).  A request that turns out to wait is moved to
+ * waits for its shape's snapshot (a snapshot costs what it costs whoever
+ * asks, and clients coming back with a handle a 409 gave them wait on a
+ * running snapshot like new ones).  A request that turns out to wait is moved to
  * `initial`, within the initial limit (503 over it), and back to
  * `existing` once its shape has what it asks for (shape_admission_follow).
  * A request that would make a new shape is refused before the shape is
