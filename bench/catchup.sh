@@ -13,7 +13,8 @@
 # Needs nginx and wrk: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh installs them.
 # Knobs: RUNS (3), DURATION (5 s per wrk run of the small chunk), BIG_DURATION (20 s per run
 # of the big one: at 1,000 connections each takes seconds to get one), CONNS ("100 1000"),
-# WRK_THREADS (2). About 5 minutes.
+# WRK_THREADS (2), SIZES ("small big"), SERVER_CONF (postgresql.conf lines added to the
+# cluster's, to compare settings such as shape_sync.write_piece_size). About 5 minutes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -24,6 +25,8 @@ DURATION=${DURATION:-5}
 BIG_DURATION=${BIG_DURATION:-20}
 CONNS=${CONNS:-100 1000}
 WRK_THREADS=${WRK_THREADS:-2}
+SIZES=${SIZES:-small big}
+SERVER_CONF=${SERVER_CONF:-}
 for tool in nginx wrk; do
 	command -v "$tool" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "$tool" >/dev/null 2>&1 ||
 		{ echo "$tool is missing: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh" >&2; exit 1; }
@@ -42,7 +45,8 @@ ulimit -n "$(ulimit -Hn)"
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_connections = 3000
 shape_sync.max_concurrent_existing = 3000
-shape_sync.chunk_bytes_threshold = '1kB'" cluster_start "" >/dev/null
+shape_sync.chunk_bytes_threshold = '1kB'
+$SERVER_CONF" cluster_start "" >/dev/null
 pg_version=$(cluster_psql -At -c "SELECT version()")
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
@@ -111,7 +115,7 @@ wrk_rps() {
 
 : >"$out/results"
 for ((run = 1; run <= RUNS; run++)); do
-	for size in small big; do
+	for size in $SIZES; do
 		if [[ $size == small ]]; then sh_url=$small_url secs=$DURATION; else sh_url=$big_url secs=$BIG_DURATION; fi
 		ng_url="http://127.0.0.1:$nginx_port/$size.json"
 		for conns in $CONNS; do
@@ -127,7 +131,7 @@ for ((run = 1; run <= RUNS; run++)); do
 done
 
 BENCH_PG="$pg_version" BENCH_SMALL=$small_bytes BENCH_BIG=$big_bytes BENCH_RUNS=$RUNS \
-	BENCH_DURATION=$DURATION BENCH_BIG_DURATION=$BIG_DURATION BENCH_THREADS=$WRK_THREADS \
+	BENCH_DURATION=$DURATION BENCH_BIG_DURATION=$BIG_DURATION BENCH_THREADS=$WRK_THREADS BENCH_CONF="$SERVER_CONF" \
 	python3 - "$here/RESULTS.md" "$out/results" <<'PY'
 import collections, os, statistics, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
@@ -166,5 +170,7 @@ lines = [
     "|---|---:|---:|---:|---:|---:|",
     *table,
 ]
+if E["BENCH_CONF"].strip():
+    lines += ["", "shape_sync ran with: " + "; ".join(f"`{l.strip()}`" for l in E["BENCH_CONF"].splitlines() if l.strip()) + "."]
 write_section(sys.argv[1], "catchup", lines)
 PY

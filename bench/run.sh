@@ -25,16 +25,18 @@
 #  10. bench/fanout.sh: one commit woken at 100 to 10,000 parked live clients (and 10,000
 #      over 1,000 shapes) against an epoll floor server, and memory per connection, the
 #      section "Fan-out to many live clients";
-#  11. bench/storm.sh: disconnect storms of 1,000 and 10,000 parked clients, the section
+#  11. bench/bystanders.sh: 100 live clients woken beside 0, 1,000 and 10,000 clients parked
+#      on other shapes, the section "Bystanders: parked clients of other shapes";
+#  12. bench/storm.sh: disconnect storms of 1,000 and 10,000 parked clients, the section
 #      "Disconnect storms";
-#  12. bench/catchup.sh: catch-up requests against nginx serving the same bytes, the
+#  13. bench/catchup.sh: catch-up requests against nginx serving the same bytes, the
 #      section "Catch-up against nginx" (needs nginx and wrk: SHAPE_SYNC_BENCH=1
 #      scripts/install-deps.sh).
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
 # THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
-# raw-1, client-1, raw-100, sock-100, client-100). About 35 minutes with the defaults.
+# raw-1, client-1, raw-100, sock-100, client-100). About 40 minutes with the defaults.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,6 +76,7 @@ bash "$here/compaction.sh" >/dev/null || rc=$?
 bash "$here/big_transaction.sh" >/dev/null || rc=$?
 bash "$here/recovery.sh" >/dev/null || rc=$?
 bash "$here/fanout.sh" >/dev/null || rc=$?
+bash "$here/bystanders.sh" >/dev/null || rc=$?
 bash "$here/storm.sh" >/dev/null || rc=$?
 bash "$here/catchup.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"

@@ -341,10 +341,12 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 			n += slog_cursor_copy(arena, log, &b->records, buf + n, limit - n);
 		else if (slog_cursor_more(&b->records))
 		{
-			size_t		need = slog_cursor_peek(arena, log, &b->records) + (b->any ? 1 : 0);
-
-			if (need > limit - n && n > 0)
+			n += slog_cursor_copy_messages(arena, log, &b->records, buf + n, limit - n, &b->any);
+			if (!slog_cursor_more(&b->records))
+				continue;
+			if (n > 0)
 				break;			/* whole messages per piece when they fit */
+			/* a message larger than a piece: split */
 			if (b->any)
 				buf[n++] = ',';
 			b->any = true;

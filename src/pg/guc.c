@@ -48,7 +48,7 @@ int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
 double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
 int			shape_sync_max_new_shapes_per_client = 100;
-int			shape_sync_write_piece_size = 256;
+int			shape_sync_write_piece_size = 64;
 int			shape_sync_connection_memory = 10;
 int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
@@ -250,7 +250,7 @@ shape_sync_define_gucs(void)
 							"Sets the largest piece of a response written to a socket at once.",
 							"Only a single message larger than this is split across pieces.",
 							&shape_sync_write_piece_size,
-							256, 16, 16 * 1024,
+							64, 16, 16 * 1024,
 							PGC_POSTMASTER, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 

@@ -780,6 +780,58 @@ slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log, const SlogCurs
 }
 
 /*
+ * A reader walking forward through a log remembers the block of the last
+ * position it read, so that the records of one block (a hundred or more of
+ * typical rows) cost one directory lookup, not one each.
+ */
+typedef struct SlogBlockCache
+{
+	uint64_t	nth;			/* the block's number in the log, or UINT64_MAX */
+	const char *base;
+} SlogBlockCache;
+
+#define SLOG_BLOCK_CACHE_INIT {UINT64_MAX, NULL}
+
+/* Copies [pos, pos + n) of published data out, through the cache. */
+static inline void
+slog_cached_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				 uint64_t pos, char *dst, size_t n)
+{
+	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
+
+	if (pos % SLOG_BLOCK_SIZE + n > SLOG_BLOCK_SIZE)
+	{
+		slog_copy_out(arena, log, pos, dst, n); /* it straddles blocks */
+		return;
+	}
+	if (nth != cache->nth)
+	{
+		cache->nth = nth;
+		cache->base = slog_block(arena, slog_data_block(arena, log, pos));
+	}
+	memcpy(dst, cache->base + pos % SLOG_BLOCK_SIZE, n);
+}
+
+/*
+ * The bytes before the message in the record at `pos` with header `hdr`,
+ * or -1 when it is a tombstone the cursor's reader does not need (it never
+ * had the row: see slog_cursor_skip).
+ */
+static inline int
+slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				  const SlogCursor *cursor, uint64_t pos, const SlogRecordHeader *hdr)
+{
+	LogOffset	born;
+
+	if (hdr->kind != SLOG_RECORD_TOMBSTONE)
+		return 0;
+	slog_cached_copy(arena, log, cache, pos + sizeof(*hdr), (char *) &born.tx, sizeof(born.tx));
+	slog_cached_copy(arena, log, cache, pos + sizeof(*hdr) + sizeof(born.tx),
+					 (char *) &born.op, sizeof(born.op));
+	return log_offset_cmp(born, cursor->after) > 0 ? -1 : (int) SLOG_TOMBSTONE_PREFIX;
+}
+
+/*
  * The message bytes a cursor that has not begun a record would copy out
  * from here to the end of its range, and how many messages: a walk of the
  * record headers, which a response of known length needs before it starts.
@@ -788,22 +840,67 @@ uint64_t
 slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor,
 					uint64_t *messages)
 {
-	SlogCursor	walk = *cursor;
+	SlogBlockCache cache = SLOG_BLOCK_CACHE_INIT;
+	uint64_t	pos = cursor->pos;
 	uint64_t	bytes = 0;
 	uint64_t	count = 0;
 
-	while (walk.pos < walk.end)
+	while (pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
+		int			skip;
 
-		slog_read_header(arena, log, walk.pos, &hdr);
-		bytes += hdr.kind == SLOG_RECORD_TOMBSTONE ? hdr.len - SLOG_TOMBSTONE_PREFIX : hdr.len;
-		count++;
-		walk.pos += slog_record_span(hdr.len);
-		slog_cursor_skip(arena, log, &walk);
+		slog_cached_copy(arena, log, &cache, pos, (char *) &hdr, sizeof(hdr));
+		skip = slog_message_skip(arena, log, &cache, cursor, pos, &hdr);
+		if (skip >= 0)
+		{
+			bytes += hdr.len - (uint32_t) skip;
+			count++;
+		}
+		pos += slog_record_span(hdr.len);
 	}
 	*messages = count;
 	return bytes;
+}
+
+/*
+ * Copies whole messages into dst while they fit in its n bytes, each after
+ * a ',' when *any is set (it is set after the first): the bulk of a JSON
+ * array's body, one header read and one copy per message.  Returns the
+ * bytes written; stops at the end of the range or before the first message
+ * that does not fit whole, which slog_cursor_begin and slog_cursor_copy
+ * then split.  Call when the cursor is not inside a record.
+ */
+size_t
+slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
+						  char *dst, size_t n, bool *any)
+{
+	SlogBlockCache cache = SLOG_BLOCK_CACHE_INIT;
+	size_t		done = 0;
+
+	while (cursor->pos < cursor->end)
+	{
+		SlogRecordHeader hdr;
+		int			skip;
+		size_t		len;
+
+		slog_cached_copy(arena, log, &cache, cursor->pos, (char *) &hdr, sizeof(hdr));
+		skip = slog_message_skip(arena, log, &cache, cursor, cursor->pos, &hdr);
+		if (skip >= 0)
+		{
+			len = hdr.len - (uint32_t) skip;
+			if (len + (*any ? 1 : 0) > n - done)
+				break;
+			if (*any)
+				dst[done++] = ',';
+			*any = true;
+			slog_cached_copy(arena, log, &cache, cursor->pos + sizeof(hdr) + (uint32_t) skip,
+							 dst + done, len);
+			done += len;
+		}
+		cursor->pos += slog_record_span(hdr.len);
+	}
+	return done;
 }
 
 /* Starts copying the next record. */

@@ -185,6 +185,8 @@ extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log
 								 const SlogCursor *cursor);
 extern uint64_t slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
 									const SlogCursor *cursor, uint64_t *messages);
+extern size_t slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log,
+										SlogCursor *cursor, char *dst, size_t n, bool *any);
 extern void slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log,
 							  SlogCursor *cursor);
 extern size_t slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log,

@@ -100,7 +100,7 @@ SELECT is(s.context, v.context, format('GUC %s has context %s', v.name, v.contex
 -- Defaults and units: boot_val, the compiled-in default, whatever the test cluster sets.
 SELECT is(s.boot_val || ' ' || coalesce(s.unit, '(no unit)'), v.expected,
           format('GUC %s defaults to %s', v.name, v.expected))
-  FROM (VALUES ('shape_sync.write_piece_size', '256 kB'),
+  FROM (VALUES ('shape_sync.write_piece_size', '64 kB'),
                ('shape_sync.cache_max_age', '60 s'),
                ('shape_sync.cache_stale_age', '300 s')) AS v(name, expected)
   LEFT JOIN pg_settings AS s USING (name)

@@ -367,6 +367,55 @@ no_open_txn(const Rows *rows, char *why, size_t whylen)
 }
 
 /*
+ * Whether the body a response would send of the cursor's range, built in
+ * pieces of random sizes the way shape_serve.c's shape_body_fill builds it
+ * (whole messages through slog_cursor_copy_messages, one larger than a
+ * piece split by slog_cursor_begin and slog_cursor_copy), is `joined`: the
+ * messages copied one by one, separated by commas.
+ */
+static bool
+pieces_match(ShapeLogArena *arena, const ShapeLog *log, SlogCursor cur, const char *joined,
+			 size_t joined_len, char *why, size_t whylen)
+{
+	char	   *got = malloc(joined_len + 2);
+	size_t		n = 0;
+	bool		any = false;
+	bool		ok;
+
+	while (slog_cursor_more(&cur) && n < joined_len)
+	{
+		size_t		piece = 1 + rnd(600);
+		size_t		limit = n + piece > joined_len ? joined_len - n : piece;
+		size_t		start = n;
+
+		if (cur.in_record)
+		{
+			n += slog_cursor_copy(arena, log, &cur, got + n, limit);
+			continue;
+		}
+		n += slog_cursor_copy_messages(arena, log, &cur, got + n, limit, &any);
+		if (n - start > limit)
+		{
+			snprintf(why, whylen, "%zu bytes copied into a piece of %zu", n - start, limit);
+			free(got);
+			return false;
+		}
+		if (n > start || !slog_cursor_more(&cur))
+			continue;
+		if (any)
+			got[n++] = ',';
+		any = true;
+		slog_cursor_begin(arena, log, &cur);
+	}
+	ok = n == joined_len && !slog_cursor_more(&cur) && memcmp(got, joined, n) == 0;
+	if (!ok)
+		snprintf(why, whylen, "a range built in pieces gave %zu bytes, one by one %zu", n,
+				 joined_len);
+	free(got);
+	return ok;
+}
+
+/*
  * Reads `log` as a client that has `rows` as of `after`, chunk by chunk,
  * to its end; false on an anomaly.
  */
@@ -387,12 +436,17 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 	for (int guard = 0; guard < 100000; guard++)
 	{
 		SlogRange	r;
-		SlogCursor	cur;
+		SlogCursor	cur,
+					start;
 		char		msg[2048];
 		uint64_t	measured,
 					measured_count,
 					copied,
 					copied_count;
+		/* the messages joined by commas, what a response's body holds (one buffer: no threads) */
+		static char *joined = NULL;
+		static size_t joined_cap = 0;
+		size_t		joined_len;
 
 		slog_locate(arena, log, &pub, after, &r);
 		if (!r.ready)
@@ -414,6 +468,8 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
 		/* what a response of known length measures first (shape_serve.c) */
 		measured = slog_cursor_measure(arena, log, &cur, &measured_count);
+		start = cur;
+		joined_len = 0;
 		copied = copied_count = 0;
 		while (slog_cursor_more(&cur))
 		{
@@ -426,6 +482,15 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			(*messages)++;
 			copied += n;
 			copied_count++;
+			if (joined_len + n + 1 > joined_cap)
+			{
+				joined_cap = 2 * (joined_len + n + 1);
+				joined = realloc(joined, joined_cap);
+			}
+			if (copied_count > 1)
+				joined[joined_len++] = ',';
+			memcpy(joined + joined_len, msg, n);
+			joined_len += n;
 			if (!apply(rows, msg, why, whylen))
 				return false;
 		}
@@ -436,6 +501,8 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 					 (unsigned long long) copied, (unsigned long long) copied_count);
 			return false;
 		}
+		if (!pieces_match(arena, log, start, joined, joined_len, why, whylen))
+			return false;
 		if (log_offset_cmp(r.chunk_end, pub.last) >= 0)
 			return no_open_txn(rows, why, whylen);
 		after = r.chunk_end;
