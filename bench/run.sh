@@ -31,7 +31,9 @@
 #      "Disconnect storms";
 #  13. bench/catchup.sh: catch-up requests against nginx serving the same bytes, the
 #      section "Catch-up against nginx" (needs nginx and wrk: SHAPE_SYNC_BENCH=1
-#      scripts/install-deps.sh).
+#      scripts/install-deps.sh);
+#  14. bench/metrics.sh: an increment of a hot counter and histogram from 1 to 8 threads,
+#      striped against one shared atomic and a mutex, the section "Striped metrics".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -79,5 +81,6 @@ bash "$here/fanout.sh" >/dev/null || rc=$?
 bash "$here/bystanders.sh" >/dev/null || rc=$?
 bash "$here/storm.sh" >/dev/null || rc=$?
 bash "$here/catchup.sh" >/dev/null || rc=$?
+bash "$here/metrics.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
