@@ -71,9 +71,10 @@ export BY_OUT=$out BY_LOADGEN=$here/build/loadgen BY_PORT=${SHAPE_SYNC_URL##*:} 
 	BY_PSQL="$SHAPE_SYNC_PG_BINDIR/psql" BY_COUNTS="$BYSTANDERS" BY_SHAPES=$SHAPES \
 	BY_RUNS=$RUNS BY_COMMITS=$COMMITS BY_GAP=$GAP BY_PG="$pg_version"
 python3 - "$here/RESULTS.md" <<'PY'
-import json, os, statistics, subprocess, sys, time
+import os, statistics, subprocess, sys, time
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 from results_section import machine, write_section
+import loadgen_driver
 
 E = os.environ
 out, loadgen, port, worker = E["BY_OUT"], E["BY_LOADGEN"], int(E["BY_PORT"]), int(E["BY_WORKER"])
@@ -85,23 +86,10 @@ def fds():
     return len(os.listdir(f"/proc/{worker}/fd"))
 
 def start_loadgen(clients, path, extra, name):
-    f = open(f"{out}/{name}.out", "w+")
-    p = subprocess.Popen([loadgen, "--port", str(port), "--clients", str(clients), "--path", path,
-                          "--threads", E["BY_THREADS"], "--timeout", "600", *extra],
-                         stdout=f, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        f.seek(0)
-        if f.read().startswith("ready"):
-            return p, f
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"{name}: the clients did not all park")
+    return loadgen_driver.start(loadgen, port, clients, path, extra, f"{out}/{name}.out",
+                                E["BY_THREADS"])
 
-def result(f):
-    f.seek(0)
-    return json.loads([l for l in f.read().splitlines() if l.startswith("{")][-1])
+result = loadgen_driver.report
 
 def case(count, run):
     base = fds()

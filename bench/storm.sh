@@ -63,6 +63,7 @@ python3 - "$here/RESULTS.md" <<'PY'
 import json, os, signal, statistics, subprocess, sys, threading, time
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 from results_section import machine, write_section
+import loadgen_driver
 
 E = os.environ
 out, loadgen, floor = E["STORM_OUT"], E["STORM_LOADGEN"], E["STORM_FLOOR"]
@@ -83,23 +84,9 @@ def rss_anon_kb(pid):
             return int(line.split()[1])
 
 def start_loadgen(port, clients, path, extra, name):
-    f = open(f"{out}/{name}.out", "w+")
-    p = subprocess.Popen([loadgen, "--port", str(port), "--clients", str(clients), "--path", path,
-                          "--threads", threads, "--timeout", "600", *extra],
-                         stdout=f, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        f.seek(0)
-        if f.read().startswith("ready"):
-            return p, f
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"{name}: the clients did not all park")
+    return loadgen_driver.start(loadgen, port, clients, path, extra, f"{out}/{name}.out", threads)
 
-def result(f):
-    f.seek(0)
-    return json.loads([l for l in f.read().splitlines() if l.startswith("{")][-1])
+result = loadgen_driver.report
 
 def commits(n, gap=0.02):
     """n one-row commits on the probe table, gap apart; returns [(start, end)] of the window."""

@@ -799,6 +799,8 @@ slog_cached_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 {
 	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
 
+	if (n == 0)
+		return;					/* pos may be the end of what is published */
 	if (pos % SLOG_BLOCK_SIZE + n > SLOG_BLOCK_SIZE)
 	{
 		slog_copy_out(arena, log, pos, dst, n); /* it straddles blocks */

@@ -400,6 +400,15 @@ pieces_match(ShapeLogArena *arena, const ShapeLog *log, SlogCursor cur, const ch
 			free(got);
 			return false;
 		}
+		/* it stopped at the end, or at a message that does not fit whole */
+		if (slog_cursor_more(&cur) &&
+			slog_cursor_peek(arena, log, &cur) + (any ? 1 : 0) <= limit - (n - start))
+		{
+			snprintf(why, whylen, "a message that fits the %zu bytes left was left for the next piece",
+					 limit - (n - start));
+			free(got);
+			return false;
+		}
 		if (n > start || !slog_cursor_more(&cur))
 			continue;
 		if (any)
