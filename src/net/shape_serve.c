@@ -415,10 +415,10 @@ shape_body_build(ShapeConn *sc, size_t size)
 	return buf;
 }
 
+/* The response for a body of `size` bytes (shape_body_measure). */
 static struct MHD_Response *
-shape_body_response(ShapeConn *sc)
+shape_body_response(ShapeConn *sc, uint64_t size)
 {
-	uint64_t	size = shape_body_measure(sc);
 	char	   *buf;
 
 	if (size > sc->server->write_piece_size)
@@ -436,28 +436,27 @@ shape_body_response(ShapeConn *sc)
 }
 
 /*
- * A live answer with data, of a length up to SHARED_RESPONSE_MAX_BODY, is
- * the same bytes for every waiter the change woke from the same offset
- * (shared_responses.c): its key, and its body in *body (malloc'd; NULL when
- * it could not be built), or false when it is not to be shared (its body is
- * then left to shape_body_response).
+ * A live answer with data, of a length (`size`, measured) up to
+ * SHARED_RESPONSE_MAX_BODY, is the same bytes for every waiter the change
+ * woke from the same offset (shared_responses.c): its key, and its body in
+ * *body (malloc'd; NULL when it could not be built), or false when it is
+ * not to be shared (its body is then left to shape_body_response).
  */
 static bool
 shape_shared_key(ShapeConn *sc, const char *req_text, const char *resp_text, bool up_to_date,
-				 const char *cursor, SharedResponseKey *key, char **body, size_t *body_len)
+				 const char *cursor, uint64_t size, SharedResponseKey *key, char **body,
+				 size_t *body_len)
 {
 	const char *origin = MHD_lookup_connection_value(sc->connection, MHD_HEADER_KIND, "Origin");
-	uint64_t	size;
 	int			n;
 
+	if (size > SHARED_RESPONSE_MAX_BODY)
+		return false;
 	n = snprintf(key->text, sizeof(key->text), "%s|%s|%s|%d|%s|%s", sc->request.result.handle,
 				 req_text, resp_text, up_to_date ? 1 : 0, cursor, origin ? origin : "");
 	if (n < 0 || (size_t) n >= sizeof(key->text))
 		return false;
 	key->len = (size_t) n;
-	size = shape_body_measure(sc);
-	if (size > SHARED_RESPONSE_MAX_BODY)
-		return false;
 	*body = shape_body_build(sc, (size_t) size);
 	*body_len = (size_t) size;
 	return true;
@@ -532,6 +531,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	SharedResponseKey key;
 	char	   *shared_body = NULL;
 	size_t		shared_len = 0;
+	uint64_t	body_size;
 
 	/*
 	 * libmicrohttpd builds the headers in the connection's memory
@@ -600,9 +600,10 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	shape_conn_responded(sc);
 	if (live)
 		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
+	body_size = not_modified || sc->head_only ? 0 : shape_body_measure(sc);
 	shared = live && data && !not_modified && !sc->head_only && response_offset.tx > 0 &&
-		shape_shared_key(sc, req_text, resp_text, up_to_date, cursor, &key, &shared_body,
-						 &shared_len);
+		shape_shared_key(sc, req_text, resp_text, up_to_date, cursor, body_size, &key,
+						 &shared_body, &shared_len);
 	if (shared && shared_body == NULL)
 		return MHD_NO;
 	if (shared)
@@ -621,7 +622,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	else if (not_modified || sc->head_only)
 		response = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
 	else
-		response = shape_body_response(sc);
+		response = shape_body_response(sc, body_size);
 	if (response == NULL)
 		return MHD_NO;
 	MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");
