@@ -56,7 +56,8 @@ struct HttpServer
 	_Atomic bool allow_shape_deletion;
 	_Atomic int max_where_length;	/* bytes */
 	_Atomic bool stopping;		/* set once, by http_server_stop */
-	_Atomic int unanswered;		/* shape requests with no response queued yet */
+	_Atomic int unanswered;		/* shape requests not completed yet (a queued
+								 * answer is not sent until they are) */
 	unsigned	connection_limit;	/* shape_sync.max_connections, as it fits */
 	_Atomic unsigned over_limit;	/* open connections past it (HTTP_OVER_LIMIT_CONNECTIONS) */
 	_Atomic uint64_t over_limit_turned_away;	/* 503s and closes, all told */

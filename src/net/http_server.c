@@ -1161,8 +1161,11 @@ http_server_stop(HttpServer *server)
 
 	/*
 	 * Resuming only flags a connection: give the daemons a moment to run
-	 * the handlers, which answer 503, before stopping them closes what is
-	 * left.  New connections are closed meanwhile (http_accept_policy).
+	 * the handlers, which answer 503, and to send what they queued (a
+	 * request counts until libmicrohttpd reports it complete: stopping a
+	 * daemon closes connections whose queued answer is not out yet),
+	 * before stopping them closes what is left.  New connections are
+	 * closed meanwhile (http_accept_policy).
 	 */
 	give_up = waiters_now_ms() + 2000;
 	while (atomic_load(&server->unanswered) > 0 && waiters_now_ms() < give_up)

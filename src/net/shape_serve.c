@@ -102,12 +102,10 @@ static const char must_refetch_body[] = "[{\"headers\":{\"control\":\"must-refet
 
 /* ------------------------------------------------------------- helpers */
 
-/* The request has its answer queued: it no longer counts as unanswered. */
+/* The request has its answer queued. */
 void
 shape_conn_responded(ShapeConn *sc)
 {
-	if (sc->phase != CONN_RESPONDED)
-		atomic_fetch_sub(&sc->server->unanswered, 1);
 	sc->phase = CONN_RESPONDED;
 }
 
@@ -1137,8 +1135,7 @@ shape_conn_free(ShapeConn *sc)
 {
 	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
 	admission_release(sc->server->admission, sc->admitted);
-	if (sc->phase != CONN_RESPONDED)
-		atomic_fetch_sub(&sc->server->unanswered, 1);
+	atomic_fetch_sub(&sc->server->unanswered, 1);	/* its answer is out, or never will be */
 	shape_conn_unpin_log(sc);	/* before the slot: see shape_table.c */
 	if (sc->pinned)
 		shape_table_unpin(sc->server->shapes, sc->request.result.slot);
