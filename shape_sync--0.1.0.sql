@@ -32,14 +32,18 @@ CREATE FUNCTION list_shapes(
     OUT handle text,
     OUT relation text,
     OUT "where" text,
+    OUT columns text,
     OUT replica text,
     OUT state text,
     OUT snapshot_rows bigint,
     OUT snapshot_ms bigint,
     OUT log_bytes bigint,
+    OUT last_offset text,
     OUT chunks integer,
+    OUT changes bigint,
     OUT compactions bigint,
     OUT readers integer,
+    OUT waiters integer,
     OUT created_at timestamptz,
     OUT last_read_at timestamptz,
     OUT error text)
@@ -47,7 +51,9 @@ RETURNS SETOF record
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'shape_sync_list_shapes';
 
--- The shapes the server holds, with their snapshot and log sizes.
+-- The shapes the server holds: what they are, their snapshot, their log
+-- (bytes, the offset it ends at, changes appended, compactions), and who
+-- reads them (requests holding them, requests parked for changes).
 CREATE VIEW shapes AS SELECT * FROM list_shapes();
 
 CREATE FUNCTION log_memory_usage(
@@ -71,13 +77,53 @@ AS 'MODULE_PATHNAME', 'shape_sync_admission_slots';
 CREATE VIEW admission AS SELECT * FROM admission_slots();
 
 -- Connections closed because a write made no progress for
--- shape_sync.stalled_serve_timeout, since the server started.
+-- shape_sync.stalled_serve_timeout, since the server started (or since
+-- reset_metrics()); the same count as
+-- shape_sync_reaped_connections_total{reason="stalled_write"}.
 CREATE FUNCTION stalled_serves_reaped()
 RETURNS bigint
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'shape_sync_stalled_serves_reaped';
 
--- Nothing here is for PUBLIC: shapes expose table contents.
+CREATE FUNCTION list_connections(
+    OUT peer text,
+    OUT handle text,
+    OUT state text,
+    OUT bytes_sent bigint,
+    OUT connected_at timestamptz,
+    OUT state_since timestamptz,
+    OUT write_age interval)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_list_connections';
+
+-- The HTTP connections open now: the peer, the shape it was last served,
+-- what it does (idle, resolving, snapshot, waiting, streaming, sse) and
+-- since when, the response bytes sent, and how long the write in flight
+-- has waited for the client (NULL when none).
+CREATE VIEW connections AS SELECT * FROM list_connections();
+
+CREATE FUNCTION metric_values(
+    OUT name text,
+    OUT labels jsonb,
+    OUT value double precision)
+RETURNS SETOF record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_metric_values';
+
+-- Every series that GET /metrics shows, one row each (a histogram's
+-- buckets, sum and count under their own names).
+CREATE VIEW metrics AS SELECT * FROM metric_values();
+
+-- Counters and histograms start again from zero; levels (gauges) stay.
+CREATE FUNCTION reset_metrics()
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_reset_metrics';
+
+-- Nothing here is for PUBLIC: shapes expose table contents.  Metrics and
+-- connections say nothing of table contents: pg_monitor may read them, as
+-- it reads pg_stat_activity.
 REVOKE ALL ON FUNCTION validate_shape(text, text, text[], text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION encode_rows(text, text, text[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION list_shapes() FROM PUBLIC;
@@ -86,3 +132,12 @@ REVOKE ALL ON shapes FROM PUBLIC;
 REVOKE ALL ON FUNCTION admission_slots() FROM PUBLIC;
 REVOKE ALL ON FUNCTION stalled_serves_reaped() FROM PUBLIC;
 REVOKE ALL ON admission FROM PUBLIC;
+REVOKE ALL ON FUNCTION list_connections() FROM PUBLIC;
+REVOKE ALL ON connections FROM PUBLIC;
+REVOKE ALL ON FUNCTION metric_values() FROM PUBLIC;
+REVOKE ALL ON metrics FROM PUBLIC;
+REVOKE ALL ON FUNCTION reset_metrics() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION list_connections() TO pg_monitor;
+GRANT SELECT ON connections TO pg_monitor;
+GRANT EXECUTE ON FUNCTION metric_values() TO pg_monitor;
+GRANT SELECT ON metrics TO pg_monitor;

@@ -114,7 +114,7 @@ job_main(void *arg)
 	Job		   *job = arg;
 	MetricsStripe stripe = {0};
 
-	if (job->way == WAY_STRIPED && !metrics_claim_stripe(metrics, &stripe))
+	if (job->way == WAY_STRIPED && !metrics_claim_stripe(metrics, &stripe, (uint32_t) getpid()))
 	{
 		fprintf(stderr, "no stripe of its own\n");
 		exit(1);

@@ -23,6 +23,7 @@ fi
 
 say() { printf '[install-deps] %s\n' "$*"; }
 
+# prometheus: for promtool, which checks GET /metrics (its service is not started in CI).
 packages=(
 	build-essential pkg-config
 	postgresql-15 postgresql-server-dev-15
@@ -30,6 +31,7 @@ packages=(
 	postgresql-15-pgtap libtap-parser-sourcehandler-pgtap-perl
 	clang libclang-rt-14-dev
 	curl
+	prometheus
 )
 if [[ ${SHAPE_SYNC_BENCH:-0} == 1 ]]; then
 	packages+=(nginx-light wrk)

@@ -26,10 +26,11 @@
  *
  * Notes on synchronization
  * ------------------------
- * - write_armed_ms and request_armed_ms are stored by the connection's
- *   own thread (relaxed), and by open and close under `lock`, and read by
- *   the deadline thread; they share a cache line with nothing of any
- *   other connection, so neither path shares a line across connections.
+ * - write_armed_ms and request_armed_ms (in the connection's ConnActivity
+ *   entry, conn_activity.c) are stored by the connection's own thread
+ *   (relaxed), and by open and close under `lock`, and read by the
+ *   deadline thread; they share a cache line with nothing of any other
+ *   connection, so neither path shares a line across connections.
  *   query_strings, target_len, resolved, query_seen and query_refused, on
  *   the same line, are the connection's own thread's alone (resolved is
  *   freed by its close notification, on that thread).
@@ -55,20 +56,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * `shared`: nslots ConnActivity entries in shared memory, where backends
+ * can see them; NULL: the table allocates its own (standalone tests).
+ */
 int
-conn_table_init(ConnTable *table, uint32_t nslots)
+conn_table_init(ConnTable *table, uint32_t nslots, ConnActivity *shared)
 {
 	table->nslots = nslots;
 	table->slots = aligned_alloc(128, sizeof(ConnSlot) * (nslots ? nslots : 1));
 	if (table->slots == NULL)
 		return -1;
+	table->owns_activity = shared == NULL;
+	table->activity = shared ? shared : aligned_alloc(128, conn_activity_size(nslots));
+	if (table->activity == NULL)
+	{
+		free(table->slots);
+		table->slots = NULL;
+		return -1;
+	}
+	conn_activity_init(table->activity, nslots);
 	memset(table->slots, 0, sizeof(ConnSlot) * (nslots ? nslots : 1));
 	for (uint32_t i = 0; i < nslots; i++)
 	{
 		ConnSlot   *s = &table->slots[i];
 
-		atomic_init(&s->write_armed_ms, 0);
-		atomic_init(&s->request_armed_ms, 0);
 		atomic_init(&s->gen_state, CONN_SLOT_FREE);
 		pthread_mutex_init(&s->lock, NULL);
 		s->fd = -1;
@@ -89,6 +101,11 @@ conn_table_destroy(ConnTable *table)
 	for (uint32_t i = 0; i < table->nslots; i++)
 		pthread_mutex_destroy(&table->slots[i].lock);
 	pthread_mutex_destroy(&table->free_lock);
+	for (uint32_t i = 0; i < table->nslots; i++)
+		conn_activity_close(&table->activity[i]);
+	if (table->owns_activity)
+		free(table->activity);
+	table->activity = NULL;
 	free(table->slots);
 	table->slots = NULL;
 }
@@ -122,8 +139,7 @@ conn_table_open(ConnTable *table, int fd, const char *peer)
 	strncpy(s->peer, peer ? peer : "?", sizeof(s->peer) - 1);
 	s->peer[sizeof(s->peer) - 1] = '\0';
 	s->handle[0] = '\0';
-	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
-	atomic_store_explicit(&s->request_armed_ms, conn_now_coarse_ms(), memory_order_relaxed);
+	conn_activity_open(&table->activity[i], s->peer, conn_now_coarse_ms());
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_OPEN);
 	pthread_mutex_unlock(&s->lock);
 	return i;
@@ -143,8 +159,7 @@ conn_table_close(ConnTable *table, uint32_t i)
 	gs = atomic_load(&s->gen_state);
 	s->fd = -1;
 	s->parked = NULL;
-	atomic_store_explicit(&s->write_armed_ms, 0, memory_order_relaxed);
-	atomic_store_explicit(&s->request_armed_ms, 0, memory_order_relaxed);
+	conn_activity_close(&table->activity[i]);
 	atomic_store(&s->gen_state, ((gs >> 8) + 1) << 8 | CONN_SLOT_FREE);
 	pthread_mutex_unlock(&s->lock);
 
@@ -166,6 +181,7 @@ conn_table_set_handle(ConnTable *table, uint32_t i, const char *handle)
 	strncpy(s->handle, handle, sizeof(s->handle) - 1);
 	s->handle[sizeof(s->handle) - 1] = '\0';
 	pthread_mutex_unlock(&s->lock);
+	conn_activity_set_handle(&table->activity[i], handle);
 }
 
 uint64_t

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "conn_activity.h"
+
 #define CONN_PEER_LEN		64
 #define CONN_HANDLE_LEN		48
 #define CONN_NO_SLOT		UINT32_MAX
@@ -36,17 +38,25 @@ struct ResolvedShape;
 
 typedef struct ConnSlot
 {
-	/* The connection's own thread writes these, on a line of their own. */
-	_Alignas(128) _Atomic int64_t write_armed_ms;	/* when the pending piece was
-													 * handed over; 0: none */
-	_Atomic int64_t request_armed_ms;	/* when the connection began waiting
-										 * for a request; 0: one is in hand */
-	uint32_t	query_strings;	/* keys and values decoded for the current
+	/*
+	 * The connection's own thread writes these, on a line of their own.
+	 * Its deadlines are in its ConnActivity entry (shared memory): there,
+	 * write_armed_ms is when the pending piece was handed over (0: none),
+	 * request_armed_ms when it began waiting for a request (0: one is in).
+	 */
+	_Alignas(128) uint32_t query_strings;	/* keys and values decoded for the current
 								 * request; the connection's thread only */
 	uint32_t	target_len;		/* bytes of the current request's target */
 	struct ResolvedShape *resolved; /* its last resolution (resolved_shapes.c) */
 	bool		query_seen;		/* its target showed a "?" to the URI callback */
 	bool		query_refused;	/* its arguments were cut short: answer 400 */
+	/* the current request, for the metrics its end adds to (http_server.c) */
+	int64_t		req_started_us; /* monotonic */
+	uint64_t	req_bytes;		/* of the response body */
+	uint16_t	req_status;		/* of the response queued; 0: none yet */
+	uint8_t		req_route;		/* SmRoute */
+	uint8_t		req_method;		/* SmMethod */
+	uint8_t		req_kind;		/* SmKind */
 
 	/* Changed under `lock` only (open, close, reap, park, unpark). */
 	_Alignas(128) pthread_mutex_t lock;
@@ -64,13 +74,15 @@ typedef struct ConnTable
 {
 	uint32_t	nslots;
 	ConnSlot   *slots;
+	ConnActivity *activity;		/* nslots entries, shared memory or our own */
+	bool		owns_activity;	/* allocated by conn_table_init */
 	pthread_mutex_t free_lock;	/* guards free_head and next_free links */
 	uint32_t	free_head;
 	_Atomic int64_t write_timeout_ms;	/* 0: write deadlines disabled */
 	_Atomic int64_t request_timeout_ms; /* 0: request deadlines disabled */
 } ConnTable;
 
-extern int	conn_table_init(ConnTable *table, uint32_t nslots);
+extern int	conn_table_init(ConnTable *table, uint32_t nslots, ConnActivity *shared);
 extern void conn_table_destroy(ConnTable *table);
 
 /* libmicrohttpd's connection callbacks: STARTED and CLOSED. */
@@ -102,7 +114,7 @@ conn_deadline_arm(ConnTable *table, uint32_t slot)
 {
 	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].write_armed_ms, conn_now_coarse_ms(),
+	atomic_store_explicit(&table->activity[slot].write_armed_ms, conn_now_coarse_ms(),
 						  memory_order_relaxed);
 }
 
@@ -111,7 +123,7 @@ conn_deadline_clear(ConnTable *table, uint32_t slot)
 {
 	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].write_armed_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&table->activity[slot].write_armed_ms, 0, memory_order_relaxed);
 }
 
 /*
@@ -127,7 +139,7 @@ conn_request_arm(ConnTable *table, uint32_t slot)
 {
 	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].request_armed_ms, conn_now_coarse_ms(),
+	atomic_store_explicit(&table->activity[slot].request_armed_ms, conn_now_coarse_ms(),
 						  memory_order_relaxed);
 }
 
@@ -136,7 +148,23 @@ conn_request_clear(ConnTable *table, uint32_t slot)
 {
 	if (slot == CONN_NO_SLOT)
 		return;
-	atomic_store_explicit(&table->slots[slot].request_armed_ms, 0, memory_order_relaxed);
+	atomic_store_explicit(&table->activity[slot].request_armed_ms, 0, memory_order_relaxed);
+}
+
+/* What the connection does now, for shape_sync.connections. */
+static inline void
+conn_set_activity(ConnTable *table, uint32_t slot, ConnActivityState state)
+{
+	if (slot != CONN_NO_SLOT)
+		conn_activity_set_state(&table->activity[slot], state);
+}
+
+/* Response bytes handed to the socket. */
+static inline void
+conn_note_sent(ConnTable *table, uint32_t slot, uint64_t n)
+{
+	if (slot != CONN_NO_SLOT)
+		conn_activity_add_sent(&table->activity[slot], n);
 }
 
 #endif							/* CONN_TABLE_H */

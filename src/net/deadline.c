@@ -74,6 +74,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "server_metrics.h"
 #include "thread_log.h"
 
 #define SWEEP_MIN_MS	20
@@ -98,8 +99,9 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, DeadlineKind kind, int64_t timeo
 			  int64_t now)
 {
 	ConnSlot   *s = &watch->conns->slots[i];
-	_Atomic int64_t *armed_at = kind == DEADLINE_WRITE ? &s->write_armed_ms :
-		&s->request_armed_ms;
+	ConnActivity *a = &watch->conns->activity[i];
+	_Atomic int64_t *armed_at = kind == DEADLINE_WRITE ? &a->write_armed_ms :
+		&a->request_armed_ms;
 	char		handle[CONN_HANDLE_LEN];
 	char		peer[CONN_PEER_LEN];
 	int64_t		stalled = 0;
@@ -135,11 +137,10 @@ deadline_reap(DeadlineWatch *watch, uint32_t i, DeadlineKind kind, int64_t timeo
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (reaped && kind == DEADLINE_REQUEST)
-		atomic_fetch_add_explicit(&watch->counters->request_timeouts, 1,
-								  memory_order_relaxed);
+		sm_add(SM_REAPED, SM_REAP_REQUEST_TIMEOUT, 1);
 	else if (reaped)
 	{
-		atomic_fetch_add_explicit(&watch->counters->reaped, 1, memory_order_relaxed);
+		sm_add(SM_REAPED, SM_REAP_STALLED_WRITE, 1);
 		thread_log(THREAD_LOG_WARNING,
 				   "closed a stalled serve of shape %s to %s: a write made no progress for %lld ms",
 				   handle[0] ? handle : "(none)", peer, (long long) stalled);
@@ -158,10 +159,10 @@ deadline_sweep(DeadlineWatch *watch, int64_t now)
 		return 0;
 	for (uint32_t i = 0; i < watch->conns->nslots; i++)
 	{
-		ConnSlot   *s = &watch->conns->slots[i];
-		int64_t		write_armed = atomic_load_explicit(&s->write_armed_ms,
+		ConnActivity *a = &watch->conns->activity[i];
+		int64_t		write_armed = atomic_load_explicit(&a->write_armed_ms,
 													   memory_order_relaxed);
-		int64_t		request_armed = atomic_load_explicit(&s->request_armed_ms,
+		int64_t		request_armed = atomic_load_explicit(&a->request_armed_ms,
 														 memory_order_relaxed);
 
 		if (deadline_passed(write_armed, write_timeout, now) &&
@@ -224,12 +225,11 @@ deadline_main(void *arg)
 }
 
 int
-deadline_start(DeadlineWatch *watch, ConnTable *conns, Admission *counters)
+deadline_start(DeadlineWatch *watch, ConnTable *conns)
 {
 	int			rc;
 
 	watch->conns = conns;
-	watch->counters = counters;
 	atomic_init(&watch->stopping, false);
 	pthread_mutex_init(&watch->lock, NULL);
 	pthread_cond_init(&watch->wake, NULL);

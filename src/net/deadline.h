@@ -22,7 +22,6 @@
 typedef struct DeadlineWatch
 {
 	ConnTable  *conns;
-	Admission  *counters;		/* reap counts, in shared memory */
 	_Atomic bool stopping;
 	bool		started;
 	pthread_t	thread;
@@ -30,7 +29,7 @@ typedef struct DeadlineWatch
 	pthread_cond_t wake;
 } DeadlineWatch;
 
-extern int	deadline_start(DeadlineWatch *watch, ConnTable *conns, Admission *counters);
+extern int	deadline_start(DeadlineWatch *watch, ConnTable *conns);
 extern void deadline_stop(DeadlineWatch *watch);
 
 /* One sweep at `now_ms`; returns how many connections it reaped. */

@@ -15,12 +15,14 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "http_server.h"
 #include "access_policy.h"
 #include "deadline.h"
 #include "request_parse.h"
 #include "resolved_shapes.h"
+#include "server_metrics.h"
 #include "shared_responses.h"
 #include "waiters.h"
 
@@ -141,6 +143,23 @@ struct ShapeConn
 	SseStream	sse;			/* when live_sse */
 };
 
+/* The monotonic clock in microseconds (shape_table's published_us too). */
+static inline int64_t
+http_monotonic_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* http_server.c: every response is queued, and noted, through this */
+extern enum MHD_Result http_queue(struct MHD_Connection *connection, unsigned status,
+								  struct MHD_Response *response, uint64_t buffer_bytes);
+extern void http_note_response(unsigned status, uint64_t buffer_bytes);
+extern void http_note_kind(HttpServer *server, uint32_t conn_slot, SmKind kind);
+extern void http_note_sent(HttpServer *server, uint32_t conn_slot, size_t n);
+
 /*
  * Every response body goes through this: libmicrohttpd asks for the next
  * piece only once the previous one reached the kernel, so the write
@@ -156,7 +175,10 @@ http_next_piece(ShapeConn *sc, ssize_t (*fill) (ShapeConn *sc, char *buf, size_t
 	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
 	n = fill(sc, buf, max);
 	if (n > 0)
+	{
 		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
+		http_note_sent(sc->server, sc->conn_slot, (size_t) n);
+	}
 	return n;
 }
 

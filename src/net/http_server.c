@@ -88,6 +88,7 @@
 #include <unistd.h>
 
 #include "json_text.h"
+#include "server_metrics.h"
 #include "thread_log.h"
 
 /*
@@ -117,6 +118,80 @@ static const char *const http_expose_headers =
 "electric-cursor,electric-handle,electric-has-data,electric-offset,"
 "electric-schema,electric-up-to-date,electric-internal-known-error,"
 "retry-after";
+
+/*
+ * The connection whose handler runs on this thread now: libmicrohttpd
+ * lets a response be queued only from inside its handler, so every queue
+ * is for this connection (NULL: one without a ConnTable slot).
+ */
+static _Thread_local struct
+{
+	HttpServer *server;
+	uint32_t	slot;			/* CONN_NO_SLOT: none */
+}			http_serving = {NULL, CONN_NO_SLOT};
+
+/*
+ * Every response goes through this: the status, and the body's size when
+ * it is a buffer (a body produced piece by piece counts its pieces), are
+ * noted for the request's metrics, counted when it ends (http_completed).
+ */
+void
+http_note_response(unsigned status, uint64_t buffer_bytes)
+{
+	if (http_serving.slot != CONN_NO_SLOT)
+	{
+		http_serving.server->conns.slots[http_serving.slot].req_status = (uint16_t) status;
+		http_note_sent(http_serving.server, http_serving.slot, buffer_bytes);
+	}
+	if (status >= 400)
+		sm_add(SM_ERRORS, sm_error_kind_of(status), 1);
+}
+
+enum MHD_Result
+http_queue(struct MHD_Connection *connection, unsigned status,
+		   struct MHD_Response *response, uint64_t buffer_bytes)
+{
+	enum MHD_Result ret = MHD_queue_response(connection, status, response);
+
+	if (ret == MHD_YES)
+		http_note_response(status, buffer_bytes);
+	return ret;
+}
+
+/* A shape request says what kind it is, once it knows (shape_serve.c). */
+void
+http_note_kind(HttpServer *server, uint32_t conn_slot, SmKind kind)
+{
+	if (conn_slot != CONN_NO_SLOT)
+		server->conns.slots[conn_slot].req_kind = (uint8_t) kind;
+}
+
+/* Response bytes handed over, piece by piece (http_next_piece). */
+void
+http_note_sent(HttpServer *server, uint32_t conn_slot, size_t n)
+{
+	if (conn_slot == CONN_NO_SLOT)
+		return;
+	server->conns.slots[conn_slot].req_bytes += n;
+	conn_note_sent(&server->conns, conn_slot, n);
+}
+
+/* A request ends: what it was, what it got, how long it took. */
+static void
+http_count_request(ConnSlot *slot)
+{
+	SmKind		kind = (SmKind) slot->req_kind;
+
+	if (slot->req_status == 0)
+		return;					/* nothing was answered (the client left) */
+	sm_add(SM_HTTP_REQUESTS, sm_request_series((SmRoute) slot->req_route,
+											   (SmMethod) slot->req_method,
+											   slot->req_status, kind), 1);
+	sm_add(SM_HTTP_RESPONSE_BYTES, kind, slot->req_bytes);
+	sm_observe(SM_HTTP_SERVE_SECONDS, kind,
+			   (double) (http_monotonic_us() - slot->req_started_us) / 1e6);
+	slot->req_status = 0;
+}
 
 void
 http_add_cors_headers(struct MHD_Response *response, struct MHD_Connection *connection)
@@ -157,7 +232,7 @@ http_respond_json(struct MHD_Connection *connection, unsigned status,
 	}
 	if (cors)
 		http_add_cors_headers(response, connection);
-	ret = MHD_queue_response(connection, status, response);
+	ret = http_queue(connection, status, response, strlen(body));
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -174,7 +249,7 @@ http_respond_text(struct MHD_Connection *connection, unsigned status, const char
 		return MHD_NO;
 	MHD_add_response_header(response, "content-type", "text/plain; charset=utf-8");
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
-	ret = MHD_queue_response(connection, status, response);
+	ret = http_queue(connection, status, response, strlen(text));
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -205,7 +280,7 @@ http_respond_preflight(struct MHD_Connection *connection)
 			MHD_add_response_header(response, "access-control-allow-headers", allowed);
 	}
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
-	ret = MHD_queue_response(connection, MHD_HTTP_NO_CONTENT, response);
+	ret = http_queue(connection, MHD_HTTP_NO_CONTENT, response, 0);
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -217,6 +292,7 @@ typedef enum HttpRoute
 	ROUTE_NONE,
 	ROUTE_ROOT,					/* / */
 	ROUTE_HEALTH,				/* /v1/health */
+	ROUTE_METRICS,				/* /metrics */
 	ROUTE_SHAPE					/* /v1/shape */
 } HttpRoute;
 
@@ -233,9 +309,71 @@ http_route(const char *url)
 		return ROUTE_SHAPE;
 	if (strcmp(url, "/v1/health") == 0)
 		return ROUTE_HEALTH;
+	if (strcmp(url, "/metrics") == 0)
+		return ROUTE_METRICS;
 	if (strcmp(url, "/") == 0)
 		return ROUTE_ROOT;
 	return ROUTE_NONE;
+}
+
+static SmRoute
+http_metrics_route(HttpRoute route)
+{
+	switch (route)
+	{
+		case ROUTE_SHAPE:
+			return SM_ROUTE_SHAPE;
+		case ROUTE_HEALTH:
+			return SM_ROUTE_HEALTH;
+		case ROUTE_METRICS:
+			return SM_ROUTE_METRICS;
+		case ROUTE_ROOT:
+			return SM_ROUTE_ROOT;
+		default:
+			return SM_ROUTE_OTHER;
+	}
+}
+
+/*
+ * GET /metrics: every metric in the Prometheus text format.  The text is
+ * built in one buffer, sized by a first try (about 20 kB with the default
+ * metrics), so a scrape costs one allocation.
+ */
+static enum MHD_Result
+http_respond_metrics(struct MHD_Connection *connection)
+{
+	size_t		cap = 64 * 1024;
+	char	   *text = NULL;
+	size_t		len = 0;
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	for (int tries = 0; tries < 4; tries++)
+	{
+		char	   *bigger = realloc(text, cap);
+
+		if (bigger == NULL)
+			break;
+		text = bigger;
+		len = server_metrics_format(text, cap);
+		if (len < cap)
+		{
+			response = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+			if (response == NULL)
+				break;
+			MHD_add_response_header(response, "content-type",
+									"text/plain; version=0.0.4; charset=utf-8");
+			MHD_add_response_header(response, "cache-control", "no-store");
+			MHD_add_response_header(response, "electric-server", SERVER_NAME);
+			ret = http_queue(connection, MHD_HTTP_OK, response, len);
+			MHD_destroy_response(response);
+			return ret;
+		}
+		cap = len + 4096;
+	}
+	free(text);
+	return http_respond_json(connection, MHD_HTTP_INTERNAL_SERVER_ERROR,
+							 "{\"message\":\"out of memory\"}", false);
 }
 
 /*
@@ -478,7 +616,7 @@ http_respond_over_connection_limit(HttpServer *server, struct MHD_Connection *co
 	MHD_add_response_header(response, "cache-control", "no-store");
 	MHD_add_response_header(response, "retry-after", "1");
 	MHD_add_response_header(response, MHD_HTTP_HEADER_CONNECTION, "close");
-	ret = MHD_queue_response(connection, MHD_HTTP_SERVICE_UNAVAILABLE, response);
+	ret = http_queue(connection, MHD_HTTP_SERVICE_UNAVAILABLE, response, strlen(body));
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -491,6 +629,8 @@ static void
 http_note_over_limit(HttpServer *server)
 {
 	uint64_t	turned = atomic_fetch_add(&server->over_limit_turned_away, 1) + 1;
+
+	sm_add(SM_HTTP_CONNECTIONS_REFUSED, 0, 1);
 	int64_t		now = conn_now_coarse_ms();
 	int64_t		last = atomic_load(&server->over_limit_logged_ms);
 
@@ -521,9 +661,25 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 
 	if (slot == NULL && http_conn_over_limit(connection))
 	{
+		enum MHD_Result ret;
+
 		*con_cls = &http_answered;
 		http_note_over_limit(server);
-		return http_respond_over_connection_limit(server, connection);
+		ret = http_respond_over_connection_limit(server, connection);
+		sm_add(SM_HTTP_REQUESTS, sm_request_series(http_metrics_route(route),
+												   sm_method_of(method), 503,
+												   SM_KIND_NONE), 1);
+		return ret;
+	}
+	if (slot != NULL)
+	{
+		slot->req_started_us = http_monotonic_us();
+		slot->req_route = (uint8_t) http_metrics_route(route);
+		slot->req_method = (uint8_t) sm_method_of(method);
+		slot->req_kind = (uint8_t) (route == ROUTE_SHAPE && is_delete ? SM_KIND_DELETE
+									: SM_KIND_NONE);
+		slot->req_status = 0;
+		slot->req_bytes = 0;
 	}
 	if (slot != NULL && slot->query_refused)
 		marker = &http_too_many_args;
@@ -537,6 +693,14 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 		return http_respond_json(connection, MHD_HTTP_BAD_REQUEST,
 								 "{\"message\":\"Invalid request\",\"errors\":{\"query\":"
 								 "[\"The request has too many query parameters\"]}}", false);
+	rules = access_policy_rules(&server->access);
+	if (route == ROUTE_METRICS)
+	{
+		/* the same rules as shapes: the secret when one is set */
+		verdict = http_check_access(server, connection, rules, true);
+		if (verdict != ACCESS_ALLOWED)
+			return http_respond_refused(server, connection, rules, verdict);
+	}
 	if (route != ROUTE_SHAPE)
 	{
 		*con_cls = &http_plain_request;
@@ -544,7 +708,6 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	}
 
 	/* every method on the shape route, the preflight without the secret */
-	rules = access_policy_rules(&server->access);
 	verdict = http_check_access(server, connection, rules, !is_options);
 	if (verdict != ACCESS_ALLOWED)
 		return http_respond_refused(server, connection, rules, verdict);
@@ -581,6 +744,8 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 	HttpRoute	route;
 
 	http_closing_on_purpose = false;
+	http_serving.server = server;
+	http_serving.slot = http_conn_slot_no(server, connection);
 	if (*con_cls == NULL || http_is_target_marker(*con_cls))
 	{
 		enum MHD_Result ret = http_begin_request(server, connection, url, method,
@@ -636,10 +801,13 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		MHD_add_response_header(response, "cache-control",
 								"no-cache, no-store, must-revalidate");
 		MHD_add_response_header(response, "electric-server", SERVER_NAME);
-		ret = MHD_queue_response(connection, MHD_HTTP_OK, response);
+		ret = http_queue(connection, MHD_HTTP_OK, response, sizeof(body) - 1);
 		MHD_destroy_response(response);
 		return ret;
 	}
+	if (route == ROUTE_METRICS &&
+		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
+		return http_respond_metrics(connection);
 	if (route == ROUTE_ROOT &&
 		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
 		return http_respond_text(connection, MHD_HTTP_OK, "");
@@ -656,11 +824,20 @@ http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 			   enum MHD_RequestTerminationCode toe)
 {
 	HttpServer *server = cls;
+	ConnSlot   *slot = http_conn_slot(server, connection);
 
+	(void) toe;
 	if (http_owns_shape_conn(*con_cls))
 		shape_conn_free((ShapeConn *) *con_cls);
 	*con_cls = NULL;
-	conn_request_arm(&server->conns, http_conn_slot_no(server, connection));
+	if (slot != NULL)
+	{
+		uint32_t	slot_no = (uint32_t) (slot - server->conns.slots);
+
+		http_count_request(slot);
+		conn_set_activity(&server->conns, slot_no, CONN_ACTIVITY_IDLE);
+		conn_request_arm(&server->conns, slot_no);
+	}
 }
 
 /*
@@ -674,6 +851,10 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 {
 	HttpServer *server = cls;
 
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+		sm_gauge_add(SM_HTTP_CONNECTIONS_OPEN, 0, 1);
+	else
+		sm_gauge_add(SM_HTTP_CONNECTIONS_OPEN, 0, -1);
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
 	{
 		const union MHD_ConnectionInfo *fd_info =
@@ -989,8 +1170,9 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	}
 	server->access_ready = true;
 	server->connection_limit = options->connection_limit;
-	if (conn_table_init(&server->conns, options->connection_limit) != 0 ||
-		waiters_init(&server->waiters, options->shapes->nslots, &server->conns) != 0 ||
+	if (conn_table_init(&server->conns, options->connection_limit, options->activity) != 0 ||
+		waiters_init(&server->waiters, options->shapes->nslots, &server->conns,
+					 options->shapes) != 0 ||
 		resolved_schemas_init(&server->schemas, options->shapes->nslots) != 0 ||
 		shared_responses_init(&server->shared, options->shapes->nslots) != 0)
 	{
@@ -1006,7 +1188,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	if (waiters_start(&server->waiters) != 0 ||
-		deadline_start(&server->deadlines, &server->conns, server->admission) != 0)
+		deadline_start(&server->deadlines, &server->conns) != 0)
 	{
 		snprintf(err, errlen, "could not start the server's threads");
 		pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -19,6 +19,7 @@
 
 #include "access_policy.h"
 #include "admission.h"
+#include "conn_activity.h"
 #include "request_queue.h"
 #include "shape_table.h"
 
@@ -55,6 +56,8 @@ typedef struct HttpServerOptions
 	ShapeTable *shapes;
 	RequestQueue *queue;
 	Admission  *admission;		/* in shared memory */
+	ConnActivity *activity;		/* connection_limit entries in shared memory,
+								 * or NULL: the server keeps its own */
 } HttpServerOptions;
 
 /* Settings the main thread may change while the server runs (SIGHUP). */

@@ -132,7 +132,7 @@ shape_respond_error(ShapeConn *sc, unsigned status, const char *body, int retry_
 	MHD_add_response_header(response, "electric-internal-known-error", "true");
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
 	http_add_cors_headers(response, sc->connection);
-	ret = MHD_queue_response(sc->connection, status, response);
+	ret = http_queue(sc->connection, status, response, strlen(body));
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -173,7 +173,7 @@ shape_respond_must_refetch(ShapeConn *sc, const char *handle)
 		MHD_add_response_header(response, "cache-control",
 								"public, max-age=1, must-revalidate");
 	http_add_cors_headers(response, sc->connection);
-	ret = MHD_queue_response(sc->connection, MHD_HTTP_CONFLICT, response);
+	ret = http_queue(sc->connection, MHD_HTTP_CONFLICT, response, sizeof(must_refetch_body) - 1);
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -192,7 +192,7 @@ shape_respond_deleted(ShapeConn *sc)
 	MHD_add_response_header(response, "cache-control", "no-cache");
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
 	http_add_cors_headers(response, sc->connection);
-	ret = MHD_queue_response(sc->connection, MHD_HTTP_ACCEPTED, response);
+	ret = http_queue(sc->connection, MHD_HTTP_ACCEPTED, response, 0);
 	MHD_destroy_response(response);
 	return ret;
 }
@@ -226,15 +226,6 @@ etag_matches(const char *if_none_match, const char *etag)
 			return true;
 	}
 	return false;
-}
-
-static int64_t
-monotonic_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ------------------------------------------------------------ log pins */
@@ -497,7 +488,7 @@ shape_cursor(HttpServer *server, const char *param)
 	if (next > prev)
 		return next;
 	if (seed == 0)
-		seed = (uint64_t) monotonic_us() ^ (uint64_t) (uintptr_t) &seed;
+		seed = (uint64_t) http_monotonic_us() ^ (uint64_t) (uintptr_t) &seed;
 	seed ^= seed << 13;
 	seed ^= seed >> 7;
 	seed ^= seed << 17;
@@ -562,7 +553,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	log_offset_format(response_offset, resp_text, sizeof(resp_text));
 	if (!data)
 		snprintf(etag, sizeof(etag), "\"%s:%s:%s:%lld\"", res->handle, req_text,
-				 resp_text, (long long) monotonic_us());
+				 resp_text, (long long) http_monotonic_us());
 	else
 		snprintf(etag, sizeof(etag), "\"%s:%s:%s\"", res->handle, req_text, resp_text);
 
@@ -596,6 +587,17 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 		sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail), "]");
 
 	shape_conn_responded(sc);
+	conn_set_activity(&server->conns, sc->conn_slot, CONN_ACTIVITY_STREAMING);
+	if (live && data && sc->deadline_ms != 0)
+	{
+		/* it waited for this change: how long since it reached the log */
+		int64_t		published = atomic_load_explicit(&server->shapes->slots[res->slot].published_us,
+													 memory_order_relaxed);
+		int64_t		now = http_monotonic_us();
+
+		if (published > 0 && now >= published)
+			sm_observe(SM_LOG_TO_CLIENT_SECONDS, 0, (double) (now - published) / 1e6);
+	}
 	if (live)
 		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
 	body_size = not_modified || sc->head_only ? 0 : shape_body_measure(sc);
@@ -611,6 +613,8 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 		if (shared_responses_queue(&server->shared, sc->request.result.slot, &key,
 								   shared_body, shared_len, sc->connection, &ret))
 		{
+			if (ret == MHD_YES)
+				http_note_response(MHD_HTTP_OK, shared_len);
 			free(shared_body);
 			return ret;
 		}
@@ -637,9 +641,10 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	MHD_add_response_header(response, "etag", etag);
 	MHD_add_response_header(response, "cache-control", cache);
 	http_add_cors_headers(response, sc->connection);
-	ret = MHD_queue_response(sc->connection,
-							 not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK,
-							 response);
+	/* a body built whole counts here; one sent in pieces, piece by piece */
+	ret = http_queue(sc->connection, not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK,
+					 response, shared ? shared_len :
+					 body_size <= server->write_piece_size ? body_size : 0);
 	if (shared && ret == MHD_YES)
 		shared_responses_keep(&server->shared, sc->request.result.slot, &key, shared_body,
 							  shared_len, response);	/* takes our reference */
@@ -791,6 +796,9 @@ shape_respond_or_wait(ShapeConn *sc)
 						 shape_wait_deadline(sc, c.decision), shape_ready_to_answer, &c))
 		{
 			sc->phase = CONN_WAITING;
+			conn_set_activity(&server->conns, sc->conn_slot,
+							  c.decision == SERVE_WAIT ? CONN_ACTIVITY_SNAPSHOT
+							  : CONN_ACTIVITY_WAITING);
 			return MHD_YES;
 		}
 		if (sc->waiter.client_gone)
@@ -919,7 +927,7 @@ shape_respond_over_limit(ShapeConn *sc)
 	unsigned	limit = atomic_load(&sc->server->admission->limit[sc->rejected_kind]);
 
 	if (seed == 0)
-		seed = (unsigned) monotonic_us() | 1;
+		seed = (unsigned) http_monotonic_us() | 1;
 	seed = seed * 1103515245u + 12345u;
 	snprintf(body, sizeof(body),
 			 "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
@@ -1008,6 +1016,13 @@ shape_start(ShapeConn *sc)
 		shape_query_finish_delete(&sc->query, &errs);
 	else
 		shape_query_finish(&sc->query, &errs, atomic_load(&sc->server->max_where_length));
+	http_note_kind(sc->server, sc->conn_slot,
+				   sc->delete_shape ? SM_KIND_DELETE :
+				   sc->query.subset ? SM_KIND_SUBSET :
+				   sc->query.live_sse ? SM_KIND_SSE :
+				   sc->query.live ? SM_KIND_LIVE :
+				   log_offset_is_before_all(sc->query.offset) ? SM_KIND_INITIAL :
+				   SM_KIND_EXISTING);
 	if (errs.count > 0)
 	{
 		char	   *body = request_errors_json(&errs);
@@ -1045,6 +1060,7 @@ shape_start(ShapeConn *sc)
 	}
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;
+	conn_set_activity(&sc->server->conns, sc->conn_slot, CONN_ACTIVITY_RESOLVING);
 	MHD_suspend_connection(sc->connection);
 	if (!request_queue_push(sc->server->queue, &sc->request))
 	{

@@ -81,6 +81,16 @@ sse_next_range(ShapeConn *sc)
 	st->in_range = true;
 	st->range_end = range.chunk_end;
 	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
+	if (st->hold)
+	{
+		/* a held stream waited for this: how long since it reached the log */
+		int64_t		published = atomic_load_explicit(&shapes->slots[slot].published_us,
+													 memory_order_relaxed);
+		int64_t		now = http_monotonic_us();
+
+		if (published > 0 && now >= published)
+			sm_observe(SM_LOG_TO_CLIENT_SECONDS, 1, (double) (now - published) / 1e6);
+	}
 	return true;
 }
 
@@ -256,7 +266,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	MHD_add_response_header(response, "electric-cursor", cursor);
 	MHD_add_response_header(response, "electric-has-data", st->in_range ? "true" : "false");
 	http_add_cors_headers(response, sc->connection);
-	ret = MHD_queue_response(sc->connection, MHD_HTTP_OK, response);
+	ret = http_queue(sc->connection, MHD_HTTP_OK, response, 0);
+	conn_set_activity(&sc->server->conns, sc->conn_slot, CONN_ACTIVITY_SSE);
 	MHD_destroy_response(response);
 	return ret;
 }

@@ -68,6 +68,8 @@
 
 #include "waiters.h"
 
+#include "server_metrics.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,9 +171,22 @@ heap_remove(Waiters *w, Waiter *waiter)
 
 /* ---------------------------------------------------------- the lists */
 
+/*
+ * The lists count what they hold, where SQL sees it (the shape's slot),
+ * and in the live-waiters gauge; both under the list's lock.
+ */
+static void
+list_count(WaitList *list, int delta)
+{
+	if (list->parked != NULL)
+		atomic_fetch_add_explicit(list->parked, (uint32_t) delta, memory_order_relaxed);
+	sm_gauge_add(SM_LIVE_WAITERS, 0, delta);
+}
+
 static void
 list_link(WaitList *list, Waiter *waiter)
 {
+	list_count(list, 1);
 	waiter->prev = NULL;
 	waiter->next = list->head;
 	if (list->head)
@@ -185,6 +200,7 @@ list_unlink(WaitList *list, Waiter *waiter)
 {
 	if (!waiter->in_list)
 		return;
+	list_count(list, -1);
 	if (waiter->prev)
 		waiter->prev->next = waiter->next;
 	else
@@ -203,8 +219,9 @@ watch_key(Waiters *w, uint32_t conn_slot)
 
 /* ------------------------------------------------------------- parking */
 
+/* shapes: where each shape's parked requests are counted for SQL, or NULL */
 int
-waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns)
+waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns, ShapeTable *shapes)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
 
@@ -219,7 +236,10 @@ waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns)
 		epoll_ctl(w->epoll_fd, EPOLL_CTL_ADD, w->notify_fd, &ev) != 0)
 		return -1;
 	for (uint32_t i = 0; i < nslots; i++)
+	{
 		pthread_mutex_init(&w->lists[i].lock, NULL);
+		w->lists[i].parked = shapes ? &shapes->slots[i].waiters : NULL;
+	}
 	for (uint32_t i = 0; i < CHANGED_WORDS(nslots); i++)
 		atomic_init(&w->changed[i], 0);
 	pthread_mutex_init(&w->timer_lock, NULL);

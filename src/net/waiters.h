@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "conn_table.h"
+#include "shape_table.h"
 
 /* What a parked request embeds. */
 typedef struct Waiter
@@ -44,6 +45,8 @@ typedef struct WaitList
 {
 	pthread_mutex_t lock;
 	Waiter	   *head;
+	_Atomic uint32_t *parked;	/* how many are on it, for SQL: in the shape's
+								 * slot (shared memory), or NULL */
 } WaitList;
 
 typedef struct Waiters
@@ -64,7 +67,8 @@ typedef struct Waiters
 	_Atomic uint64_t clients_gone;	/* parked clients that went away */
 } Waiters;
 
-extern int	waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns);
+extern int	waiters_init(Waiters *w, uint32_t nslots, ConnTable *conns,
+						 ShapeTable *shapes);
 extern int	waiters_start(Waiters *w);
 extern void waiters_stop(Waiters *w);
 extern void waiters_destroy(Waiters *w);

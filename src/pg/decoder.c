@@ -101,7 +101,9 @@
 
 #include "decoder.h"
 #include "eval_deadline.h"
+#include "server_metrics.h"
 #include "shape_stream.h"
+#include "shared_state.h"
 
 #define DECODER_BATCH_MS	50	/* then let the main loop serve requests */
 #define DECODER_REPLAY_TICK_MS	20	/* the hook's period during a replay */
@@ -378,6 +380,27 @@ dec_confirm(XLogRecPtr lsn)
 {
 	if (lsn > MyReplicationSlot->data.confirmed_flush)
 		LogicalConfirmReceivedLocation(lsn);
+	atomic_store_explicit(&shape_sync_shared->decoder.confirmed_flush_lsn,
+						  (uint64) MyReplicationSlot->data.confirmed_flush,
+						  memory_order_relaxed);
+}
+
+/*
+ * A transaction's changes are in the shape logs (the plugin calls this
+ * after shape_stream_commit): counted, its lag from commit observed, and
+ * how far decoding is published for the lag gauges.
+ */
+void
+decoder_note_commit(XLogRecPtr end_lsn, TimestampTz commit_time)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	DecoderStatus *status = &shape_sync_shared->decoder;
+
+	sm_add(SM_DECODED_TRANSACTIONS, 0, 1);
+	if (commit_time != 0 && now >= commit_time)
+		sm_observe(SM_DECODER_COMMIT_LAG_SECONDS, 0, (double) (now - commit_time) / 1e6);
+	atomic_store_explicit(&status->decoded_lsn, (uint64) end_lsn, memory_order_relaxed);
+	atomic_store_explicit(&status->last_commit_us, (int64) commit_time, memory_order_relaxed);
 }
 
 /* Reads the next record; false when the rest of the WAL is not flushed yet. */
@@ -392,6 +415,23 @@ dec_read_record(void)
 	if (errm)
 		elog(ERROR, "could not read WAL for logical decoding: %s", errm);
 	return record != NULL;
+}
+
+/*
+ * Where the WAL ends and where decoding is, for the lag gauges.  Records
+ * past the last commit that concern no transaction (checkpoints, other
+ * databases' changes) move decoding on too: with nothing left to read, it
+ * is at the end.
+ */
+static void
+dec_note_position(XLogRecPtr flushed)
+{
+	DecoderStatus *status = &shape_sync_shared->decoder;
+	XLogRecPtr	at = dec_ctx->reader->EndRecPtr;
+
+	atomic_store_explicit(&status->wal_end_lsn, (uint64) Max(flushed, at), memory_order_relaxed);
+	if (at >= flushed && !TransactionIdIsValid(dec_held_xid))
+		atomic_store_explicit(&status->decoded_lsn, (uint64) at, memory_order_relaxed);
 }
 
 /*
@@ -524,6 +564,7 @@ decoder_step(void)
 		dec_confirm(dec_ctx->reader->EndRecPtr);
 		ReplicationSlotMarkDirty();
 	}
+	dec_note_position(flushed);
 	return dec_ctx->reader->EndRecPtr < flushed && progress &&
 		!TransactionIdIsValid(dec_held_xid);
 }

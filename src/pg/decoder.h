@@ -13,6 +13,9 @@
 
 #include "postgres.h"
 
+#include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+
 struct LogicalDecodingContext;
 
 /* how often a held commit (decoder.c) is looked at again without a wake-up */
@@ -31,6 +34,7 @@ extern void decoder_abandon(void);
 extern bool decoder_skipping(void);
 extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
 extern void decoder_use_current_catalog(void);
+extern void decoder_note_commit(XLogRecPtr end_lsn, TimestampTz commit_time);
 
 /* true while the decoder empties the caches on purpose: nothing changed */
 extern bool decoder_resetting_caches;

@@ -40,6 +40,7 @@
 
 #include "decoder.h"
 #include "row_encoder.h"
+#include "server_metrics.h"
 #include "shape_stream.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
@@ -217,6 +218,9 @@ plugin_change(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, Relation rel,
 	old = MemoryContextSwitchTo(state->change_context);
 	if (decoder_is_worker_context(ctx))
 	{
+		sm_add(SM_DECODED_CHANGES,
+			   change->action == REORDER_BUFFER_CHANGE_INSERT ? SM_OP_INSERT :
+			   change->action == REORDER_BUFFER_CHANGE_UPDATE ? SM_OP_UPDATE : SM_OP_DELETE, 1);
 		shape_stream_change(rel, change);
 		decoder_replay_tick();
 	}
@@ -234,6 +238,7 @@ plugin_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, int nrelatio
 
 	if (decoder_is_worker_context(ctx))
 	{
+		sm_add(SM_DECODED_CHANGES, SM_OP_TRUNCATE, (uint64) nrelations);
 		shape_stream_truncate(nrelations, relations);
 		return;
 	}
@@ -258,6 +263,7 @@ plugin_commit(LogicalDecodingContext *ctx, ReorderBufferTXN *txn, XLogRecPtr com
 	if (decoder_is_worker_context(ctx))
 	{
 		shape_stream_commit();
+		decoder_note_commit(txn->end_lsn, txn->xact_time.commit_time);
 		return;
 	}
 	plugin_write_held(ctx, true);

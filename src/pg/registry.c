@@ -86,6 +86,7 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
+#include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
@@ -429,15 +430,16 @@ reg_in_active_use(uint32 slot)
 }
 
 static void
-reg_evict(uint32 slot, const char *why, bool for_room)
+reg_evict(uint32 slot, SmEvictionCause cause, const char *why)
 {
 	ShapeSlot  *s = &reg_table()->slots[slot];
 
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s on %s evicted: %s", s->handle, s->relation, why)));
-	if (for_room)
-		reg_evictions_unlogged++;
-	registry_rotate(slot);
+	if (cause != SM_EVICTION_IDLE)
+		reg_evictions_unlogged++;	/* for room */
+	sm_add(SM_EVICTIONS, cause, 1);
+	registry_rotate(slot, SM_ROTATION_EVICTED);
 }
 
 /*
@@ -449,7 +451,7 @@ reg_evict(uint32 slot, const char *why, bool for_room)
  * unpin), or -1 if every shape is in active use.
  */
 static int64
-reg_evict_oldest(const char *why)
+reg_evict_oldest(SmEvictionCause cause, const char *why)
 {
 	int32		slot = reg_lru_oldest;
 	uint32		passes = 2 * reg_table()->nslots;	/* those read meanwhile come round again */
@@ -462,7 +464,7 @@ reg_evict_oldest(const char *why)
 		{
 			int64		blocks = shape_table_log_blocks(reg_table(), (uint32) slot);
 
-			reg_evict((uint32) slot, why, true);
+			reg_evict((uint32) slot, cause, why);
 			return blocks;
 		}
 		reg_touch((uint32) slot);
@@ -495,7 +497,7 @@ reg_evict_idle(void)
 		if (reg_in_active_use((uint32) slot))
 			reg_touch((uint32) slot);
 		else
-			reg_evict((uint32) slot, "not read for shape_sync.shape_idle_timeout", false);
+			reg_evict((uint32) slot, SM_EVICTION_IDLE, "not read for shape_sync.shape_idle_timeout");
 		slot = newer;
 	}
 }
@@ -530,7 +532,8 @@ reg_make_room(void)
 	target = Max((int64) reserve * 2, (int64) wanted + reserve);
 	while (free_blocks < target)
 	{
-		int64		freed = reg_evict_oldest("the shape log memory (\"shape_sync.log_memory\") is nearly full");
+		int64		freed = reg_evict_oldest(SM_EVICTION_LOG_MEMORY,
+											 "the shape log memory (\"shape_sync.log_memory\") is nearly full");
 
 		if (freed < 0)
 		{
@@ -618,6 +621,22 @@ reg_clients_sweep(TimestampTz now)
 			hash_search(reg_clients, &c->key, HASH_REMOVE, NULL);
 }
 
+/* The columns a shape sends, "a,b,c" as quoted identifiers, cut to fit. */
+static void
+reg_columns_preview(const ShapeRelation *rel, char *out, size_t len)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < rel->ncolumns; i++)
+		appendStringInfo(&buf, "%s%s", i ? "," : "", quote_identifier(rel->columns[i].name));
+	if ((size_t) buf.len >= len)
+		buf.len = pg_mbcliplen(buf.data, buf.len, (int) len - 1);	/* whole characters */
+	memcpy(out, buf.data, buf.len);
+	out[buf.len] = '\0';
+	pfree(buf.data);
+}
+
 /* Claims a slot for a new shape and queues its snapshot; -1 when full. */
 static int32
 reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
@@ -633,7 +652,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	for (int tries = 0; slot == SHAPE_NO_SLOT && tries < 8 &&
 		 shape_sync_shape_eviction == SHAPE_EVICTION_LRU; tries++)
 	{
-		if (reg_evict_oldest("\"shape_sync.max_shapes\" was reached") < 0)
+		if (reg_evict_oldest(SM_EVICTION_MAX_SHAPES, "\"shape_sync.max_shapes\" was reached") < 0)
 			break;
 		slot = shape_table_claim(table);
 	}
@@ -665,6 +684,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	strlcpy(s->relation, shape_quoted_relation(rel), sizeof(s->relation));
 	strlcpy(s->where_preview, spec->where_sql ? spec->where_sql : "",
 			sizeof(s->where_preview));
+	reg_columns_preview(rel, s->columns, sizeof(s->columns));
 	s->relid = spec->relid;
 	s->flags = spec->flags;
 	s->created_at_us = reg_unix_us();
@@ -806,7 +826,7 @@ reg_delete(ShapeRequest *req, const ShapeSpec *spec)
 	ereport(LOG,
 			(errmsg("shape %s on %s deleted by a client", table->slots[slot].handle,
 					table->slots[slot].relation)));
-	registry_rotate((uint32) slot);
+	registry_rotate((uint32) slot, SM_ROTATION_DELETED);
 	req->result.status = SHAPE_RESOLVE_DELETED;
 }
 
@@ -956,7 +976,7 @@ reg_remember_failure(uint32 slot, TimestampTz now)
  * start over with a new shape for the same definition.
  */
 void
-registry_rotate(uint32 slot)
+registry_rotate(uint32 slot, SmRotationCause cause)
 {
 	ShapeTable *table = reg_table();
 	RegistryEntry *e;
@@ -970,6 +990,7 @@ registry_rotate(uint32 slot)
 	reg_forget(slot);
 	shape_table_retire(table, slot);
 	shape_table_mark_dirty(table, slot);
+	sm_add(SM_ROTATIONS, cause, 1);
 
 	/*
 	 * Its snapshot is no longer wanted: cancel the query, now that the slot
@@ -1026,7 +1047,7 @@ reg_reap_snapshots(TimestampTz now)
 				ereport(LOG,
 						(errmsg("shape %s will be rotated: %s", table->slots[i].handle,
 								table->slots[i].error)));
-				registry_rotate(i);
+				registry_rotate(i, SM_ROTATION_SNAPSHOT_CONFLICT);
 			}
 			else
 				reg_remember_failure(i, now);

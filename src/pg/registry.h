@@ -12,13 +12,14 @@
 #define REGISTRY_H
 
 #include "request_queue.h"
+#include "server_metrics.h"
 
 extern void registry_start(void);
 extern void registry_resolve(ShapeRequest *req);
 extern bool registry_resolve_during_replay(ShapeRequest *req);
 extern void registry_maintain(void);
 extern void registry_maintain_during_replay(void);
-extern void registry_rotate(uint32_t slot);
+extern void registry_rotate(uint32_t slot, SmRotationCause cause);
 extern void registry_stop(void);
 
 #endif							/* REGISTRY_H */

@@ -111,6 +111,7 @@
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
+#include "server_metrics.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 
@@ -165,6 +166,7 @@ typedef struct ShapeStream
 	StringInfoData held;		/* the latest message, without its "}}" */
 	bool		appended;
 	bool		rotate;			/* rotate at the next maintain */
+	SmRotationCause rotate_cause;	/* why, for the metrics */
 	bool		needs_check;	/* privileges changed maybe: check at commit */
 	bool		needs_definition_check; /* the table changed maybe: check
 										 * at its next change */
@@ -724,11 +726,14 @@ ss_parse_snapshot_end(ShapeStream *s, const char *json)
 /* ------------------------------------------------------------ appending */
 
 static void
-ss_rotate_later(ShapeStream *s, const char *why)
+ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
 {
 	if (!s->rotate)
+	{
 		ereport(LOG,
 				(errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
+		s->rotate_cause = cause;
+	}
 	s->rotate = true;
 }
 
@@ -743,7 +748,7 @@ ss_fail_later(ShapeStream *s, const char *message)
 	ShapeTable *table = ss_table();
 	ShapeSlot  *slot = &table->slots[s->slot];
 
-	ss_rotate_later(s, message);
+	ss_rotate_later(s, SM_ROTATION_FAILED, message);
 	if (!s->ready)
 		return;					/* the snapshot worker has the slot's state */
 	slot->error_status = 400;
@@ -767,12 +772,17 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 		res = slog_close_chunk(table->arena, log, offset);
 	if (res != SLOG_OK)
 	{
-		ss_rotate_later(s, res == SLOG_FULL ? "the shape log memory (\"shape_sync.log_memory\") is full"
+		ss_rotate_later(s, SM_ROTATION_LOG_FULL, res == SLOG_FULL ? "the shape log memory (\"shape_sync.log_memory\") is full"
 						: "the shape's log reached its size limit");
 		return;
 	}
 	s->last = offset;
 	s->appended = true;
+	atomic_store_explicit(&table->slots[s->slot].changes,
+						  atomic_load_explicit(&table->slots[s->slot].changes,
+											   memory_order_relaxed) + 1,
+						  memory_order_relaxed);
+	sm_add(SM_SHAPE_CHANGES, 0, 1);
 }
 
 /*
@@ -810,7 +820,7 @@ ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit())
 	{
 		/* bounded: the shape starts over once the changes have committed */
-		ss_rotate_later(s, psprintf("the changes kept while snapshots are taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
+		ss_rotate_later(s, SM_ROTATION_LOG_FULL, psprintf("the changes kept while snapshots are taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
 									(unsigned long long) (ss_pending_limit() >> 20)));
 		ss_pending_forget(s);
 		return;
@@ -1030,11 +1040,11 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
  * is now.
  */
 static void
-ss_rotate_unless_in_snapshot(ShapeStream *s, const char *why)
+ss_rotate_unless_in_snapshot(ShapeStream *s, SmRotationCause cause, const char *why)
 {
 	Assert(s->touched && !s->skip_txn);
 	if (s->ready)
-		ss_rotate_later(s, why);
+		ss_rotate_later(s, cause, why);
 	else if (s->txn_pending->problem == NULL)
 		s->txn_pending->problem = MemoryContextStrdup(s->context, why);
 }
@@ -1103,7 +1113,7 @@ ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
 		{
 			/* only now is it worth asking whether the snapshot has the transaction */
 			if (ss_takes_transaction(s))
-				ss_rotate_unless_in_snapshot(s, problem);
+				ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
 			continue;
 		}
 		shape_role_become(s->role, &saved);
@@ -1146,7 +1156,7 @@ ss_change_for_ancestors(Relation leaf, ReorderBufferChangeType action,
 			for (int i = 0; i < route->nancestors && !reached; i++)
 				reached = route->ancestors[i].relid == s->relid;
 			if (!reached && ss_takes_transaction(s))
-				ss_rotate_unless_in_snapshot(s, "a partition was detached from its table");
+				ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, "a partition was detached from its table");
 		}
 	for (int i = 0; i < route->nancestors; i++)
 	{
@@ -1254,7 +1264,7 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
 									  shape_sync_where_evaluation_timeout));
 		else if (ss_takes_transaction(s))
-			ss_rotate_unless_in_snapshot(s, psprintf("a change could not be processed: %s",
+			ss_rotate_unless_in_snapshot(s, SM_ROTATION_FAILED, psprintf("a change could not be processed: %s",
 													 edata->message));
 		FreeErrorData(edata);
 	}
@@ -1313,11 +1323,12 @@ shape_stream_truncate(int nrelations, Relation *relations)
 		for (uint32 i = 0; i < table->nslots; i++)
 			if (ss_streams[i].in_use && ss_streams[i].relid == relid &&
 				ss_takes_transaction(&ss_streams[i]))
-				ss_rotate_unless_in_snapshot(&ss_streams[i], "its table was truncated");
+				ss_rotate_unless_in_snapshot(&ss_streams[i], SM_ROTATION_TRUNCATED,
+											 "its table was truncated");
 		if (partition_of != NULL)
 			foreach(lc, partition_of->slots)
 				if (ss_takes_transaction(&ss_streams[lfirst_int(lc)]))
-					ss_rotate_unless_in_snapshot(&ss_streams[lfirst_int(lc)],
+					ss_rotate_unless_in_snapshot(&ss_streams[lfirst_int(lc)], SM_ROTATION_TRUNCATED,
 												 "a partition of its table was truncated");
 	}
 }
@@ -1355,7 +1366,7 @@ ss_recheck_privileges(ShapeStream *s)
 	PG_END_TRY();
 	shape_role_restore(&saved);
 	if (problem != NULL)
-		ss_rotate_unless_in_snapshot(s, problem);
+		ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
 }
 
 /*
@@ -1393,6 +1404,7 @@ shape_stream_commit(void)
 		else if (s->appended)
 		{
 			slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
+			shape_table_note_published(table, s->slot);
 			shape_table_mark_dirty(table, s->slot);
 			ss_maybe_compact(s);
 		}
@@ -1469,7 +1481,7 @@ ss_take_over(ShapeStream *s)
 			continue;
 		if (txn->problem != NULL)
 		{
-			ss_rotate_later(s, txn->problem);
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, txn->problem);
 			break;
 		}
 		while (p < end)
@@ -1491,6 +1503,7 @@ ss_take_over(ShapeStream *s)
 	if (s->appended)
 	{
 		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
+		shape_table_note_published(table, s->slot);
 		shape_table_mark_dirty(table, s->slot);
 	}
 	s->appended = false;
@@ -1538,6 +1551,7 @@ ss_maybe_compact(ShapeStream *s)
 	}
 	shape_table_swap_log(table, s->slot);
 	atomic_fetch_add_explicit(&table->slots[s->slot].compactions, 1, memory_order_relaxed);
+	sm_add(SM_COMPACTIONS, 0, 1);
 	s->compacted_bytes = Max(stats.bytes_out, 1);
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s compacted from %llu to %llu bytes (%llu of %llu records, %llu tombstones) in %lld ms",
@@ -1570,7 +1584,7 @@ ss_check_relation(Oid relid, Oid role)
 			continue;
 		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
 		{
-			ss_rotate_later(s, "its table was dropped");
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "its table was dropped");
 			continue;
 		}
 		if (!ConditionalLockRelationOid(relid, AccessShareLock))
@@ -1598,9 +1612,9 @@ ss_check_relation(Oid relid, Oid role)
 		problem = ss_definition_problem(s, rel);
 		table_close(rel, NoLock);
 		if (problem != NULL)
-			ss_rotate_later(s, problem);
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, problem);
 		else if (s->role != role)
-			ss_rotate_later(s, "\"shape_sync.role\" changed or cannot be used");
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "\"shape_sync.role\" changed or cannot be used");
 		else
 		{
 			ShapeRoleSaved saved;
@@ -1611,7 +1625,7 @@ ss_check_relation(Oid relid, Oid role)
 			problem = shape_read_problem(relid, s->nused, s->used_attnums, &field);
 			shape_role_restore(&saved);
 			if (problem != NULL)
-				ss_rotate_later(s, problem);
+				ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, problem);
 		}
 	}
 }
@@ -1647,7 +1661,7 @@ ss_check_relation_guarded(Oid relid, Oid role)
 		CurrentResourceOwner = oldowner;
 		for (uint32 i = 0; i < table->nslots; i++)
 			if (ss_streams[i].in_use && ss_streams[i].relid == relid)
-				ss_rotate_later(&ss_streams[i], "its table changed while being checked");
+				ss_rotate_later(&ss_streams[i], SM_ROTATION_TABLE_CHANGED, "its table changed while being checked");
 	}
 	PG_END_TRY();
 }
@@ -1702,5 +1716,5 @@ shape_stream_maintain(void)
 
 	for (uint32 i = 0; i < table->nslots; i++)
 		if (ss_streams[i].in_use && ss_streams[i].rotate)
-			registry_rotate(i);
+			registry_rotate(i, ss_streams[i].rotate_cause);
 }

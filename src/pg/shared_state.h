@@ -18,13 +18,19 @@
 #include "storage/latch.h"
 
 #include "admission.h"
+#include "conn_activity.h"
+#include "server_metrics.h"
 #include "shape_table.h"
 
 typedef struct ShapeSyncShared
 {
 	_Atomic uintptr_t worker_latch;	/* Latch * of the main worker, or 0 */
 	ShapeTable *table;			/* shapes and their logs */
-	Admission	admission;		/* request slots and reap counts */
+	Admission	admission;		/* request slots per kind */
+	DecoderStatus decoder;		/* how far decoding is, for the lag gauges */
+	ConnActivity *connections;	/* one per HTTP connection slot */
+	uint32		nconnections;	/* shape_sync.max_connections */
+	uint32		metric_stripes; /* writers' stripes in the metrics area */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

@@ -66,6 +66,7 @@
 #include "guc.h"
 #include "row_encoder.h"
 #include "shape_role.h"
+#include "server_metrics.h"
 #include "shared_state.h"
 #include "snapshot.h"
 
@@ -582,6 +583,7 @@ snap_on_exit(int code, Datum arg)
 	ShapeTable *table = shape_sync_shared->table;
 	SnapshotWriter *w = (SnapshotWriter *) DatumGetPointer(arg);
 
+	server_metrics_detach_process();
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
 	snap_fail(w, 500, "The snapshot worker stopped before the snapshot was complete, please retry");
@@ -820,6 +822,7 @@ shape_sync_snapshot_main(Datum arg)
 	writer.slot_index = task.slot;
 	writer.log = shape_table_log(table, task.slot);
 	before_shmem_exit(snap_on_exit, PointerGetDatum(&writer));
+	sm_add(SM_SNAPSHOTS_STARTED, 0, 1);
 
 	seg = dsm_attach(task.handle);
 	if (seg == NULL)
@@ -865,10 +868,14 @@ shape_sync_snapshot_main(Datum arg)
 		status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
 							  message, sizeof(message));
 		snap_fail(&writer, status, message);
+		sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
+		sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
+	sm_add(SM_SNAPSHOT_ROWS, 0, writer.rows);
+	sm_observe(SM_SNAPSHOT_SECONDS, 0, (double) (GetCurrentTimestamp() - started) / 1e6);
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s: snapshot of %llu rows in %lld ms",
 							 writer.slot->handle, (unsigned long long) writer.rows,

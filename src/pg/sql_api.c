@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * sql_api.c
- *		SQL functions: validate and preview shapes, inspect the server.
+ *		SQL functions: validate and preview shapes.
  *
  * validate_shape() and encode_rows() run the very code the HTTP path runs
  * (shape_def.c, snapshot.c, row_encoder.c) in the caller's backend, so a
@@ -9,8 +9,7 @@
  * with the caller's privileges, not shape_sync.role's: a role that may
  * call encode_rows() reads no more than it could with SELECT.  To see what
  * the HTTP path would allow, call them after SET ROLE to shape_sync.role.
- * The other functions read shared memory without locks, as the HTTP
- * threads do.
+ * What the server holds and does is shown by sql_monitor.c.
  *
  * In SQL, names follow PostgreSQL's own rules (the table argument is a
  * possibly qualified name, the columns a comma-separated list), so the
@@ -43,10 +42,6 @@
 
 PG_FUNCTION_INFO_V1(shape_sync_validate_shape);
 PG_FUNCTION_INFO_V1(shape_sync_encode_rows);
-PG_FUNCTION_INFO_V1(shape_sync_list_shapes);
-PG_FUNCTION_INFO_V1(shape_sync_log_memory_usage);
-PG_FUNCTION_INFO_V1(shape_sync_admission_slots);
-PG_FUNCTION_INFO_V1(shape_sync_stalled_serves_reaped);
 
 /* Builds a ShapeDefinition from SQL arguments (palloc'd). */
 static void
@@ -186,132 +181,4 @@ shape_sync_encode_rows(PG_FUNCTION_ARGS)
 	snapshot_scan(&spec, sql_emit_row, rsinfo);
 	AtEOXact_GUC(true, nestlevel);
 	return (Datum) 0;
-}
-
-static const char *
-sql_state_name(ShapeState state)
-{
-	switch (state)
-	{
-		case SHAPE_FREE:
-			return "free";
-		case SHAPE_SNAPSHOTTING:
-			return "snapshotting";
-		case SHAPE_READY:
-			return "ready";
-		case SHAPE_FAILED:
-			return "failed";
-		case SHAPE_RETIRED:
-			return "retired";
-	}
-	return "unknown";
-}
-
-static void
-sql_require_shared(void)
-{
-	if (shape_sync_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("shape_sync's shared memory is not available"),
-				 errhint("Add shape_sync to \"shared_preload_libraries\" and restart the server.")));
-}
-
-Datum
-shape_sync_list_shapes(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	ShapeTable *table;
-
-	sql_require_shared();
-	table = shape_sync_shared->table;
-	InitMaterializedSRF(fcinfo, 0);
-	for (uint32 i = 0; i < table->nslots; i++)
-	{
-		ShapeSlot  *s = &table->slots[i];
-		ShapeState	state = shape_table_state(table, i);
-		SlogPublished pub;
-		Datum		values[14];
-		bool		nulls[14] = {0};
-		int64		last_read_us;
-		uint64		pins;
-
-		if (state == SHAPE_FREE || state == SHAPE_RETIRED)
-			continue;
-		slog_read_published(shape_table_log(table, i), &pub);
-		pins = atomic_load(&s->pins) & ~SHAPE_PIN_RETIRED;
-		values[0] = CStringGetTextDatum(s->handle);
-		values[1] = CStringGetTextDatum(s->relation);
-		if (s->where_preview[0])
-			values[2] = CStringGetTextDatum(s->where_preview);
-		else
-			nulls[2] = true;
-		values[3] = CStringGetTextDatum((s->flags & SHAPE_FLAG_REPLICA_FULL) ? "full" : "default");
-		values[4] = CStringGetTextDatum(sql_state_name(state));
-		values[5] = Int64GetDatum((int64) atomic_load(&s->snapshot_rows));
-		values[6] = Int64GetDatum((int64) atomic_load(&s->snapshot_ms));
-		values[7] = Int64GetDatum((int64) pub.data_end);
-		values[8] = Int32GetDatum((int32) pub.chunk_count);
-		values[9] = Int64GetDatum((int64) atomic_load(&s->compactions));
-		values[10] = Int32GetDatum((int32) pins);
-		values[11] = TimestampTzGetDatum(time_t_to_timestamptz(s->created_at_us / 1000000) +
-										 s->created_at_us % 1000000);
-		last_read_us = atomic_load_explicit(&s->last_read_us, memory_order_relaxed);
-		values[12] = TimestampTzGetDatum(time_t_to_timestamptz(last_read_us / 1000000) +
-										 last_read_us % 1000000);
-		if (state == SHAPE_FAILED)
-			values[13] = CStringGetTextDatum(s->error);
-		else
-			nulls[13] = true;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
-}
-
-Datum
-shape_sync_log_memory_usage(PG_FUNCTION_ARGS)
-{
-	TupleDesc	desc;
-	Datum		values[3];
-	bool		nulls[3] = {0};
-	ShapeLogArena *arena;
-
-	sql_require_shared();
-	arena = shape_sync_shared->table->arena;
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	values[0] = Int64GetDatum((int64) arena->nblocks * SLOG_BLOCK_SIZE);
-	values[1] = Int64GetDatum((int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE);
-	values[2] = Int32GetDatum(SLOG_BLOCK_SIZE);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
-}
-
-Datum
-shape_sync_admission_slots(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Admission  *a;
-
-	sql_require_shared();
-	a = &shape_sync_shared->admission;
-	InitMaterializedSRF(fcinfo, 0);
-	for (int k = 0; k < ADMISSION_KINDS; k++)
-	{
-		Datum		values[4];
-		bool		nulls[4] = {0};
-
-		values[0] = CStringGetTextDatum(admission_kind_name((AdmissionKind) k));
-		values[1] = Int32GetDatum((int32) atomic_load(&a->in_use[k]));
-		values[2] = Int32GetDatum((int32) atomic_load(&a->limit[k]));
-		values[3] = Int64GetDatum((int64) atomic_load(&a->rejected[k]));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
-	return (Datum) 0;
-}
-
-Datum
-shape_sync_stalled_serves_reaped(PG_FUNCTION_ARGS)
-{
-	sql_require_shared();
-	PG_RETURN_INT64((int64) atomic_load(&shape_sync_shared->admission.reaped));
 }

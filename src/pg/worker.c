@@ -239,6 +239,8 @@ worker_shutdown(int code, Datum arg)
 	atomic_store(&shape_sync_shared->worker_latch, 0);
 	decoder_stop();
 	registry_stop();
+	/* every thread has stopped: their metric stripes are free for others */
+	server_metrics_detach_process();
 }
 
 /*
@@ -418,6 +420,7 @@ shape_sync_worker_main(Datum arg)
 	options.shapes = shape_sync_shared->table;
 	options.queue = &worker_queue;
 	options.admission = &shape_sync_shared->admission;
+	options.activity = shape_sync_shared->connections;
 	options.socket_send_buffer = (size_t) shape_sync_socket_send_buffer * 1024;
 	options.connection_limit = worker_connection_limit();
 	settings = worker_runtime_settings();

@@ -33,9 +33,8 @@
  *   zero times.
  * - limit[] is stored by the worker's main thread on start and on SIGHUP
  *   and read relaxed; a lowered limit applies to new requests only.
- * - rejected[], reaped and request_timeouts only grow (fetch_add,
- *   relaxed), from HTTP threads, the deadline thread, and the main thread
- *   (admission_would_admit, which only reads in_use[] and limit[]).
+ * - Refusals are counted in the striped metrics (server_metrics.c), on
+ *   the refusing thread's own stripe: a refusal writes no shared line.
  *
  * IDENTIFICATION
  *	  src/shm/admission.c
@@ -47,6 +46,7 @@
 #endif
 
 #include "admission.h"
+#include "server_metrics.h"
 
 void
 admission_init(Admission *a, uint32_t initial, uint32_t existing)
@@ -54,12 +54,9 @@ admission_init(Admission *a, uint32_t initial, uint32_t existing)
 	for (int k = 0; k < ADMISSION_KINDS; k++)
 	{
 		atomic_init(&a->in_use[k], 0);
-		atomic_init(&a->rejected[k], 0);
 	}
 	atomic_init(&a->limit[ADMISSION_INITIAL], initial);
 	atomic_init(&a->limit[ADMISSION_EXISTING], existing);
-	atomic_init(&a->reaped, 0);
-	atomic_init(&a->request_timeouts, 0);
 }
 
 void
@@ -79,7 +76,7 @@ admission_acquire(Admission *a, AdmissionKind kind)
 	{
 		if (cur >= limit)
 		{
-			atomic_fetch_add_explicit(&a->rejected[kind], 1, memory_order_relaxed);
+			sm_add(SM_ADMISSION_REJECTED, (uint32_t) kind, 1);
 			return false;
 		}
 	} while (!atomic_compare_exchange_weak_explicit(&a->in_use[kind], &cur, cur + 1,
@@ -130,7 +127,7 @@ admission_would_admit(Admission *a, AdmissionKind kind)
 	if (atomic_load_explicit(&a->in_use[kind], memory_order_relaxed) <
 		atomic_load_explicit(&a->limit[kind], memory_order_relaxed))
 		return true;
-	atomic_fetch_add_explicit(&a->rejected[kind], 1, memory_order_relaxed);
+	sm_add(SM_ADMISSION_REJECTED, (uint32_t) kind, 1);
 	return false;
 }
 

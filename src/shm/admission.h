@@ -3,6 +3,9 @@
  * admission.h
  *		Admission slots: concurrent requests per kind, in shared memory.
  *
+ * Refusals are counted in shape_sync_admission_rejected_total
+ * (server_metrics.c).
+ *
  * IDENTIFICATION
  *	  src/shm/admission.h
  *
@@ -27,10 +30,6 @@ typedef struct Admission
 {
 	_Atomic uint32_t in_use[ADMISSION_KINDS];
 	_Atomic uint32_t limit[ADMISSION_KINDS];
-	_Atomic uint64_t rejected[ADMISSION_KINDS];
-	_Atomic uint64_t reaped;	/* stalled serves closed by the deadline thread */
-	_Atomic uint64_t request_timeouts;	/* connections closed by it for sending
-										 * no whole request in time */
 } Admission;
 
 extern void admission_init(Admission *a, uint32_t initial, uint32_t existing);

@@ -73,8 +73,10 @@
 
 #include "metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,11 +116,21 @@ align_up(size_t n, size_t to)
 /* ---------------------------------------------------------------- layout */
 
 static uint32_t
+metric_series_of(const MetricDef *d)
+{
+	uint32_t	series = 1;
+
+	for (uint32_t i = 0; i < d->ndims; i++)
+		series *= d->dims[i].nvalues;
+	return series;
+}
+
+static uint32_t
 metric_width(const MetricDef *d)
 {
-	uint32_t	series = d->nlabels ? d->nlabels : 1;
-
-	return series * (d->kind == METRIC_HISTOGRAM ? d->nbounds + 2 : 1);
+	if (METRIC_IS_SAMPLED(d->kind))
+		return 0;
+	return metric_series_of(d) * (d->kind == METRIC_HISTOGRAM ? d->nbounds + 2 : 1);
 }
 
 /* Lays out `defs`; 0, or -1 when a definition is invalid or memory is short. */
@@ -129,12 +141,19 @@ metrics_layout_init(MetricsLayout *layout, const MetricDef *defs, uint32_t ndefs
 
 	memset(layout, 0, sizeof(*layout));
 	layout->base = malloc((ndefs ? ndefs : 1) * sizeof(uint32_t));
-	if (layout->base == NULL)
-		return -1;
+	layout->series = malloc((ndefs ? ndefs : 1) * sizeof(uint32_t));
+	if (layout->base == NULL || layout->series == NULL)
+		goto invalid;
 	for (uint32_t i = 0; i < ndefs; i++)
 	{
 		const MetricDef *d = &defs[i];
 
+		if (d->ndims > METRICS_MAX_DIMS)
+			goto invalid;
+		for (uint32_t k = 0; k < d->ndims; k++)
+			if (d->dims[k].nvalues == 0)
+				goto invalid;
+		layout->series[i] = metric_series_of(d);
 		if (d->kind == METRIC_HISTOGRAM)
 		{
 			if (d->nbounds == 0 || d->nbounds > METRICS_MAX_BOUNDS)
@@ -152,8 +171,7 @@ metrics_layout_init(MetricsLayout *layout, const MetricDef *defs, uint32_t ndefs
 	return 0;
 
 invalid:
-	free(layout->base);
-	layout->base = NULL;
+	metrics_layout_free(layout);
 	return -1;
 }
 
@@ -161,7 +179,47 @@ void
 metrics_layout_free(MetricsLayout *layout)
 {
 	free(layout->base);
+	free(layout->series);
 	layout->base = NULL;
+	layout->series = NULL;
+}
+
+uint32_t
+metrics_series_count(const MetricsLayout *layout, uint32_t metric)
+{
+	return layout->series[metric];
+}
+
+/*
+ * The label list of a series, without braces ("route=\"shape\",kind=\"live\"",
+ * or "" for a metric without dimensions), into buf; returns its length,
+ * which is cap or more when it did not fit.
+ */
+size_t
+metrics_series_labels(const MetricsLayout *layout, uint32_t metric, uint32_t series,
+					  char *buf, size_t cap)
+{
+	const MetricDef *d = &layout->defs[metric];
+	uint32_t	index[METRICS_MAX_DIMS];
+	size_t		len = 0;
+
+	for (uint32_t k = d->ndims; k-- > 0;)
+	{
+		index[k] = series % d->dims[k].nvalues;
+		series /= d->dims[k].nvalues;
+	}
+	if (cap > 0)
+		buf[0] = '\0';
+	for (uint32_t k = 0; k < d->ndims; k++)
+	{
+		size_t		room = len < cap ? cap - len : 0;
+		int			n = snprintf(room ? buf + len : NULL, room, "%s%s=\"%s\"", k ? "," : "",
+								 d->dims[k].name, d->dims[k].values[index[k]]);
+
+		if (n > 0)
+			len += (size_t) n;
+	}
+	return len;
 }
 
 /* Bytes of shared memory for `nstripes` owned stripes, and the shared one. */
@@ -209,26 +267,40 @@ metrics_attach(void *mem)
 
 /* --------------------------------------------------------------- writers */
 
+/* Whether the process `pid` is gone (a stripe it held is free to take). */
+static bool
+metrics_owner_gone(uint32_t pid)
+{
+	return kill((pid_t) pid, 0) != 0 && errno == ESRCH;
+}
+
 /*
- * Gives the caller a stripe to write: a free owned one, or, when all are
- * held, the shared one.  Returns whether the stripe is the caller's own.
+ * Gives the caller, `owner` (its process id; threads of a process share
+ * it), a stripe to write: a free one, or one whose owner process has gone
+ * without letting go (it crashed), or, when all are held, the shared one.
+ * Returns whether the stripe is the caller's own.
  */
 bool
-metrics_claim_stripe(Metrics *m, MetricsStripe *stripe)
+metrics_claim_stripe(Metrics *m, MetricsStripe *stripe, uint32_t owner)
 {
 	_Atomic uint32_t *owned = metrics_owned(m);
 
-	for (uint32_t i = 0; i < m->nstripes; i++)
+	for (int pass = 0; pass < 2; pass++)
 	{
-		uint32_t	expected = 0;
-
-		if (atomic_load_explicit(&owned[i], relaxed) == 0 &&
-			atomic_compare_exchange_strong_explicit(&owned[i], &expected, 1, acquire, relaxed))
+		for (uint32_t i = 0; i < m->nstripes; i++)
 		{
-			stripe->slot = metrics_stripe(m, i);
-			stripe->shared = false;
-			stripe->index = i;
-			return true;
+			uint32_t	expected = atomic_load_explicit(&owned[i], relaxed);
+
+			if (pass == 0 ? expected != 0 : (expected == 0 || !metrics_owner_gone(expected)))
+				continue;
+			if (atomic_compare_exchange_strong_explicit(&owned[i], &expected, owner,
+														acquire, relaxed))
+			{
+				stripe->slot = metrics_stripe(m, i);
+				stripe->shared = false;
+				stripe->index = i;
+				return true;
+			}
 		}
 	}
 	stripe->slot = metrics_stripe(m, m->nstripes);
@@ -243,6 +315,26 @@ metrics_release_stripe(Metrics *m, MetricsStripe *stripe)
 	if (stripe->slot != NULL && !stripe->shared)
 		atomic_store_explicit(&metrics_owned(m)[stripe->index], 0, release);
 	stripe->slot = NULL;
+}
+
+/*
+ * Lets go of every stripe `owner` holds (a process that ends, once its
+ * threads have stopped writing); returns how many.
+ */
+uint32_t
+metrics_release_owner(Metrics *m, uint32_t owner)
+{
+	_Atomic uint32_t *owned = metrics_owned(m);
+	uint32_t	released = 0;
+
+	for (uint32_t i = 0; i < m->nstripes; i++)
+	{
+		uint32_t	expected = owner;
+
+		if (atomic_compare_exchange_strong_explicit(&owned[i], &expected, 0, release, relaxed))
+			released++;
+	}
+	return released;
 }
 
 static void
@@ -479,78 +571,134 @@ out_double(TextOut *o, double v)
 	}
 }
 
-/* "{labels}" or "{labels,extra}" or "{extra}" or "" */
-static void
-out_labels(TextOut *o, const char *labels, const char *extra)
-{
-	bool		have = labels != NULL && labels[0] != '\0';
-
-	if (!have && extra == NULL)
-		return;
-	out_printf(o, "{%s%s%s}", have ? labels : "", have && extra ? "," : "", extra ? extra : "");
-}
-
 /*
- * Every metric in the Prometheus text exposition format (version 0.0.4)
- * into buf; returns the length of the whole text, which is more than cap
- * when it did not fit (then call again with a larger buffer).
+ * Reports every series of every metric to `visitor`, in table order: a
+ * counter's or a gauge's value, a histogram's buckets (cumulative, le
+ * last among the labels), sum and count.  Sampled values come from
+ * `sampler` (none without one).  Sparse metrics skip series that are zero.
  */
-size_t
-metrics_format_prometheus(const Metrics *m, const MetricsLayout *layout, char *buf, size_t cap)
+void
+metrics_visit(const Metrics *m, const MetricsLayout *layout, MetricsSampler sampler,
+			  void *sampler_ctx, MetricsVisitor visitor, void *visitor_ctx)
 {
-	TextOut		o = {buf, cap, 0};
+	char		labels[512];
+	char		value[48];
+	char		with_le[576];
 
 	for (uint32_t i = 0; i < layout->ndefs; i++)
 	{
 		const MetricDef *d = &layout->defs[i];
-		uint32_t	series = d->nlabels ? d->nlabels : 1;
-		const char *type = d->kind == METRIC_COUNTER ? "counter" :
-			d->kind == METRIC_GAUGE ? "gauge" : "histogram";
 
-		out_printf(&o, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type);
-		for (uint32_t l = 0; l < series; l++)
+		for (uint32_t l = 0; l < layout->series[i]; l++)
 		{
-			const char *labels = d->nlabels ? d->labels[l] : NULL;
+			MetricSample sample = {i, "", labels, value};
+			TextOut		v = {value, sizeof(value), 0};
 
-			if (d->kind == METRIC_COUNTER)
+			metrics_series_labels(layout, i, l, labels, sizeof(labels));
+			if (d->kind == METRIC_COUNTER || d->kind == METRIC_GAUGE)
 			{
-				out_printf(&o, "%s", d->name);
-				out_labels(&o, labels, NULL);
-				out_printf(&o, " %llu\n", (unsigned long long) metrics_read_counter(m, layout, i, l));
+				if (d->kind == METRIC_COUNTER)
+				{
+					uint64_t	n = metrics_read_counter(m, layout, i, l);
+
+					if (n == 0 && d->sparse)
+						continue;
+					out_printf(&v, "%llu", (unsigned long long) n);
+				}
+				else
+				{
+					int64_t		n = metrics_read_gauge(m, layout, i, l);
+
+					if (n == 0 && d->sparse)
+						continue;
+					out_printf(&v, "%lld", (long long) n);
+				}
+				visitor(visitor_ctx, &sample);
 			}
-			else if (d->kind == METRIC_GAUGE)
+			else if (METRIC_IS_SAMPLED(d->kind))
 			{
-				out_printf(&o, "%s", d->name);
-				out_labels(&o, labels, NULL);
-				out_printf(&o, " %lld\n", (long long) metrics_read_gauge(m, layout, i, l));
+				double		x;
+
+				if (sampler == NULL || !sampler(sampler_ctx, i, l, &x))
+					continue;
+				out_double(&v, x);
+				visitor(visitor_ctx, &sample);
 			}
 			else
 			{
 				uint64_t	cumulative[METRICS_MAX_BOUNDS + 1];
 				double		sum;
-				char		le[48];
 
 				metrics_read_histogram(m, layout, i, l, cumulative, &sum);
+				if (cumulative[d->nbounds] == 0 && d->sparse)
+					continue;
+				sample.suffix = "_bucket";
+				sample.labels = with_le;
 				for (uint32_t b = 0; b <= d->nbounds; b++)
 				{
-					TextOut		leo = {le, sizeof(le), 0};
+					TextOut		le = {with_le, sizeof(with_le), 0};
 
-					out_printf(&leo, "le=\"");
-					out_double(&leo, b < d->nbounds ? d->bounds[b] : INFINITY);
-					out_printf(&leo, "\"");
-					out_printf(&o, "%s_bucket", d->name);
-					out_labels(&o, labels, le);
-					out_printf(&o, " %llu\n", (unsigned long long) cumulative[b]);
+					out_printf(&le, "%s%sle=\"", labels, labels[0] ? "," : "");
+					out_double(&le, b < d->nbounds ? d->bounds[b] : INFINITY);
+					out_printf(&le, "\"");
+					v.len = 0;
+					out_printf(&v, "%llu", (unsigned long long) cumulative[b]);
+					visitor(visitor_ctx, &sample);
 				}
-				out_printf(&o, "%s_sum", d->name);
-				out_labels(&o, labels, NULL);
-				out_printf(&o, " ");
-				out_double(&o, sum);
-				out_printf(&o, "\n%s_count", d->name);
-				out_labels(&o, labels, NULL);
-				out_printf(&o, " %llu\n", (unsigned long long) cumulative[d->nbounds]);
+				sample.labels = labels;
+				sample.suffix = "_sum";
+				v.len = 0;
+				out_double(&v, sum);
+				visitor(visitor_ctx, &sample);
+				sample.suffix = "_count";
+				v.len = 0;
+				out_printf(&v, "%llu", (unsigned long long) cumulative[d->nbounds]);
+				visitor(visitor_ctx, &sample);
 			}
 		}
 	}
-	return o.len;
+}
+
+typedef struct PrometheusText
+{
+	const MetricsLayout *layout;
+	TextOut		out;
+	int64_t		described;		/* the last metric given HELP and TYPE */
+} PrometheusText;
+
+static void
+prometheus_line(void *ctx, const MetricSample *sample)
+{
+	PrometheusText *p = ctx;
+	const MetricDef *d = &p->layout->defs[sample->metric];
+
+	if (p->described != (int64_t) sample->metric)
+	{
+		const char *type = d->kind == METRIC_COUNTER || d->kind == METRIC_SAMPLED_COUNTER ?
+			"counter" : d->kind == METRIC_HISTOGRAM ? "histogram" : "gauge";
+
+		out_printf(&p->out, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type);
+		p->described = sample->metric;
+	}
+	out_printf(&p->out, "%s%s%s%s%s %s\n", d->name, sample->suffix,
+			   sample->labels[0] ? "{" : "", sample->labels, sample->labels[0] ? "}" : "",
+			   sample->value);
+}
+
+/*
+ * Every metric in the Prometheus text exposition format (version 0.0.4)
+ * into buf; returns the length of the whole text, which is more than cap
+ * when it did not fit (then call again with a larger buffer).  A metric
+ * with no series to show (sparse, all zero) is left out, HELP and TYPE too.
+ */
+size_t
+metrics_format_prometheus(const Metrics *m, const MetricsLayout *layout,
+						  MetricsSampler sampler, void *sampler_ctx, char *buf, size_t cap)
+{
+	PrometheusText p = {layout, {buf, cap, 0}, -1};
+
+	if (cap > 0)
+		buf[0] = '\0';
+	metrics_visit(m, layout, sampler, sampler_ctx, prometheus_line, &p);
+	return p.out.len;
 }

@@ -19,8 +19,8 @@
  * Notes on synchronization
  * ------------------------
  * - `state` is written with release stores and read with acquire loads.
- *   The descriptive fields (handle, relation, where_preview, relid, flags,
- *   created_at_us) are written by the main thread while the slot is FREE
+ *   The descriptive fields (handle, relation, where_preview, columns,
+ *   relid, flags, created_at_us) are written by the main thread while the slot is FREE
  *   and unpinned, before the release store that leaves FREE; readers read
  *   them only after an acquire load of a non-FREE state.  `error` is
  *   written by the snapshot worker before its release store of FAILED.
@@ -57,8 +57,12 @@
  *   carries the epoch read before it was made, and is reused on an HTTP
  *   thread only while the epoch is still that (acquire load against the
  *   main thread's fetch_add: seq_cst).
- * - `compactions` is counted (relaxed) by the main thread, its log's writer
- *   once the shape is ready, and read by SQL.
+ * - `compactions`, `changes` and `published_us` are stored (relaxed) by
+ *   the main thread, its log's writer once the shape is ready, and read by
+ *   SQL and HTTP threads (metrics), each value on its own.
+ * - `waiters` is changed by fetch_add/sub under the shape's wait-list lock
+ *   (waiters.c) and read relaxed by SQL.
+ * - `columns`, like where_preview, is written while the slot is FREE.
  * - `blocks_wanted` is raised by snapshot workers that ran out of log
  *   memory and cleared by the main thread once it made room (or could not);
  *   a worker re-raises it while it still waits.
@@ -145,6 +149,8 @@ shape_table_claim(ShapeTable *table)
 		s->snapshot_rows = 0;
 		s->snapshot_ms = 0;
 		s->compactions = 0;
+		atomic_store_explicit(&s->published_us, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->changes, 0, memory_order_relaxed);
 		s->error[0] = '\0';
 		/* version 0 is served; version 1 is free (both were released) */
 		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);

@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "shape_log.h"
 
@@ -24,6 +25,7 @@
 #define SHAPE_RELATION_LEN		272		/* "schema"."table", quoted */
 #define SHAPE_WHERE_PREVIEW_LEN 512
 #define SHAPE_ERROR_LEN			512
+#define SHAPE_COLUMNS_PREVIEW_LEN	512
 #define SHAPE_NO_SLOT			UINT32_MAX
 
 typedef enum ShapeState
@@ -47,8 +49,16 @@ typedef struct ShapeSlot
 	char		where_preview[SHAPE_WHERE_PREVIEW_LEN];
 	uint32_t	relid;
 	uint32_t	flags;			/* SHAPE_FLAG_* */
+	char		columns[SHAPE_COLUMNS_PREVIEW_LEN];	/* the selected columns, "a,b" */
 	int64_t		created_at_us;	/* Unix epoch, microseconds */
 	_Atomic int64_t last_read_us;	/* the last request for it, same clock */
+
+	/* Written by the main thread (the log's writer), for metrics and views. */
+	_Atomic int64_t published_us;	/* its last change reached the log, monotonic */
+	_Atomic uint64_t changes;	/* changes appended to its log */
+
+	/* Parked requests (waiters.c, under the shape's wait-list lock). */
+	_Atomic uint32_t waiters;
 
 	/* Set by the snapshot worker. */
 	_Atomic uint64_t compactions;	/* by the main thread, its log's writer */
@@ -130,5 +140,17 @@ extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
 								   int64_t now_us, char *out);
 
 extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
+
+/* Its log's writer published changes now (monotonic clock, microseconds). */
+static inline void
+shape_table_note_published(ShapeTable *table, uint32_t slot)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	atomic_store_explicit(&table->slots[slot].published_us,
+						  (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000,
+						  memory_order_relaxed);
+}
 
 #endif							/* SHAPE_TABLE_H */

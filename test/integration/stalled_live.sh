@@ -112,4 +112,13 @@ expect_eq "a client reading the big shape gets every row" "$ROWS" "$inserts"
 expect_eq "the worker did not restart" "$pid_before" "$(worker_pid)"
 expect_eq "health still answers" 200 "$(http_status "$SHAPE_SYNC_URL/v1/health")"
 expect_eq "no other serve was reaped" $((reaped_before + 3)) "$(reaped)"
+
+# the reaps in GET /metrics and shape_sync.metrics, the same count as stalled_serves_reaped()
+metric_text=$(curl -s --max-time 10 "$SHAPE_SYNC_URL/metrics")
+expect_eq "GET /metrics counts every reap" "$(reaped)" \
+	"$(sed -n 's/^shape_sync_reaped_connections_total{reason="stalled_write"} //p' <<<"$metric_text")"
+expect_eq "shape_sync.metrics counts every reap" "$(reaped)" \
+	"$(cluster_psql -At -c "SELECT value::bigint FROM shape_sync.metrics
+		WHERE name = 'shape_sync_reaped_connections_total' AND labels = '{\"reason\": \"stalled_write\"}'")"
+check "promtool accepts GET /metrics after the reaps" promtool check metrics <<<"$metric_text"
 finish

@@ -3,7 +3,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS shape_sync;
 
-SELECT plan(50);
+SELECT plan(61);
 
 -- The extension and its schema --------------------------------------------------------------
 
@@ -42,8 +42,9 @@ SELECT is(
             FROM pg_attribute
            WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0 AND NOT attisdropped
            ORDER BY attnum),
-    ARRAY['handle', 'relation', 'where', 'replica', 'state', 'snapshot_rows', 'snapshot_ms',
-          'log_bytes', 'chunks', 'compactions', 'readers', 'created_at', 'last_read_at', 'error'],
+    ARRAY['handle', 'relation', 'where', 'columns', 'replica', 'state', 'snapshot_rows',
+          'snapshot_ms', 'log_bytes', 'last_offset', 'chunks', 'changes', 'compactions', 'readers',
+          'waiters', 'created_at', 'last_read_at', 'error'],
     'view shape_sync.shapes has the expected columns, in order');
 SELECT col_type_is('shape_sync', 'shapes', 'handle', 'text',
                    'shape_sync.shapes.handle is text');
@@ -57,6 +58,48 @@ SELECT col_type_is('shape_sync', 'shapes', 'created_at', 'timestamp with time zo
                    'shape_sync.shapes.created_at is timestamp with time zone');
 SELECT col_type_is('shape_sync', 'shapes', 'last_read_at', 'timestamp with time zone',
                    'shape_sync.shapes.last_read_at is timestamp with time zone');
+
+-- Monitoring: connections, metrics, reset ------------------------------------------------------
+
+SELECT has_view('shape_sync', 'connections', 'view shape_sync.connections exists');
+SELECT is(
+    ARRAY(SELECT attname::text
+            FROM pg_attribute
+           WHERE attrelid = 'shape_sync.connections'::regclass AND attnum > 0 AND NOT attisdropped
+           ORDER BY attnum),
+    ARRAY['peer', 'handle', 'state', 'bytes_sent', 'connected_at', 'state_since', 'write_age'],
+    'view shape_sync.connections has the expected columns, in order');
+SELECT col_type_is('shape_sync', 'connections', 'write_age', 'interval',
+                   'shape_sync.connections.write_age is interval');
+SELECT has_view('shape_sync', 'metrics', 'view shape_sync.metrics exists');
+SELECT is(
+    ARRAY(SELECT format('%s %s', attname, format_type(atttypid, atttypmod))
+            FROM pg_attribute
+           WHERE attrelid = 'shape_sync.metrics'::regclass AND attnum > 0 AND NOT attisdropped
+           ORDER BY attnum),
+    ARRAY['name text', 'labels jsonb', 'value double precision'],
+    'view shape_sync.metrics is (name text, labels jsonb, value double precision)');
+SELECT has_function('shape_sync', 'reset_metrics', ARRAY[]::name[]);
+SELECT function_returns('shape_sync', 'reset_metrics', ARRAY[]::name[], 'void');
+SELECT ok(has_table_privilege('pg_monitor', 'shape_sync.metrics', 'SELECT') AND
+          has_table_privilege('pg_monitor', 'shape_sync.connections', 'SELECT') AND
+          NOT has_table_privilege('pg_monitor', 'shape_sync.shapes', 'SELECT') AND
+          NOT has_function_privilege('pg_monitor', 'shape_sync.reset_metrics()', 'EXECUTE'),
+          'pg_monitor reads metrics and connections, not shapes, and cannot reset');
+SELECT ok(NOT has_table_privilege('public', 'shape_sync.metrics', 'SELECT') AND
+          NOT has_table_privilege('public', 'shape_sync.connections', 'SELECT') AND
+          NOT has_function_privilege('public', 'shape_sync.reset_metrics()', 'EXECUTE'),
+          'PUBLIC reads neither metrics nor connections, and cannot reset');
+SELECT ok((SELECT count(*) > 0 FROM shape_sync.metrics
+            WHERE name = 'shape_sync_log_memory_bytes' AND labels = '{}'::jsonb AND value > 0),
+          'shape_sync.metrics shows the log memory');
+WITH m AS MATERIALIZED (SELECT * FROM shape_sync.metrics)
+SELECT is((SELECT count(*)
+             FROM m b JOIN m c ON c.name = replace(b.name, '_bucket', '_count')
+                              AND c.labels = b.labels - 'le'
+            WHERE b.name LIKE '%\_bucket' AND b.labels ->> 'le' = '+Inf' AND b.value <> c.value),
+          0::bigint,
+          'every histogram''s +Inf bucket is its count');
 
 -- Behaviour a superuser sees ------------------------------------------------------------------
 

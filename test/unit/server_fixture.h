@@ -22,6 +22,7 @@
 #include "http_server.h"
 #include "request_queue.h"
 #include "shape_table.h"
+#include "unit_metrics.h"
 
 #define PIECE_SIZE	16384		/* the server's write piece */
 #define CONNECTION_MEMORY (12 * 1024)	/* libmicrohttpd's pool per connection */
@@ -66,6 +67,9 @@ fixture_init(uint32_t nslots, uint64_t nblocks, uint32_t hash_base)
 	table = shape_table_init(table_mem, nslots, arena);
 	handle_hash_base = hash_base;
 	admission_init(&admission, 1000, 1000);
+	unit_metrics_fresh();
+	server_metrics.shapes = table;	/* for the sampled gauges */
+	server_metrics.admission = &admission;
 	return request_queue_init(&queue) == 0;
 }
 
@@ -138,6 +142,7 @@ live_change(int which, int64_t tx, const char *payload)
 
 	append_str(s, (LogOffset) {tx, 0}, payload);
 	slog_publish(shape_table_log(table, s), (LogOffset) {tx, 0}, SLOG_SNAPSHOT_DONE);
+	shape_table_note_published(table, s);	/* as the main thread does */
 }
 
 /*

@@ -11,9 +11,18 @@
 #include <unistd.h>
 
 #include "admission.h"
+#include "unit_metrics.h"
 
 #define IN_USE(a, k)	atomic_load(&(a)->in_use[k])
-#define REJECTED(a, k)	atomic_load(&(a)->rejected[k])
+#define REJECTED(a, k)	((void) (a), UNIT_REJECTED(k))
+
+/* An admission, and refusal counts from zero (they are metrics now). */
+static void
+fresh_admission(Admission *a, uint32_t initial, uint32_t existing)
+{
+	unit_metrics_fresh();
+	admission_init(a, initial, existing);
+}
 
 /* ------------------------------------------------------- sequential */
 
@@ -22,7 +31,7 @@ TEST(init_sets_limits_and_zero_counts)
 	Admission	a;
 
 	memset(&a, 0xab, sizeof(a));
-	admission_init(&a, 3, 7);
+	fresh_admission(&a, 3, 7);
 	CHECK_UEQ(atomic_load(&a.limit[ADMISSION_INITIAL]), 3);
 	CHECK_UEQ(atomic_load(&a.limit[ADMISSION_EXISTING]), 7);
 	for (int k = 0; k < ADMISSION_KINDS; k++)
@@ -30,7 +39,6 @@ TEST(init_sets_limits_and_zero_counts)
 		CHECK_UEQ(IN_USE(&a, k), 0);
 		CHECK_UEQ(REJECTED(&a, k), 0);
 	}
-	CHECK_UEQ(atomic_load(&a.reaped), 0);
 	CHECK_STR_EQ(admission_kind_name(ADMISSION_INITIAL), "initial");
 	CHECK_STR_EQ(admission_kind_name(ADMISSION_EXISTING), "existing");
 	CHECK_STR_EQ(admission_kind_name(ADMISSION_NONE), "none");
@@ -40,7 +48,7 @@ TEST(limit_is_enforced_exactly_per_kind)
 {
 	Admission	a;
 
-	admission_init(&a, 2, 3);
+	fresh_admission(&a, 2, 3);
 	CHECK(admission_acquire(&a, ADMISSION_INITIAL));
 	CHECK(admission_acquire(&a, ADMISSION_INITIAL));
 	CHECK(!admission_acquire(&a, ADMISSION_INITIAL));
@@ -80,7 +88,7 @@ TEST(limit_zero_rejects_all)
 {
 	Admission	a;
 
-	admission_init(&a, 0, 0);
+	fresh_admission(&a, 0, 0);
 	for (int i = 0; i < 5; i++)
 	{
 		CHECK(!admission_acquire(&a, ADMISSION_INITIAL));
@@ -104,7 +112,7 @@ TEST(promote_moves_one_from_initial_to_existing)
 {
 	Admission	a;
 
-	admission_init(&a, 2, 2);
+	fresh_admission(&a, 2, 2);
 	CHECK(admission_acquire(&a, ADMISSION_INITIAL));
 	CHECK(admission_acquire(&a, ADMISSION_INITIAL));
 	admission_promote(&a);
@@ -144,7 +152,7 @@ TEST(demote_moves_one_from_existing_to_initial_within_the_limit)
 {
 	Admission	a;
 
-	admission_init(&a, 1, 5);
+	fresh_admission(&a, 1, 5);
 	CHECK(admission_acquire(&a, ADMISSION_EXISTING));
 	CHECK(admission_acquire(&a, ADMISSION_EXISTING));
 	CHECK(admission_demote(&a));
@@ -175,7 +183,7 @@ TEST(set_limits_applies_to_new_acquisitions)
 {
 	Admission	a;
 
-	admission_init(&a, 4, 4);
+	fresh_admission(&a, 4, 4);
 	for (int i = 0; i < 4; i++)
 		CHECK(admission_acquire(&a, ADMISSION_INITIAL));
 
@@ -306,7 +314,7 @@ run_concurrent(uint32_t limit, bool promote)
 	uint64_t	refused = 0;
 
 	memset(&sh, 0, sizeof(sh));
-	admission_init(&sh.a, limit, 1000000);
+	fresh_admission(&sh.a, limit, 1000000);
 	sh.limit = limit;
 	sh.promote = promote;
 	for (int i = 0; i < NTHREADS; i++)
@@ -409,7 +417,7 @@ TEST(concurrent_limit_changes)
 	uint32_t	limits[] = {5, 0, 2, 1, 5, 0, 3};
 
 	memset(&f, 0, sizeof(f));
-	admission_init(&f.a, 0, 5);
+	fresh_admission(&f.a, 0, 5);
 	for (int i = 0; i < NTHREADS; i++)
 		pthread_create(&th[i], NULL, flip_worker, &f);
 	for (int round = 0; round < 28; round++)

@@ -16,8 +16,8 @@
 #include "conn_table.h"
 
 #define STATE(t, i)	((ConnState) (atomic_load(&(t)->slots[i].gen_state) & 0xFF))
-#define ARMED(t, i)	atomic_load(&(t)->slots[i].write_armed_ms)
-#define REQ_ARMED(t, i) atomic_load(&(t)->slots[i].request_armed_ms)
+#define ARMED(t, i)	atomic_load(&(t)->activity[i].write_armed_ms)
+#define REQ_ARMED(t, i) atomic_load(&(t)->activity[i].request_armed_ms)
 
 /* ------------------------------------------------------------ basics */
 
@@ -25,7 +25,7 @@ TEST(init_all_free)
 {
 	ConnTable	t;
 
-	REQUIRE_EQ(conn_table_init(&t, 5), 0);
+	REQUIRE_EQ(conn_table_init(&t, 5, NULL), 0);
 	CHECK_UEQ(t.nslots, 5);
 	CHECK_EQ(atomic_load(&t.write_timeout_ms), 0);
 	CHECK_EQ(atomic_load(&t.request_timeout_ms), 0);
@@ -37,10 +37,11 @@ TEST(init_all_free)
 		CHECK_EQ(ARMED(&t, i), 0);
 		CHECK_EQ(REQ_ARMED(&t, i), 0);
 		/* each slot's deadlines sit on a cache line of their own */
-		CHECK_EQ((uintptr_t) &t.slots[i].write_armed_ms % 128, 0);
-		CHECK((uintptr_t) &t.slots[i].request_armed_ms / 128 ==
-			  (uintptr_t) &t.slots[i].write_armed_ms / 128);
-		CHECK((uintptr_t) &t.slots[i].lock - (uintptr_t) &t.slots[i].write_armed_ms >= 128);
+		CHECK_EQ((uintptr_t) &t.activity[i].write_armed_ms % 128, 0);
+		CHECK((uintptr_t) &t.activity[i].request_armed_ms / 128 ==
+			  (uintptr_t) &t.activity[i].write_armed_ms / 128);
+		CHECK(i == 0 || (uintptr_t) &t.activity[i].write_armed_ms -
+			  (uintptr_t) &t.activity[i - 1].bytes_sent >= 64);
 	}
 	conn_table_destroy(&t);
 	CHECK(t.slots == NULL);
@@ -53,7 +54,7 @@ TEST(open_close_bumps_generation_and_reuses_slot)
 	uint32_t	a;
 	uint32_t	b;
 
-	REQUIRE_EQ(conn_table_init(&t, 4), 0);
+	REQUIRE_EQ(conn_table_init(&t, 4, NULL), 0);
 	a = conn_table_open(&t, 10, "1.2.3.4:5");
 	REQUIRE(a != CONN_NO_SLOT && a < 4);
 	CHECK_UEQ(conn_table_generation(&t, a), 1);
@@ -112,7 +113,7 @@ TEST(long_peer_and_handle_are_truncated)
 
 	memset(longtext, 'x', sizeof(longtext) - 1);
 	longtext[sizeof(longtext) - 1] = '\0';
-	REQUIRE_EQ(conn_table_init(&t, 1), 0);
+	REQUIRE_EQ(conn_table_init(&t, 1, NULL), 0);
 	s = conn_table_open(&t, 3, longtext);
 	REQUIRE(s == 0);
 	CHECK_EQ(strlen(t.slots[s].peer), CONN_PEER_LEN - 1);
@@ -129,7 +130,7 @@ TEST(full_table_gives_no_slot)
 	bool		seen[3] = {false, false, false};
 	uint32_t	again;
 
-	REQUIRE_EQ(conn_table_init(&t, 3), 0);
+	REQUIRE_EQ(conn_table_init(&t, 3, NULL), 0);
 	for (int i = 0; i < 3; i++)
 	{
 		got[i] = conn_table_open(&t, 20 + i, "p");
@@ -160,7 +161,7 @@ TEST(full_table_gives_no_slot)
 	conn_table_destroy(&t);
 
 	/* a table of no slots admits no connection */
-	REQUIRE_EQ(conn_table_init(&t, 0), 0);
+	REQUIRE_EQ(conn_table_init(&t, 0, NULL), 0);
 	CHECK_UEQ(conn_table_open(&t, 5, "p"), CONN_NO_SLOT);
 	conn_table_destroy(&t);
 }
@@ -180,7 +181,7 @@ TEST(request_deadline_life_cycle)
 	int64_t		before;
 	int64_t		after;
 
-	REQUIRE_EQ(conn_table_init(&t, 2), 0);
+	REQUIRE_EQ(conn_table_init(&t, 2, NULL), 0);
 	before = conn_now_coarse_ms();
 	s = conn_table_open(&t, 7, "p");
 	after = conn_now_coarse_ms();
@@ -223,7 +224,7 @@ TEST(deadline_arm_and_clear)
 	int64_t		before;
 	int64_t		after;
 
-	REQUIRE_EQ(conn_table_init(&t, 2), 0);
+	REQUIRE_EQ(conn_table_init(&t, 2, NULL), 0);
 	s = conn_table_open(&t, 7, "p");
 	other = conn_table_open(&t, 8, "q");
 	REQUIRE(s != CONN_NO_SLOT && other != CONN_NO_SLOT);
@@ -275,7 +276,7 @@ TEST(deadline_arm_and_clear)
 	CHECK(ARMED(&t, s) != 0);
 	conn_table_close(&t, s);
 	CHECK_EQ(ARMED(&t, s), 0);
-	atomic_store(&t.slots[s].write_armed_ms, 12345);	/* a stale store */
+	atomic_store(&t.activity[s].write_armed_ms, 12345);	/* a stale store */
 	CHECK_UEQ(conn_table_open(&t, 9, "r"), s);
 	CHECK_EQ(ARMED(&t, s), 0);
 
@@ -409,7 +410,7 @@ TEST(stress_open_close_with_generation_reader)
 	uint64_t	gens = 0;
 
 	memset(&st, 0, sizeof(st));
-	REQUIRE_EQ(conn_table_init(&st.t, STRESS_SLOTS), 0);
+	REQUIRE_EQ(conn_table_init(&st.t, STRESS_SLOTS, NULL), 0);
 	atomic_store(&st.t.write_timeout_ms, 1000);
 	pthread_create(&reader, NULL, stress_reader, &st);
 	for (int i = 0; i < STRESS_THREADS; i++)

@@ -31,14 +31,15 @@
 #include "conn_table.h"
 #include "deadline.h"
 #include "thread_log.h"
+#include "unit_metrics.h"
 
 #define STATE(t, i)	((ConnState) (atomic_load(&(t)->slots[i].gen_state) & 0xFF))
 /* when the slot's pending piece was handed over; 0: none */
-#define ARMED(t, i) atomic_load(&(t)->slots[i].write_armed_ms)
-#define SET_ARMED(t, i, v) atomic_store(&(t)->slots[i].write_armed_ms, (int64_t) (v))
+#define ARMED(t, i) atomic_load(&(t)->activity[i].write_armed_ms)
+#define SET_ARMED(t, i, v) atomic_store(&(t)->activity[i].write_armed_ms, (int64_t) (v))
 /* when the slot began waiting for a request; 0: one is in hand */
-#define REQ_ARMED(t, i) atomic_load(&(t)->slots[i].request_armed_ms)
-#define SET_REQ_ARMED(t, i, v) atomic_store(&(t)->slots[i].request_armed_ms, (int64_t) (v))
+#define REQ_ARMED(t, i) atomic_load(&(t)->activity[i].request_armed_ms)
+#define SET_REQ_ARMED(t, i, v) atomic_store(&(t)->activity[i].request_armed_ms, (int64_t) (v))
 
 /* ---------------------------------------------------------- helpers */
 
@@ -149,18 +150,18 @@ static bool
 fixture_init(Fixture *f, uint32_t nslots, int64_t timeout_ms)
 {
 	memset(f, 0, sizeof(*f));
-	if (conn_table_init(&f->t, nslots) != 0)
+	if (conn_table_init(&f->t, nslots, NULL) != 0)
 		return false;
 	admission_init(&f->adm, 100, 100);
+	unit_metrics_fresh();
 	atomic_store(&f->t.write_timeout_ms, timeout_ms);
 	f->w.conns = &f->t;
-	f->w.counters = &f->adm;
 	log_collect();				/* nothing left over from elsewhere */
 	return true;
 }
 
-#define REAPED(f) atomic_load(&(f)->adm.reaped)
-#define REQUEST_TIMEOUTS(f) atomic_load(&(f)->adm.request_timeouts)
+#define REAPED(f) ((void) (f), UNIT_REAPED())
+#define REQUEST_TIMEOUTS(f) ((void) (f), UNIT_REQUEST_TIMEOUTS())
 
 /* ---------------------------------------------------- single sweeps */
 
@@ -844,7 +845,7 @@ TEST(thread_reaps_stalled_and_spares_progressing)
 	s_idle = conn_table_open(&f.t, idle.fd, "idle");
 	conn_table_set_handle(&f.t, s_stalled, "h-stalled");
 
-	REQUIRE_EQ(deadline_start(&f.w, &f.t, &f.adm), 0);
+	REQUIRE_EQ(deadline_start(&f.w, &f.t), 0);
 	ra = (Rearmer) {.t = &f.t, .slot = s_busy, .seconds = 1.0};
 	pthread_create(&rearmer, NULL, rearmer_main, &ra);
 
@@ -1034,7 +1035,7 @@ check_thread_reaps_a_connection_that_sends_no_request(int64_t write_timeout_ms)
 	atomic_store(&f.t.request_timeout_ms, 200);
 	REQUIRE(pair_open(&waiting));
 	REQUIRE(pair_open(&served));
-	REQUIRE_EQ(deadline_start(&f.w, &f.t, &f.adm), 0);
+	REQUIRE_EQ(deadline_start(&f.w, &f.t), 0);
 	opened = unit_now();
 	s_waiting = conn_table_open(&f.t, waiting.fd, "waiting");
 	s_served = conn_table_open(&f.t, served.fd, "served");
@@ -1087,7 +1088,7 @@ TEST(thread_with_timeout_zero_reaps_nothing_and_stops_promptly)
 	REQUIRE(pair_open(&p));
 	s = conn_table_open(&f.t, p.fd, "peer");
 	SET_ARMED(&f.t, s, 1);		/* long stalled, but deadlines are off */
-	REQUIRE_EQ(deadline_start(&f.w, &f.t, &f.adm), 0);
+	REQUIRE_EQ(deadline_start(&f.w, &f.t), 0);
 	usleep(60000);
 	t0 = unit_now();
 	deadline_stop(&f.w);		/* the thread sleeps a whole second: stop wakes it */

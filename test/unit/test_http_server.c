@@ -32,11 +32,12 @@ static _Atomic bool reused_in_replay;
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
-	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_FANOUT, SH_COUNT
+	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_FANOUT, SH_WATCHED,
+	SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap", "snapping", "swapped", "reused", "fanout"
+	"slowsnap", "snapping", "swapped", "reused", "fanout", "watched"
 };
 
 #include "server_fixture.h"
@@ -312,6 +313,8 @@ TEST(server_starts)
 
 	/* live: a one-record snapshot, then changes appended by the tests */
 	new_live_shape(SH_LIVE, L0);
+	/* watched: a live shape the metrics test follows */
+	new_live_shape(SH_WATCHED, L0);
 
 	/* slowsnap: a snapshot that never produces anything */
 	new_shape(SH_SLOWSNAP, SHAPE_SNAPSHOTTING);
@@ -1765,7 +1768,7 @@ TEST(stalled_reader_is_reaped)
 {
 	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
 		.long_poll_timeout_ms = LONG_POLL_MS, .stalled_serve_timeout_ms = 300};
-	uint64_t	reaped_before = atomic_load(&admission.reaped);
+	uint64_t	reaped_before = UNIT_REAPED();
 	int			fd;
 	int			small = 4096;
 	struct sockaddr_in sa;
@@ -1790,9 +1793,9 @@ TEST(stalled_reader_is_reaped)
 
 	/* the write deadline passes: the server drops the connection and the pin */
 	until = unit_now() + 10;
-	while (atomic_load(&admission.reaped) == reaped_before && unit_now() < until)
+	while (UNIT_REAPED() == reaped_before && unit_now() < until)
 		usleep(10000);
-	CHECK_UEQ(atomic_load(&admission.reaped), reaped_before + 1);
+	CHECK_UEQ(UNIT_REAPED(), reaped_before + 1);
 	if (!wait_pins(SH_BIG, 0, 10))
 		FAIL("the reaped serve still pins its shape");
 	close(fd);
@@ -1868,9 +1871,9 @@ wait_request_timeouts(uint64_t want)
 {
 	double		until = unit_now() + 5;
 
-	while (atomic_load(&admission.request_timeouts) < want && unit_now() < until)
+	while (UNIT_REQUEST_TIMEOUTS() < want && unit_now() < until)
 		usleep(1000);
-	return atomic_load(&admission.request_timeouts) == want;
+	return UNIT_REQUEST_TIMEOUTS() == want;
 }
 
 /* Closed after `deadline_ms`, not before (a coarse tick of slack), and soon after. */
@@ -1892,7 +1895,7 @@ TEST(slow_request_headers_are_closed_at_the_deadline)
 
 	REQUIRE(server != NULL);
 	use_timeouts(REQUEST_DEADLINE_MS, 0);
-	before = atomic_load(&admission.request_timeouts);
+	before = UNIT_REQUEST_TIMEOUTS();
 	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 			 shape_target("items", "-1", NULL, NULL));
 	t.text = req;
@@ -1931,7 +1934,7 @@ TEST(keep_alive_idle_counts_toward_the_request_deadline)
 
 	REQUIRE(server != NULL);
 	use_timeouts(REQUEST_DEADLINE_MS, 0);
-	before = atomic_load(&admission.request_timeouts);
+	before = UNIT_REQUEST_TIMEOUTS();
 	opened = unit_now();
 	REQUIRE(hc_open(&c, port, TIMEOUT_S));
 	for (int i = 0; i < 3; i++)
@@ -1979,7 +1982,7 @@ TEST(slow_request_body_is_closed_at_the_deadline)
 
 	REQUIRE(server != NULL);
 	use_timeouts(REQUEST_DEADLINE_MS, 0);
-	before = atomic_load(&admission.request_timeouts);
+	before = UNIT_REQUEST_TIMEOUTS();
 	t.since = unit_now();
 	REQUIRE(hc_open(&t.c, port, TIMEOUT_S));
 	REQUIRE(hc_send(&t.c, head, strlen(head)));	/* the headers at once */
@@ -2005,7 +2008,7 @@ TEST(request_deadline_spares_a_parked_request)
 
 	REQUIRE(server != NULL);
 	use_timeouts(REQUEST_DEADLINE_MS / 2, 0);
-	before = atomic_load(&admission.request_timeouts);
+	before = UNIT_REQUEST_TIMEOUTS();
 	snprintf(target, sizeof(target), "/v1/shape?table=live&offset=0_inf&handle=%s&live=true"
 			 "&cursor=", handle_of(SH_LIVE));
 	t0 = unit_now();
@@ -2016,7 +2019,7 @@ TEST(request_deadline_spares_a_parked_request)
 	if (took < LONG_POLL_MS / 1000.0 * 0.8)
 		FAIL("the long-poll ended after %.2fs (long-poll %dms)", took, LONG_POLL_MS);
 	hc_response_free(&r);
-	CHECK_UEQ(atomic_load(&admission.request_timeouts), before);
+	CHECK_UEQ(UNIT_REQUEST_TIMEOUTS(), before);
 	CHECK(wait_pins(SH_LIVE, 0, 5));
 	use_timeouts(0, 0);
 }
@@ -2106,14 +2109,14 @@ TEST(snapshot_waiters_count_as_initial)
 	CHECK(!hc_readable(&by_handle.c, 100));
 
 	/* so the initial limit bounds it: over it, Electric's 503 */
-	rejected = atomic_load(&admission.rejected[ADMISSION_INITIAL]);
+	rejected = UNIT_REJECTED(ADMISSION_INITIAL);
 	admission_set_limits(&admission, 2, 1000);
 	REQUIRE_RESPONSE(GET(shape_target("snapping", "0_0", handle_of(SH_SNAPPING), NULL), &r), &r);
 	CHECK_EQ(r.status, 503);
 	CHECK_STR_EQ(r.body, "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
 				 "\"Concurrent initial request limit exceeded (limit: 2), please retry\"}");
 	hc_response_free(&r);
-	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
+	CHECK_UEQ(UNIT_REJECTED(ADMISSION_INITIAL), rejected + 1);
 	admission_set_limits(&admission, 1000, 1000);
 	CHECK_ADMITTED(2, 0);
 
@@ -2264,6 +2267,126 @@ TEST(live_request_wakes_on_a_change)
 	CHECK(hc_header(&r, "electric-schema") != NULL);
 	hc_response_free(&r);
 	CHECK(wait_pins(SH_LIVE, 0, 5));
+}
+
+/* The line of `name` (with its labels) in a Prometheus text, or NULL. */
+static const char *
+metric_line(const char *text, const char *name)
+{
+	size_t		n = strlen(name);
+
+	for (const char *p = text; p != NULL && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (strncmp(p, name, n) == 0 && p[n] == ' ')
+			return p + n + 1;
+	return NULL;
+}
+
+static double
+metric_value(const char *text, const char *name)
+{
+	const char *v = metric_line(text, name);
+
+	return v ? strtod(v, NULL) : -1;
+}
+
+#define REQUESTS(route, status, kind) \
+	"shape_sync_http_requests_total{route=\"" route "\",method=\"GET\",status=\"" status \
+	"\",kind=\"" kind "\"}"
+
+/*
+ * GET /metrics counts what the server did, by route, status and kind; a
+ * parked request shows as a live waiter on its shape and its connection,
+ * and its wake-up as a log-to-client latency.
+ */
+TEST(metrics_count_what_was_served)
+{
+	HcResponse	r;
+	Client		p;
+	char		target[512];
+	const char *text;
+	ConnActivityView view;
+	bool		seen_waiting = false;
+
+	REQUIRE(server != NULL);
+	server_metrics_reset();
+	for (int i = 0; i < 3; i++)
+	{
+		REQUIRE_RESPONSE(GET("/v1/health", &r), &r);
+		hc_response_free(&r);
+	}
+	for (int i = 0; i < 2; i++)
+	{
+		REQUIRE_RESPONSE(GET("/v1/nope", &r), &r);
+		CHECK_EQ(r.status, 404);
+		hc_response_free(&r);
+	}
+	REQUIRE_RESPONSE(GET(shape_target("items", "-1", NULL, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	for (int i = 0; i < 2; i++)
+	{
+		REQUIRE_RESPONSE(GET(shape_target("watched", "0_0", handle_of(SH_WATCHED), NULL), &r), &r);
+		CHECK_EQ(r.status, 200);
+		hc_response_free(&r);
+	}
+
+	/* a live request parks: a waiter, on its shape and on its connection */
+	snprintf(target, sizeof(target), "/v1/shape?table=watched&offset=0_inf&handle=%s&live=true",
+			 handle_of(SH_WATCHED));
+	REQUIRE(client_get(&p, target));
+	REQUIRE(wait_pins(SH_WATCHED, 1, 10));
+	for (double until = unit_now() + 5; unit_now() < until && !seen_waiting;)
+	{
+		for (uint32_t i = 0; i < server->conns.nslots; i++)
+			if (conn_activity_read(&server->conns.activity[i], &view, conn_now_coarse_ms()) &&
+				view.state == CONN_ACTIVITY_WAITING)
+				seen_waiting = strcmp(view.handle, handle_of(SH_WATCHED)) == 0;
+		if (!seen_waiting)
+			usleep(10000);
+	}
+	CHECK(seen_waiting);
+	CHECK_EQ(atomic_load(&table->slots[slot_of[SH_WATCHED]].waiters), 1);
+	REQUIRE_RESPONSE(GET("/metrics", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "content-type", "text/plain; version=0.0.4; charset=utf-8");
+	CHECK_EQ(metric_value(r.body, "shape_sync_live_waiters"), 1);
+	CHECK(metric_value(r.body, "shape_sync_http_connections") >= 2);
+	hc_response_free(&r);
+
+	usleep(20000);				/* some time between the change and its delivery */
+	live_change(SH_WATCHED, 2000, "{\"key\":\"c2000\",\"value\":{\"id\":\"1\"},"
+				"\"headers\":{\"operation\":\"update\",\"lsn\":\"2000\",\"op_position\":0}}");
+	http_server_wake_shape(server, slot_of[SH_WATCHED]);
+	if (hc_read_response(&p.c, false, &r))
+		CHECK_EQ(r.status, 200);
+	else
+		FAIL("live request: %s", r.error);
+	hc_response_free(&r);
+	hc_close(&p.c);
+	CHECK(wait_pins(SH_WATCHED, 0, 5));
+	CHECK_EQ(atomic_load(&table->slots[slot_of[SH_WATCHED]].waiters), 0);
+
+	REQUIRE_RESPONSE(GET("/metrics", &r), &r);
+	text = r.body;
+	CHECK_EQ(metric_value(text, REQUESTS("health", "2xx", "none")), 3);
+	CHECK_EQ(metric_value(text, REQUESTS("other", "4xx", "none")), 2);
+	CHECK_EQ(metric_value(text, REQUESTS("shape", "2xx", "initial")), 1);
+	CHECK_EQ(metric_value(text, REQUESTS("shape", "2xx", "existing")), 2);
+	CHECK_EQ(metric_value(text, REQUESTS("shape", "2xx", "live")), 1);
+	CHECK_EQ(metric_value(text, REQUESTS("metrics", "2xx", "none")), 1);	/* the first scrape */
+	CHECK(metric_line(text, REQUESTS("shape", "4xx", "live")) == NULL);	/* sparse */
+	CHECK_EQ(metric_value(text, "shape_sync_errors_total{kind=\"not_found\"}"), 2);
+	CHECK_EQ(metric_value(text, "shape_sync_live_waiters"), 0);
+	CHECK_EQ(metric_value(text, "shape_sync_log_to_client_seconds_count{kind=\"live\"}"), 1);
+	CHECK(metric_value(text, "shape_sync_log_to_client_seconds_sum{kind=\"live\"}") < 1);
+	CHECK_EQ(metric_value(text, "shape_sync_http_serve_duration_seconds_count{kind=\"none\"}"), 6);
+	/* bodies: health 3 x 19, "Not found" 2 x 9, and the first scrape */
+	CHECK(metric_value(text, "shape_sync_http_response_body_bytes_total{kind=\"none\"}") > 3 * 19 + 2 * 9);
+	CHECK(metric_value(text, "shape_sync_http_response_body_bytes_total{kind=\"existing\"}") > 0);
+	CHECK(metric_value(text, "shape_sync_shapes{state=\"ready\"}") >= 1);
+	CHECK_EQ(metric_value(text, "shape_sync_admission_in_use{kind=\"existing\"}"), 0);
+	CHECK_EQ(metric_value(text, "shape_sync_admission_limit{kind=\"initial\"}"), 1000);
+	hc_response_free(&r);
 }
 
 TEST(out_of_bounds_offset_waits_then_400)
@@ -2488,7 +2611,7 @@ TEST(admission_limits)
 {
 	HcResponse	r;
 	const char *retry;
-	uint64_t	rejected = atomic_load(&admission.rejected[ADMISSION_INITIAL]);
+	uint64_t	rejected = UNIT_REJECTED(ADMISSION_INITIAL);
 
 	REQUIRE(server != NULL);
 	/*
@@ -2503,7 +2626,7 @@ TEST(admission_limits)
 	retry = hc_header(&r, "retry-after");
 	CHECK(retry != NULL && atoi(retry) >= 5 && atoi(retry) <= 10);
 	hc_response_free(&r);
-	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
+	CHECK_UEQ(UNIT_REJECTED(ADMISSION_INITIAL), rejected + 1);
 
 	/*
 	 * ... but one for a shape the server holds is an existing one, with or
@@ -2515,7 +2638,7 @@ TEST(admission_limits)
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
-	CHECK_UEQ(atomic_load(&admission.rejected[ADMISSION_INITIAL]), rejected + 1);
+	CHECK_UEQ(UNIT_REJECTED(ADMISSION_INITIAL), rejected + 1);
 
 	admission_set_limits(&admission, 1000, 0);
 	REQUIRE_RESPONSE(GET(shape_target("items", "0_0", handle_of(SH_ITEMS), NULL), &r), &r);

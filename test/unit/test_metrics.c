@@ -12,10 +12,14 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "metrics.h"
 
-static const char *const kinds[] = {"kind=\"initial\"", "kind=\"live\"", "kind=\"sse\""};
+static const char *const kind_values[] = {"initial", "live", "sse"};
+static const MetricDim kinds[] = {{"kind", kind_values, 3}};
+static const MetricDim two_kinds[] = {{"kind", kind_values, 2}};
 static const double bounds[] = {0.001, 0.01, 0.1, 1};
 
 enum
@@ -24,9 +28,9 @@ enum
 };
 
 static const MetricDef defs[] = {
-	[M_REQUESTS] = {"test_requests_total", "Requests answered.", METRIC_COUNTER, kinds, 3, NULL, 0},
+	[M_REQUESTS] = {"test_requests_total", "Requests answered.", METRIC_COUNTER, kinds, 1, NULL, 0},
 	[M_WAITERS] = {"test_waiters", "Live requests parked.", METRIC_GAUGE, NULL, 0, NULL, 0},
-	[M_DURATION] = {"test_serve_seconds", "Time to serve a request.", METRIC_HISTOGRAM, kinds, 3,
+	[M_DURATION] = {"test_serve_seconds", "Time to serve a request.", METRIC_HISTOGRAM, kinds, 1,
 	bounds, 4},
 	[M_PLAIN] = {"test_plain_seconds", "One series.", METRIC_HISTOGRAM, NULL, 0, bounds, 4},
 };
@@ -94,7 +98,7 @@ writer_main(void *arg)
 	Writer	   *w = arg;
 	MetricsStripe stripe;
 
-	w->own = metrics_claim_stripe(metrics, &stripe);
+	w->own = metrics_claim_stripe(metrics, &stripe, (uint32_t) getpid());
 	pthread_barrier_wait(&claimed);
 	for (int i = 0; i < WRITES; i++)
 	{
@@ -235,18 +239,135 @@ TEST(a_stripe_given_back_keeps_its_counts)
 				b;
 
 	fresh(1);
-	REQUIRE(metrics_claim_stripe(metrics, &a));
+	REQUIRE(metrics_claim_stripe(metrics, &a, (uint32_t) getpid()));
 	metric_add(&a, &layout, M_REQUESTS, 1, 7);
-	CHECK(!metrics_claim_stripe(metrics, &b));	/* held: the shared one */
+	CHECK(!metrics_claim_stripe(metrics, &b, (uint32_t) getpid()));	/* held: the shared one */
 	CHECK(b.shared);
 	metric_add(&b, &layout, M_REQUESTS, 1, 1);
 	metrics_release_stripe(metrics, &a);
-	REQUIRE(metrics_claim_stripe(metrics, &a));
+	REQUIRE(metrics_claim_stripe(metrics, &a, (uint32_t) getpid()));
 	CHECK_EQ(a.index, 0);
 	metric_add(&a, &layout, M_REQUESTS, 1, 2);
 	CHECK_UEQ(metrics_read_counter(metrics, &layout, M_REQUESTS, 1), 10);
 	CHECK_UEQ(metrics_read_counter(metrics, &layout, M_REQUESTS, 0), 0);
 	metrics_release_stripe(metrics, &a);
+}
+
+/* a process that crashed holding stripes does not keep them from others */
+TEST(a_stripe_of_a_gone_process_is_taken_over)
+{
+	MetricsStripe a,
+				b;
+	pid_t		child = fork();
+	_Atomic uint32_t *owned;
+
+	REQUIRE(child >= 0);
+	if (child == 0)
+		_exit(0);
+	REQUIRE(waitpid(child, NULL, 0) == child);
+	fresh(2);
+	owned = (_Atomic uint32_t *) ((char *) metrics + metrics->owned_offset);
+	REQUIRE(metrics_claim_stripe(metrics, &a, (uint32_t) child));	/* then it "crashed" */
+	metric_add(&a, &layout, M_REQUESTS, 0, 5);
+	REQUIRE(metrics_claim_stripe(metrics, &b, (uint32_t) getpid()));
+	CHECK_EQ(b.index, 1);		/* a free one first */
+	CHECK_EQ(atomic_load(&owned[0]), (uint32_t) child);
+	REQUIRE(metrics_claim_stripe(metrics, &a, (uint32_t) getpid()));
+	CHECK_EQ(a.index, 0);		/* the gone one's, counts kept */
+	metric_add(&a, &layout, M_REQUESTS, 0, 1);
+	CHECK_UEQ(metrics_read_counter(metrics, &layout, M_REQUESTS, 0), 6);
+	/* a live owner's stripe is not taken */
+	CHECK(!metrics_claim_stripe(metrics, &b, (uint32_t) getpid()));
+	CHECK_EQ(metrics_release_owner(metrics, (uint32_t) getpid()), 2);
+	CHECK_EQ(atomic_load(&owned[0]), 0);
+	CHECK_EQ(atomic_load(&owned[1]), 0);
+	CHECK_EQ(metrics_release_owner(metrics, (uint32_t) getpid()), 0);
+}
+
+static bool
+sample_two(void *ctx, uint32_t metric, uint32_t series, double *value)
+{
+	(void) ctx;
+	(void) metric;
+	if (series == 1)
+		return false;			/* not known: left out */
+	*value = series == 0 ? 1.5 : 42;
+	return true;
+}
+
+typedef struct Collected
+{
+	char		text[4096];
+	size_t		len;
+	int			samples;
+} Collected;
+
+static void
+collect(void *ctx, const MetricSample *sample)
+{
+	Collected  *c = ctx;
+
+	c->samples++;
+	c->len += (size_t) snprintf(c->text + c->len, sizeof(c->text) - c->len, "%u%s|%s|%s\n",
+								sample->metric, sample->suffix, sample->labels, sample->value);
+}
+
+/* dimensions multiply; sparse metrics show only what is not zero */
+TEST(dimensions_sparse_series_and_samples)
+{
+	static const char *const routes[] = {"shape", "health"};
+	static const char *const codes[] = {"2xx", "4xx", "5xx"};
+	static const MetricDim route_code[] = {{"route", routes, 2}, {"status", codes, 3}};
+	static const MetricDim three[] = {{"n", codes, 3}};
+	static const MetricDef dim_defs[] = {
+		{"r_total", "R.", METRIC_COUNTER, route_code, 2, NULL, 0, true},
+		{"r_seconds", "S.", METRIC_HISTOGRAM, route_code, 2, bounds, 1, true},
+		{"r_level", "L.", METRIC_SAMPLED, three, 1, NULL, 0},
+		{"r_dense_total", "D.", METRIC_COUNTER, three, 1, NULL, 0},
+	};
+	MetricsLayout dl;
+	void	   *mem;
+	Metrics    *m;
+	MetricsStripe s;
+	char		labels[128];
+	Collected	c = {0};
+	char		text[4096];
+
+	REQUIRE_EQ(metrics_layout_init(&dl, dim_defs, 4), 0);
+	CHECK_EQ(metrics_series_count(&dl, 0), 6);
+	CHECK_EQ(dl.base[1], 6);
+	CHECK_EQ(dl.base[2], 6 + 6 * 3);
+	CHECK_EQ(dl.base[3], 6 + 6 * 3);	/* sampled: no slots */
+	CHECK_EQ(metrics_series_labels(&dl, 0, 4, labels, sizeof(labels)),
+			 strlen("route=\"health\",status=\"4xx\""));
+	CHECK_STR_EQ(labels, "route=\"health\",status=\"4xx\"");
+	mem = calloc(1, metrics_size(&dl, 1));
+	m = metrics_init(mem, &dl, 1);
+	REQUIRE(metrics_claim_stripe(m, &s, (uint32_t) getpid()));
+	metric_add(&s, &dl, 0, 4, 2);
+	metric_observe(&s, &dl, 1, 2, 0.5);
+	metric_add(&s, &dl, 3, 2, 1);
+	metrics_visit(m, &dl, sample_two, NULL, collect, &c);
+	CHECK_STR_EQ(c.text,
+				 "0|route=\"health\",status=\"4xx\"|2\n"
+				 "1_bucket|route=\"shape\",status=\"5xx\",le=\"0.001\"|0\n"
+				 "1_bucket|route=\"shape\",status=\"5xx\",le=\"+Inf\"|1\n"
+				 "1_sum|route=\"shape\",status=\"5xx\"|0.5\n"
+				 "1_count|route=\"shape\",status=\"5xx\"|1\n"
+				 "2|n=\"2xx\"|1.5\n"
+				 "2|n=\"5xx\"|42\n"
+				 "3|n=\"2xx\"|0\n"
+				 "3|n=\"4xx\"|0\n"
+				 "3|n=\"5xx\"|1\n");
+	/* no sampler: sampled series are left out, HELP and TYPE with them */
+	metrics_format_prometheus(m, &dl, NULL, NULL, text, sizeof(text));
+	CHECK(strstr(text, "r_level") == NULL);
+	CHECK(strstr(text, "# TYPE r_seconds histogram\n") != NULL);
+	metrics_format_prometheus(m, &dl, sample_two, NULL, text, sizeof(text));
+	CHECK(strstr(text, "# TYPE r_level gauge\nr_level{n=\"2xx\"} 1.5\n") != NULL);
+	metrics_release_stripe(m, &s);
+	metrics_layout_free(&dl);
+	free(mem);
 }
 
 TEST(reset_zeroes_counts_but_not_levels)
@@ -256,7 +377,7 @@ TEST(reset_zeroes_counts_but_not_levels)
 	double		sum;
 
 	fresh(2);
-	REQUIRE(metrics_claim_stripe(metrics, &s));
+	REQUIRE(metrics_claim_stripe(metrics, &s, (uint32_t) getpid()));
 	metric_add(&s, &layout, M_REQUESTS, 0, 4);
 	metric_gauge_add(&s, &layout, M_WAITERS, 0, 3);
 	metric_observe(&s, &layout, M_PLAIN, 0, 0.5);
@@ -327,7 +448,7 @@ TEST(resets_racing_writers_keep_reads_sane)
 TEST(prometheus_text_is_exact)
 {
 	static const MetricDef small_defs[] = {
-		{"t_total", "Things.", METRIC_COUNTER, kinds, 2, NULL, 0},
+		{"t_total", "Things.", METRIC_COUNTER, two_kinds, 1, NULL, 0},
 		{"t_open", "Open things.", METRIC_GAUGE, NULL, 0, NULL, 0},
 		{"t_seconds", "Time.", METRIC_HISTOGRAM, NULL, 0, bounds, 2},
 	};
@@ -341,12 +462,12 @@ TEST(prometheus_text_is_exact)
 	REQUIRE_EQ(metrics_layout_init(&small, small_defs, 3), 0);
 	mem = calloc(1, metrics_size(&small, 1));
 	m = metrics_init(mem, &small, 1);
-	REQUIRE(metrics_claim_stripe(m, &s));
+	REQUIRE(metrics_claim_stripe(m, &s, (uint32_t) getpid()));
 	metric_add(&s, &small, 0, 1, 3);
 	metric_gauge_add(&s, &small, 1, 0, -2);
 	metric_observe(&s, &small, 2, 0, 0.001);
 	metric_observe(&s, &small, 2, 0, 0.25);
-	len = metrics_format_prometheus(m, &small, text, sizeof(text));
+	len = metrics_format_prometheus(m, &small, NULL, NULL, text, sizeof(text));
 	CHECK_EQ(len, strlen(text));
 	CHECK_STR_EQ(text,
 				 "# HELP t_total Things.\n"
@@ -365,7 +486,7 @@ TEST(prometheus_text_is_exact)
 				 "t_seconds_count 2\n");
 	/* too small a buffer: the length needed, and no overrun */
 	memset(text, 'x', sizeof(text));
-	CHECK_EQ(metrics_format_prometheus(m, &small, text, 10), len);
+	CHECK_EQ(metrics_format_prometheus(m, &small, NULL, NULL, text, 10), len);
 	CHECK(text[10] == 'x');
 	metrics_release_stripe(m, &s);
 	metrics_layout_free(&small);

@@ -212,8 +212,8 @@ TEST(notify_marks_only_valid_slots)
 	ConnTable	ct;
 	Waiters		w;
 
-	REQUIRE_EQ(conn_table_init(&ct, 4), 0);
-	REQUIRE_EQ(waiters_init(&w, 70, &ct), 0);	/* two words of shape bits */
+	REQUIRE_EQ(conn_table_init(&ct, 4, NULL), 0);
+	REQUIRE_EQ(waiters_init(&w, 70, &ct, NULL), 0);	/* two words of shape bits */
 	CHECK(w.epoll_fd >= 0);
 	CHECK(w.notify_fd >= 0);
 	CHECK_EQ(CHANGED(&w, 0), 0);
@@ -249,8 +249,8 @@ TEST(park_thread_starts_consumes_notifications_and_stops_promptly)
 	int64_t		a;
 	int64_t		b;
 
-	REQUIRE_EQ(conn_table_init(&ct, 4), 0);
-	REQUIRE_EQ(waiters_init(&w, 130, &ct), 0);
+	REQUIRE_EQ(conn_table_init(&ct, 4, NULL), 0);
+	REQUIRE_EQ(waiters_init(&w, 130, &ct, NULL), 0);
 	REQUIRE_EQ(waiters_start(&w), 0);
 	CHECK(w.thread_started);
 
@@ -574,7 +574,7 @@ send_get(int fd, const char *target)
 
 TEST(client_that_never_reads_is_reaped)
 {
-	uint64_t	reaped0 = atomic_load(&admission.reaped);
+	uint64_t	reaped0 = UNIT_REAPED();
 	int			fd;
 	int			lport;
 	double		t0;
@@ -588,15 +588,15 @@ TEST(client_that_never_reads_is_reaped)
 	lport = local_port(fd);
 	t0 = unit_now();
 	REQUIRE(send_get(fd, "/v1/shape?table=huge&offset=-1"));
-	CHECK(WAIT_FOR(pins(SH_HUGE) == 1 || atomic_load(&admission.reaped) != reaped0, 5));
+	CHECK(WAIT_FOR(pins(SH_HUGE) == 1 || UNIT_REAPED() != reaped0, 5));
 
 	/* a piece is stuck in the full socket: the deadline thread shuts it down */
-	WAIT_FOR(atomic_load(&admission.reaped) != reaped0 && in_use() == 0 &&
+	WAIT_FOR(UNIT_REAPED() != reaped0 && in_use() == 0 &&
 			 pins(SH_HUGE) == 0, 10);
 	took = unit_now() - t0;
 	fprintf(stderr, "  # a client that never read was reaped and released in %.0f ms "
 			"(timeout %d ms)\n", took * 1000, STALL_MS);
-	CHECK_UEQ(atomic_load(&admission.reaped), reaped0 + 1);
+	CHECK_UEQ(UNIT_REAPED(), reaped0 + 1);
 	CHECK_EQ(in_use(), 0);
 	CHECK_EQ(pins(SH_HUGE), 0);
 	if (took < STALL_MS / 1000.0 * 0.9 || took > 1.0)
@@ -693,7 +693,7 @@ slow_reader(void *arg)
 
 TEST(slow_steady_reader_gets_everything_and_is_not_reaped)
 {
-	uint64_t	reaped0 = atomic_load(&admission.reaped);
+	uint64_t	reaped0 = UNIT_REAPED();
 	SlowRead	sr = {.rate = 2.0 * 1024 * 1024};
 	pthread_t	th;
 	HcConn		c;
@@ -728,7 +728,7 @@ TEST(slow_steady_reader_gets_everything_and_is_not_reaped)
 	free(c.buf);
 
 	/* not reaped, and everything released */
-	CHECK_UEQ(atomic_load(&admission.reaped), reaped0);
+	CHECK_UEQ(UNIT_REAPED(), reaped0);
 	snprintf(needle, sizeof(needle), "127.0.0.1:%d:", sr.lport);
 	CHECK_EQ(log_warnings_with(needle), 0);
 	CHECK(WAIT_FOR(in_use() == 0 && pins(SH_HUGE) == 0, 5));
