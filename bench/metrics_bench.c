@@ -26,14 +26,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "metrics.h"
 
 static const double bounds[] = {0.0001, 0.001, 0.01, 0.1, 1, 10};
 static const MetricDef defs[] = {
-	{"bench_ops_total", "Operations.", METRIC_COUNTER, NULL, 0, NULL, 0},
-	{"bench_seconds", "Durations.", METRIC_HISTOGRAM, NULL, 0, bounds, 6},
+	{"bench_ops_total", "Operations.", METRIC_COUNTER, NULL, 0, NULL, 0, false},
+	{"bench_seconds", "Durations.", METRIC_HISTOGRAM, NULL, 0, bounds, 6, false},
 };
 
 typedef enum Way { WAY_STRIPED, WAY_ATOMIC, WAY_MUTEX } Way;

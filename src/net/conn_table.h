@@ -57,6 +57,7 @@ typedef struct ConnSlot
 	uint8_t		req_route;		/* SmRoute */
 	uint8_t		req_method;		/* SmMethod */
 	uint8_t		req_kind;		/* SmKind */
+	bool		req_head;		/* HEAD: no body goes out */
 
 	/* Changed under `lock` only (open, close, reap, park, unpark). */
 	_Alignas(128) pthread_mutex_t lock;

@@ -103,6 +103,7 @@ typedef struct BodyCursor
 typedef struct SseStream
 {
 	bool		hold;			/* keep the stream open for new changes */
+	bool		parked;			/* it waited for news since its last range */
 	bool		finished;
 	LogOffset	after;			/* everything up to here has been sent */
 	SlogCursor	records;		/* the current range's records */
@@ -136,6 +137,7 @@ struct ShapeConn
 	uint32_t	log_version;	/* ... this one (shape_table_log_pin) */
 	Waiter		waiter;			/* while parked (CONN_WAITING) */
 	ServeDecision parked_for;	/* the kind of wait it parked for last */
+	bool		parked_live;	/* it parked at the end of the log (metrics) */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	int64_t		snapshot_deadline_ms;	/* of a snapshot wait, once set */
 	size_t		body_buffer;	/* bytes of the response's own body buffer */

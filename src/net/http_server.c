@@ -140,8 +140,11 @@ http_note_response(unsigned status, uint64_t buffer_bytes)
 {
 	if (http_serving.slot != CONN_NO_SLOT)
 	{
-		http_serving.server->conns.slots[http_serving.slot].req_status = (uint16_t) status;
-		http_note_sent(http_serving.server, http_serving.slot, buffer_bytes);
+		ConnSlot   *slot = &http_serving.server->conns.slots[http_serving.slot];
+
+		slot->req_status = (uint16_t) status;
+		if (!slot->req_head)
+			http_note_sent(http_serving.server, http_serving.slot, buffer_bytes);
 	}
 	if (status >= 400)
 		sm_add(SM_ERRORS, sm_error_kind_of(status), 1);
@@ -629,8 +632,6 @@ static void
 http_note_over_limit(HttpServer *server)
 {
 	uint64_t	turned = atomic_fetch_add(&server->over_limit_turned_away, 1) + 1;
-
-	sm_add(SM_HTTP_CONNECTIONS_REFUSED, 0, 1);
 	int64_t		now = conn_now_coarse_ms();
 	int64_t		last = atomic_load(&server->over_limit_logged_ms);
 
@@ -680,6 +681,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 									: SM_KIND_NONE);
 		slot->req_status = 0;
 		slot->req_bytes = 0;
+		slot->req_head = is_head;
 	}
 	if (slot != NULL && slot->query_refused)
 		marker = &http_too_many_args;
@@ -805,8 +807,7 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		MHD_destroy_response(response);
 		return ret;
 	}
-	if (route == ROUTE_METRICS &&
-		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
+	if (route == ROUTE_METRICS && strcmp(method, MHD_HTTP_METHOD_GET) == 0)
 		return http_respond_metrics(connection);
 	if (route == ROUTE_ROOT &&
 		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
@@ -895,6 +896,7 @@ http_connection_event(void *cls, struct MHD_Connection *connection,
 		{
 			/* past the limit: answered 503 once its request is in (http_access) */
 			atomic_fetch_add(&server->over_limit, 1);
+			sm_add(SM_HTTP_CONNECTIONS_REFUSED, 0, 1);
 			*socket_context = &http_over_limit;
 			MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT,
 									  (unsigned int) OVER_LIMIT_TIMEOUT_S);
@@ -1048,6 +1050,7 @@ http_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 	{
 		/* no answer can be afforded: a prompt close, never the backlog */
 		http_note_over_limit(server);
+		sm_add(SM_HTTP_CONNECTIONS_REFUSED, 0, 1);
 		return MHD_NO;
 	}
 	return MHD_YES;

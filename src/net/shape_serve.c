@@ -588,7 +588,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 
 	shape_conn_responded(sc);
 	conn_set_activity(&server->conns, sc->conn_slot, CONN_ACTIVITY_STREAMING);
-	if (live && data && sc->deadline_ms != 0)
+	if (live && data && sc->parked_live)
 	{
 		/* it waited for this change: how long since it reached the log */
 		int64_t		published = atomic_load_explicit(&server->shapes->slots[res->slot].published_us,
@@ -796,6 +796,7 @@ shape_respond_or_wait(ShapeConn *sc)
 						 shape_wait_deadline(sc, c.decision), shape_ready_to_answer, &c))
 		{
 			sc->phase = CONN_WAITING;
+			sc->parked_live = c.decision == SERVE_WAIT_LIVE;
 			conn_set_activity(&server->conns, sc->conn_slot,
 							  c.decision == SERVE_WAIT ? CONN_ACTIVITY_SNAPSHOT
 							  : CONN_ACTIVITY_WAITING);

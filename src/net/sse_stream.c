@@ -81,7 +81,7 @@ sse_next_range(ShapeConn *sc)
 	st->in_range = true;
 	st->range_end = range.chunk_end;
 	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
-	if (st->hold)
+	if (st->parked)
 	{
 		/* a held stream waited for this: how long since it reached the log */
 		int64_t		published = atomic_load_explicit(&shapes->slots[slot].published_us,
@@ -90,6 +90,7 @@ sse_next_range(ShapeConn *sc)
 
 		if (published > 0 && now >= published)
 			sm_observe(SM_LOG_TO_CLIENT_SECONDS, 1, (double) (now - published) / 1e6);
+		st->parked = false;
 	}
 	return true;
 }
@@ -204,7 +205,10 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 			if (waiters_park(&server->waiters, &sc->waiter, sc->request.result.slot,
 							 st->keepalive_ms < st->end_ms ? st->keepalive_ms : st->end_ms,
 							 sse_has_news, sc))
+			{
+				st->parked = true;
 				return 0;		/* suspended: called again once resumed */
+			}
 			if (sc->waiter.client_gone)
 			{
 				/* the client left before it could park: close */

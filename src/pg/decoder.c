@@ -345,6 +345,13 @@ decoder_start(DecoderReplayHook hook)
 	}
 
 	flushed = GetFlushRecPtr(NULL);
+	/* the lag gauges start from the slot, not from an earlier worker's numbers */
+	atomic_store_explicit(&shape_sync_shared->decoder.wal_end_lsn, (uint64) flushed,
+						  memory_order_relaxed);
+	atomic_store_explicit(&shape_sync_shared->decoder.decoded_lsn,
+						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
+	atomic_store_explicit(&shape_sync_shared->decoder.confirmed_flush_lsn,
+						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
 	if (MyReplicationSlot->data.confirmed_flush < flushed)
 	{
 		/* nothing of it concerns a shape: skip it (see the header) */
@@ -462,6 +469,11 @@ dec_skip_step(void)
 				break;
 		}
 	}
+	/* skipping is decoding too, for the lag gauges */
+	atomic_store_explicit(&shape_sync_shared->decoder.decoded_lsn,
+						  (uint64) dec_ctx->reader->EndRecPtr, memory_order_relaxed);
+	atomic_store_explicit(&shape_sync_shared->decoder.wal_end_lsn,
+						  (uint64) GetFlushRecPtr(NULL), memory_order_relaxed);
 	if (stop_at == InvalidXLogRecPtr && dec_ctx->reader->EndRecPtr < dec_skip_to)
 	{
 		dec_confirm(dec_ctx->reader->EndRecPtr);

@@ -121,6 +121,7 @@ typedef struct PendingTxn
 	TransactionId xid;
 	char	   *problem;		/* why the shape must rotate, unless the
 								 * snapshot has this transaction */
+	SmRotationCause problem_cause;	/* and what kind of why, for the metrics */
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
 } PendingTxn;
 
@@ -1046,7 +1047,10 @@ ss_rotate_unless_in_snapshot(ShapeStream *s, SmRotationCause cause, const char *
 	if (s->ready)
 		ss_rotate_later(s, cause, why);
 	else if (s->txn_pending->problem == NULL)
+	{
 		s->txn_pending->problem = MemoryContextStrdup(s->context, why);
+		s->txn_pending->problem_cause = cause;
+	}
 }
 
 /*
@@ -1403,8 +1407,8 @@ shape_stream_commit(void)
 		}
 		else if (s->appended)
 		{
+			shape_table_note_published(table, s->slot);	/* covered by the publish */
 			slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
-			shape_table_note_published(table, s->slot);
 			shape_table_mark_dirty(table, s->slot);
 			ss_maybe_compact(s);
 		}
@@ -1481,7 +1485,7 @@ ss_take_over(ShapeStream *s)
 			continue;
 		if (txn->problem != NULL)
 		{
-			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, txn->problem);
+			ss_rotate_later(s, txn->problem_cause, txn->problem);
 			break;
 		}
 		while (p < end)
@@ -1502,8 +1506,8 @@ ss_take_over(ShapeStream *s)
 	ss_pending_forget(s);
 	if (s->appended)
 	{
+		shape_table_note_published(table, s->slot);	/* covered by the publish */
 		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
-		shape_table_note_published(table, s->slot);
 		shape_table_mark_dirty(table, s->slot);
 	}
 	s->appended = false;

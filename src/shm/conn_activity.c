@@ -23,15 +23,17 @@
  * - An entry is written by the thread that serves its connection only
  *   (libmicrohttpd runs a connection's callbacks, its open and close
  *   notifications included, on one thread); the deadline thread also
- *   clears a deadline it enforced.  Each field is a relaxed atomic,
- *   consistent on its own: a reader may see a state with the bytes of a
+ *   clears a deadline it enforced.  Each field is a relaxed atomic.
+ * - Opening and closing a connection, and changing its handle, happen
+ *   inside the seqlock text_seq: odd while they change (release fence
+ *   after making it odd, release store when it is even again), and peer
+ *   and handle are words of text.  A reader copies the whole entry and
+ *   retries until it saw the same even value before and after (acquire),
+ *   so a row never mixes two connections that held the slot one after the
+ *   other; a slot reopened all the while is left out after a few tries.
+ *   State changes and byte counts within a connection's life are single
+ *   relaxed stores outside it: a row may show a state with the bytes of a
  *   moment before.
- * - peer and handle are words of text written inside text_seq: odd while
- *   they change (release fence after making it odd, release store when it
- *   is even again).  A reader copies them and retries until it saw the
- *   same even value before and after (acquire); a writer that keeps
- *   changing them makes a reader give up after a few tries and show the
- *   text empty rather than torn.
  * - Entries are 128-byte aligned: no two connections share a line, so
  *   threads serving different connections never write the same line.
  *
@@ -113,21 +115,23 @@ conn_activity_open(ConnActivity *a, const char *peer, int64_t now_ms)
 	text_begin(a);
 	text_store(a->peer, CONN_ACTIVITY_PEER_LEN / 8, peer);
 	text_store(a->handle, CONN_ACTIVITY_HANDLE_LEN / 8, "");
-	text_end(a);
 	atomic_store_explicit(&a->write_armed_ms, 0, relaxed);
 	atomic_store_explicit(&a->request_armed_ms, now_ms, relaxed);
 	atomic_store_explicit(&a->bytes_sent, 0, relaxed);
 	atomic_store_explicit(&a->opened_us, now_us, relaxed);
 	atomic_store_explicit(&a->state_since_us, now_us, relaxed);
 	atomic_store_explicit(&a->state, CONN_ACTIVITY_IDLE, relaxed);
+	text_end(a);
 }
 
 void
 conn_activity_close(ConnActivity *a)
 {
+	text_begin(a);
 	atomic_store_explicit(&a->state, CONN_ACTIVITY_CLOSED, relaxed);
 	atomic_store_explicit(&a->write_armed_ms, 0, relaxed);
 	atomic_store_explicit(&a->request_armed_ms, 0, relaxed);
+	text_end(a);
 }
 
 void
@@ -146,31 +150,27 @@ bool
 conn_activity_read(const ConnActivity *a, ConnActivityView *out, int64_t now_ms)
 {
 	ConnActivity *w = (ConnActivity *) a;
-	int64_t		armed;
-	int			tries;
 
-	out->state = (ConnActivityState) atomic_load_explicit(&a->state, relaxed);
-	if (out->state == CONN_ACTIVITY_CLOSED || out->state >= CONN_ACTIVITY_STATES)
-		return false;
-	out->bytes_sent = atomic_load_explicit(&a->bytes_sent, relaxed);
-	out->opened_us = atomic_load_explicit(&a->opened_us, relaxed);
-	out->state_since_us = atomic_load_explicit(&a->state_since_us, relaxed);
-	armed = atomic_load_explicit(&a->write_armed_ms, relaxed);
-	out->write_age_ms = armed != 0 && now_ms >= armed ? now_ms - armed : -1;
-	for (tries = 0; tries < 100; tries++)
+	for (int tries = 0; tries < 100; tries++)
 	{
 		uint32_t	before = atomic_load_explicit(&w->text_seq, memory_order_acquire);
+		int64_t		armed;
 
 		if (before % 2 != 0)
 			continue;
+		out->state = (ConnActivityState) atomic_load_explicit(&a->state, relaxed);
+		out->bytes_sent = atomic_load_explicit(&a->bytes_sent, relaxed);
+		out->opened_us = atomic_load_explicit(&a->opened_us, relaxed);
+		out->state_since_us = atomic_load_explicit(&a->state_since_us, relaxed);
+		armed = atomic_load_explicit(&a->write_armed_ms, relaxed);
+		out->write_age_ms = armed != 0 && now_ms >= armed ? now_ms - armed : -1;
 		text_load(a->peer, CONN_ACTIVITY_PEER_LEN / 8, out->peer);
 		text_load(a->handle, CONN_ACTIVITY_HANDLE_LEN / 8, out->handle);
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&w->text_seq, relaxed) == before)
-			return true;
+			return out->state != CONN_ACTIVITY_CLOSED && out->state < CONN_ACTIVITY_STATES;
 	}
-	out->peer[0] = out->handle[0] = '\0';
-	return true;
+	return false;				/* changing all along: opened or closed again and again */
 }
 
 const char *

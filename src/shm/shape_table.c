@@ -59,7 +59,9 @@
  *   main thread's fetch_add: seq_cst).
  * - `compactions`, `changes` and `published_us` are stored (relaxed) by
  *   the main thread, its log's writer once the shape is ready, and read by
- *   SQL and HTTP threads (metrics), each value on its own.
+ *   SQL and HTTP threads (metrics), each value on its own.  published_us
+ *   is stored before the publish it dates, so a reader that sees the new
+ *   data (acquire) sees its time, not an older one.
  * - `waiters` is changed by fetch_add/sub under the shape's wait-list lock
  *   (waiters.c) and read relaxed by SQL.
  * - `columns`, like where_preview, is written while the slot is FREE.

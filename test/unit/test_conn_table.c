@@ -8,6 +8,8 @@
 #include "unit.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -453,6 +455,71 @@ TEST(stress_open_close_with_generation_reader)
 		CHECK_UEQ(conn_table_open(&st.t, 99, "end"), CONN_NO_SLOT);
 	}
 	conn_table_destroy(&st.t);
+}
+
+/*
+ * A reader of a connection's activity never sees a row that mixes two
+ * connections that held the slot one after the other: the peer and the
+ * handle it copies are of the same connection, and a row it returns is
+ * of an open one.
+ */
+typedef struct ActivityRace
+{
+	ConnActivity *a;
+	_Atomic bool stop;
+	long		rows;
+	long		mixed;
+} ActivityRace;
+
+static void *
+activity_writer(void *arg)
+{
+	ActivityRace *race = arg;
+	char		text[32];
+
+	for (int k = 0; !atomic_load(&race->stop); k = (k + 1) % 1000)
+	{
+		snprintf(text, sizeof(text), "peer-%d", k);
+		conn_activity_open(race->a, text, 1);
+		snprintf(text, sizeof(text), "h-%d", k);
+		conn_activity_set_handle(race->a, text);
+		conn_activity_set_state(race->a, CONN_ACTIVITY_STREAMING);
+		conn_activity_add_sent(race->a, 10);
+		conn_activity_close(race->a);
+	}
+	return NULL;
+}
+
+TEST(activity_rows_are_of_one_connection)
+{
+	ConnActivity *a = aligned_alloc(128, conn_activity_size(1));
+	ActivityRace race = {.a = a};
+	pthread_t	writer;
+	double		until;
+
+	REQUIRE(a != NULL);
+	conn_activity_init(a, 1);
+	REQUIRE_EQ(pthread_create(&writer, NULL, activity_writer, &race), 0);
+	until = unit_now() + 0.5;
+	while (unit_now() < until)
+	{
+		ConnActivityView v;
+		int			peer_k,
+					handle_k;
+
+		if (!conn_activity_read(a, &v, 2))
+			continue;
+		race.rows++;
+		if (sscanf(v.peer, "peer-%d", &peer_k) != 1 ||
+			(v.handle[0] && (sscanf(v.handle, "h-%d", &handle_k) != 1 || handle_k != peer_k)) ||
+			v.state == CONN_ACTIVITY_CLOSED || v.bytes_sent > 10)
+			race.mixed++;
+	}
+	atomic_store(&race.stop, true);
+	pthread_join(writer, NULL);
+	CHECK_EQ(race.mixed, 0);
+	CHECK(race.rows > 0);
+	free(a);
 }
 
 UNIT_MAIN()
