@@ -68,8 +68,6 @@
 
 #include "waiters.h"
 
-#include "server_metrics.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,15 +170,15 @@ heap_remove(Waiters *w, Waiter *waiter)
 /* ---------------------------------------------------------- the lists */
 
 /*
- * The lists count what they hold, where SQL sees it (the shape's slot),
- * and in the live-waiters gauge; both under the list's lock.
+ * The lists count what they hold where SQL and the metrics see it (the
+ * shape's slot; shape_sync_live_waiters is their sum), under the list's
+ * lock.
  */
 static void
 list_count(WaitList *list, int delta)
 {
 	if (list->parked != NULL)
 		atomic_fetch_add_explicit(list->parked, (uint32_t) delta, memory_order_relaxed);
-	sm_gauge_add(SM_LIVE_WAITERS, 0, delta);
 }
 
 static void

@@ -21,7 +21,8 @@
  * in use, decoding lag) is not counted at all: METRIC_SAMPLED entries are
  * read from that state when a reader asks (sm_sample), so they cannot
  * drift from it.  Gauges kept by deltas are for levels only the worker's
- * threads can see (connections open, live waiters).
+ * threads can see (connections open, with those past the limit that hold
+ * no slot).
  *
  * Readers are GET /metrics (on an HTTP thread) and the SQL functions
  * shape_sync.metric_values() and reset_metrics() (in any backend).
@@ -122,7 +123,7 @@ static const MetricDef server_metric_defs[SM_COUNT] = {
 	METRIC_COUNTER, NULL, 0, NULL, 0, false},
 	[SM_LIVE_WAITERS] = {"shape_sync_live_waiters",
 		"Requests parked until their shape's log grows or their deadline comes.",
-	METRIC_GAUGE, NULL, 0, NULL, 0, false},
+	METRIC_SAMPLED, NULL, 0, NULL, 0, false},
 	[SM_ADMISSION_REJECTED] = {"shape_sync_admission_rejected_total",
 		"Requests answered 503 because every admission slot of their kind was in use.",
 	METRIC_COUNTER, DIMS(admission_dim), NULL, 0, false},
@@ -305,6 +306,17 @@ sm_sample(void *ctx, uint32_t metric, uint32_t series, double *value)
 		case SM_METRICS_RESETS:
 			*value = (double) atomic_load_explicit(&sm->area->resets, memory_order_relaxed);
 			return true;
+		case SM_LIVE_WAITERS:
+			{
+				double		n = 0;
+
+				if (table == NULL)
+					return false;
+				for (uint32_t i = 0; i < table->nslots; i++)
+					n += atomic_load_explicit(&table->slots[i].waiters, memory_order_relaxed);
+				*value = n;
+				return true;
+			}
 		case SM_SHAPES:
 		case SM_LOG_BYTES:
 			{

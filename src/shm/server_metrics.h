@@ -31,7 +31,7 @@ typedef enum ServerMetric
 	SM_LOG_TO_CLIENT_SECONDS,	/* kind (live, sse) */
 	SM_HTTP_CONNECTIONS_OPEN,
 	SM_HTTP_CONNECTIONS_REFUSED,
-	SM_LIVE_WAITERS,
+	SM_LIVE_WAITERS,			/* sampled: the shapes' waiters, summed */
 	SM_ADMISSION_REJECTED,		/* admission kind */
 	SM_REAPED,					/* reap reason */
 	SM_ERRORS,					/* error kind */
