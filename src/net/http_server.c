@@ -1104,6 +1104,23 @@ http_start_daemon(HttpServer *server, const HttpServerOptions *options,
 static void http_server_free(HttpServer *server);
 
 /*
+ * Response buffers of 128 kB and more (write pieces, whole bodies) come
+ * from mmap and go back to the kernel when freed.  glibc raises its mmap
+ * threshold to the size of each mmapped block that is freed, so after the
+ * first 256 kB piece buffer went, the next ones came from the HTTP
+ * threads' arenas, whose tops malloc_trim() does not shrink: after each
+ * round of 50 stalled 256 kB serves reaped, the worker kept 3 to 6 MB more
+ * (stalled_memory.sh).  Setting the threshold fixes it at glibc's default
+ * and turns the adjustment off, for the whole worker process.  With the
+ * default 64 kB pieces no response buffer reaches it.
+ */
+static void
+http_fix_mmap_threshold(void)
+{
+	(void) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+}
+
+/*
  * Undoes a start that failed half-way: no request was served, so there is
  * nothing to answer, and the caller's request queue stays open.
  */
@@ -1184,6 +1201,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 		return NULL;
 	}
 	atomic_init(&server->stopping, false);
+	http_fix_mmap_threshold();
 	(void) http_server_apply_settings(server, settings, err, errlen);
 	MHD_set_panic_func(http_mhd_panic, NULL);
 
@@ -1269,7 +1287,8 @@ http_server_wake_shape(HttpServer *server, uint32_t slot)
  * serves of big chunks reaped, the worker would hold that memory for good.
  * Once about HTTP_RELEASE_AFTER_BYTES were given back since the last time,
  * and at most once a second, malloc_trim() hands the free pages of every
- * arena to the kernel.  Its cost grows with the heap, not with requests or
+ * arena to the kernel (not an arena's unused top: the big buffers that
+ * would end there are mmapped instead, see http_fix_mmap_threshold).  Its cost grows with the heap, not with requests or
  * writes.
  */
 #define HTTP_RELEASE_AFTER_BYTES	(4 * 1024 * 1024)
