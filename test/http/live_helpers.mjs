@@ -102,6 +102,21 @@ export async function currentLsn(client = pool) {
 
 // Runs `statements` in one committed transaction. Returns {xid, before, after}: the
 // transaction's xid (a Number, 32-bit) and the WAL insert positions before and after it.
+// Waits until the worker has decoded everything written so far: its slot's confirmed
+// position passes the WAL insert position of now (a write before it may be replayed late,
+// after the test made a shape, which then sees it as a change). A commit after that point
+// gives decoding a record to pass it with.
+export async function waitDecoded({ timeoutMs = 30000 } = {}) {
+  const lsn = await currentLsn()
+  await pool.query('SELECT txid_current()')
+  await waitFor(async () => {
+    const { rows } = await pool.query(
+      `SELECT bool_or((confirmed_flush_lsn - '0/0'::pg_lsn) >= $1::numeric) AS done
+         FROM pg_replication_slots WHERE plugin = 'shape_sync'`, [lsn.toString()])
+    return rows[0].done === true
+  }, { timeoutMs, what: `the worker to decode past ${lsn}` })
+}
+
 export async function runTx(statements) {
   const client = await pool.connect()
   try {
