@@ -41,6 +41,7 @@ CREATE FUNCTION list_shapes(
     OUT last_offset text,
     OUT chunks integer,
     OUT changes bigint,
+    OUT routed_by text,
     OUT compactions bigint,
     OUT readers integer,
     OUT waiters integer,
@@ -52,8 +53,10 @@ LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'shape_sync_list_shapes';
 
 -- The shapes the server holds: what they are, their snapshot, their log
--- (bytes, the offset it ends at, changes appended, compactions), and who
--- reads them (requests holding them, requests parked for changes).
+-- (bytes, the offset it ends at, changes appended, compactions), the
+-- column whose value routes changes to them (NULL: every change of the
+-- table evaluates their where clause), and who reads them (requests
+-- holding them, requests parked for changes).
 CREATE VIEW shapes AS SELECT * FROM list_shapes();
 
 CREATE FUNCTION log_memory_usage(

@@ -104,6 +104,7 @@
 #include "utils/syscache.h"
 
 #include "decoder.h"
+#include "equality_index.h"
 #include "eval_deadline.h"
 #include "partition_route.h"
 #include "guc.h"
@@ -171,7 +172,10 @@ typedef struct ShapeStream
 	bool		needs_check;	/* privileges changed maybe: check at commit */
 	bool		needs_definition_check; /* the table changed maybe: check
 										 * at its next change */
-	bool		counted;		/* counted in ss_relids */
+	bool		counted;		/* on its table's SsRelation */
+	int			relation_pos;	/* where, in its slots */
+	EqualityRoute route;		/* how changes find it (equality_index.c) */
+	uint64		visited;		/* the change that last visited it */
 	bool		partitioned;	/* on a partitioned table: */
 	int			npartitions;	/* the partitions it had when the shape */
 	Oid		   *partitions;		/* was made, sorted (in ss_partitions) */
@@ -197,7 +201,7 @@ static bool ss_all_changed;
 static bool ss_recheck_now;		/* end the decoding batch: check first */
 static bool ss_eval_too_slow;	/* ss_matches ran past its deadline */
 static bool ss_callback_registered;
-static HTAB *ss_relids;			/* relid -> the streams on it */
+static HTAB *ss_relids;			/* relid -> SsRelation */
 static HTAB *ss_partitions;		/* partition relid -> the partitioned streams
 								 * that had it when they were made */
 static int	ss_npartitioned;	/* streams on partitioned tables */
@@ -208,6 +212,35 @@ typedef struct SsRelidEntry
 	List	   *slots;			/* int list: the streams on this relation */
 } SsRelidEntry;
 
+/*
+ * The streams on one table, and how a change of it finds the ones it may
+ * concern.  A stream is "verified" when, since the last invalidation that
+ * could concern the table (or cache reset, or the stream's arrival), a
+ * change of the table found nothing wrong with it: its columns have the
+ * types it was made with, its table's definition was checked, and, for a
+ * partitioned table, its partitions include the change's.  Once every
+ * stream of the table but the `flagged` ones is verified, a change visits
+ * only the flagged streams (all checks again, until one finds nothing
+ * wrong), the streams its index returns and those it cannot route; none of
+ * them is checked again.  Until then, and for a change without its whole
+ * old row (every stream must hear of it), every stream is visited and
+ * checked, as each change once did.
+ */
+typedef struct SsRelation
+{
+	Oid			relid;			/* hash key */
+	int			nslots;
+	int			capacity;
+	uint32	   *slots;			/* the streams on this relation */
+	EqualityIndex *index;		/* the same streams, by their constants */
+	bool		verified;
+	List	   *flagged;		/* int list: streams checked on every change */
+	List	   *verified_leaves;	/* OIDs: partitions whose changes were
+									 * checked with every stream */
+} SsRelation;
+
+static uint64 ss_visits;		/* one per change and relation visited */
+
 /* ------------------------------------------------------------ set-up */
 
 static ShapeTable *
@@ -216,12 +249,27 @@ ss_table(void)
 	return shape_sync_shared->table;
 }
 
+/* Every table's streams are to be checked at their next change. */
+static void
+ss_unverify_all(void)
+{
+	HASH_SEQ_STATUS seq;
+	SsRelation *r;
+
+	if (ss_relids == NULL)
+		return;
+	hash_seq_init(&seq, ss_relids);
+	while ((r = hash_seq_search(&seq)) != NULL)
+		r->verified = false;
+}
+
 /* Every stream's table and privileges are to be checked again. */
 static void
 ss_mark_all_for_check(void)
 {
 	ShapeTable *table = ss_table();
 
+	ss_unverify_all();
 	for (uint32 i = 0; i < table->nslots; i++)
 		if (ss_streams[i].in_use)
 			ss_streams[i].needs_check = ss_streams[i].needs_definition_check = true;
@@ -238,15 +286,15 @@ ss_mark_all_for_check(void)
 static void
 ss_mark_relation_for_check(Oid relid)
 {
-	SsRelidEntry *entry = hash_search(ss_relids, &relid, HASH_FIND, NULL);
+	SsRelation *r = hash_search(ss_relids, &relid, HASH_FIND, NULL);
 	MemoryContext old;
-	ListCell   *lc;
 
-	if (entry == NULL)
+	if (r == NULL)
 		return;
-	foreach(lc, entry->slots)
-		ss_streams[lfirst_int(lc)].needs_check =
-			ss_streams[lfirst_int(lc)].needs_definition_check = true;
+	for (int i = 0; i < r->nslots; i++)
+		ss_streams[r->slots[i]].needs_check =
+			ss_streams[r->slots[i]].needs_definition_check = true;
+	r->verified = false;
 	ss_recheck_now = true;
 	if (list_member_oid(ss_changed_relids, relid))
 		return;
@@ -264,8 +312,18 @@ ss_mark_relation_for_check(Oid relid)
 static void
 ss_relcache_callback(Datum arg, Oid relid)
 {
-	if (ss_streams == NULL || decoder_resetting_caches)
+	if (ss_streams == NULL)
 		return;
+	if (decoder_resetting_caches)
+	{
+		/*
+		 * Nothing changed, but the tuple descriptors are built again: a
+		 * change after this checks its streams' column types again (once
+		 * per table), so that no cached verdict outlives what it checked.
+		 */
+		ss_unverify_all();
+		return;
+	}
 	if (!OidIsValid(relid) || hash_search(ss_relids, &relid, HASH_FIND, NULL) != NULL ||
 		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL)
 		shape_stream_catalog_changed();
@@ -346,10 +404,11 @@ ss_ensure_init(void)
 		HASHCTL		ctl;
 
 		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(SsRelidEntry);
+		ctl.entrysize = sizeof(SsRelation);
 		ctl.hcxt = ss_context;
 		ss_relids = hash_create("shape_sync relations", 64, &ctl,
 								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		ctl.entrysize = sizeof(SsRelidEntry);
 		ss_partitions = hash_create("shape_sync partitions", 64, &ctl,
 									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	}
@@ -472,6 +531,56 @@ ss_index_stream(HTAB *hash, Oid relid, uint32 slot, bool add)
 	MemoryContextSwitchTo(old);
 }
 
+/* Puts the stream in `slot` on its table's SsRelation. */
+static void
+ss_relation_add(ShapeStream *s)
+{
+	bool		found;
+	SsRelation *r = hash_search(ss_relids, &s->relid, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		r->nslots = 0;
+		r->capacity = 8;
+		r->slots = MemoryContextAlloc(ss_context, sizeof(uint32) * r->capacity);
+		r->index = equality_index_create(ss_context);
+		r->flagged = NIL;
+		r->verified_leaves = NIL;
+	}
+	if (r->nslots == r->capacity)
+	{
+		r->capacity *= 2;
+		r->slots = repalloc(r->slots, sizeof(uint32) * r->capacity);
+	}
+	s->relation_pos = r->nslots;
+	r->slots[r->nslots++] = s->slot;
+	equality_index_add(r->index, s->slot, &s->route);
+	r->verified = false;		/* its first change checks it */
+	s->counted = true;
+}
+
+static void
+ss_relation_remove(ShapeStream *s)
+{
+	SsRelation *r = hash_search(ss_relids, &s->relid, HASH_FIND, NULL);
+	uint32		moved;
+
+	Assert(r != NULL && r->slots[s->relation_pos] == s->slot);
+	moved = r->slots[--r->nslots];
+	r->slots[s->relation_pos] = moved;
+	ss_streams[moved].relation_pos = s->relation_pos;
+	equality_index_remove(r->index, s->slot, &s->route);
+	r->flagged = list_delete_int(r->flagged, (int) s->slot);
+	s->counted = false;
+	if (r->nslots > 0)
+		return;
+	equality_index_destroy(r->index);
+	pfree(r->slots);
+	list_free(r->flagged);
+	list_free(r->verified_leaves);
+	hash_search(ss_relids, &s->relid, HASH_REMOVE, NULL);
+}
+
 /*
  * Why the shape can no longer be read from `rel` as it was made (NULL when
  * it can): the table was renamed or moved, its selected columns or its
@@ -582,7 +691,10 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	{
 		Node	   *expr = stringToNode(spec->where_tree);
 
-		s->where = ExecInitExpr(expression_planner((Expr *) expr), NULL);
+		Expr	   *planned = expression_planner((Expr *) expr);
+
+		s->where = ExecInitExpr(planned, NULL);
+		equality_route_of(planned, &s->route);
 		ss_note_used_columns(s, expr);
 	}
 	else
@@ -599,8 +711,9 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 			ss_index_stream(ss_partitions, s->partitions[i], slot, true);
 		ss_npartitioned++;
 	}
-	ss_index_stream(ss_relids, spec->relid, slot, true);
-	s->counted = true;
+	ss_relation_add(s);
+	atomic_store_explicit(&ss_table()->slots[slot].route_attnum, s->route.attnum,
+						  memory_order_relaxed);
 	if (ss_in_txn)
 	{
 		/*
@@ -642,7 +755,7 @@ shape_stream_remove(uint32 slot)
 	ss_pending_forget(s);
 	ss_touched = list_delete_ptr(ss_touched, s);
 	if (s->counted)
-		ss_index_stream(ss_relids, s->relid, slot, false);
+		ss_relation_remove(s);
 	if (s->partitioned)
 	{
 		for (int i = 0; i < s->npartitions; i++)
@@ -1066,64 +1179,161 @@ ss_takes_transaction(ShapeStream *s)
 	return s->ready || s->txn_pending->problem == NULL;
 }
 
+/* One decoded change, as the streams of one table see it. */
+typedef struct SsChange
+{
+	Relation	leaf;			/* the table changed */
+	Oid			relid;			/* the leaf, or a partitioned table above it */
+	TupleDesc	desc;			/* relid's columns, which the slots hold */
+	ReorderBufferChangeType action;
+	TupleTableSlot *newslot;
+	TupleTableSlot *oldslot;
+	uint64		op;
+	bool		old_row_complete;	/* an update or a delete logs the whole
+									 * old row only under FULL */
+	uint64		visit;			/* this change's ss_visits */
+} SsChange;
+
 /*
- * One change of `leaf` for the streams in `slots`, all on table `relid`
- * (the leaf itself, or a partitioned table above it, whose columns `desc`
- * describes and the slots hold).
+ * The change for one stream, after checking that the stream can take it.
+ * Returns whether the checks ran and found nothing wrong.
+ */
+static bool
+ss_change_checked(ShapeStream *s, SsChange *c)
+{
+	ShapeRoleSaved saved;
+	const char *problem = NULL;
+
+	if (s->rotate || (s->touched && !ss_takes_transaction(s)))
+		return false;			/* rotating, in the snapshot, or doomed already */
+	if (!c->old_row_complete)
+		/*
+		 * Whether the row was in the shape, which row a delete removed,
+		 * and the values of unchanged TOASTed columns are unknown: never
+		 * guess, never drop it.
+		 */
+		problem = "a change of its table came without the old row: its replica identity is no longer FULL";
+	else if (!ss_types_match(s, c->desc))
+		problem = "a column it reads was dropped or changed type";
+	else if (s->partitioned && !ss_has_partition(s, RelationGetRelid(c->leaf)))
+		/* its rows were not in the table when the shape was made */
+		problem = "a partition was attached to its table";
+	else if (s->needs_definition_check)
+	{
+		/* the table as of this change, before any of it is published */
+		Relation	table = c->relid == RelationGetRelid(c->leaf) ? c->leaf :
+			RelationIdGetRelation(c->relid);
+
+		s->needs_definition_check = false;
+		problem = RelationIsValid(table) ? ss_definition_problem_guarded(s, table)
+			: "its table was dropped";
+		if (table != c->leaf && RelationIsValid(table))
+			RelationClose(table);
+	}
+	if (problem != NULL)
+	{
+		/* only now is it worth asking whether the snapshot has the transaction */
+		if (ss_takes_transaction(s))
+			ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
+		return false;
+	}
+	shape_role_become(s->role, &saved);
+	ss_change_for_shape(s, c->action, c->newslot, c->oldslot, c->op);
+	shape_role_restore(&saved);
+	return true;
+}
+
+/* The change for a verified stream, once per change (EqualityVisit). */
+static void
+ss_change_verified(uint32 slot, void *arg)
+{
+	ShapeStream *s = &ss_streams[slot];
+	SsChange   *c = arg;
+	ShapeRoleSaved saved;
+
+	if (s->visited == c->visit)
+		return;
+	s->visited = c->visit;
+	if (s->rotate || (s->touched && !ss_takes_transaction(s)))
+		return;
+	shape_role_become(s->role, &saved);
+	ss_change_for_shape(s, c->action, c->newslot, c->oldslot, c->op);
+	shape_role_restore(&saved);
+}
+
+/*
+ * One change of `leaf` for the streams of `r`, on table `relid` (the leaf
+ * itself, or a partitioned table above it, whose columns `desc` describes
+ * and the slots hold).
  */
 static void
-ss_change_for_streams(List *slots, Relation leaf, Oid relid, TupleDesc desc,
-					  ReorderBufferChangeType action, TupleTableSlot *newslot,
-					  TupleTableSlot *oldslot, uint64 op)
+ss_change_for_relation(SsRelation *r, Relation leaf, Oid relid, TupleDesc desc,
+					   ReorderBufferChangeType action, TupleTableSlot *newslot,
+					   TupleTableSlot *oldslot, uint64 op)
 {
+	Oid			leaf_relid = RelationGetRelid(leaf);
+	SsChange	c;
 	ListCell   *lc;
 
-	/* an update or a delete logs the whole old row only under FULL */
-	bool		old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
+	c.leaf = leaf;
+	c.relid = relid;
+	c.desc = desc;
+	c.action = action;
+	c.newslot = newslot;
+	c.oldslot = oldslot;
+	c.op = op;
+	c.old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
 		(oldslot != NULL && leaf->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	c.visit = ++ss_visits;
 
-	foreach(lc, slots)
+	if (!c.old_row_complete || !r->verified ||
+		(leaf_relid != relid && !list_member_oid(r->verified_leaves, leaf_relid)))
+	{
+		MemoryContext old;
+		List	   *flagged = NIL;
+
+		/* every stream, every check; the ones not found well stay flagged */
+		for (int i = 0; i < r->nslots; i++)
+		{
+			ShapeStream *s = &ss_streams[r->slots[i]];
+
+			if (!ss_change_checked(s, &c) && !s->rotate)
+				flagged = lappend_int(flagged, (int) s->slot);
+		}
+		if (!c.old_row_complete)
+		{
+			list_free(flagged);
+			return;				/* nothing was verified */
+		}
+		old = MemoryContextSwitchTo(ss_context);
+		list_free(r->flagged);
+		r->flagged = list_copy(flagged);
+		if (!r->verified)
+		{
+			list_free(r->verified_leaves);
+			r->verified_leaves = NIL;
+		}
+		if (leaf_relid != relid)
+			r->verified_leaves = lappend_oid(r->verified_leaves, leaf_relid);
+		r->verified = true;
+		MemoryContextSwitchTo(old);
+		list_free(flagged);
+		return;
+	}
+
+	foreach(lc, r->flagged)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
-		ShapeRoleSaved saved;
-		const char *problem = NULL;
 
-		if (s->rotate || (s->touched && !ss_takes_transaction(s)))
-			continue;			/* rotating, in the snapshot, or doomed already */
-		if (!old_row_complete)
-			/*
-			 * Whether the row was in the shape, which row a delete removed,
-			 * and the values of unchanged TOASTed columns are unknown:
-			 * never guess, never drop it.
-			 */
-			problem = "a change of its table came without the old row: its replica identity is no longer FULL";
-		else if (!ss_types_match(s, desc))
-			problem = "a column it reads was dropped or changed type";
-		else if (s->partitioned && !ss_has_partition(s, RelationGetRelid(leaf)))
-			/* its rows were not in the table when the shape was made */
-			problem = "a partition was attached to its table";
-		else if (s->needs_definition_check)
-		{
-			/* the table as of this change, before any of it is published */
-			Relation	table = relid == RelationGetRelid(leaf) ? leaf : RelationIdGetRelation(relid);
-
-			s->needs_definition_check = false;
-			problem = RelationIsValid(table) ? ss_definition_problem_guarded(s, table)
-				: "its table was dropped";
-			if (table != leaf && RelationIsValid(table))
-				RelationClose(table);
-		}
-		if (problem != NULL)
-		{
-			/* only now is it worth asking whether the snapshot has the transaction */
-			if (ss_takes_transaction(s))
-				ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
-			continue;
-		}
-		shape_role_become(s->role, &saved);
-		ss_change_for_shape(s, action, newslot, oldslot, op);
-		shape_role_restore(&saved);
+		s->visited = c.visit;
+		if (ss_change_checked(s, &c))
+			r->flagged = foreach_delete_current(r->flagged, lc);
 	}
+	equality_index_visit_unrouted(r->index, ss_change_verified, &c);
+	if (newslot != NULL)
+		equality_index_visit(r->index, newslot, ss_change_verified, &c);
+	if (oldslot != NULL)
+		equality_index_visit(r->index, oldslot, ss_change_verified, &c);
 }
 
 /* A slot with the same row in the columns of `desc`, through `map`. */
@@ -1165,21 +1375,21 @@ ss_change_for_ancestors(Relation leaf, ReorderBufferChangeType action,
 	for (int i = 0; i < route->nancestors; i++)
 	{
 		const PartitionAncestor *a = &route->ancestors[i];
-		SsRelidEntry *entry = hash_search(ss_relids, &a->relid, HASH_FIND, NULL);
+		SsRelation *r = hash_search(ss_relids, &a->relid, HASH_FIND, NULL);
 		TupleTableSlot *anew;
 		TupleTableSlot *aold;
 
-		if (entry == NULL)
+		if (r == NULL)
 			continue;
 		if (a->map == NULL)
 		{
-			ss_change_for_streams(entry->slots, leaf, a->relid, a->desc, action,
-								  newslot, oldslot, op);
+			ss_change_for_relation(r, leaf, a->relid, a->desc, action,
+								   newslot, oldslot, op);
 			continue;
 		}
 		anew = ss_convert_slot(newslot, a->map, a->desc);
 		aold = ss_convert_slot(oldslot, a->map, a->desc);
-		ss_change_for_streams(entry->slots, leaf, a->relid, a->desc, action, anew, aold, op);
+		ss_change_for_relation(r, leaf, a->relid, a->desc, action, anew, aold, op);
 		if (anew)
 			ExecDropSingleTupleTableSlot(anew);
 		if (aold)
@@ -1191,7 +1401,7 @@ void
 shape_stream_change(Relation rel, ReorderBufferChange *change)
 {
 	Oid			relid = RelationGetRelid(rel);
-	SsRelidEntry *entry;
+	SsRelation *r;
 	bool		routed;
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *newslot = NULL;
@@ -1203,12 +1413,12 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 		change->action != REORDER_BUFFER_CHANGE_DELETE)
 		return;
 	ss_op += 2;
-	entry = ss_relids ? hash_search(ss_relids, &relid, HASH_FIND, NULL) : NULL;
+	r = ss_relids ? hash_search(ss_relids, &relid, HASH_FIND, NULL) : NULL;
 	/* a partition, or a table that was one, matters to partitioned shapes */
 	routed = ss_npartitioned > 0 &&
 		(rel->rd_rel->relispartition ||
 		 hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL);
-	if (entry == NULL && !routed)
+	if (r == NULL && !routed)
 		return;					/* no shape on this table: one hash probe */
 
 	if (change->data.tp.newtuple)
@@ -1224,9 +1434,9 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	if (newslot && change->action == REORDER_BUFFER_CHANGE_UPDATE)
 		ss_patch_unchanged_toast(newslot, oldslot);
 
-	if (entry != NULL)
-		ss_change_for_streams(entry->slots, rel, relid, desc, change->action,
-							  newslot, oldslot, op);
+	if (r != NULL)
+		ss_change_for_relation(r, rel, relid, desc, change->action,
+							   newslot, oldslot, op);
 	if (routed)
 		ss_change_for_ancestors(rel, change->action, newslot, oldslot, op);
 	if (newslot)

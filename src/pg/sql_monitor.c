@@ -24,6 +24,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -89,8 +90,10 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		ShapeSlot  *s = &table->slots[i];
 		ShapeState	state = shape_table_state(table, i);
 		SlogPublished pub;
-		Datum		values[18];
-		bool		nulls[18] = {0};
+		Datum		values[19];
+		bool		nulls[19] = {0};
+		AttrNumber	routed_by;
+		char	   *attname;
 		char		offset[LOG_OFFSET_TEXT_LEN];
 		uint64		pins;
 
@@ -114,16 +117,22 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		values[9] = CStringGetTextDatum(offset);
 		values[10] = Int32GetDatum((int32) pub.chunk_count);
 		values[11] = Int64GetDatum((int64) atomic_load_explicit(&s->changes, memory_order_relaxed));
-		values[12] = Int64GetDatum((int64) atomic_load(&s->compactions));
-		values[13] = Int32GetDatum((int32) pins);
-		values[14] = Int32GetDatum((int32) atomic_load_explicit(&s->waiters, memory_order_relaxed));
-		values[15] = sql_unix_us_timestamptz(s->created_at_us);
-		values[16] = sql_unix_us_timestamptz(atomic_load_explicit(&s->last_read_us,
+		routed_by = (AttrNumber) atomic_load_explicit(&s->route_attnum, memory_order_relaxed);
+		attname = routed_by > 0 ? get_attname(s->relid, routed_by, true) : NULL;
+		if (attname != NULL)
+			values[12] = CStringGetTextDatum(attname);
+		else
+			nulls[12] = true;
+		values[13] = Int64GetDatum((int64) atomic_load(&s->compactions));
+		values[14] = Int32GetDatum((int32) pins);
+		values[15] = Int32GetDatum((int32) atomic_load_explicit(&s->waiters, memory_order_relaxed));
+		values[16] = sql_unix_us_timestamptz(s->created_at_us);
+		values[17] = sql_unix_us_timestamptz(atomic_load_explicit(&s->last_read_us,
 																  memory_order_relaxed));
 		if (state == SHAPE_FAILED)
-			values[17] = CStringGetTextDatum(s->error);
+			values[18] = CStringGetTextDatum(s->error);
 		else
-			nulls[17] = true;
+			nulls[18] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

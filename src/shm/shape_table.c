@@ -57,9 +57,10 @@
  *   carries the epoch read before it was made, and is reused on an HTTP
  *   thread only while the epoch is still that (acquire load against the
  *   main thread's fetch_add: seq_cst).
- * - `compactions`, `changes` and `published_us` are stored (relaxed) by
- *   the main thread, its log's writer once the shape is ready, and read by
- *   SQL and HTTP threads (metrics), each value on its own.  published_us
+ * - `compactions`, `changes`, `published_us` and `route_attnum` are
+ *   stored (relaxed) by the main thread, its log's writer once the shape is
+ *   ready, and read by SQL and HTTP threads (metrics), each value on its
+ *   own.  published_us
  *   is stored before the publish it dates, so a reader that sees the new
  *   data (acquire) sees its time, not an older one.
  * - `waiters` is changed by fetch_add/sub under the shape's wait-list lock
@@ -153,6 +154,7 @@ shape_table_claim(ShapeTable *table)
 		s->compactions = 0;
 		atomic_store_explicit(&s->published_us, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->changes, 0, memory_order_relaxed);
+		atomic_store_explicit(&s->route_attnum, 0, memory_order_relaxed);
 		s->error[0] = '\0';
 		/* version 0 is served; version 1 is free (both were released) */
 		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);

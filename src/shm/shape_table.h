@@ -56,6 +56,9 @@ typedef struct ShapeSlot
 	/* Written by the main thread (the log's writer), for metrics and views. */
 	_Atomic int64_t published_us;	/* its last change reached the log, monotonic */
 	_Atomic uint64_t changes;	/* changes appended to its log */
+	_Atomic int32_t route_attnum;	/* the column whose constants route
+									 * changes to it; 0: every change
+									 * evaluates its where clause */
 
 	/* Parked requests (waiters.c, under the shape's wait-list lock). */
 	_Atomic uint32_t waiters;

@@ -305,6 +305,16 @@ const SHAPES = [
   { name: 'a_le50_late', table: 'integ_a', where: 'n <= 50', columns: ['id', 's', 'n'], replica: 'default', late: true },
   { name: 'b_mod3_late_full', table: 'integ_b', where: 'n % 3 = 0', columns: ['a', 'b', 'n'], replica: 'full', late: true },
 ]
+// INTEGRITY_EQUALITY_SHAPES=N adds N shapes on integ_a that the equality index routes
+// (src/pg/equality_index.c): `n = k`, `n IN (k, k + 50)`, `m = k`, `n = k AND m > j`,
+// each followed by one raw materializer only (no official clients: they are many).
+const EQUALITY_SHAPES = Number(env.INTEGRITY_EQUALITY_SHAPES ?? 0)
+for (let i = 0; i < EQUALITY_SHAPES; i++) {
+  const k = Math.floor(i / 4)
+  const where = [`n = ${k % 101}`, `n IN (${k % 101}, ${(k + 50) % 101})`, `m = ${(k * 7) % 1001}`,
+    `n = ${k % 101} AND m > ${(k * 13) % 1000}`][i % 4]
+  SHAPES.push({ name: `eq${i}`, table: 'integ_a', where, columns: null, replica: i % 2 ? 'full' : 'default', equality: true })
+}
 for (const s of SHAPES) {
   s.cols = s.columns ?? TABLES[s.table].cols
   s.pk = TABLES[s.table].pk
@@ -1585,6 +1595,7 @@ async function setup(r) {
 function startClients(shape, { late }) {
   const clients = []
   const tag = late ? 'late ' : ''
+  if (shape.equality) return late ? [] : [new RawClient(shape, `${shape.name} raw`).start()]
   clients.push(new OfficialClient(shape, 'longpoll', `${shape.name} ${tag}client/long-poll`))
   if (USE_SSE && !late) clients.push(new OfficialClient(shape, 'sse', `${shape.name} ${tag}client/sse`))
   if (!late || shape.late) clients.push(new RawClient(shape, `${shape.name} ${tag}raw`).start())

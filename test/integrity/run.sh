@@ -10,6 +10,7 @@
 #
 # Environment passed through to integrity.mjs: SEED, DURATION, RESTART_DURATION, WRITERS,
 # INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, CONVERGE_TIMEOUT, VERBOSE,
+# INTEGRITY_EQUALITY_SHAPES (N more shapes that the equality index routes, one raw client each),
 # and the chaos knobs INTEGRITY_CHAOS (0 turns all chaos events off), INTEGRITY_CHAOS_EVENTS
 # (kinds and weights, e.g. `truncate,addcol:3`), INTEGRITY_CHAOS_GAP, INTEGRITY_CHAOS_BIG_ROWS
 # (see the header of integrity.mjs).

@@ -43,7 +43,8 @@ SELECT is(
            WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0 AND NOT attisdropped
            ORDER BY attnum),
     ARRAY['handle', 'relation', 'where', 'columns', 'replica', 'state', 'snapshot_rows',
-          'snapshot_ms', 'log_bytes', 'last_offset', 'chunks', 'changes', 'compactions', 'readers',
+          'snapshot_ms', 'log_bytes', 'last_offset', 'chunks', 'changes', 'routed_by', 'compactions',
+          'readers',
           'waiters', 'created_at', 'last_read_at', 'error'],
     'view shape_sync.shapes has the expected columns, in order');
 SELECT col_type_is('shape_sync', 'shapes', 'handle', 'text',
