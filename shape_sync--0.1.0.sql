@@ -118,6 +118,23 @@ AS 'MODULE_PATHNAME', 'shape_sync_metric_values';
 -- buckets, sum and count under their own names).
 CREATE VIEW metrics AS SELECT * FROM metric_values();
 
+CREATE FUNCTION decoder_status(
+    OUT wal_end_lsn pg_lsn,
+    OUT decoded_lsn pg_lsn,
+    OUT confirmed_flush_lsn pg_lsn,
+    OUT lag_bytes bigint,
+    OUT last_commit_at timestamptz,
+    OUT commit_lag interval)
+RETURNS record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'shape_sync_decoder_status';
+
+-- Where decoding is: the end of the WAL it last saw, the end of the last
+-- transaction it decoded, the position its slot confirmed, the WAL bytes
+-- between the first two, and that transaction's commit time and how long
+-- after it its changes reached the shape logs.
+CREATE VIEW decoder AS SELECT * FROM decoder_status();
+
 -- Counters and histograms start again from zero; levels (gauges) stay.
 CREATE FUNCTION reset_metrics()
 RETURNS void
@@ -140,7 +157,11 @@ REVOKE ALL ON connections FROM PUBLIC;
 REVOKE ALL ON FUNCTION metric_values() FROM PUBLIC;
 REVOKE ALL ON metrics FROM PUBLIC;
 REVOKE ALL ON FUNCTION reset_metrics() FROM PUBLIC;
+REVOKE ALL ON FUNCTION decoder_status() FROM PUBLIC;
+REVOKE ALL ON decoder FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION list_connections() TO pg_monitor;
 GRANT SELECT ON connections TO pg_monitor;
 GRANT EXECUTE ON FUNCTION metric_values() TO pg_monitor;
 GRANT SELECT ON metrics TO pg_monitor;
+GRANT EXECUTE ON FUNCTION decoder_status() TO pg_monitor;
+GRANT SELECT ON decoder TO pg_monitor;

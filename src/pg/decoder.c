@@ -101,6 +101,7 @@
 
 #include "decoder.h"
 #include "eval_deadline.h"
+#include "guc.h"
 #include "server_metrics.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -118,6 +119,10 @@ static TimestampTz dec_skip_started;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
 static ReadLocalXLogPageNoWaitPrivate dec_page_private;
 static char dec_marker;			/* output_writer_private of the worker */
+static bool dec_lag_warned = false;	/* past shape_sync.decoder_lag_warning */
+static TimestampTz dec_lag_warned_at = 0;
+
+#define DECODER_LAG_LOG_INTERVAL_MS	60000
 
 static TransactionId dec_commit_still_running(XLogReaderState *reader);
 
@@ -397,17 +402,62 @@ dec_confirm(XLogRecPtr lsn)
  * after shape_stream_commit): counted, its lag from commit observed, and
  * how far decoding is published for the lag gauges.
  */
+/*
+ * Logs, at most every DECODER_LAG_LOG_INTERVAL_MS, that decoding is past
+ * shape_sync.decoder_lag_warning behind the commits, and once that it
+ * caught up (under half of it again).
+ */
+static void
+dec_check_lag(XLogRecPtr end_lsn, TimestampTz now, int64 lag_us)
+{
+	int64		threshold_us = (int64) shape_sync_decoder_lag_warning * 1000;
+
+	if (threshold_us <= 0)
+	{
+		dec_lag_warned = false;
+		return;
+	}
+	if (lag_us >= threshold_us)
+	{
+		XLogRecPtr	flushed = GetFlushRecPtr(NULL);
+
+		if (dec_lag_warned &&
+			!TimestampDifferenceExceeds(dec_lag_warned_at, now, DECODER_LAG_LOG_INTERVAL_MS))
+			return;
+		dec_lag_warned = true;
+		dec_lag_warned_at = now;
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("shape_sync's decoding is %.1f s behind the commits", (double) lag_us / 1e6),
+				 errdetail("The transaction decoded last committed %.1f s ago, and %llu kB of WAL after it are still to be decoded.",
+						   (double) lag_us / 1e6,
+						   (unsigned long long) (flushed > end_lsn ? (flushed - end_lsn) / 1024 : 0)),
+				 errhint("Clients get changes that much later. While writes outpace decoding, the lag grows and the replication slot keeps the WAL not yet decoded; \"%s\" sets when this is logged.",
+						 "shape_sync.decoder_lag_warning")));
+	}
+	else if (dec_lag_warned && lag_us < threshold_us / 2)
+	{
+		dec_lag_warned = false;
+		ereport(LOG,
+				(errmsg("shape_sync's decoding caught up: the transaction decoded last reached the shape logs %.1f s after its commit",
+						(double) lag_us / 1e6)));
+	}
+}
+
 void
 decoder_note_commit(XLogRecPtr end_lsn, TimestampTz commit_time)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	DecoderStatus *status = &shape_sync_shared->decoder;
+	int64		lag_us = commit_time != 0 && now >= commit_time ? now - commit_time : 0;
 
 	sm_add(SM_DECODED_TRANSACTIONS, 0, 1);
-	if (commit_time != 0 && now >= commit_time)
-		sm_observe(SM_DECODER_COMMIT_LAG_SECONDS, 0, (double) (now - commit_time) / 1e6);
+	if (commit_time != 0)
+		sm_observe(SM_DECODER_COMMIT_LAG_SECONDS, 0, (double) lag_us / 1e6);
 	atomic_store_explicit(&status->decoded_lsn, (uint64) end_lsn, memory_order_relaxed);
 	atomic_store_explicit(&status->last_commit_us, (int64) commit_time, memory_order_relaxed);
+	atomic_store_explicit(&status->last_commit_lag_us, lag_us, memory_order_relaxed);
+	dec_check_lag(end_lsn, now, lag_us);
 }
 
 /* Reads the next record; false when the rest of the WAL is not flushed yet. */

@@ -68,6 +68,7 @@ int			shape_sync_max_where_length = 8192;
 int			shape_sync_max_where_constant_size = 64 * 1024;
 int			shape_sync_snapshot_statement_timeout = 300000;
 int			shape_sync_where_evaluation_timeout = 1000;
+int			shape_sync_decoder_lag_warning = 10000;
 
 static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
 static const char *guc_secret_value = "";	/* its extra: the secret */
@@ -423,6 +424,14 @@ shape_sync_define_gucs(void)
 							"A clause that takes longer is refused, or its shape fails; 0 disables the limit.",
 							&shape_sync_where_evaluation_timeout,
 							1000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.decoder_lag_warning",
+							"Sets how far decoding may fall behind the commits before a warning is logged.",
+							"The lag is the time from a transaction's commit until its changes reach the shape logs; 0 disables the warning.",
+							&shape_sync_decoder_lag_warning,
+							10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

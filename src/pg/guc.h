@@ -44,6 +44,7 @@ extern int	shape_sync_max_where_length;	/* bytes */
 extern int	shape_sync_max_where_constant_size; /* bytes */
 extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
 extern int	shape_sync_where_evaluation_timeout;	/* ms; 0: none */
+extern int	shape_sync_decoder_lag_warning; /* ms; 0: never warn */
 
 typedef enum ShapeEviction
 {

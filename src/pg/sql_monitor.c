@@ -25,6 +25,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/pg_lsn.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -40,6 +41,7 @@ PG_FUNCTION_INFO_V1(shape_sync_stalled_serves_reaped);
 PG_FUNCTION_INFO_V1(shape_sync_list_connections);
 PG_FUNCTION_INFO_V1(shape_sync_metric_values);
 PG_FUNCTION_INFO_V1(shape_sync_reset_metrics);
+PG_FUNCTION_INFO_V1(shape_sync_decoder_status);
 
 static const char *
 sql_state_name(ShapeState state)
@@ -153,6 +155,42 @@ shape_sync_log_memory_usage(PG_FUNCTION_ARGS)
 	values[0] = Int64GetDatum((int64) arena->nblocks * SLOG_BLOCK_SIZE);
 	values[1] = Int64GetDatum((int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE);
 	values[2] = Int32GetDatum(SLOG_BLOCK_SIZE);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
+}
+
+Datum
+shape_sync_decoder_status(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[6];
+	bool		nulls[6] = {0};
+	DecoderStatus *d;
+	uint64		wal_end;
+	uint64		decoded;
+	int64		commit_us;
+
+	sql_require_shared();
+	d = &shape_sync_shared->decoder;
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	wal_end = atomic_load_explicit(&d->wal_end_lsn, memory_order_relaxed);
+	decoded = atomic_load_explicit(&d->decoded_lsn, memory_order_relaxed);
+	commit_us = atomic_load_explicit(&d->last_commit_us, memory_order_relaxed);
+	values[0] = LSNGetDatum((XLogRecPtr) wal_end);
+	values[1] = LSNGetDatum((XLogRecPtr) decoded);
+	values[2] = LSNGetDatum((XLogRecPtr) atomic_load_explicit(&d->confirmed_flush_lsn,
+															   memory_order_relaxed));
+	values[3] = Int64GetDatum(wal_end > decoded ? (int64) (wal_end - decoded) : 0);
+	if (commit_us != 0)
+	{
+		Interval   *lag = palloc0(sizeof(Interval));
+
+		lag->time = atomic_load_explicit(&d->last_commit_lag_us, memory_order_relaxed);
+		values[4] = TimestampTzGetDatum((TimestampTz) commit_us);
+		values[5] = IntervalPGetDatum(lag);
+	}
+	else
+		nulls[4] = nulls[5] = true;
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 

@@ -133,6 +133,7 @@ typedef struct DecoderStatus
 	_Atomic uint64_t decoded_lsn;	/* end of the last transaction it decoded */
 	_Atomic uint64_t confirmed_flush_lsn;	/* the slot's, as it confirmed it */
 	_Atomic int64_t last_commit_us; /* commit time of that transaction */
+	_Atomic int64_t last_commit_lag_us; /* from that commit until it was decoded */
 } DecoderStatus;
 
 /* What a process reads and writes its metrics with. */
