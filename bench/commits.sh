@@ -45,6 +45,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 # shellcheck source=../scripts/lib/cluster.sh
 source "$root/scripts/lib/cluster.sh"
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 RUNS=${RUNS:-3}
 COMMITS=${COMMITS:-20000}
 ((COMMITS >= 2)) || { echo "COMMITS must be at least 2" >&2; exit 1; }
@@ -139,35 +141,10 @@ worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_typ
 [[ $worker =~ ^[0-9]+$ && -r /proc/$worker/task/$worker/schedstat ]] ||
 	{ echo "cannot read the CPU time of the shape_sync worker ($worker)" >&2; exit 1; }
 
-elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 worker_cpu() { cut -d' ' -f1 "/proc/$worker/task/$worker/schedstat"; }	# ns on CPU, main thread
 cpu_seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (b - a) / 1e9 }'; }
 count_between() {	# from to file: the lines (times) in [from, to]
 	awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b { n++ } END { print n + 0 }' "$3"
-}
-
-gate_waits() {
-	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'") == 1 ]]
-}
-
-gate_hold() {	# a commit that waits for 'bench_gate'; decoding stops at it
-	PGOPTIONS='-c synchronous_commit=on' cluster_psql -c "INSERT INTO bench_commits_gate DEFAULT VALUES" \
-		>"$out/gate.log" 2>&1 &
-	gate_pid=$!
-	helpers+=("$gate_pid")
-	for _ in $(seq 1 100); do
-		gate_waits && return 0
-		sleep 0.1
-	done
-	echo "the gate's commit does not wait" >&2
-	exit 1
-}
-
-gate_release() {	# ends the wait; writes the server's clock just after it to $out/released
-	cluster_psql -At -F ' ' -c "SELECT pg_cancel_backend(pid), extract(epoch FROM clock_timestamp()) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" \
-		>"$out/released"
-	[[ $(cut -d' ' -f1 "$out/released") == t ]] || { echo "the gate's wait was not cancelled" >&2; exit 1; }
-	wait "$gate_pid"	# its commit ends, and wakes the worker (shape_sync_xact_callback)
 }
 
 caught_up() {	# waits until the worker has decoded all WAL written so far
@@ -209,7 +186,7 @@ measure_baseline() {	# run
 	local table="bench_commits_baseline_$1" writes res n secs
 	cluster_psql -c "CREATE TABLE $table (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = off)" >/dev/null
 	cluster_psql -c "SELECT pg_create_logical_replication_slot('bench_commits', 'test_decoding')" >/dev/null
-	gate_hold
+	gate_hold bench_commits_gate
 	writes=$(write_commits "$table" off)
 	# the aggregate's clock_timestamp() is read after the last change is counted
 	res=$(cluster_psql -At -F ' ' -c "SELECT count(*), extract(epoch FROM clock_timestamp() - statement_timestamp()) FROM pg_logical_slot_get_changes('bench_commits', NULL, NULL)")
@@ -239,7 +216,7 @@ measure_shape() {	# backlog|live quiet|requests run
 		requests_start
 	fi
 	if [[ $1 == backlog ]]; then
-		gate_hold
+		gate_hold bench_commits_gate
 		sleep 0.2	# the live request is parked, the worker holds at the gate's commit
 		writes=$(write_commits "$table" off)
 		c0=$(worker_cpu)

@@ -33,7 +33,10 @@
 #      section "Catch-up against nginx" (needs nginx and wrk: SHAPE_SYNC_BENCH=1
 #      scripts/install-deps.sh);
 #  14. bench/metrics.sh: an increment of a hot counter and histogram from 1 to 8 threads,
-#      striped against one shared atomic and a mutex, the section "Striped metrics".
+#      striped against one shared atomic and a mutex, the section "Striped metrics";
+#  15. bench/routing.sh: decoding with 0, 1, 1,000 and 10,000 shapes on a table (equality
+#      shapes routed by the index, a few range shapes, 1,000 unroutable ones) against
+#      test_decoding, the section "Decoding with many shapes".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -82,5 +85,6 @@ bash "$here/bystanders.sh" >/dev/null || rc=$?
 bash "$here/storm.sh" >/dev/null || rc=$?
 bash "$here/catchup.sh" >/dev/null || rc=$?
 bash "$here/metrics.sh" >/dev/null || rc=$?
+RUNS=3 COMMITS=300000 bash "$here/routing.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"

@@ -4,10 +4,13 @@
  *		Decoded changes into shape logs: matching, stitching, appending.
  *
  * The output plugin hands every decoded change of a table that has shapes
- * to shape_stream_change().  For each shape of the table the change is
- * matched against the shape's where clause, evaluated by the executor on
- * the old and the new tuple as pgoutput's row filter does, and turned into
- * Electric's operation: an update that moves a row into the shape becomes
+ * to shape_stream_change().  The change visits the shapes of its table that
+ * it may concern: those its old or new column values find in the table's
+ * equality index (equality_index.c), and those whose clauses the index
+ * cannot route (SsRelation says which checks each visit skips).  For each,
+ * the change is matched against the shape's where clause, evaluated by the
+ * executor on the old and the new tuple as pgoutput's row filter does, and
+ * turned into Electric's operation: an update that moves a row into the shape becomes
  * an insert, out of it a delete; one that changes the key becomes a delete
  * and an insert.  The message is encoded once (row_encoder.c) and appended
  * to the shape's log at offset <commit LSN>_<op position>; the transaction
