@@ -59,6 +59,7 @@
 typedef struct EqKey
 {
 	AttrNumber	attnum;
+	Oid			column_type;
 	Oid			column_hash;
 	Oid			collation;
 	int			nshapes;		/* 0: looked up no more */
@@ -90,9 +91,9 @@ struct EqualityIndex
 
 /* ------------------------------------------------------------ analysis */
 
-/* The column a side of a comparison reads as it is, or 0. */
+/* The column a side of a comparison reads as it is, or 0; and its type. */
 static AttrNumber
-eq_column(Node *node)
+eq_column(Node *node, Oid *type)
 {
 	while (node != NULL && IsA(node, RelabelType))
 		node = (Node *) ((RelabelType *) node)->arg;
@@ -101,6 +102,7 @@ eq_column(Node *node)
 	if (((Var *) node)->varno != 1 || ((Var *) node)->varlevelsup != 0 ||
 		((Var *) node)->varattno <= 0)
 		return 0;
+	*type = ((Var *) node)->vartype;
 	return ((Var *) node)->varattno;
 }
 
@@ -164,12 +166,22 @@ eq_route_of_conjunct(Node *node, EqualityRoute *route)
 		!eq_hash_usable(lhs_hash) || !eq_hash_usable(rhs_hash))
 		return false;
 
-	if ((attnum = eq_column(left)) > 0 && IsA(right, Const))
+	/*
+	 * name = text under a nondeterministic collation compares by the
+	 * collation, but hashname hashes bytes (PostgreSQL's own hash joins
+	 * have that flaw): not routed.
+	 */
+	if ((lhs_hash == F_HASHNAME || rhs_hash == F_HASHNAME) && OidIsValid(route->collation) &&
+		!get_collation_isdeterministic(route->collation))
+		return false;
+
+	if ((attnum = eq_column(left, &route->column_type)) > 0 && IsA(right, Const))
 	{
 		route->column_hash = lhs_hash;
 		constant = (Const *) right;
 	}
-	else if (IsA(node, OpExpr) && (attnum = eq_column(right)) > 0 && IsA(left, Const))
+	else if (IsA(node, OpExpr) && (attnum = eq_column(right, &route->column_type)) > 0 &&
+			 IsA(left, Const))
 	{
 		route->column_hash = rhs_hash;
 		rhs_hash = lhs_hash;	/* the constant's */
@@ -277,8 +289,10 @@ equality_index_destroy(EqualityIndex *index)
 		MemoryContextDelete(index->context);
 }
 
-/* The key of a route; -1 when the index has too many (the shape is then
- * evaluated on every row). */
+/*
+ * The key of a route, made if need be; -1 when the index has too many (the
+ * shape is then evaluated on every row).
+ */
 static int
 eq_key_of(EqualityIndex *index, const EqualityRoute *route, bool add)
 {
@@ -288,8 +302,8 @@ eq_key_of(EqualityIndex *index, const EqualityRoute *route, bool add)
 	{
 		EqKey	   *key = index->keys[i];
 
-		if (key->attnum == route->attnum && key->column_hash == route->column_hash &&
-			key->collation == route->collation)
+		if (key->attnum == route->attnum && key->column_type == route->column_type &&
+			key->column_hash == route->column_hash && key->collation == route->collation)
 			return i;
 		if (key->nshapes == 0 && unused < 0)
 			unused = i;
@@ -308,6 +322,7 @@ eq_key_of(EqualityIndex *index, const EqualityRoute *route, bool add)
 
 		/* a reused key holds no bucket any more: its shapes are gone */
 		key->attnum = route->attnum;
+		key->column_type = route->column_type;
 		key->column_hash = route->column_hash;
 		key->collation = route->collation;
 		fmgr_info_cxt(route->column_hash, &key->hash_fn, index->context);
@@ -316,11 +331,12 @@ eq_key_of(EqualityIndex *index, const EqualityRoute *route, bool add)
 }
 
 void
-equality_index_add(EqualityIndex *index, uint32 slot, const EqualityRoute *route)
+equality_index_add(EqualityIndex *index, uint32 slot, EqualityRoute *route)
 {
 	MemoryContext old = MemoryContextSwitchTo(index->context);
 	int			keyno = route->attnum > 0 ? eq_key_of(index, route, true) : -1;
 
+	route->keyno = keyno;		/* what equality_index_remove undoes */
 	if (keyno < 0)
 		index->unrouted = lappend_int(index->unrouted, (int) slot);
 	else
@@ -341,7 +357,7 @@ equality_index_add(EqualityIndex *index, uint32 slot, const EqualityRoute *route
 void
 equality_index_remove(EqualityIndex *index, uint32 slot, const EqualityRoute *route)
 {
-	int			keyno = route->attnum > 0 ? eq_key_of(index, route, false) : -1;
+	int			keyno = route->keyno;
 
 	if (keyno < 0)
 	{
@@ -366,6 +382,8 @@ void
 equality_index_visit(EqualityIndex *index, TupleTableSlot *row,
 					 EqualityVisit visit, void *arg)
 {
+	TupleDesc	desc = row->tts_tupleDescriptor;
+
 	for (int k = 0; k < index->nkeys; k++)
 	{
 		EqKey	   *key = index->keys[k];
@@ -377,6 +395,10 @@ equality_index_visit(EqualityIndex *index, TupleTableSlot *row,
 
 		if (key->nshapes == 0)
 			continue;
+		if (key->attnum > desc->natts ||
+			TupleDescAttr(desc, key->attnum - 1)->attisdropped ||
+			TupleDescAttr(desc, key->attnum - 1)->atttypid != key->column_type)
+			continue;			/* not hashed as this type: see the header */
 		value = slot_getattr(row, key->attnum, &isnull);
 		if (isnull)
 			continue;			/* no equality is true of NULL */

@@ -25,11 +25,14 @@
 typedef struct EqualityRoute
 {
 	AttrNumber	attnum;
-	Oid			column_hash;	/* hash function of the column's type, in the
+	Oid			column_type;	/* the column's type when the shape was made */
+	Oid			column_hash;	/* hash function of that type, in the
 								 * operator's hash family */
 	Oid			collation;		/* the comparison's */
 	int			nhashes;		/* distinct; 0: the clause matches no row */
 	uint32	   *hashes;
+	int			keyno;			/* set by equality_index_add: where it is
+								 * filed (-1: with the unrouted shapes) */
 } EqualityRoute;
 
 typedef struct EqualityIndex EqualityIndex;
@@ -41,13 +44,15 @@ extern void equality_route_of(Expr *where, EqualityRoute *route);
 
 extern EqualityIndex *equality_index_create(MemoryContext parent);
 extern void equality_index_destroy(EqualityIndex *index);
-extern void equality_index_add(EqualityIndex *index, uint32 slot, const EqualityRoute *route);
+extern void equality_index_add(EqualityIndex *index, uint32 slot, EqualityRoute *route);
 extern void equality_index_remove(EqualityIndex *index, uint32 slot, const EqualityRoute *route);
 
 /*
  * Visits the routed shapes that a row may belong to: each one of whose
  * constants hashes like the row's column (a shape may be visited more than
- * once).  The shapes that are not routed are visited by the second call.
+ * once).  A column whose type is no longer the one its shapes were made
+ * with routes nothing: those shapes are checked one by one, and go.  The
+ * shapes that are not routed are visited by the second call.
  */
 extern void equality_index_visit(EqualityIndex *index, TupleTableSlot *row,
 								 EqualityVisit visit, void *arg);

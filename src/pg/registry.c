@@ -9,13 +9,13 @@
  * Identical definitions therefore share one handle, and handles are never
  * reused (shape_table_new_handle).
  *
- * The map lives in the main worker's memory, one entry per shape slot, and
- * is searched linearly by identity hash: a few thousand comparisons of
- * 64-bit integers per request.  XXX: a hash table once max_shapes grows
- * past tens of thousands.
+ * The map lives in the main worker's memory, one entry per shape slot,
+ * found by the hash of its identity (reg_by_identity).
  *
- * Snapshots start in FIFO order, at most shape_sync.max_snapshot_workers at
- * a time.  A worker that ends without finishing its shape fails it.  A
+ * Snapshots are queued in FIFO order for the pool of snapshot workers
+ * (snapshot_jobs.c, snapshot.c), at most shape_sync.max_snapshot_workers
+ * jobs waiting at a time, and as many taken at once.  A worker that ends
+ * without finishing its shape fails it.  A
  * failed shape is retired at once, so its memory goes back to the arena as
  * soon as its last reader lets go, but the failure is remembered for
  * FAILED_SHAPE_RETENTION: clients asking for the same definition meanwhile
@@ -116,10 +116,8 @@ typedef struct RegistryEntry
 	char	   *fingerprint;	/* shape_definition_fingerprint, for its snapshot */
 	Oid			role;			/* read as this role */
 	bool		manage_replica_identity;	/* the snapshot may set it */
-	bool		launched;		/* a snapshot worker was started */
-	BackgroundWorkerHandle *worker;
-	dsm_segment *definition;
-	TimestampTz queued_at;		/* for FIFO launching */
+	bool		launched;		/* its snapshot job was queued */
+	dsm_segment *definition;	/* for the snapshot worker, until it is done */
 	int32		lru_newer;		/* the entry read after this one, or -1 */
 	int32		lru_older;		/* ... before it, or -1 */
 	int64		touched_us;		/* last_read_us as of its place on the list */
@@ -132,6 +130,13 @@ typedef struct RegistryClient
 	TimestampTz window_start;
 	int			created;
 } RegistryClient;
+
+/* The entries whose identities have one hash (almost always one). */
+typedef struct RegistryIdentity
+{
+	uint64		identity_hash;	/* the hash key */
+	List	   *slots;			/* int list */
+} RegistryIdentity;
 
 /* A definition whose snapshot failed recently. */
 typedef struct RegistryFailure
@@ -151,10 +156,14 @@ static uint32 reg_creating = SHAPE_NO_SLOT;	/* slot claimed, not yet published *
 static bool reg_in_replay = false;	/* resolving during a replay (see the header) */
 static bool reg_wait_for_replay = false;	/* ... and this request must wait */
 static MemoryContext reg_context;
-static bool reg_warned_no_worker = false;
+static List *reg_waiting = NIL;	/* int list: slots whose snapshot waits to
+								 * be queued, oldest first */
+static List *reg_launched = NIL;	/* int list: slots whose snapshot job was
+									 * queued and is not known to be done */
 static int32 reg_lru_newest = -1;
 static int32 reg_lru_oldest = -1;
 static HTAB *reg_clients;		/* RegistryClient by key */
+static HTAB *reg_by_identity;	/* RegistryIdentity by identity hash */
 static TimestampTz reg_last_idle_sweep;
 static TimestampTz reg_last_clients_sweep;
 static TimestampTz reg_evictions_logged_at;
@@ -237,10 +246,19 @@ reg_forget(uint32 slot)
 
 	reg_lru_unlink(slot);
 	shape_stream_remove(slot);
+	if (e->in_use)
+	{
+		RegistryIdentity *id = hash_search(reg_by_identity, &e->identity_hash, HASH_FIND, NULL);
+
+		if (id != NULL)
+		{
+			id->slots = list_delete_int(id->slots, (int) slot);
+			if (id->slots == NIL)
+				hash_search(reg_by_identity, &e->identity_hash, HASH_REMOVE, NULL);
+		}
+	}
 	if (e->definition)
 		dsm_detach(e->definition);
-	if (e->worker)
-		pfree(e->worker);
 	if (e->identity)
 		pfree(e->identity);
 	if (e->schema_json)
@@ -273,6 +291,9 @@ registry_start(void)
 	ctl.hcxt = reg_context;
 	reg_clients = hash_create("shape_sync clients", 256, &ctl,
 							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	ctl.entrysize = sizeof(RegistryIdentity);
+	reg_by_identity = hash_create("shape_sync shape identities", 1024, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeState	state = shape_table_state(table, i);
@@ -290,6 +311,8 @@ registry_stop(void)
 	reg_entries = NULL;
 	reg_failures = NIL;
 	reg_clients = NULL;
+	reg_by_identity = NULL;
+	reg_waiting = reg_launched = NIL;
 }
 
 /* ------------------------------------------------------------ resolving */
@@ -388,14 +411,17 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 static int32
 reg_find(uint64 hash, const char *identity)
 {
-	ShapeTable *table = reg_table();
+	RegistryIdentity *id = hash_search(reg_by_identity, &hash, HASH_FIND, NULL);
+	ListCell   *lc;
 
-	for (uint32 i = 0; i < table->nslots; i++)
+	if (id == NULL)
+		return -1;
+	foreach(lc, id->slots)
 	{
-		RegistryEntry *e = &reg_entries[i];
+		RegistryEntry *e = &reg_entries[lfirst_int(lc)];
 
-		if (e->in_use && e->identity_hash == hash && strcmp(e->identity, identity) == 0)
-			return (int32) i;
+		if (e->in_use && strcmp(e->identity, identity) == 0)
+			return (int32) lfirst_int(lc);
 	}
 	return -1;
 }
@@ -667,13 +693,19 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	e->in_use = true;
 	e->identity_hash = hash;
 	e->identity = pstrdup(identity);
+	{
+		bool		found;
+		RegistryIdentity *id = hash_search(reg_by_identity, &hash, HASH_ENTER, &found);
+
+		id->slots = lappend_int(found ? id->slots : NIL, (int) slot);
+	}
 	e->generation = atomic_load(&s->generation);
 	e->role = GetUserId();
 	e->manage_replica_identity = shape_sync_manage_replica_identity;
 	reg_copy_spec(&e->spec, spec);
 	e->schema_json = shape_schema_json(rel);
 	e->fingerprint = shape_definition_fingerprint(spec);
-	e->queued_at = GetCurrentTimestamp();
+	reg_waiting = lappend_int(reg_waiting, (int) slot);
 	MemoryContextSwitchTo(old);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
 	if (reg_in_replay)
@@ -927,18 +959,6 @@ registry_resolve_during_replay(ShapeRequest *req)
 
 /* ---------------------------------------------------------- maintenance */
 
-static int
-reg_running_workers(void)
-{
-	ShapeTable *table = reg_table();
-	int			n = 0;
-
-	for (uint32 i = 0; i < table->nslots; i++)
-		if (reg_entries[i].worker != NULL)
-			n++;
-	return n;
-}
-
 /*
  * Retires a failed shape, remembering its error for new requests, and
  * logs the failure.
@@ -979,14 +999,13 @@ void
 registry_rotate(uint32 slot, SmRotationCause cause)
 {
 	ShapeTable *table = reg_table();
-	RegistryEntry *e;
-	pid_t		snapshot_pid = 0;
+	uint32		generation;
+	bool		snapshotting;
 
 	if (reg_entries == NULL || !reg_entries[slot].in_use)
 		return;
-	e = &reg_entries[slot];
-	if (e->worker != NULL && GetBackgroundWorkerPid(e->worker, &snapshot_pid) != BGWH_STARTED)
-		snapshot_pid = 0;
+	generation = reg_entries[slot].generation;
+	snapshotting = reg_entries[slot].launched && reg_entries[slot].definition != NULL;
 	reg_forget(slot);
 	shape_table_retire(table, slot);
 	shape_table_mark_dirty(table, slot);
@@ -994,52 +1013,50 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 
 	/*
 	 * Its snapshot is no longer wanted: cancel the query, now that the slot
-	 * is retired, so that the worker finds it so and exits quietly (see
-	 * snapshot.c) instead of failing the shape.  One not yet started finds
-	 * the slot retired and exits at once.
+	 * is retired, so that the worker finds it so and goes on quietly (see
+	 * snapshot.c) instead of failing the shape.  A job not yet taken finds
+	 * the slot retired and is skipped.
 	 */
-	if (snapshot_pid != 0)
-		kill(snapshot_pid, SIGINT);
+	if (snapshotting)
+		snapshot_pool_cancel(slot, generation);
 }
 
-/* Notices finished and failed snapshots, and retires failed shapes. */
+/*
+ * Notices finished and failed snapshots: lets go of their definitions, and
+ * retires failed shapes (a worker that exits in the middle of a snapshot
+ * fails its shape first: snapshot.c).
+ */
 static void
 reg_reap_snapshots(TimestampTz now)
 {
 	ShapeTable *table = reg_table();
+	List	   *launched = reg_launched;
+	ListCell   *lc;
 
-	for (uint32 i = 0; i < table->nslots; i++)
+	reg_launched = NIL;
+	foreach(lc, launched)
 	{
+		uint32		i = (uint32) lfirst_int(lc);
 		RegistryEntry *e = &reg_entries[i];
 		ShapeState	state;
-		pid_t		pid;
 
-		if (!e->in_use)
-			continue;
+		if (!e->in_use || !e->launched)
+			continue;			/* gone (a slot taken again is listed again) */
 		state = shape_table_state(table, i);
-		if (e->worker != NULL &&
-			GetBackgroundWorkerPid(e->worker, &pid) == BGWH_STOPPED)
+		if (state == SHAPE_SNAPSHOTTING)
 		{
-			/* it may have finished or failed the shape just before it ended */
-			state = shape_table_state(table, i);
-			pfree(e->worker);
-			e->worker = NULL;
+			MemoryContext old = MemoryContextSwitchTo(reg_context);
+
+			reg_launched = lappend_int(reg_launched, (int) i);
+			MemoryContextSwitchTo(old);
+			continue;
+		}
+		if (e->definition != NULL)
+		{
 			dsm_detach(e->definition);
 			e->definition = NULL;
-			if (state == SHAPE_SNAPSHOTTING)
-			{
-				/* it died without a word (killed, or out of memory) */
-				ShapeSlot  *s = &table->slots[i];
-
-				s->error_status = 500;
-				strlcpy(s->error, "The snapshot worker exited unexpectedly, please retry",
-						sizeof(s->error));
-				shape_table_set_state(table, i, SHAPE_FAILED);
-				shape_table_mark_dirty(table, i);
-				state = SHAPE_FAILED;
-			}
 		}
-		if (state == SHAPE_FAILED && e->worker == NULL)
+		if (state == SHAPE_FAILED)
 		{
 			if (table->slots[i].error_status == 409)
 			{
@@ -1053,56 +1070,55 @@ reg_reap_snapshots(TimestampTz now)
 				reg_remember_failure(i, now);
 		}
 	}
+	list_free(launched);
 }
 
-/* Starts queued snapshots, oldest first, up to shape_sync.max_snapshot_workers. */
+/*
+ * Queues the snapshots of new shapes, oldest first, while fewer than
+ * shape_sync.max_snapshot_workers jobs wait (each holds a DSM segment),
+ * and staffs them (snapshot.c).
+ */
 static void
 reg_launch_snapshots(void)
 {
 	ShapeTable *table = reg_table();
-	int			running = reg_running_workers();
+	SnapshotJobs *jobs = &shape_sync_shared->snapshot_jobs;
 
-	while (running < shape_sync_max_snapshot_workers)
+	while (reg_waiting != NIL &&
+		   snapshot_jobs_queued(jobs) < (uint32) shape_sync_max_snapshot_workers)
 	{
-		int32		next = -1;
-		RegistryEntry *e;
+		uint32		slot = (uint32) linitial_int(reg_waiting);
+		RegistryEntry *e = &reg_entries[slot];
+		SnapshotJob job;
+		MemoryContext old;
 
-		for (uint32 i = 0; i < table->nslots; i++)
+		if (!e->in_use || e->launched || shape_table_state(table, slot) != SHAPE_SNAPSHOTTING)
 		{
-			RegistryEntry *c = &reg_entries[i];
-
-			if (c->in_use && !c->launched &&
-				shape_table_state(table, i) == SHAPE_SNAPSHOTTING &&
-				(next < 0 || c->queued_at < reg_entries[next].queued_at))
-				next = (int32) i;
+			reg_waiting = list_delete_first(reg_waiting);
+			continue;			/* gone, or queued under an earlier entry */
 		}
-		if (next < 0)
-			break;
-		e = &reg_entries[next];
+		old = MemoryContextSwitchTo(reg_context);
+		e->definition = snapshot_definition_create(&e->spec, e->fingerprint,
+												   shape_sync_chunk_bytes_threshold);
+		MemoryContextSwitchTo(old);
+		job.slot = slot;
+		job.generation = e->generation;
+		job.role = (uint32) e->role;
+		job.definition = (uint32) dsm_segment_handle(e->definition);
+		job.flags = e->manage_replica_identity ? SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY : 0;
+		if (!snapshot_jobs_push(jobs, &job))
 		{
-			MemoryContext old = MemoryContextSwitchTo(reg_context);
-
-			e->worker = snapshot_launch((uint32) next, e->generation, &e->spec,
-										e->fingerprint, e->role,
-										e->manage_replica_identity,
-										shape_sync_chunk_bytes_threshold, &e->definition);
-			MemoryContextSwitchTo(old);
+			dsm_detach(e->definition);
+			e->definition = NULL;
+			break;				/* full: a worker is still reading a cell */
 		}
-		if (e->worker == NULL)
-		{
-			if (!reg_warned_no_worker)
-				ereport(WARNING,
-						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-						 errmsg("no background worker slot is free for a shape snapshot"),
-						 errhint("Consider increasing the configuration parameter \"%s\".",
-								 "max_worker_processes")));
-			reg_warned_no_worker = true;
-			break;
-		}
-		reg_warned_no_worker = false;
 		e->launched = true;
-		running++;
+		reg_waiting = list_delete_first(reg_waiting);
+		old = MemoryContextSwitchTo(reg_context);
+		reg_launched = lappend_int(reg_launched, (int) slot);
+		MemoryContextSwitchTo(old);
 	}
+	snapshot_pool_staff();
 }
 
 /*

@@ -200,6 +200,11 @@ static uint64 ss_lsn;
 static uint64 ss_op;			/* the next op position */
 static ExprContext *ss_econtext;
 static List *ss_changed_relids; /* relcache invalidations seen */
+static List *ss_check_slots;	/* int list: streams that took over from
+								 * their snapshot, to check once */
+static List *ss_snapshotting;	/* int list: streams whose snapshot is not
+								 * done, oldest first */
+static List *ss_rotating;		/* int list: streams marked for rotation */
 static bool ss_all_changed;
 static bool ss_recheck_now;		/* end the decoding batch: check first */
 static bool ss_eval_too_slow;	/* ss_matches ran past its deadline */
@@ -715,8 +720,11 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		ss_npartitioned++;
 	}
 	ss_relation_add(s);
-	atomic_store_explicit(&ss_table()->slots[slot].route_attnum, s->route.attnum,
-						  memory_order_relaxed);
+	old = MemoryContextSwitchTo(ss_context);
+	ss_snapshotting = lappend_int(ss_snapshotting, (int) slot);
+	MemoryContextSwitchTo(old);
+	atomic_store_explicit(&ss_table()->slots[slot].route_attnum,
+						  s->route.keyno >= 0 ? s->route.attnum : 0, memory_order_relaxed);
 	if (ss_in_txn)
 	{
 		/*
@@ -757,6 +765,8 @@ shape_stream_remove(uint32 slot)
 		return;
 	ss_pending_forget(s);
 	ss_touched = list_delete_ptr(ss_touched, s);
+	if (!s->ready)
+		ss_snapshotting = list_delete_int(ss_snapshotting, (int) slot);
 	if (s->counted)
 		ss_relation_remove(s);
 	if (s->partitioned)
@@ -847,9 +857,13 @@ ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
 {
 	if (!s->rotate)
 	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
 		ereport(LOG,
 				(errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
 		s->rotate_cause = cause;
+		ss_rotating = lappend_int(ss_rotating, (int) s->slot);
+		MemoryContextSwitchTo(old);
 	}
 	s->rotate = true;
 }
@@ -1197,18 +1211,22 @@ typedef struct SsChange
 	uint64		visit;			/* this change's ss_visits */
 } SsChange;
 
-/*
- * The change for one stream, after checking that the stream can take it.
- * Returns whether the checks ran and found nothing wrong.
- */
-static bool
-ss_change_checked(ShapeStream *s, SsChange *c)
+typedef enum SsCheck
 {
-	ShapeRoleSaved saved;
+	SS_CHECK_PASSED,			/* the stream can take the change */
+	SS_CHECK_SKIPPED,			/* rotating, in the snapshot, or doomed */
+	SS_CHECK_FAILED				/* it cannot: dealt with (rotated, or the
+								 * reason kept with its pending transaction) */
+} SsCheck;
+
+/* Whether the stream can take the change: its columns, partitions, table. */
+static SsCheck
+ss_check_stream_for_change(ShapeStream *s, SsChange *c)
+{
 	const char *problem = NULL;
 
 	if (s->rotate || (s->touched && !ss_takes_transaction(s)))
-		return false;			/* rotating, in the snapshot, or doomed already */
+		return SS_CHECK_SKIPPED;
 	if (!c->old_row_complete)
 		/*
 		 * Whether the row was in the shape, which row a delete removed,
@@ -1233,16 +1251,34 @@ ss_change_checked(ShapeStream *s, SsChange *c)
 		if (table != c->leaf && RelationIsValid(table))
 			RelationClose(table);
 	}
-	if (problem != NULL)
-	{
-		/* only now is it worth asking whether the snapshot has the transaction */
-		if (ss_takes_transaction(s))
-			ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
-		return false;
-	}
+	if (problem == NULL)
+		return SS_CHECK_PASSED;
+	/* only now is it worth asking whether the snapshot has the transaction */
+	if (ss_takes_transaction(s))
+		ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, problem);
+	return SS_CHECK_FAILED;
+}
+
+static void
+ss_feed(ShapeStream *s, SsChange *c)
+{
+	ShapeRoleSaved saved;
+
 	shape_role_become(s->role, &saved);
 	ss_change_for_shape(s, c->action, c->newslot, c->oldslot, c->op);
 	shape_role_restore(&saved);
+}
+
+/*
+ * The change for one stream, after checking that the stream can take it.
+ * Returns whether the checks ran and found nothing wrong.
+ */
+static bool
+ss_change_checked(ShapeStream *s, SsChange *c)
+{
+	if (ss_check_stream_for_change(s, c) != SS_CHECK_PASSED)
+		return false;
+	ss_feed(s, c);
 	return true;
 }
 
@@ -1252,16 +1288,89 @@ ss_change_verified(uint32 slot, void *arg)
 {
 	ShapeStream *s = &ss_streams[slot];
 	SsChange   *c = arg;
-	ShapeRoleSaved saved;
 
 	if (s->visited == c->visit)
 		return;
 	s->visited = c->visit;
 	if (s->rotate || (s->touched && !ss_takes_transaction(s)))
 		return;
-	shape_role_become(s->role, &saved);
-	ss_change_for_shape(s, c->action, c->newslot, c->oldslot, c->op);
-	shape_role_restore(&saved);
+	ss_feed(s, c);
+}
+
+/*
+ * Checks every stream of `r` (after an invalidation, a cache reset, a new
+ * stream, or a change from a partition not seen since): those the change
+ * cannot go to are flagged, and checked on every change until one passes;
+ * the others take changes from the index without checks.  Only checks: the
+ * change itself goes through the index after this, as any other.
+ */
+static void
+ss_verify_relation(SsRelation *r, SsChange *c, Oid leaf_relid)
+{
+	MemoryContext old;
+	List	   *flagged = NIL;
+	bool		fresh = !r->verified;
+
+	/* an invalidation taken in during the checks makes it unverified again */
+	r->verified = true;
+	for (int i = 0; i < r->nslots; i++)
+	{
+		ShapeStream *s = &ss_streams[r->slots[i]];
+
+		if (ss_check_stream_for_change(s, c) == SS_CHECK_PASSED)
+			continue;
+		s->visited = c->visit;	/* dealt with, for this change */
+		if (!s->rotate)
+			flagged = lappend_int(flagged, (int) s->slot);
+	}
+	old = MemoryContextSwitchTo(ss_context);
+	if (fresh)
+	{
+		list_free(r->flagged);
+		r->flagged = list_copy(flagged);
+		list_free(r->verified_leaves);
+		r->verified_leaves = NIL;
+	}
+	else
+		r->flagged = list_concat_unique_int(r->flagged, flagged);	/* a new leaf */
+	if (leaf_relid != c->relid)
+		r->verified_leaves = lappend_oid(r->verified_leaves, leaf_relid);
+	MemoryContextSwitchTo(old);
+	list_free(flagged);
+}
+
+/*
+ * The streams the index returns for the change's old and new rows.  A
+ * hash function that fails (it should not, on valid data) sends the change
+ * to every stream of the table, checked, as before the index.
+ */
+static void
+ss_visit_routed(SsRelation *r, SsChange *c)
+{
+	MemoryContext old = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		if (c->newslot != NULL)
+			equality_index_visit(r->index, c->newslot, ss_change_verified, c);
+		if (c->oldslot != NULL)
+			equality_index_visit(r->index, c->oldslot, ss_change_verified, c);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(old);
+		FlushErrorState();
+		for (int i = 0; i < r->nslots; i++)
+		{
+			ShapeStream *s = &ss_streams[r->slots[i]];
+
+			if (s->visited == c->visit)
+				continue;
+			s->visited = c->visit;
+			(void) ss_change_checked(s, c);
+		}
+	}
+	PG_END_TRY();
 }
 
 /*
@@ -1289,54 +1398,28 @@ ss_change_for_relation(SsRelation *r, Relation leaf, Oid relid, TupleDesc desc,
 		(oldslot != NULL && leaf->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	c.visit = ++ss_visits;
 
-	if (!c.old_row_complete || !r->verified ||
-		(leaf_relid != relid && !list_member_oid(r->verified_leaves, leaf_relid)))
+	if (!c.old_row_complete)
 	{
-		MemoryContext old;
-		List	   *flagged = NIL;
-
-		/* every stream, every check; the ones not found well stay flagged */
+		/* every stream must hear of it (it rotates them) */
 		for (int i = 0; i < r->nslots; i++)
-		{
-			ShapeStream *s = &ss_streams[r->slots[i]];
-
-			if (!ss_change_checked(s, &c) && !s->rotate)
-				flagged = lappend_int(flagged, (int) s->slot);
-		}
-		if (!c.old_row_complete)
-		{
-			list_free(flagged);
-			return;				/* nothing was verified */
-		}
-		old = MemoryContextSwitchTo(ss_context);
-		list_free(r->flagged);
-		r->flagged = list_copy(flagged);
-		if (!r->verified)
-		{
-			list_free(r->verified_leaves);
-			r->verified_leaves = NIL;
-		}
-		if (leaf_relid != relid)
-			r->verified_leaves = lappend_oid(r->verified_leaves, leaf_relid);
-		r->verified = true;
-		MemoryContextSwitchTo(old);
-		list_free(flagged);
+			(void) ss_change_checked(&ss_streams[r->slots[i]], &c);
 		return;
 	}
+	if (!r->verified || (leaf_relid != relid && !list_member_oid(r->verified_leaves, leaf_relid)))
+		ss_verify_relation(r, &c, leaf_relid);
 
 	foreach(lc, r->flagged)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
+		if (s->visited == c.visit)
+			continue;			/* checked by ss_verify_relation just now */
 		s->visited = c.visit;
 		if (ss_change_checked(s, &c))
 			r->flagged = foreach_delete_current(r->flagged, lc);
 	}
 	equality_index_visit_unrouted(r->index, ss_change_verified, &c);
-	if (newslot != NULL)
-		equality_index_visit(r->index, newslot, ss_change_verified, &c);
-	if (oldslot != NULL)
-		equality_index_visit(r->index, oldslot, ss_change_verified, &c);
+	ss_visit_routed(r, &c);
 }
 
 /* A slot with the same row in the columns of `desc`, through `map`. */
@@ -1682,10 +1765,14 @@ ss_take_over(ShapeStream *s)
 	s->last = pub.last;
 	s->appended = false;
 	{
-		/* now its table must log old rows in full: look once */
+		/*
+		 * Now its table must log old rows in full: look once, at this
+		 * stream alone (checking every stream of the table for each new
+		 * one made creating N shapes cost N^2 checks).
+		 */
 		MemoryContext old = MemoryContextSwitchTo(ss_context);
 
-		ss_changed_relids = list_append_unique_oid(ss_changed_relids, s->relid);
+		ss_check_slots = lappend_int(ss_check_slots, (int) s->slot);
 		MemoryContextSwitchTo(old);
 	}
 	foreach(lc, s->pending)
@@ -1786,74 +1873,86 @@ ss_maybe_compact(ShapeStream *s)
  * that their role can no longer read.  `role` is what shape_sync.role
  * names now, or InvalidOid when it cannot be used.
  */
+/*
+ * Checks a stream against the current catalog: its table, its definition
+ * and its role's privileges; a stream that fails is rotated.  False when
+ * the table is locked: look again at the next maintain.
+ */
+static bool
+ss_check_stream(ShapeStream *s, Oid role)
+{
+	Oid			relid = s->relid;
+	Relation	rel;
+	const char *problem;
+
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+	{
+		ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "its table was dropped");
+		return true;
+	}
+	if (!ConditionalLockRelationOid(relid, AccessShareLock))
+		/*
+		 * Never wait on a user's lock here: look again next time.  A shape
+		 * made from a replay's catalog (shape_stream_check_when_replayed)
+		 * stays unchecked until then, which is safe: its snapshot compares
+		 * the table with the shape's definition and privileges under the
+		 * current catalog (snapshot.c), and a change to the table decoded
+		 * meanwhile marks it for a check of its own.  (A shape's own
+		 * snapshot worker holds such a lock while it sets REPLICA IDENTITY
+		 * FULL: rotating here rotated fresh shapes for nothing.)
+		 */
+		return false;
+	s->needs_check = false;
+	s->needs_definition_check = false;
+	rel = table_open(relid, NoLock);
+	problem = ss_definition_problem(s, rel);
+	table_close(rel, NoLock);
+	if (problem != NULL)
+		ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, problem);
+	else if (s->role != role)
+		ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "\"shape_sync.role\" changed or cannot be used");
+	else
+	{
+		ShapeRoleSaved saved;
+		const char *field;
+		char	   *read_problem;
+
+		shape_role_become(s->role, &saved);
+		read_problem = shape_read_problem(relid, s->nused, s->used_attnums, &field);
+		shape_role_restore(&saved);
+		if (read_problem != NULL)
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, read_problem);
+	}
+	return true;
+}
+
+/* Checks every stream of a table (ss_check_stream). */
 static void
 ss_check_relation(Oid relid, Oid role)
 {
-	ShapeTable *table = ss_table();
+	SsRelation *r = hash_search(ss_relids, &relid, HASH_FIND, NULL);
 
-	for (uint32 i = 0; i < table->nslots; i++)
+	if (r == NULL)
+		return;
+	for (int i = 0; i < r->nslots; i++)
 	{
-		ShapeStream *s = &ss_streams[i];
-		Relation	rel;
-		const char *problem;
+		ShapeStream *s = &ss_streams[r->slots[i]];
 
-		if (!s->in_use || s->relid != relid || s->rotate)
+		if (s->rotate)
 			continue;
-		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		if (!ss_check_stream(s, role))
 		{
-			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "its table was dropped");
-			continue;
-		}
-		if (!ConditionalLockRelationOid(relid, AccessShareLock))
-		{
-			/*
-			 * Never wait on a user's lock here: look again next time.  A
-			 * shape made from a replay's catalog
-			 * (shape_stream_check_when_replayed) stays unchecked until
-			 * then, which is safe: its snapshot compares the table with the
-			 * shape's definition and privileges under the current catalog
-			 * (snapshot.c), and a change to the table decoded meanwhile
-			 * marks it for a check of its own.  (A shape's own snapshot
-			 * worker holds such a lock while it sets REPLICA IDENTITY FULL:
-			 * rotating here rotated fresh shapes for nothing.)
-			 */
 			MemoryContext old = MemoryContextSwitchTo(ss_context);
 
 			ss_changed_relids = list_append_unique_oid(ss_changed_relids, relid);
 			MemoryContextSwitchTo(old);
 			return;
 		}
-		s->needs_check = false;
-		s->needs_definition_check = false;
-		rel = table_open(relid, NoLock);
-		problem = ss_definition_problem(s, rel);
-		table_close(rel, NoLock);
-		if (problem != NULL)
-			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, problem);
-		else if (s->role != role)
-			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, "\"shape_sync.role\" changed or cannot be used");
-		else
-		{
-			ShapeRoleSaved saved;
-			const char *field;
-			char	   *problem;
-
-			shape_role_become(s->role, &saved);
-			problem = shape_read_problem(relid, s->nused, s->used_attnums, &field);
-			shape_role_restore(&saved);
-			if (problem != NULL)
-				ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, problem);
-		}
 	}
 }
 
-/*
- * ss_check_relation in a subtransaction: the table may vanish between the
- * check that it exists and the look at its columns; any error rotates the
- * relation's shapes instead of ending the worker.
- */
 static void
-ss_check_relation_guarded(Oid relid, Oid role)
+ss_check_guarded(Oid relid, ShapeStream *one, Oid role)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -1862,23 +1961,35 @@ ss_check_relation_guarded(Oid relid, Oid role)
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
 	{
-		ss_check_relation(relid, role);
+		if (one == NULL)
+			ss_check_relation(relid, role);
+		else if (!ss_check_stream(one, role))
+		{
+			MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+			ss_check_slots = lappend_int(ss_check_slots, (int) one->slot);
+			MemoryContextSwitchTo(old);
+		}
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
 	}
 	PG_CATCH();
 	{
-		ShapeTable *table = ss_table();
+		SsRelation *r;
 
 		MemoryContextSwitchTo(oldcxt);
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
-		for (uint32 i = 0; i < table->nslots; i++)
-			if (ss_streams[i].in_use && ss_streams[i].relid == relid)
-				ss_rotate_later(&ss_streams[i], SM_ROTATION_TABLE_CHANGED, "its table changed while being checked");
+		r = hash_search(ss_relids, &relid, HASH_FIND, NULL);
+		if (one != NULL)
+			ss_rotate_later(one, SM_ROTATION_TABLE_CHANGED, "its table changed while being checked");
+		else if (r != NULL)
+			for (int i = 0; i < r->nslots; i++)
+				ss_rotate_later(&ss_streams[r->slots[i]], SM_ROTATION_TABLE_CHANGED,
+								"its table changed while being checked");
 	}
 	PG_END_TRY();
 }
@@ -1894,22 +2005,27 @@ shape_stream_maintain(void)
 		return;
 	table = ss_table();
 
-	for (uint32 i = 0; i < table->nslots; i++)
+	foreach(lc, ss_snapshotting)
 	{
-		ShapeStream *s = &ss_streams[i];
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
 		if (s->in_use && !s->ready && !s->rotate &&
-			shape_table_state(table, i) == SHAPE_READY)
+			shape_table_state(table, s->slot) == SHAPE_READY)
+		{
 			ss_take_over(s);
+			ss_snapshotting = foreach_delete_current(ss_snapshotting, lc);
+		}
 	}
 
 	ss_recheck_now = false;
-	if (ss_changed_relids != NIL || ss_all_changed)
+	if (ss_changed_relids != NIL || ss_all_changed || ss_check_slots != NIL)
 	{
 		Oid			role;
+		List	   *slots = ss_check_slots;
 
 		changed = ss_changed_relids;
 		ss_changed_relids = NIL;
+		ss_check_slots = NIL;
 		if (ss_all_changed)
 		{
 			list_free(changed);
@@ -1925,13 +2041,32 @@ shape_stream_maintain(void)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		role = shape_role_usable();
 		foreach(lc, changed)
-			ss_check_relation_guarded(lfirst_oid(lc), role);
+			ss_check_guarded(lfirst_oid(lc), NULL, role);
+		foreach(lc, slots)
+		{
+			ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+			/* gone, rotating, or checked with its whole table just now */
+			if (s->in_use && !s->rotate && !list_member_oid(changed, s->relid))
+				ss_check_guarded(s->relid, s, role);
+		}
 		PopActiveSnapshot();
 		CommitTransactionCommand();
 		list_free(changed);
+		list_free(slots);
 	}
 
-	for (uint32 i = 0; i < table->nslots; i++)
-		if (ss_streams[i].in_use && ss_streams[i].rotate)
-			registry_rotate(i, ss_streams[i].rotate_cause);
+	{
+		List	   *rotating = ss_rotating;
+
+		ss_rotating = NIL;
+		foreach(lc, rotating)
+		{
+			ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+			if (s->in_use && s->rotate)
+				registry_rotate(s->slot, s->rotate_cause);
+		}
+		list_free(rotating);
+	}
 }

@@ -21,6 +21,7 @@
 #include "conn_activity.h"
 #include "server_metrics.h"
 #include "shape_table.h"
+#include "snapshot_jobs.h"
 
 typedef struct ShapeSyncShared
 {
@@ -31,6 +32,7 @@ typedef struct ShapeSyncShared
 	ConnActivity *connections;	/* one per HTTP connection slot */
 	uint32		nconnections;	/* shape_sync.max_connections */
 	uint32		metric_stripes; /* writers' stripes in the metrics area */
+	SnapshotJobs snapshot_jobs; /* snapshots to take, and who takes them */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

@@ -1,13 +1,22 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.c
- *		Initial snapshots of shapes, taken by dynamic background workers.
+ *		Initial snapshots of shapes, taken by a pool of background workers.
  *
- * Each new shape gets one snapshot worker, so that a large table never
- * stalls the main worker.  The worker opens a REPEATABLE READ, READ ONLY
- * transaction, records pg_current_snapshot() (the xmin, xmax and xip list
- * that will stitch the snapshot to the replication stream) and runs the
- * shape's query.  The query is a tree built around the validated, folded
+ * Snapshots run in background workers, so that a large table never stalls
+ * the main worker, and in a pool of up to shape_sync.max_snapshot_workers
+ * long-lived ones, so that a small shape does not pay for starting a
+ * backend (milliseconds, more than its snapshot): the main thread queues a
+ * job per new shape (snapshot_jobs.c) and wakes an idle worker or starts
+ * one (snapshot_pool_staff); a worker takes jobs one after the other and
+ * exits after SNAPSHOT_WORKER_IDLE_MS without one.  A failed job is
+ * recovered from as a backend recovers from an error (snap_recover), and
+ * the worker goes on.
+ *
+ * For each job the worker opens a REPEATABLE READ, READ ONLY transaction,
+ * records pg_current_snapshot() (the xmin, xmax and xip list that will
+ * stitch the snapshot to the replication stream) and runs the shape's
+ * query.  The query is a tree built around the validated, folded
  * where clause (snap_build_query), planned and run by the executor: no
  * text is parsed again, so no name can bind to anything but what was
  * validated.  It runs as the shape's role (shape_sync.role), in a
@@ -24,7 +33,9 @@
  * message.
  *
  * The worker holds a pin on the shape while it writes, so a shape dropped
- * meanwhile keeps its memory until the worker is done.  If the log memory
+ * meanwhile keeps its memory until the worker is done; the main thread
+ * cancels the query of a dropped shape (SIGINT to the worker that takes
+ * its job).  If the log memory
  * runs out, or anything else fails, the shape is marked FAILED with a
  * message the HTTP side returns to its clients, and the main worker is
  * woken to let them know.
@@ -49,6 +60,8 @@
 #include "parser/parse_relation.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "storage/latch.h"
+#include "postmaster/interrupt.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/ipc.h"
 #include "tcop/tcopprot.h"
@@ -71,15 +84,10 @@
 #include "snapshot.h"
 
 /* What bgw_extra carries. */
-typedef struct SnapshotTask
+typedef struct SnapshotWorkerArgs
 {
-	uint32		slot;
-	uint32		generation;
 	Oid			dboid;
-	Oid			role;			/* read as this role */
-	bool		manage_replica_identity;	/* may set REPLICA IDENTITY FULL */
-	dsm_handle	handle;
-} SnapshotTask;
+} SnapshotWorkerArgs;
 
 /* The definition, flattened into the DSM segment. */
 typedef struct SnapshotDefinition
@@ -117,6 +125,12 @@ typedef struct SnapshotWriter
 } SnapshotWriter;
 
 static uint32 snap_slot = SHAPE_NO_SLOT;	/* pinned by this worker */
+static SnapshotWriter snap_writer;	/* the job's */
+static int	snap_entry = -1;	/* this worker's SnapshotWorkerEntry */
+static volatile sig_atomic_t snap_in_job = false;
+
+/* A worker that found no job for this long exits. */
+#define SNAPSHOT_WORKER_IDLE_MS		30000
 
 /* ----------------------------------------------------------------- scan */
 
@@ -294,14 +308,9 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 
 /* ---------------------------------------------------------------- launch */
 
-BackgroundWorkerHandle *
-snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const char *fingerprint,
-				Oid role, bool manage_replica_identity, int chunk_threshold,
-				dsm_segment **segment)
+dsm_segment *
+snapshot_definition_create(const ShapeSpec *spec, const char *fingerprint, int chunk_threshold)
 {
-	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
-	SnapshotTask task;
 	SnapshotDefinition *def;
 	int			where_len = spec->where_tree ? (int) strlen(spec->where_tree) : -1;
 	Size		size;
@@ -327,14 +336,30 @@ snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const cha
 		*p = '\0';
 	p += Max(where_len, 0) + 1;
 	memcpy(p, fingerprint, strlen(fingerprint) + 1);
+	return seg;
+}
 
-	memset(&task, 0, sizeof(task));
-	task.slot = slot;
-	task.generation = generation;
-	task.dboid = MyDatabaseId;
-	task.role = role;
-	task.manage_replica_identity = manage_replica_identity;
-	task.handle = dsm_segment_handle(seg);
+/* ------------------------------------------------------- pool (main thread) */
+
+static BackgroundWorkerHandle *pool_handles[SNAPSHOT_WORKERS_MAX];	/* started by
+																	 * this process */
+static bool pool_warned_no_worker = false;
+
+static bool
+snap_pool_has_pid(SnapshotJobs *q, int32 pid)
+{
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
+		if (atomic_load_explicit(&q->workers[i].pid, memory_order_acquire) == pid)
+			return true;
+	return false;
+}
+
+static BackgroundWorkerHandle *
+pool_start_worker(void)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	SnapshotWorkerArgs args = {MyDatabaseId};
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -342,19 +367,120 @@ snapshot_launch(uint32 slot, uint32 generation, const ShapeSpec *spec, const cha
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "shape_sync", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "shape_sync_snapshot_main", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "shape_sync snapshot %u", slot);
+	strlcpy(worker.bgw_name, "shape_sync snapshot worker", BGW_MAXLEN);
 	strlcpy(worker.bgw_type, "shape_sync snapshot", BGW_MAXLEN);
 	worker.bgw_notify_pid = MyProcPid;
-	StaticAssertStmt(sizeof(SnapshotTask) <= BGW_EXTRALEN, "snapshot task too large");
-	memcpy(worker.bgw_extra, &task, sizeof(task));
-
+	StaticAssertStmt(sizeof(SnapshotWorkerArgs) <= BGW_EXTRALEN, "worker arguments too large");
+	memcpy(worker.bgw_extra, &args, sizeof(args));
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		dsm_detach(seg);
 		return NULL;
-	}
-	*segment = seg;
 	return handle;
+}
+
+/*
+ * Sees that the queued snapshot jobs have workers: wakes an idle worker
+ * for each, and starts more, up to shape_sync.max_snapshot_workers, for
+ * the rest.  Main thread; cheap when nothing is queued.
+ */
+void
+snapshot_pool_staff(void)
+{
+	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
+	uint32		queued = snapshot_jobs_queued(q);
+	int			live = 0;		/* workers in the pool's entries */
+	int			idle = 0;		/* ... waiting for a job */
+	int			starting = 0;	/* started here, not in the entries yet */
+	int			woken = 0;
+
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
+	{
+		SnapshotWorkerEntry *w = &q->workers[i];
+
+		if (atomic_load_explicit(&w->pid, memory_order_acquire) == 0)
+			continue;
+		live++;
+		if (atomic_load_explicit(&w->job, memory_order_acquire) == 0)
+			idle++;
+	}
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
+	{
+		pid_t		pid;
+		BgwHandleStatus status;
+
+		if (pool_handles[i] == NULL)
+			continue;
+		status = GetBackgroundWorkerPid(pool_handles[i], &pid);
+		if (status == BGWH_STOPPED)
+		{
+			pfree(pool_handles[i]);
+			pool_handles[i] = NULL;
+		}
+		else if (status == BGWH_NOT_YET_STARTED ||
+				 (status == BGWH_STARTED && !snap_pool_has_pid(q, (int32) pid)))
+			starting++;
+	}
+	if (queued == 0)
+		return;
+	/* one idle worker woken per job (a woken one may still look idle) */
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX && woken < (int) queued; i++)
+	{
+		SnapshotWorkerEntry *w = &q->workers[i];
+		void	   *wakeup;
+
+		if (atomic_load_explicit(&w->pid, memory_order_acquire) == 0 ||
+			atomic_load_explicit(&w->job, memory_order_acquire) != 0)
+			continue;
+		wakeup = atomic_load_explicit(&w->wakeup, memory_order_acquire);
+		if (wakeup != NULL)
+		{
+			SetLatch((Latch *) wakeup);
+			woken++;
+		}
+	}
+	/* and more workers for jobs that neither an idle nor a starting one covers */
+	while (idle + starting < (int) queued &&
+		   live + starting < shape_sync_max_snapshot_workers)
+	{
+		int			free_handle;
+		MemoryContext old;
+
+		for (free_handle = 0; free_handle < SNAPSHOT_WORKERS_MAX; free_handle++)
+			if (pool_handles[free_handle] == NULL)
+				break;
+		if (free_handle == SNAPSHOT_WORKERS_MAX)
+			break;
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		pool_handles[free_handle] = pool_start_worker();
+		MemoryContextSwitchTo(old);
+		if (pool_handles[free_handle] == NULL)
+		{
+			if (!pool_warned_no_worker && live == 0)
+				ereport(WARNING,
+						(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+						 errmsg("no background worker slot is free for a shape snapshot"),
+						 errhint("Consider increasing the configuration parameter \"%s\".",
+								 "max_worker_processes")));
+			pool_warned_no_worker = true;
+			break;
+		}
+		pool_warned_no_worker = false;
+		starting++;
+	}
+}
+
+/* Cancels the snapshot of a shape that was dropped, if a worker takes it. */
+void
+snapshot_pool_cancel(uint32 slot, uint32 generation)
+{
+	int32		pid = snapshot_worker_taking(&shape_sync_shared->snapshot_jobs,
+											 snapshot_job_key(slot, generation));
+
+	/*
+	 * The worker may have moved on to another job meanwhile; that job then
+	 * fails with a 503 that its clients retry (snap_failure).
+	 */
+	if (pid != 0)
+		kill(pid, SIGINT);
 }
 
 /* ---------------------------------------------------------------- worker */
@@ -584,6 +710,9 @@ snap_on_exit(int code, Datum arg)
 	SnapshotWriter *w = (SnapshotWriter *) DatumGetPointer(arg);
 
 	server_metrics_detach_process();
+	if (snap_entry >= 0)
+		snapshot_worker_release(&shape_sync_shared->snapshot_jobs, snap_entry);
+	snap_entry = -1;
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
 	snap_fail(w, 500, "The snapshot worker stopped before the snapshot was complete, please retry");
@@ -625,7 +754,9 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 						 shape_sync_snapshot_statement_timeout);
 				return 400;
 			}
-			break;
+			/* a cancel meant for the worker's previous job */
+			snprintf(message, len, "The shape's snapshot was interrupted, please retry");
+			return 503;
 		case ERRCODE_INSUFFICIENT_PRIVILEGE:
 			snprintf(message, len, "Forbidden: %s", edata->message);
 			return 403;
@@ -655,7 +786,7 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
  * fails with a 503, which clients retry.
  */
 static void
-snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spec,
+snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		  const char *fingerprint, TimestampTz started)
 {
 	ShapeTable *table = writer->table;
@@ -669,7 +800,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 
 	for (int attempt = 1;; attempt++)
 	{
-		if (task->manage_replica_identity)
+		if (job->flags & SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY)
 			snap_ensure_replica_identity_full(spec->relid);
 
 		pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
@@ -685,7 +816,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
-		shape_role_become(task->role, &saved);
+		shape_role_become((Oid) job->role, &saved);
 
 		/*
 		 * The insert position, read after the snapshot was taken, is past
@@ -728,7 +859,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 		 */
 		{
 			const char *field;
-			char	   *problem = shape_role_usable() != task->role ?
+			char	   *problem = shape_role_usable() != (Oid) job->role ?
 				pstrdup("\"shape_sync.role\" changed or cannot be used") :
 				shape_spec_read_problem(spec, &field);
 
@@ -741,7 +872,7 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 		not_full = shape_table_not_logged_in_full(spec->relid);
 		if (!OidIsValid(not_full))
 			break;
-		if (!task->manage_replica_identity)
+		if (!(job->flags & SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table \"%s\" does not have REPLICA IDENTITY FULL any more",
@@ -788,97 +919,213 @@ snap_take(SnapshotWriter *writer, const SnapshotTask *task, const ShapeSpec *spe
 	 * READY, and must find the whole snapshot published by then.
 	 */
 	slog_publish(writer->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-	if (!shape_table_transition(table, task->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
+	if (!shape_table_transition(table, job->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
 		return;					/* retired while we finished: it stays retired */
-	shape_table_mark_dirty(table, task->slot);
+	shape_table_mark_dirty(table, job->slot);
 	shape_sync_wake_worker();
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-void
-shape_sync_snapshot_main(Datum arg)
+/*
+ * After an error in a job: what a backend's error recovery does, so that
+ * the worker can take the next job.  The transaction's abort gives back
+ * its locks, snapshots, SPI and the role and settings it changed.
+ */
+static void
+snap_recover(void)
 {
-	SnapshotTask task;
-	static SnapshotWriter writer;
-	ShapeTable *table;
+	HOLD_INTERRUPTS();
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	AbortOutOfAnyTransaction();
+	FlushErrorState();
+	QueryCancelPending = false;
+	RESUME_INTERRUPTS();
+}
+
+/*
+ * One job: the snapshot of one shape.  A shape dropped before or while it
+ * is taken ends it quietly; a failure fails the shape with what its
+ * clients are told (snap_failure), and the worker goes on.
+ */
+static void
+snap_run_job(const SnapshotJob *job, MemoryContext job_context)
+{
+	ShapeTable *table = shape_sync_shared->table;
+	TimestampTz started = GetCurrentTimestamp();
 	dsm_segment *seg;
 	SnapshotDefinition *def;
 	ShapeSpec	spec;
-	TimestampTz started = GetCurrentTimestamp();
 	char	   *fingerprint;
 
-	memcpy(&task, MyBgworkerEntry->bgw_extra, sizeof(task));
-	pqsignal(SIGTERM, die);
-	pqsignal(SIGINT, StatementCancelHandler);	/* the shape was dropped */
-	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnectionByOid(task.dboid, InvalidOid, 0);
-
-	table = shape_sync_shared->table;
-	if (!shape_table_pin(table, task.slot, task.generation))
-		proc_exit(0);			/* the shape was dropped before we started */
-	snap_slot = task.slot;
-	writer.table = table;
-	writer.slot = &table->slots[task.slot];
-	writer.slot_index = task.slot;
-	writer.log = shape_table_log(table, task.slot);
-	before_shmem_exit(snap_on_exit, PointerGetDatum(&writer));
+	MemoryContextSwitchTo(job_context);
+	if (!shape_table_pin(table, job->slot, job->generation))
+		return;					/* the shape was dropped before we started */
+	snap_slot = job->slot;
+	snap_definition_changed = false;
+	memset(&snap_writer, 0, sizeof(snap_writer));
+	snap_writer.table = table;
+	snap_writer.slot = &table->slots[job->slot];
+	snap_writer.slot_index = job->slot;
+	snap_writer.log = shape_table_log(table, job->slot);
 	sm_add(SM_SNAPSHOTS_STARTED, 0, 1);
-
-	seg = dsm_attach(task.handle);
-	if (seg == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("could not map the definition of shape %s", writer.slot->handle)));
-	def = dsm_segment_address(seg);
-	memset(&spec, 0, sizeof(spec));
-	spec.relid = def->relid;
-	spec.flags = def->flags;
-	spec.ncolumns = def->ncolumns;
-	spec.columns = palloc(sizeof(AttrNumber) * Max(def->ncolumns, 1));
-	memcpy(spec.columns, def + 1, sizeof(AttrNumber) * def->ncolumns);
-	spec.where_tree = def->where_len < 0 ? NULL :
-		pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns);
-	fingerprint = pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns +
-						  Max(def->where_len, 0) + 1);
-	writer.threshold = def->chunk_threshold;
-	dsm_detach(seg);
 
 	PG_TRY();
 	{
-		snap_take(&writer, &task, &spec, fingerprint, started);
+		seg = dsm_attach((dsm_handle) job->definition);
+		if (seg == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("could not map the definition of shape %s", snap_writer.slot->handle)));
+		def = dsm_segment_address(seg);
+		memset(&spec, 0, sizeof(spec));
+		spec.relid = def->relid;
+		spec.flags = def->flags;
+		spec.ncolumns = def->ncolumns;
+		spec.columns = palloc(sizeof(AttrNumber) * Max(def->ncolumns, 1));
+		memcpy(spec.columns, def + 1, sizeof(AttrNumber) * def->ncolumns);
+		spec.where_tree = def->where_len < 0 ? NULL :
+			pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns);
+		fingerprint = pstrdup((char *) (def + 1) + sizeof(AttrNumber) * def->ncolumns +
+							  Max(def->where_len, 0) + 1);
+		snap_writer.threshold = def->chunk_threshold;
+		dsm_detach(seg);
+
+		snap_take(&snap_writer, job, &spec, fingerprint, started);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		MemoryContext ecxt = MemoryContextSwitchTo(TopMemoryContext);
 		char		message[SHAPE_ERROR_LEN];
 		uint32		status;
 
+		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
-		MemoryContextSwitchTo(ecxt);
-		if (shape_table_state(table, task.slot) != SHAPE_SNAPSHOTTING)
+		snap_recover();
+		if (shape_table_state(table, job->slot) != SHAPE_SNAPSHOTTING)
 		{
 			/* dropped (rotated, evicted, deleted): nobody waits for it */
-			FlushErrorState();
 			ereport(DEBUG1,
 					(errmsg_internal("shape %s: snapshot stopped, the shape was dropped: %s",
-									 writer.slot->handle, edata->message)));
-			proc_exit(0);
+									 snap_writer.slot->handle, edata->message)));
 		}
-		status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
-							  message, sizeof(message));
-		snap_fail(&writer, status, message);
-		sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
-		sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
-		PG_RE_THROW();
+		else
+		{
+			status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
+								  message, sizeof(message));
+			snap_fail(&snap_writer, status, message);
+			sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
+			sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
+			/* the main thread logs the shape's failure; the cause, here */
+			ereport(LOG,
+					(errmsg("snapshot of shape %s failed: %s", snap_writer.slot->handle,
+							edata->message),
+					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
+		}
+		shape_table_unpin(table, job->slot);
+		snap_slot = SHAPE_NO_SLOT;
+		shape_sync_wake_worker();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		return;
 	}
 	PG_END_TRY();
 
-	sm_add(SM_SNAPSHOT_ROWS, 0, writer.rows);
+	sm_add(SM_SNAPSHOT_ROWS, 0, snap_writer.rows);
 	sm_observe(SM_SNAPSHOT_SECONDS, 0, (double) (GetCurrentTimestamp() - started) / 1e6);
 	ereport(DEBUG1,
 			(errmsg_internal("shape %s: snapshot of %llu rows in %lld ms",
-							 writer.slot->handle, (unsigned long long) writer.rows,
-							 (long long) writer.slot->snapshot_ms)));
+							 snap_writer.slot->handle, (unsigned long long) snap_writer.rows,
+							 (long long) snap_writer.slot->snapshot_ms)));
+	shape_table_unpin(table, job->slot);
+	snap_slot = SHAPE_NO_SLOT;
+}
+
+/*
+ * SIGTERM: a worker in the middle of a snapshot stops at once, as any
+ * backend does (die); an idle one leaves its loop and exits quietly.
+ */
+static void
+snap_handle_sigterm(SIGNAL_ARGS)
+{
+	if (snap_in_job)
+		die(postgres_signal_arg);
+	else
+	{
+		int			save_errno = errno;
+
+		ShutdownRequestPending = true;
+		SetLatch(MyLatch);
+		errno = save_errno;
+	}
+}
+
+/*
+ * A worker of the pool: takes queued jobs, one after the other, and
+ * exits once it found none for SNAPSHOT_WORKER_IDLE_MS.  A job queued
+ * just as it exits is staffed by the main thread's next turn.
+ */
+void
+shape_sync_snapshot_main(Datum arg)
+{
+	SnapshotWorkerArgs args;
+	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
+	MemoryContext job_context;
+	TimestampTz idle_since;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	pqsignal(SIGTERM, snap_handle_sigterm);
+	pqsignal(SIGINT, StatementCancelHandler);	/* its shape was dropped */
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, InvalidOid, 0);
+
+	snap_entry = snapshot_worker_claim(q, (int32) MyProcPid, MyLatch);
+	if (snap_entry < 0)
+		proc_exit(0);			/* more workers than entries: not needed */
+	before_shmem_exit(snap_on_exit, PointerGetDatum(&snap_writer));
+	job_context = AllocSetContextCreate(TopMemoryContext, "shape_sync snapshot job",
+										ALLOCSET_DEFAULT_SIZES);
+	idle_since = GetCurrentTimestamp();
+	for (;;)
+	{
+		SnapshotJob job;
+		long		idle_ms;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			break;
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		snap_in_job = true;
+		if (ShutdownRequestPending)
+			break;				/* came just now */
+		if (snapshot_jobs_pop(q, &job))
+		{
+			snapshot_worker_set_job(q, snap_entry, snapshot_job_key(job.slot, job.generation));
+			QueryCancelPending = false; /* a cancel meant for an earlier job */
+			snap_run_job(&job, job_context);
+			snapshot_worker_set_job(q, snap_entry, 0);
+			snap_in_job = false;
+			MemoryContextSwitchTo(TopMemoryContext);
+			MemoryContextReset(job_context);
+			shape_sync_wake_worker();	/* the next job may be queued */
+			idle_since = GetCurrentTimestamp();
+			continue;
+		}
+		snap_in_job = false;
+		idle_ms = SNAPSHOT_WORKER_IDLE_MS -
+			(long) ((GetCurrentTimestamp() - idle_since) / 1000);
+		if (idle_ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 idle_ms, PG_WAIT_EXTENSION);
+	}
+	snapshot_worker_release(q, snap_entry);
+	snap_entry = -1;
+	if (snapshot_jobs_queued(q) > 0)
+		shape_sync_wake_worker();
 	proc_exit(0);
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * snapshot.h
- *		Initial snapshots of shapes, taken by dynamic background workers.
+ *		Initial snapshots of shapes, taken by a pool of background workers.
  *
  * IDENTIFICATION
  *	  src/pg/snapshot.h
@@ -25,18 +25,19 @@ typedef void (*SnapshotEmit) (void *arg, const char *message, int len);
 extern void snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg);
 
 /*
- * Starts a snapshot worker for the shape in `slot`, to read as `role`, and
- * to set REPLICA IDENTITY FULL first when manage_replica_identity allows.
- * The definition travels in a DSM segment that the caller keeps
- * (*segment) until the worker ends.  Returns NULL when no background
- * worker slot is free.
+ * The shape's definition in a new DSM segment, for the worker that takes
+ * its snapshot: the caller keeps the segment until the shape is no longer
+ * SNAPSHOTTING, and puts its handle in the job it queues
+ * (snapshot_jobs.c).
  */
-extern BackgroundWorkerHandle *snapshot_launch(uint32 slot, uint32 generation,
-											   const ShapeSpec *spec,
-											   const char *fingerprint, Oid role,
-											   bool manage_replica_identity,
-											   int chunk_threshold,
-											   dsm_segment **segment);
+extern dsm_segment *snapshot_definition_create(const ShapeSpec *spec, const char *fingerprint,
+											   int chunk_threshold);
+
+/* Main thread: wakes or starts workers for the queued jobs. */
+extern void snapshot_pool_staff(void);
+
+/* Main thread: cancels the snapshot of a shape that was dropped. */
+extern void snapshot_pool_cancel(uint32 slot, uint32 generation);
 
 extern PGDLLEXPORT void shape_sync_snapshot_main(Datum arg);
 

@@ -102,7 +102,7 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 	char	   *p = (char *) mem + sizeof(ShapeTable);
 
 	table->nslots = nslots;
-	table->pad = 0;
+	table->claim_next = 0;
 	atomic_init(&table->last_handle_us, 0);
 	atomic_init(&table->last_seen_lsn, 0);
 	atomic_init(&table->catalog_epoch, 0);
@@ -142,12 +142,15 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 uint32_t
 shape_table_claim(ShapeTable *table)
 {
-	for (uint32_t i = 0; i < table->nslots; i++)
+	/* next fit: the slots before the last claimed one were taken lately */
+	for (uint32_t n = 0; n < table->nslots; n++)
 	{
+		uint32_t	i = (table->claim_next + n) % table->nslots;
 		ShapeSlot  *s = &table->slots[i];
 
 		if (atomic_load_explicit(&s->state, memory_order_acquire) != SHAPE_FREE)
 			continue;
+		table->claim_next = (i + 1) % table->nslots;
 		atomic_fetch_add_explicit(&s->generation, 1, memory_order_relaxed);
 		s->snapshot_rows = 0;
 		s->snapshot_ms = 0;

@@ -91,7 +91,8 @@ typedef struct ShapeSlot
 typedef struct ShapeTable
 {
 	uint32_t	nslots;
-	uint32_t	pad;
+	uint32_t	claim_next;		/* where shape_table_claim looks first (the
+								 * main thread's: the only claimer) */
 	_Atomic int64_t last_handle_us; /* handles never repeat */
 	_Atomic uint64_t last_seen_lsn; /* newest LSN the server knows about */
 	_Atomic uint64_t catalog_epoch; /* moves when what a resolution depends

@@ -16,8 +16,10 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchShape, pool, queryAsServerText, uniqueTable, walkShape } from './helpers.mjs'
-import { waitDecoded } from './live_helpers.mjs'
+import {
+  closePool, createTable, dropTable, fetchRaw, fetchShape, pool, queryAsServerText, SHAPE_URL, uniqueTable, walkShape,
+} from './helpers.mjs'
+import { enableShapeDeletion, resetShapeDeletion, waitDecoded } from './live_helpers.mjs'
 
 const SEED = Number(process.env.ROUTING_SEED ?? Date.now() % 1000000)
 const ROWS = 40
@@ -143,7 +145,6 @@ describe(`equality routing (ROUTING_SEED=${SEED})`, { timeout: 240000 }, () => {
 
   after(async () => {
     await dropTable(t)
-    await closePool()
   })
 
   it('makes shapes, most of them routed by the index', async () => {
@@ -222,5 +223,84 @@ describe(`equality routing (ROUTING_SEED=${SEED})`, { timeout: 240000 }, () => {
     }
     // the changes reached most shapes: the comparison above was not of empty logs
     assert.ok(changed > shapes.length / 2, `only ${changed} of ${shapes.length} shapes changed`)
+  })
+})
+
+// The worker's pid: a crash restarts it with another.
+async function workerPid() {
+  const { rows } = await pool.query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)
+  return rows[0]?.pid
+}
+
+describe('equality routing after a schema change and many keys', { timeout: 120000 }, () => {
+  const tables = []
+  after(async () => {
+    for (const t of tables) await dropTable(t)
+    await resetShapeDeletion()
+    await closePool()
+  })
+
+  // A column's type changes in the transaction that then inserts rows: the index must not
+  // hash the new values with the old type's function (it did: text's hash of an int4 Datum
+  // crashed the worker, found in review), and the shape is rotated.
+  it('routes nothing through a column whose type changed, and the worker stays up', async () => {
+    const t = uniqueTable('route_type')
+    tables.push(t)
+    await createTable([`CREATE TABLE ${t} (id int PRIMARY KEY, c text)`, `ALTER TABLE ${t} REPLICA IDENTITY FULL`,
+      `INSERT INTO ${t} VALUES (1, 'x')`])
+    const res = await fetchShape({ table: t, offset: '-1', where: `c = 'x'` })
+    assert.equal(res.status, 200)
+    const handle = res.headers.get('electric-handle')
+    await waitDecoded()
+    const pid = await workerPid()
+    const client = await pool.connect()
+    try {
+      await client.query('BEGIN')
+      await client.query(`ALTER TABLE ${t} ALTER c TYPE int USING id`)
+      await client.query(`INSERT INTO ${t} VALUES (2, 2), (3, 3)`)
+      await client.query(`INSERT INTO ${t} VALUES (4, 4)`)
+      await client.query('COMMIT')
+    } finally {
+      client.release()
+    }
+    await pool.query(`INSERT INTO ${t} VALUES (5, 5)`)
+    await pool.query(`INSERT INTO ${t} VALUES (6, 6)`)
+    await waitDecoded()
+    assert.equal(await workerPid(), pid, 'the worker was restarted')
+    const again = await fetchShape({ table: t, offset: '0_0', handle })
+    assert.equal(again.status, 409, 'the shape of the old column type is rotated')
+  })
+
+  // More (column, hash, collation) keys than the index holds: shapes past them are evaluated
+  // one by one, and removing one must undo what adding it did (it undid another key's shape,
+  // which left a dead slot in the index and crashed the worker, found in review).
+  it('keeps shapes past the index\'s keys right as shapes come and go', async () => {
+    const t = uniqueTable('route_keys')
+    tables.push(t)
+    const cols = Array.from({ length: 66 }, (_, i) => `c${i + 1} int`).join(', ')
+    await createTable([`CREATE TABLE ${t} (id int PRIMARY KEY, ${cols})`, `ALTER TABLE ${t} REPLICA IDENTITY FULL`])
+    await enableShapeDeletion()
+    const handles = {}
+    for (let i = 1; i <= 65; i++) {
+      const res = await fetchShape({ table: t, offset: '-1', where: `c${i} = 1` })
+      assert.equal(res.status, 200)
+      handles[i] = res.headers.get('electric-handle')
+    }
+    await waitDecoded()
+    const pid = await workerPid()
+    const del = await fetchRaw(`${SHAPE_URL}?handle=${encodeURIComponent(handles[1])}`, { method: 'DELETE' })
+    assert.equal(del.status, 202)
+    const b = await fetchShape({ table: t, offset: '-1', where: `c65 = 2` })
+    assert.equal(b.status, 200)
+    const del2 = await fetchRaw(`${SHAPE_URL}?handle=${encodeURIComponent(handles[65])}`, { method: 'DELETE' })
+    assert.equal(del2.status, 202)
+    await pool.query(`INSERT INTO ${t} (id, c65, c2) VALUES (1, 2, 1)`)
+    await pool.query(`INSERT INTO ${t} (id, c65, c3) VALUES (2, 2, 1)`)
+    await waitDecoded()
+    assert.equal(await workerPid(), pid, 'the worker was restarted')
+    const { messages } = await walkShape({ table: t, where: 'c65 = 2' })
+    assert.deepEqual(messages.filter((m) => m.headers?.operation).map((m) => m.value.id).sort(), ['1', '2'])
+    const c2 = await walkShape({ table: t, where: 'c2 = 1' })
+    assert.deepEqual(c2.messages.filter((m) => m.headers?.operation).map((m) => m.value.id), ['1'])
   })
 })

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 #
-# A snapshot worker whose shape is dropped while it runs is stopped, quietly,
-# and cannot make the dropped shape ready again; a new request for the same
-# definition gets a new shape.  (Before: the worker stayed blocked on the
-# table's lock for as long as the lock was held, holding its pin and its
-# worker slot, and a late finish stored READY over the retired state.)
+# A snapshot whose shape is dropped while it runs is stopped, quietly, and
+# cannot make the dropped shape ready again; its worker goes back to the pool
+# and takes the next job; a new request for the same definition gets a new
+# shape.  (Before: the worker stayed blocked on the table's lock for as long
+# as the lock was held, holding its pin and its worker slot, and a late
+# finish stored READY over the retired state.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
@@ -19,11 +20,11 @@ ALTER TABLE t1 REPLICA IDENTITY FULL;
 INSERT INTO t VALUES (1, 'a');
 SQL
 url="$SHAPE_SYNC_URL/v1/shape?table=t"
-snapshot_workers() {
-	cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'shape_sync snapshot'"
+snapshots_waiting() {	# snapshot workers waiting for a lock
+	cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'shape_sync snapshot' AND wait_event_type = 'Lock'"
 }
-blocked_snapshot() { [[ $(snapshot_workers) == 1 ]]; }
-no_snapshot_worker() { [[ $(snapshot_workers) == 0 ]]; }
+blocked_snapshot() { [[ $(snapshots_waiting) == 1 ]]; }
+no_blocked_snapshot() { [[ $(snapshots_waiting) == 0 ]]; }
 
 # a session holds the partition, so that the snapshot's scan waits for its lock (the
 # request itself locks only the partitioned table)
@@ -39,12 +40,16 @@ handle=$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes")
 check "the shape is snapshotting" test -n "$handle"
 
 expect_eq "DELETE drops the shape" 202 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=$handle")"
-check "its snapshot worker stops within 5 s, with the lock still held" wait_for 5 no_snapshot_worker
+check "its snapshot stops within 5 s, with the lock still held" wait_for 5 no_blocked_snapshot
+expect_eq "its worker stays, in the pool" 1 \
+	"$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'shape_sync snapshot'")"
 echo "COMMIT;" >&5
 
 code=$(curl -s -o "$work/second.json" -D "$work/second.h" -w '%{http_code}' "$url&offset=-1")
 expect_eq "a new request for the definition is served" 200 "$code"
 new=$(header electric-handle "$work/second.h")
+expect_eq "by the same worker: the pool did not grow" 1 \
+	"$(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'shape_sync snapshot'")"
 check "by a new shape" test -n "$new" -a "$new" != "$handle"
 expect_match "with the table's row" '"id":"1"' "$(cat "$work/second.json")"
 expect_eq "the dropped shape is not held any more" 1 \
