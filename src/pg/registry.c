@@ -138,6 +138,13 @@ typedef struct RegistryIdentity
 	List	   *slots;			/* int list */
 } RegistryIdentity;
 
+/* The entry of a handle. */
+typedef struct RegistryHandle
+{
+	char		handle[SHAPE_HANDLE_LEN];	/* the hash key */
+	uint32		slot;
+} RegistryHandle;
+
 /* A definition whose snapshot failed recently. */
 typedef struct RegistryFailure
 {
@@ -164,6 +171,7 @@ static int32 reg_lru_newest = -1;
 static int32 reg_lru_oldest = -1;
 static HTAB *reg_clients;		/* RegistryClient by key */
 static HTAB *reg_by_identity;	/* RegistryIdentity by identity hash */
+static HTAB *reg_by_handle;		/* RegistryHandle by handle */
 static TimestampTz reg_last_idle_sweep;
 static TimestampTz reg_last_clients_sweep;
 static TimestampTz reg_evictions_logged_at;
@@ -249,6 +257,11 @@ reg_forget(uint32 slot)
 	if (e->in_use)
 	{
 		RegistryIdentity *id = hash_search(reg_by_identity, &e->identity_hash, HASH_FIND, NULL);
+		RegistryHandle *h = hash_search(reg_by_handle, reg_table()->slots[slot].handle,
+										HASH_FIND, NULL);
+
+		if (h != NULL && h->slot == slot)
+			hash_search(reg_by_handle, reg_table()->slots[slot].handle, HASH_REMOVE, NULL);
 
 		if (id != NULL)
 		{
@@ -294,6 +307,10 @@ registry_start(void)
 	ctl.entrysize = sizeof(RegistryIdentity);
 	reg_by_identity = hash_create("shape_sync shape identities", 1024, &ctl,
 								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	ctl.keysize = SHAPE_HANDLE_LEN;
+	ctl.entrysize = sizeof(RegistryHandle);
+	reg_by_handle = hash_create("shape_sync shape handles", 1024, &ctl,
+								HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeState	state = shape_table_state(table, i);
@@ -302,6 +319,7 @@ registry_start(void)
 		if (state != SHAPE_FREE && state != SHAPE_RETIRED)
 			shape_table_retire(table, i);
 	}
+	snapshot_pool_cancel_all();	/* the snapshots of those shapes */
 }
 
 void
@@ -312,6 +330,7 @@ registry_stop(void)
 	reg_failures = NIL;
 	reg_clients = NULL;
 	reg_by_identity = NULL;
+	reg_by_handle = NULL;
 	reg_waiting = reg_launched = NIL;
 }
 
@@ -713,6 +732,11 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 
 	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
 						   s->handle);
+	{
+		RegistryHandle *h = hash_search(reg_by_handle, s->handle, HASH_ENTER, NULL);
+
+		h->slot = slot;
+	}
 	strlcpy(s->relation, shape_quoted_relation(rel), sizeof(s->relation));
 	strlcpy(s->where_preview, spec->where_sql ? spec->where_sql : "",
 			sizeof(s->where_preview));
@@ -834,10 +858,13 @@ reg_delete(ShapeRequest *req, const ShapeSpec *spec)
 		by_definition = reg_find(hash_bytes_extended((const unsigned char *) identity,
 													 strlen(identity), 0), identity);
 	}
-	if (req->handle != NULL)
-		for (uint32 i = 0; i < table->nslots; i++)
-			if (reg_entries[i].in_use && strcmp(table->slots[i].handle, req->handle) == 0)
-				by_handle = (int32) i;
+	if (req->handle != NULL && strlen(req->handle) < SHAPE_HANDLE_LEN)
+	{
+		RegistryHandle *h = hash_search(reg_by_handle, req->handle, HASH_FIND, NULL);
+
+		if (h != NULL && reg_entries[h->slot].in_use)
+			by_handle = (int32) h->slot;
+	}
 
 	if (spec != NULL && req->handle != NULL && by_definition != by_handle &&
 		(by_definition >= 0 || by_handle >= 0))
@@ -1005,7 +1032,8 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 	if (reg_entries == NULL || !reg_entries[slot].in_use)
 		return;
 	generation = reg_entries[slot].generation;
-	snapshotting = reg_entries[slot].launched && reg_entries[slot].definition != NULL;
+	snapshotting = reg_entries[slot].launched &&
+		shape_table_state(table, slot) == SHAPE_SNAPSHOTTING;
 	reg_forget(slot);
 	shape_table_retire(table, slot);
 	shape_table_mark_dirty(table, slot);

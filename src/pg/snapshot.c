@@ -47,6 +47,8 @@
  */
 #include "postgres.h"
 
+#include <stdatomic.h>
+
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/xact.h"
@@ -386,12 +388,15 @@ void
 snapshot_pool_staff(void)
 {
 	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
-	uint32		queued = snapshot_jobs_queued(q);
+	uint32		queued;
 	int			live = 0;		/* workers in the pool's entries */
 	int			idle = 0;		/* ... waiting for a job */
 	int			starting = 0;	/* started here, not in the entries yet */
 	int			woken = 0;
 
+	/* the jobs queued before, the entries after: see snapshot_jobs.c */
+	atomic_thread_fence(memory_order_seq_cst);
+	queued = snapshot_jobs_queued(q);
 	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
 	{
 		SnapshotWorkerEntry *w = &q->workers[i];
@@ -472,15 +477,34 @@ snapshot_pool_staff(void)
 void
 snapshot_pool_cancel(uint32 slot, uint32 generation)
 {
-	int32		pid = snapshot_worker_taking(&shape_sync_shared->snapshot_jobs,
+	int32		pid = snapshot_worker_cancel(&shape_sync_shared->snapshot_jobs,
 											 snapshot_job_key(slot, generation));
 
 	/*
-	 * The worker may have moved on to another job meanwhile; that job then
-	 * fails with a 503 that its clients retry (snap_failure).
+	 * The worker may have moved on to another job meanwhile: the cancel
+	 * names this one, so that one is not taken for cancelled (snap_run_job).
 	 */
 	if (pid != 0)
 		kill(pid, SIGINT);
+}
+
+/*
+ * A restarted main worker retires every shape of its previous life: the
+ * snapshots still being taken for them are cancelled.
+ */
+void
+snapshot_pool_cancel_all(void)
+{
+	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
+
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
+	{
+		uint64		job = atomic_load_explicit(&q->workers[i].job, memory_order_acquire);
+		int32		pid;
+
+		if (job != 0 && (pid = snapshot_worker_cancel(q, job)) != 0)
+			kill(pid, SIGINT);
+	}
 }
 
 /* ---------------------------------------------------------------- worker */
@@ -754,8 +778,7 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 						 shape_sync_snapshot_statement_timeout);
 				return 400;
 			}
-			/* a cancel meant for the worker's previous job */
-			snprintf(message, len, "The shape's snapshot was interrupted, please retry");
+			snprintf(message, len, "The shape's snapshot was cancelled, please retry");
 			return 503;
 		case ERRCODE_INSUFFICIENT_PRIVILEGE:
 			snprintf(message, len, "Forbidden: %s", edata->message);
@@ -935,7 +958,7 @@ static void
 snap_recover(void)
 {
 	HOLD_INTERRUPTS();
-	disable_timeout(STATEMENT_TIMEOUT, false);
+	disable_all_timeouts(false);
 	AbortOutOfAnyTransaction();
 	FlushErrorState();
 	QueryCancelPending = false;
@@ -952,7 +975,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 {
 	ShapeTable *table = shape_sync_shared->table;
 	TimestampTz started = GetCurrentTimestamp();
-	dsm_segment *seg;
+	dsm_segment *volatile seg = NULL;
 	SnapshotDefinition *def;
 	ShapeSpec	spec;
 	char	   *fingerprint;
@@ -989,6 +1012,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 							  Max(def->where_len, 0) + 1);
 		snap_writer.threshold = def->chunk_threshold;
 		dsm_detach(seg);
+		seg = NULL;
 
 		snap_take(&snap_writer, job, &spec, fingerprint, started);
 	}
@@ -1001,6 +1025,8 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
 		snap_recover();
+		if (seg != NULL)
+			dsm_detach(seg);
 		if (shape_table_state(table, job->slot) != SHAPE_SNAPSHOTTING)
 		{
 			/* dropped (rotated, evicted, deleted): nobody waits for it */
@@ -1010,8 +1036,25 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		}
 		else
 		{
-			status = snap_failure(edata, (GetCurrentTimestamp() - started) / 1000,
-								  message, sizeof(message));
+			int64		elapsed_ms = (GetCurrentTimestamp() - started) / 1000;
+
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+				!snapshot_worker_cancelled(&shape_sync_shared->snapshot_jobs, snap_entry,
+										   snapshot_job_key(job->slot, job->generation)) &&
+				!(shape_sync_snapshot_statement_timeout > 0 &&
+				  elapsed_ms >= shape_sync_snapshot_statement_timeout))
+			{
+				/*
+				 * A cancel meant for this worker's previous job: the
+				 * shape is made again at once, by its clients (409),
+				 * not remembered as failed.
+				 */
+				status = 409;
+				snprintf(message, sizeof(message),
+						 "The shape's snapshot was interrupted, please retry");
+			}
+			else
+				status = snap_failure(edata, elapsed_ms, message, sizeof(message));
 			snap_fail(&snap_writer, status, message);
 			sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
 			sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
@@ -1085,6 +1128,13 @@ shape_sync_snapshot_main(Datum arg)
 	job_context = AllocSetContextCreate(TopMemoryContext, "shape_sync snapshot job",
 										ALLOCSET_DEFAULT_SIZES);
 	idle_since = GetCurrentTimestamp();
+
+	/*
+	 * A cancel counts only during a job: one that comes late (after the
+	 * job's last look at interrupts, or for a job already done) must not
+	 * end the worker with an ERROR while it waits.
+	 */
+	HOLD_CANCEL_INTERRUPTS();
 	for (;;)
 	{
 		SnapshotJob job;
@@ -1106,9 +1156,14 @@ shape_sync_snapshot_main(Datum arg)
 		{
 			snapshot_worker_set_job(q, snap_entry, snapshot_job_key(job.slot, job.generation));
 			QueryCancelPending = false; /* a cancel meant for an earlier job */
+			RESUME_CANCEL_INTERRUPTS();
 			snap_run_job(&job, job_context);
+			HOLD_CANCEL_INTERRUPTS();
+			QueryCancelPending = false;
 			snapshot_worker_set_job(q, snap_entry, 0);
 			snap_in_job = false;
+			pgstat_report_activity(STATE_IDLE, NULL);
+			pgstat_report_stat(false);
 			MemoryContextSwitchTo(TopMemoryContext);
 			MemoryContextReset(job_context);
 			shape_sync_wake_worker();	/* the next job may be queued */
@@ -1125,6 +1180,8 @@ shape_sync_snapshot_main(Datum arg)
 	}
 	snapshot_worker_release(q, snap_entry);
 	snap_entry = -1;
+	/* the entry given back before, the queue after: see snapshot_jobs.c */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (snapshot_jobs_queued(q) > 0)
 		shape_sync_wake_worker();
 	proc_exit(0);

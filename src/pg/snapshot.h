@@ -38,6 +38,7 @@ extern void snapshot_pool_staff(void);
 
 /* Main thread: cancels the snapshot of a shape that was dropped. */
 extern void snapshot_pool_cancel(uint32 slot, uint32 generation);
+extern void snapshot_pool_cancel_all(void);
 
 extern PGDLLEXPORT void shape_sync_snapshot_main(Datum arg);
 

@@ -39,7 +39,15 @@
  * - A worker entry's pid is claimed by CAS from 0 and given back by its
  *   owner with a release store after its other fields are cleared; `job`
  *   and `wakeup` are written by the owner and read by the main thread,
- *   each on its own.
+ *   each on its own.  `cancel` is written by the main thread before it
+ *   signals the worker, and read by the worker once the signal cancelled
+ *   its query: a cancel that names another job (the signal came late, or
+ *   went to the entry's next owner) is not meant for it.
+ * - A worker that exits gives its entry back and then looks at the queue;
+ *   the main thread queues and then looks at the entries: each side puts
+ *   a seq_cst fence between its store and its load, so that one of them
+ *   sees the other (the worker wakes the main thread, or the main thread
+ *   starts another worker).
  *
  * IDENTIFICATION
  *	  src/shm/snapshot_jobs.c
@@ -140,6 +148,7 @@ snapshot_worker_claim(SnapshotJobs *q, int32_t pid, void *wakeup)
 													memory_order_relaxed))
 		{
 			atomic_store_explicit(&w->job, 0, memory_order_relaxed);
+			atomic_store_explicit(&w->cancel, 0, memory_order_relaxed);
 			atomic_store_explicit(&w->wakeup, wakeup, memory_order_release);
 			return i;
 		}
@@ -161,6 +170,35 @@ snapshot_worker_release(SnapshotJobs *q, int entry)
 	atomic_store_explicit(&w->job, 0, memory_order_relaxed);
 	atomic_store_explicit(&w->wakeup, NULL, memory_order_relaxed);
 	atomic_store_explicit(&w->pid, 0, memory_order_release);
+}
+
+/*
+ * Marks job `key` cancelled on the entry of the worker that takes it, and
+ * returns that worker's process (0: none takes it) for the caller to
+ * signal.
+ */
+int32_t
+snapshot_worker_cancel(SnapshotJobs *q, uint64_t key)
+{
+	for (int i = 0; i < SNAPSHOT_WORKERS_MAX; i++)
+	{
+		SnapshotWorkerEntry *w = &q->workers[i];
+		int32_t		pid = atomic_load_explicit(&w->pid, memory_order_acquire);
+
+		if (pid != 0 && atomic_load_explicit(&w->job, memory_order_acquire) == key)
+		{
+			atomic_store_explicit(&w->cancel, key, memory_order_release);
+			return pid;
+		}
+	}
+	return 0;
+}
+
+/* Whether the main thread cancelled job `key` of the worker in `entry`. */
+bool
+snapshot_worker_cancelled(SnapshotJobs *q, int entry, uint64_t key)
+{
+	return atomic_load_explicit(&q->workers[entry].cancel, memory_order_acquire) == key;
 }
 
 /* The process taking job `key`, or 0 when none does. */

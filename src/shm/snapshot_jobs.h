@@ -43,6 +43,7 @@ typedef struct SnapshotWorkerEntry
 {
 	_Atomic int32_t pid;		/* 0: the entry is free */
 	_Atomic uint64_t job;		/* snapshot_job_key() of the job it takes; 0: idle */
+	_Atomic uint64_t cancel;	/* the job the main thread cancelled last */
 	void	   *_Atomic wakeup;	/* what to set to wake it (its latch) */
 } SnapshotWorkerEntry;
 
@@ -70,5 +71,7 @@ extern int	snapshot_worker_claim(SnapshotJobs *q, int32_t pid, void *wakeup);
 extern void snapshot_worker_set_job(SnapshotJobs *q, int entry, uint64_t key);
 extern void snapshot_worker_release(SnapshotJobs *q, int entry);
 extern int32_t snapshot_worker_taking(SnapshotJobs *q, uint64_t key);
+extern int32_t snapshot_worker_cancel(SnapshotJobs *q, uint64_t key);
+extern bool snapshot_worker_cancelled(SnapshotJobs *q, int entry, uint64_t key);
 
 #endif							/* SNAPSHOT_JOBS_H */

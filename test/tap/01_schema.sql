@@ -3,7 +3,7 @@
 BEGIN;
 CREATE EXTENSION IF NOT EXISTS shape_sync;
 
-SELECT plan(61);
+SELECT plan(64);
 
 -- The extension and its schema --------------------------------------------------------------
 
@@ -91,6 +91,19 @@ SELECT ok(NOT has_table_privilege('public', 'shape_sync.metrics', 'SELECT') AND
           NOT has_table_privilege('public', 'shape_sync.connections', 'SELECT') AND
           NOT has_function_privilege('public', 'shape_sync.reset_metrics()', 'EXECUTE'),
           'PUBLIC reads neither metrics nor connections, and cannot reset');
+SELECT is(
+    ARRAY(SELECT format('%s %s', attname, format_type(atttypid, atttypmod))
+            FROM pg_attribute
+           WHERE attrelid = 'shape_sync.decoder'::regclass AND attnum > 0 AND NOT attisdropped
+           ORDER BY attnum),
+    ARRAY['wal_end_lsn pg_lsn', 'decoded_lsn pg_lsn', 'confirmed_flush_lsn pg_lsn', 'lag_bytes bigint',
+          'last_commit_at timestamp with time zone', 'commit_lag interval'],
+    'view shape_sync.decoder has the expected columns, in order');
+SELECT ok(has_table_privilege('pg_monitor', 'shape_sync.decoder', 'SELECT') AND
+          NOT has_table_privilege('public', 'shape_sync.decoder', 'SELECT'),
+          'pg_monitor reads shape_sync.decoder, PUBLIC does not');
+SELECT ok((SELECT decoded_lsn <= wal_end_lsn AND lag_bytes >= 0 FROM shape_sync.decoder),
+          'shape_sync.decoder: decoding is not past the end of the WAL it saw');
 SELECT ok((SELECT count(*) > 0 FROM shape_sync.metrics
             WHERE name = 'shape_sync_log_memory_bytes' AND labels = '{}'::jsonb AND value > 0),
           'shape_sync.metrics shows the log memory');

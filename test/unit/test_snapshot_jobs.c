@@ -180,4 +180,27 @@ TEST(worker_entries_are_claimed_found_and_released)
 	CHECK_UEQ(atomic_load(&q.workers[entries[5]].job), 0);
 }
 
+TEST(a_cancel_names_its_job)
+{
+	static SnapshotJobs q;
+	int			latch;
+	int			e;
+
+	snapshot_jobs_init(&q);
+	e = snapshot_worker_claim(&q, 42, &latch);
+	REQUIRE(e >= 0);
+	/* nobody takes job (1, 1): nothing to signal, nothing marked */
+	CHECK_EQ(snapshot_worker_cancel(&q, snapshot_job_key(1, 1)), 0);
+	snapshot_worker_set_job(&q, e, snapshot_job_key(1, 1));
+	CHECK_EQ(snapshot_worker_cancel(&q, snapshot_job_key(1, 1)), 42);
+	CHECK(snapshot_worker_cancelled(&q, e, snapshot_job_key(1, 1)));
+	/* the worker's next job was not cancelled by that signal */
+	snapshot_worker_set_job(&q, e, snapshot_job_key(2, 1));
+	CHECK(!snapshot_worker_cancelled(&q, e, snapshot_job_key(2, 1)));
+	/* a new owner of the entry starts with no cancel */
+	snapshot_worker_release(&q, e);
+	REQUIRE(snapshot_worker_claim(&q, 43, &latch) == e);
+	CHECK(!snapshot_worker_cancelled(&q, e, snapshot_job_key(1, 1)));
+}
+
 UNIT_MAIN()
