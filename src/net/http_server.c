@@ -1282,9 +1282,10 @@ http_server_wake_shape(HttpServer *server, uint32_t slot)
 
 /*
  * What connections and responses had (libmicrohttpd's pools, requests,
- * response buffers of up to a write piece) goes back to each HTTP thread's
- * malloc arena, which keeps it: after a disconnect storm, or stalled
- * serves of big chunks reaped, the worker would hold that memory for good.
+ * response buffers of up to a write piece), and what the main thread had
+ * for shapes that were dropped, goes back to malloc's arenas, which keep
+ * it: after a disconnect storm, stalled serves of big chunks reaped, or
+ * thousands of shapes dropped, the worker would hold that memory for good.
  * Once about HTTP_RELEASE_AFTER_BYTES were given back since the last time,
  * and at most once a second, malloc_trim() hands the free pages of every
  * arena to the kernel (not an arena's unused top: the big buffers that
@@ -1304,6 +1305,14 @@ http_server_release_due_ms(HttpServer *server)
 		return -1;
 	wait = server->released_ms + HTTP_RELEASE_MIN_GAP_MS - conn_now_coarse_ms();
 	return wait < 0 ? 0 : (int) wait;
+}
+
+/* Memory the main thread gave back (dropped shapes), for the release above. */
+void
+http_server_note_freed(HttpServer *server, uint64_t bytes)
+{
+	if (bytes > 0)
+		atomic_fetch_add_explicit(&server->freed_bytes, bytes, memory_order_relaxed);
 }
 
 void

@@ -97,6 +97,7 @@ extern int	http_server_apply_settings(HttpServer *server,
  * last time, hands the memory they freed back to the kernel.
  */
 extern void http_server_release_memory(HttpServer *server);
+extern void http_server_note_freed(HttpServer *server, uint64_t bytes);
 
 /* In how many ms a release is due (0: now), or -1 when none is. */
 extern int	http_server_release_due_ms(HttpServer *server);

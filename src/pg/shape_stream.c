@@ -192,6 +192,7 @@ static void ss_pending_forget(ShapeStream *s);
 
 static ShapeStream *ss_streams;	/* by slot */
 static uint64 ss_pending_total = 0; /* pending_bytes of every stream */
+static uint64 ss_freed_bytes = 0;	/* held by streams removed (take_freed) */
 static MemoryContext ss_context;
 static List *ss_touched;		/* streams touched by the current txn */
 static TransactionId ss_xid;
@@ -775,8 +776,22 @@ shape_stream_remove(uint32 slot)
 			ss_index_stream(ss_partitions, s->partitions[i], slot, false);
 		ss_npartitioned--;
 	}
+	ss_freed_bytes += MemoryContextMemAllocated(s->context, true);
 	MemoryContextDelete(s->context);
 	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * The bytes the streams removed since the last call held: the worker
+ * hands such memory back to the kernel now and then (http_server.c).
+ */
+uint64
+shape_stream_take_freed_bytes(void)
+{
+	uint64		bytes = ss_freed_bytes;
+
+	ss_freed_bytes = 0;
+	return bytes;
 }
 
 /* Whether any shape is defined on `relid`: one hash probe. */

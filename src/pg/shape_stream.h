@@ -27,6 +27,7 @@ extern void shape_stream_remove(uint32 slot);
 
 /* Decoding callbacks; main thread, inside the decoding transaction. */
 extern bool shape_stream_wants(Oid relid);
+extern uint64 shape_stream_take_freed_bytes(void);
 extern void shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn);
 extern void shape_stream_change(Relation rel, ReorderBufferChange *change);
 extern void shape_stream_truncate(int nrelations, Relation *relations);

@@ -484,6 +484,7 @@ shape_sync_worker_main(Datum arg)
 		more_wal = decoder_step();
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
+		http_server_note_freed(worker_http, shape_stream_take_freed_bytes());
 		http_server_release_memory(worker_http);
 	}
 
