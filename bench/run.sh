@@ -36,7 +36,13 @@
 #      striped against one shared atomic and a mutex, the section "Striped metrics";
 #  15. bench/routing.sh: decoding with 0, 1, 1,000 and 10,000 shapes on a table (equality
 #      shapes routed by the index, a few range shapes, 1,000 unroutable ones) against
-#      test_decoding, the section "Decoding with many shapes".
+#      test_decoding, the section "Decoding with many shapes";
+#  16. bench/create.sh: 1,000 and 3,650 concurrent new shapes against the same requests for
+#      existing ones, the section "Shapes created at scale";
+#  17. bench/shape_memory.sh: log and worker memory of 1,000 one-row shapes, and what their
+#      deletion gives back, the section "Memory of small shapes";
+#  18. bench/initial_sync.sh: the first and second client of a 1M-row table against COPY,
+#      the section "Initial sync against COPY".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -86,5 +92,8 @@ bash "$here/storm.sh" >/dev/null || rc=$?
 bash "$here/catchup.sh" >/dev/null || rc=$?
 bash "$here/metrics.sh" >/dev/null || rc=$?
 RUNS=3 COMMITS=300000 bash "$here/routing.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/create.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/shape_memory.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/initial_sync.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
