@@ -106,36 +106,58 @@ json_buf_printf(JsonBuf *buf, const char *fmt,...)
 	buf->len += (size_t) n;
 }
 
+/*
+ * How byte c is written inside a JSON string, as PostgreSQL's escape_json
+ * writes it (the row encoder's messages and the server's own bodies agree):
+ * its escape, in `tmp` when it has no fixed one, or NULL when the byte
+ * stands for itself.
+ */
+const char *
+json_escape_byte(unsigned char c, char tmp[JSON_ESCAPE_MAX])
+{
+	switch (c)
+	{
+		case '"':
+			return "\\\"";
+		case '\\':
+			return "\\\\";
+		case '\b':
+			return "\\b";
+		case '\f':
+			return "\\f";
+		case '\n':
+			return "\\n";
+		case '\r':
+			return "\\r";
+		case '\t':
+			return "\\t";
+		default:
+			if (c >= 0x20)
+				return NULL;
+			snprintf(tmp, JSON_ESCAPE_MAX, "\\u%04x", c);
+			return tmp;
+	}
+}
+
 /* Appends s as a JSON string literal, quotes included. */
 void
 json_buf_put_string(JsonBuf *buf, const char *s)
 {
+	const char *run = s;
+
 	json_buf_putc(buf, '"');
-	for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+	for (const char *p = s;; p++)
 	{
-		switch (*p)
-		{
-			case '"':
-				json_buf_puts(buf, "\\\"");
-				break;
-			case '\\':
-				json_buf_puts(buf, "\\\\");
-				break;
-			case '\n':
-				json_buf_puts(buf, "\\n");
-				break;
-			case '\r':
-				json_buf_puts(buf, "\\r");
-				break;
-			case '\t':
-				json_buf_puts(buf, "\\t");
-				break;
-			default:
-				if (*p < 0x20)
-					json_buf_printf(buf, "\\u%04x", *p);
-				else
-					json_buf_putc(buf, (char) *p);
-		}
+		char		tmp[JSON_ESCAPE_MAX];
+		const char *escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
+
+		if (*p && escape == NULL)
+			continue;
+		json_buf_put(buf, run, (size_t) (p - run));
+		if (*p == '\0')
+			break;
+		json_buf_puts(buf, escape);
+		run = p + 1;
 	}
 	json_buf_putc(buf, '"');
 }

@@ -29,6 +29,9 @@ extern void json_buf_putc(JsonBuf *buf, char c);
 extern void json_buf_printf(JsonBuf *buf, const char *fmt,...)
 			__attribute__((format(printf, 2, 3)));
 extern void json_buf_put_string(JsonBuf *buf, const char *s);
+
+#define JSON_ESCAPE_MAX 8		/* "\\u001f" and its NUL */
+extern const char *json_escape_byte(unsigned char c, char tmp[JSON_ESCAPE_MAX]);
 extern char *json_buf_finish(JsonBuf *buf);
 
 /*

@@ -32,9 +32,10 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+#include "json_text.h"
 #include "row_encoder.h"
 
-/* escape_json(), byte for byte, in runs. */
+/* escape_json(), byte for byte, in runs (json_escape_byte says how). */
 static void
 renc_escape_json(StringInfo out, const char *str)
 {
@@ -43,41 +44,16 @@ renc_escape_json(StringInfo out, const char *str)
 	appendStringInfoCharMacro(out, '"');
 	for (const char *p = str;; p++)
 	{
-		unsigned char c = (unsigned char) *p;
+		char		tmp[JSON_ESCAPE_MAX];
+		const char *escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
 
-		if (c >= 0x20 && c != '"' && c != '\\')
+		if (*p && escape == NULL)
 			continue;
 		if (p > run)
 			appendBinaryStringInfo(out, run, (int) (p - run));
-		if (c == '\0')
+		if (*p == '\0')
 			break;
-		switch (c)
-		{
-			case '\b':
-				appendStringInfoString(out, "\\b");
-				break;
-			case '\f':
-				appendStringInfoString(out, "\\f");
-				break;
-			case '\n':
-				appendStringInfoString(out, "\\n");
-				break;
-			case '\r':
-				appendStringInfoString(out, "\\r");
-				break;
-			case '\t':
-				appendStringInfoString(out, "\\t");
-				break;
-			case '"':
-				appendStringInfoString(out, "\\\"");
-				break;
-			case '\\':
-				appendStringInfoString(out, "\\\\");
-				break;
-			default:
-				appendStringInfo(out, "\\u%04x", (int) c);
-				break;
-		}
+		appendStringInfoString(out, escape);
 		run = p + 1;
 	}
 	appendStringInfoCharMacro(out, '"');
