@@ -108,6 +108,9 @@
 typedef struct RegistryEntry
 {
 	bool		in_use;
+	MemoryContext context;		/* identity, spec, schema_json, fingerprint:
+								 * deleted with the entry, so that its memory
+								 * goes back to malloc, not to a freelist */
 	uint64		identity_hash;
 	char	   *identity;
 	uint32		generation;
@@ -272,18 +275,8 @@ reg_forget(uint32 slot)
 	}
 	if (e->definition)
 		dsm_detach(e->definition);
-	if (e->identity)
-		pfree(e->identity);
-	if (e->schema_json)
-		pfree(e->schema_json);
-	if (e->fingerprint)
-		pfree(e->fingerprint);
-	if (e->spec.columns)
-		pfree(e->spec.columns);
-	if (e->spec.where_sql)
-		pfree(e->spec.where_sql);
-	if (e->spec.where_tree)
-		pfree(e->spec.where_tree);
+	if (e->context)
+		MemoryContextDelete(e->context);
 	memset(e, 0, sizeof(*e));
 	e->lru_newer = e->lru_older = -1;
 }
@@ -691,6 +684,8 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	ShapeSlot  *s;
 	RegistryEntry *e;
 	ShapeRelation *rel;
+	char	   *schema_json;
+	char	   *fingerprint;
 	MemoryContext old;
 
 	/* a victim being read frees its slot only at its last unpin: try a few */
@@ -707,23 +702,31 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	s = &table->slots[slot];
 	e = &reg_entries[slot];
 
+	/*
+	 * What it takes to make them (the relation, catalog lookups, buffers) is
+	 * left in the caller's transaction context; only the results are kept.
+	 */
 	rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
-	old = MemoryContextSwitchTo(reg_context);
+	schema_json = shape_schema_json(rel);
+	fingerprint = shape_definition_fingerprint(spec);
+	e->context = AllocSetContextCreate(reg_context, "shape_sync shape", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(e->context);
 	e->in_use = true;
 	e->identity_hash = hash;
 	e->identity = pstrdup(identity);
+	e->generation = atomic_load(&s->generation);
+	e->role = GetUserId();
+	e->manage_replica_identity = shape_sync_manage_replica_identity;
+	reg_copy_spec(&e->spec, spec);
+	e->schema_json = pstrdup(schema_json);
+	e->fingerprint = pstrdup(fingerprint);
+	MemoryContextSwitchTo(reg_context);
 	{
 		bool		found;
 		RegistryIdentity *id = hash_search(reg_by_identity, &hash, HASH_ENTER, &found);
 
 		id->slots = lappend_int(found ? id->slots : NIL, (int) slot);
 	}
-	e->generation = atomic_load(&s->generation);
-	e->role = GetUserId();
-	e->manage_replica_identity = shape_sync_manage_replica_identity;
-	reg_copy_spec(&e->spec, spec);
-	e->schema_json = shape_schema_json(rel);
-	e->fingerprint = shape_definition_fingerprint(spec);
 	reg_waiting = lappend_int(reg_waiting, (int) slot);
 	MemoryContextSwitchTo(old);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
