@@ -53,7 +53,7 @@ DROP SCHEMA shape_sync_other;
 -- The view can be read.
 SELECT count(*) >= 0 AS readable FROM shape_sync.shapes;
 
--- Shape log memory: 32 kB blocks, about shape_sync.log_memory in all (within
+-- Shape log memory: 8 kB blocks, about shape_sync.log_memory in all (within
 -- one block), and no more free than total.
 SELECT block_size,
        total_bytes > 0 AS has_memory,

@@ -24,24 +24,23 @@
  * are bounded whatever the record sizes; by the record holding the byte,
  * not the first one starting after it, so that which entries exist follows
  * from the published data end alone.  An entry holds only a position: the
- * offset stays in the record's header.  The entries of the first data
- * block live in the log itself, so a log of one block needs no index
- * block; the next SLOG_POS_DIRECT index blocks (64 MB of data) are named
- * in the log, the others in one block of block numbers.  An append that
- * cannot get an index block fails with SLOG_FULL, as one that cannot get a
- * data block does, and leaves the log unchanged: no part of a log is ever
- * unindexed.
+ * offset stays in the record's header.  An append that cannot get an index
+ * block fails with SLOG_FULL, as one that cannot get a data block does,
+ * and leaves the log unchanged: no part of a log is ever unindexed.
  *
- * Memory comes from one arena of fixed-size blocks (SLOG_BLOCK_SIZE), sized
- * by shape_sync.log_memory and shared by all shapes.  A log is a sequence of
- * blocks reached through a two-level directory (data_dirs[] in the log, each
- * naming a block of block numbers), so a log position maps to a block in
- * O(1) and a log never needs contiguous memory.  Records may straddle
- * blocks; readers copy out piecewise.  The chunk index lives in its own
- * blocks (index_blocks[]), and so does the position index (pos_direct[],
- * pos_dir).  Free blocks sit on a lock-free stack whose links live outside
- * the blocks, in arena->next[], so that a popped block's contents never
- * race with a stale reader of its link.
+ * Memory comes from one arena of fixed-size blocks (SLOG_BLOCK_SIZE, 8 kB),
+ * sized by shape_sync.log_memory and shared by all shapes.  A log's data,
+ * its closed chunks and its position index are each a sequence of blocks
+ * reached through a block map (SlogBlockMap): the first few block numbers
+ * in the log itself, then directory blocks, then one block of directory
+ * blocks, as a Unix inode names a file's blocks.  So a log position maps to
+ * a block in O(1), a log never needs contiguous memory, and a small log
+ * costs only what it holds: a shape of a few rows is one 8 kB data block,
+ * with its first chunks and position entries kept inline in the ShapeLog
+ * (10,000 such shapes fit in the default 128 MB).  Records may straddle
+ * blocks; readers copy out piecewise.  Free blocks sit on a lock-free stack
+ * whose links live outside the blocks, in arena->next[], so that a popped
+ * block's contents never race with a stale reader of its link.
  *
  * Nothing here calls PostgreSQL: the writer is a PostgreSQL process (the
  * snapshot worker, later the decoder), the readers are HTTP threads, and
@@ -51,20 +50,20 @@
  * ------------------------
  * - Exactly one writer per log at a time.  The writer-private fields
  *   (write_pos, chunk_start, open_chunk_bytes, chunk_count, blocks_held,
- *   and the contents of directory and index blocks at or past what is
+ *   and the map, directory, chunk and index entries at or past what is
  *   published) are touched by that writer only.  A log changes writer only
  *   through the shape's state transitions (see shape_table.c), which are
  *   release/acquire pairs.
  * - The published state (pub_*) is guarded by the seqlock `seq`: the writer
  *   makes it odd, stores the fields, and makes it even with a release store;
  *   a reader retries until it sees the same even value before and after.
- * - Record bytes, directory entries and index entries below the published
+ * - Record bytes, block map entries and closed chunks below the published
  *   bounds are written before the publishing release store and never again,
  *   so a reader that acquired the published state may read them without a
- *   lock.  data_dirs[] and index_blocks[] are atomics only because readers
- *   load them while the writer fills later entries.
+ *   lock.  The maps' inline entries are atomics only because readers load
+ *   them while the writer fills later entries.
  * - Position index entries (pos_inline[] and index blocks) and the block
- *   numbers that reach them (pos_direct[], pos_dir and its block) are
+ *   numbers that reach them (pos_blocks and its directories) are
  *   written by the writer only, in slog_append: entry k when the record
  *   holding byte k * SLOG_POS_STRIDE is appended, after every block it
  *   needs is attached and never again until slog_release.  The publish
@@ -98,9 +97,12 @@
 #define release memory_order_release
 
 /* the position index reaches every entry a log of the largest size needs */
-_Static_assert((SLOG_MAX_DATA_BYTES / SLOG_POS_STRIDE + SLOG_POS_PER_BLOCK - 1) /
-			   SLOG_POS_PER_BLOCK <= SLOG_POS_DIRECT + SLOG_DIR_FANOUT,
-			   "position index too small");
+_Static_assert(SLOG_MAX_DATA_BYTES / SLOG_POS_STRIDE / SLOG_POS_PER_BLOCK + 1 <=
+			   SLOG_MAP_CAPACITY, "position index too small");
+_Static_assert(SLOG_MAX_DATA_BYTES / SLOG_BLOCK_SIZE <= SLOG_MAP_CAPACITY,
+			   "data map too small");
+_Static_assert((SLOG_MAX_CHUNKS - SLOG_CHUNKS_INLINE) / SLOG_CHUNKS_PER_BLOCK + 1 <=
+			   SLOG_MAP_CAPACITY, "chunk index too small");
 _Static_assert(SLOG_BLOCK_SIZE % SLOG_POS_STRIDE == 0,
 			   "strides must tile a data block");
 
@@ -200,6 +202,174 @@ slog_block_push(ShapeLogArena *arena, uint32_t block)
 	atomic_fetch_add_explicit(&arena->free_count, 1, relaxed);
 }
 
+/* ----------------------------------------------------------- block maps */
+
+static void
+slog_map_init(SlogBlockMap *map)
+{
+	for (int i = 0; i < SLOG_MAP_DIRECT; i++)
+		atomic_init(&map->direct[i], SLOG_NO_BLOCK);
+	for (int i = 0; i < SLOG_MAP_INDIRECT; i++)
+		atomic_init(&map->indirect[i], SLOG_NO_BLOCK);
+	atomic_init(&map->double_indirect, SLOG_NO_BLOCK);
+}
+
+/* The nth block of a map, or SLOG_NO_BLOCK if none was attached. */
+static inline uint32_t
+slog_map_get(const ShapeLogArena *arena, const SlogBlockMap *map, uint64_t nth)
+{
+	uint32_t	dir;
+
+	if (nth < SLOG_MAP_DIRECT)
+		return atomic_load_explicit(&map->direct[nth], relaxed);
+	nth -= SLOG_MAP_DIRECT;
+	if (nth < (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT)
+		dir = atomic_load_explicit(&map->indirect[nth / SLOG_DIR_FANOUT], relaxed);
+	else
+	{
+		uint32_t	top = atomic_load_explicit(&map->double_indirect, relaxed);
+
+		nth -= (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT;
+		if (top == SLOG_NO_BLOCK)
+			return SLOG_NO_BLOCK;
+		dir = ((const uint32_t *) slog_block(arena, top))[nth / SLOG_DIR_FANOUT];
+	}
+	if (dir == SLOG_NO_BLOCK)
+		return SLOG_NO_BLOCK;
+	return ((const uint32_t *) slog_block(arena, dir))[nth % SLOG_DIR_FANOUT];
+}
+
+/* Takes a block for the log; a directory block starts with no entries. */
+static uint32_t
+slog_take(ShapeLogArena *arena, ShapeLog *log, bool directory)
+{
+	uint32_t	block = slog_block_pop(arena);
+
+	if (block == SLOG_NO_BLOCK)
+		return SLOG_NO_BLOCK;
+	log->blocks_held++;
+	if (directory)
+	{
+		uint32_t   *entries = (uint32_t *) slog_block(arena, block);
+
+		for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+			entries[i] = SLOG_NO_BLOCK;
+	}
+	return block;
+}
+
+/* The directory entry `i` of an atomic slot, attaching a directory if needed. */
+static uint32_t *
+slog_dir_entry(ShapeLogArena *arena, ShapeLog *log, _Atomic uint32_t *slot, uint64_t i)
+{
+	uint32_t	dir = atomic_load_explicit(slot, relaxed);
+
+	if (dir == SLOG_NO_BLOCK)
+	{
+		dir = slog_take(arena, log, true);
+		if (dir == SLOG_NO_BLOCK)
+			return NULL;
+		atomic_store_explicit(slot, dir, relaxed);
+	}
+	return (uint32_t *) slog_block(arena, dir) + i;
+}
+
+/*
+ * Makes sure the map names an nth block, taking it (and the directories on
+ * the way) from the arena if not; a block left attached by an append that
+ * failed is kept.  Writer only.
+ */
+static SlogResult
+slog_map_attach(ShapeLogArena *arena, ShapeLog *log, SlogBlockMap *map, uint64_t nth)
+{
+	uint32_t   *entry;
+	uint32_t	block;
+
+	if (nth < SLOG_MAP_DIRECT)
+	{
+		if (atomic_load_explicit(&map->direct[nth], relaxed) != SLOG_NO_BLOCK)
+			return SLOG_OK;
+		block = slog_take(arena, log, false);
+		if (block == SLOG_NO_BLOCK)
+			return SLOG_FULL;
+		atomic_store_explicit(&map->direct[nth], block, relaxed);
+		return SLOG_OK;
+	}
+	nth -= SLOG_MAP_DIRECT;
+	if (nth < (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT)
+		entry = slog_dir_entry(arena, log, &map->indirect[nth / SLOG_DIR_FANOUT],
+							   nth % SLOG_DIR_FANOUT);
+	else
+	{
+		uint32_t   *top_entry;
+
+		nth -= (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT;
+		if (nth >= (uint64_t) SLOG_DIR_FANOUT * SLOG_DIR_FANOUT)
+			return SLOG_TOO_LARGE;
+		top_entry = slog_dir_entry(arena, log, &map->double_indirect, nth / SLOG_DIR_FANOUT);
+		if (top_entry == NULL)
+			return SLOG_FULL;
+		if (*top_entry == SLOG_NO_BLOCK)
+		{
+			uint32_t	dir = slog_take(arena, log, true);
+
+			if (dir == SLOG_NO_BLOCK)
+				return SLOG_FULL;
+			*top_entry = dir;
+		}
+		entry = (uint32_t *) slog_block(arena, *top_entry) + nth % SLOG_DIR_FANOUT;
+	}
+	if (entry == NULL)
+		return SLOG_FULL;
+	if (*entry != SLOG_NO_BLOCK)
+		return SLOG_OK;
+	block = slog_take(arena, log, false);
+	if (block == SLOG_NO_BLOCK)
+		return SLOG_FULL;
+	*entry = block;
+	return SLOG_OK;
+}
+
+/* Pushes a directory's blocks and the directory itself back to the arena. */
+static void
+slog_dir_release(ShapeLogArena *arena, uint32_t dir, int depth)
+{
+	const uint32_t *entries = (const uint32_t *) slog_block(arena, dir);
+
+	for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
+	{
+		if (entries[i] == SLOG_NO_BLOCK)
+			continue;
+		if (depth > 1)
+			slog_dir_release(arena, entries[i], depth - 1);
+		else
+			slog_block_push(arena, entries[i]);
+	}
+	slog_block_push(arena, dir);
+}
+
+static void
+slog_map_release(ShapeLogArena *arena, SlogBlockMap *map)
+{
+	for (int i = 0; i < SLOG_MAP_DIRECT; i++)
+	{
+		uint32_t	block = atomic_load_explicit(&map->direct[i], relaxed);
+
+		if (block != SLOG_NO_BLOCK)
+			slog_block_push(arena, block);
+	}
+	for (int i = 0; i < SLOG_MAP_INDIRECT; i++)
+	{
+		uint32_t	dir = atomic_load_explicit(&map->indirect[i], relaxed);
+
+		if (dir != SLOG_NO_BLOCK)
+			slog_dir_release(arena, dir, 1);
+	}
+	if (atomic_load_explicit(&map->double_indirect, relaxed) != SLOG_NO_BLOCK)
+		slog_dir_release(arena, atomic_load_explicit(&map->double_indirect, relaxed), 2);
+	slog_map_init(map);
+}
+
 /* --------------------------------------------------------------- writer */
 
 void
@@ -211,13 +381,10 @@ slog_init(ShapeLog *log)
 	atomic_init(&log->pub_flags, 0);
 	atomic_init(&log->pub_last_tx, LOG_OFFSET_BEFORE_ALL.tx);
 	atomic_init(&log->pub_last_op, LOG_OFFSET_BEFORE_ALL.op);
-	for (int i = 0; i < SLOG_DATA_DIRS; i++)
-		atomic_init(&log->data_dirs[i], SLOG_NO_BLOCK);
-	for (int i = 0; i < SLOG_INDEX_BLOCKS; i++)
-		atomic_init(&log->index_blocks[i], SLOG_NO_BLOCK);
-	for (int i = 0; i < SLOG_POS_DIRECT; i++)
-		atomic_init(&log->pos_direct[i], SLOG_NO_BLOCK);
-	atomic_init(&log->pos_dir, SLOG_NO_BLOCK);
+	slog_map_init(&log->data);
+	slog_map_init(&log->chunk_blocks);
+	slog_map_init(&log->pos_blocks);
+	memset(log->chunks_inline, 0, sizeof(log->chunks_inline));
 	memset(log->pos_inline, 0, sizeof(log->pos_inline));
 	log->write_pos = 0;
 	log->chunk_start = 0;
@@ -227,58 +394,30 @@ slog_init(ShapeLog *log)
 }
 
 /* The data block holding `pos`, or SLOG_NO_BLOCK if none was attached. */
-static uint32_t
+static inline uint32_t
 slog_data_block(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos)
 {
-	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
-	uint32_t	dir = atomic_load_explicit(&log->data_dirs[nth / SLOG_DIR_FANOUT], relaxed);
-
-	if (dir == SLOG_NO_BLOCK)
-		return SLOG_NO_BLOCK;
-	return ((const uint32_t *) slog_block(arena, dir))[nth % SLOG_DIR_FANOUT];
+	return slog_map_get(arena, &log->data, pos / SLOG_BLOCK_SIZE);
 }
 
 /*
  * Makes sure a data block is attached for every position below `end`.
- * Blocks holding bytes below write_pos are attached already; past it, a
- * directory entry may still hold a block from an append that failed, which
- * is reused.
+ * Blocks holding bytes below write_pos are attached already; past it, the
+ * map may still hold a block from an append that failed, which is reused.
  */
 static SlogResult
 slog_reserve(ShapeLogArena *arena, ShapeLog *log, uint64_t end)
 {
-	uint64_t	have = log->write_pos == 0 ? 0 :
-		(log->write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE;
 	uint64_t	need = (end + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE;
 
 	if (end > SLOG_MAX_DATA_BYTES)
 		return SLOG_TOO_LARGE;
-	for (uint64_t nth = have; nth < need; nth++)
+	for (uint64_t nth = log->write_pos / SLOG_BLOCK_SIZE; nth < need; nth++)
 	{
-		uint64_t	d = nth / SLOG_DIR_FANOUT;
-		uint32_t	dir = atomic_load_explicit(&log->data_dirs[d], relaxed);
-		uint32_t   *entries;
-		uint32_t	block;
+		SlogResult	res = slog_map_attach(arena, log, &log->data, nth);
 
-		if (dir == SLOG_NO_BLOCK)
-		{
-			dir = slog_block_pop(arena);
-			if (dir == SLOG_NO_BLOCK)
-				return SLOG_FULL;
-			log->blocks_held++;
-			entries = (uint32_t *) slog_block(arena, dir);
-			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
-				entries[i] = SLOG_NO_BLOCK;
-			atomic_store_explicit(&log->data_dirs[d], dir, relaxed);
-		}
-		entries = (uint32_t *) slog_block(arena, dir);
-		if (entries[nth % SLOG_DIR_FANOUT] != SLOG_NO_BLOCK)
-			continue;			/* left over from a record that did not fit */
-		block = slog_block_pop(arena);
-		if (block == SLOG_NO_BLOCK)
-			return SLOG_FULL;
-		log->blocks_held++;
-		entries[nth % SLOG_DIR_FANOUT] = block;
+		if (res != SLOG_OK)
+			return res;
 	}
 	return SLOG_OK;
 }
@@ -301,28 +440,14 @@ slog_copy_in(ShapeLogArena *arena, ShapeLog *log, uint64_t pos,
 	}
 }
 
-/* The index block holding position entry k, or SLOG_NO_BLOCK. */
-static uint32_t
-slog_pos_block(const ShapeLogArena *arena, const ShapeLog *log, uint64_t k)
-{
-	uint64_t	nth = k / SLOG_POS_PER_BLOCK;
-	uint32_t	dir;
-
-	if (nth < SLOG_POS_DIRECT)
-		return atomic_load_explicit(&log->pos_direct[nth], relaxed);
-	dir = atomic_load_explicit(&log->pos_dir, relaxed);
-	if (dir == SLOG_NO_BLOCK)
-		return SLOG_NO_BLOCK;
-	return ((const uint32_t *) slog_block(arena, dir))[nth - SLOG_POS_DIRECT];
-}
-
 /* Entry k (k >= 1) of the position index; the writer wrote it. */
 static uint64_t
 slog_pos_get(const ShapeLogArena *arena, const ShapeLog *log, uint64_t k)
 {
 	if (k <= SLOG_POS_INLINE)
 		return log->pos_inline[k - 1];
-	return ((const uint64_t *) slog_block(arena, slog_pos_block(arena, log, k)))
+	return ((const uint64_t *) slog_block(arena, slog_map_get(arena, &log->pos_blocks,
+															  k / SLOG_POS_PER_BLOCK)))
 		[k % SLOG_POS_PER_BLOCK];
 }
 
@@ -333,19 +458,9 @@ slog_pos_set(ShapeLogArena *arena, ShapeLog *log, uint64_t k, uint64_t pos)
 	if (k <= SLOG_POS_INLINE)
 		log->pos_inline[k - 1] = pos;
 	else
-		((uint64_t *) slog_block(arena, slog_pos_block(arena, log, k)))
+		((uint64_t *) slog_block(arena, slog_map_get(arena, &log->pos_blocks,
+													 k / SLOG_POS_PER_BLOCK)))
 			[k % SLOG_POS_PER_BLOCK] = pos;
-}
-
-/* Takes a block for the position index, counted as the log's. */
-static uint32_t
-slog_pos_take(ShapeLogArena *arena, ShapeLog *log)
-{
-	uint32_t	block = slog_block_pop(arena);
-
-	if (block != SLOG_NO_BLOCK)
-		log->blocks_held++;
-	return block;
 }
 
 /*
@@ -358,42 +473,13 @@ slog_pos_reserve(ShapeLogArena *arena, ShapeLog *log, uint64_t first, uint64_t l
 {
 	if (first <= SLOG_POS_INLINE)
 		first = SLOG_POS_INLINE + 1;
-	if (first > last)
-		return SLOG_OK;
-	for (uint64_t nth = first / SLOG_POS_PER_BLOCK; nth <= last / SLOG_POS_PER_BLOCK; nth++)
+	for (uint64_t nth = first / SLOG_POS_PER_BLOCK;
+		 first <= last && nth <= last / SLOG_POS_PER_BLOCK; nth++)
 	{
-		uint32_t	dir;
-		uint32_t   *entries;
-		uint32_t	block;
+		SlogResult	res = slog_map_attach(arena, log, &log->pos_blocks, nth);
 
-		if (nth < SLOG_POS_DIRECT)
-		{
-			if (atomic_load_explicit(&log->pos_direct[nth], relaxed) != SLOG_NO_BLOCK)
-				continue;
-			block = slog_pos_take(arena, log);
-			if (block == SLOG_NO_BLOCK)
-				return SLOG_FULL;
-			atomic_store_explicit(&log->pos_direct[nth], block, relaxed);
-			continue;
-		}
-		dir = atomic_load_explicit(&log->pos_dir, relaxed);
-		if (dir == SLOG_NO_BLOCK)
-		{
-			dir = slog_pos_take(arena, log);
-			if (dir == SLOG_NO_BLOCK)
-				return SLOG_FULL;
-			entries = (uint32_t *) slog_block(arena, dir);
-			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
-				entries[i] = SLOG_NO_BLOCK;
-			atomic_store_explicit(&log->pos_dir, dir, relaxed);
-		}
-		entries = (uint32_t *) slog_block(arena, dir);
-		if (entries[nth - SLOG_POS_DIRECT] != SLOG_NO_BLOCK)
-			continue;
-		block = slog_pos_take(arena, log);
-		if (block == SLOG_NO_BLOCK)
-			return SLOG_FULL;
-		entries[nth - SLOG_POS_DIRECT] = block;
+		if (res != SLOG_OK)
+			return res;
 	}
 	return SLOG_OK;
 }
@@ -438,10 +524,12 @@ slog_append(ShapeLogArena *arena, ShapeLog *log, LogOffset offset,
 static SlogChunk *
 slog_chunk_at(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i)
 {
-	uint32_t	block = atomic_load_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
-											 relaxed);
-
-	return (SlogChunk *) slog_block(arena, block) + i % SLOG_CHUNKS_PER_BLOCK;
+	if (i < SLOG_CHUNKS_INLINE)
+		return (SlogChunk *) &log->chunks_inline[i];
+	i -= SLOG_CHUNKS_INLINE;
+	return (SlogChunk *) slog_block(arena, slog_map_get(arena, &log->chunk_blocks,
+														i / SLOG_CHUNKS_PER_BLOCK))
+		+ i % SLOG_CHUNKS_PER_BLOCK;
 }
 
 /* A copy of closed chunk `i` (below the published chunk count). */
@@ -460,17 +548,13 @@ slog_close_chunk(ShapeLogArena *arena, ShapeLog *log, LogOffset end)
 
 	if (i >= SLOG_MAX_CHUNKS)
 		return SLOG_TOO_LARGE;
-	if (i % SLOG_CHUNKS_PER_BLOCK == 0 &&
-		atomic_load_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
-							 relaxed) == SLOG_NO_BLOCK)
+	if (i >= SLOG_CHUNKS_INLINE && (i - SLOG_CHUNKS_INLINE) % SLOG_CHUNKS_PER_BLOCK == 0)
 	{
-		uint32_t	block = slog_block_pop(arena);
+		SlogResult	res = slog_map_attach(arena, log, &log->chunk_blocks,
+										  (i - SLOG_CHUNKS_INLINE) / SLOG_CHUNKS_PER_BLOCK);
 
-		if (block == SLOG_NO_BLOCK)
-			return SLOG_FULL;
-		log->blocks_held++;
-		atomic_store_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
-							  block, relaxed);
+		if (res != SLOG_OK)
+			return res;
 	}
 	chunk = slog_chunk_at(arena, log, i);
 	chunk->start_pos = log->chunk_start;
@@ -506,46 +590,9 @@ slog_publish(ShapeLog *log, LogOffset last, uint32_t flags)
 void
 slog_release(ShapeLogArena *arena, ShapeLog *log)
 {
-	for (int d = 0; d < SLOG_DATA_DIRS; d++)
-	{
-		uint32_t	dir = atomic_load_explicit(&log->data_dirs[d], relaxed);
-		const uint32_t *entries;
-
-		if (dir == SLOG_NO_BLOCK)
-			continue;
-		entries = (const uint32_t *) slog_block(arena, dir);
-		for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
-			if (entries[i] != SLOG_NO_BLOCK)
-				slog_block_push(arena, entries[i]);
-		slog_block_push(arena, dir);
-	}
-	for (int i = 0; i < SLOG_INDEX_BLOCKS; i++)
-	{
-		uint32_t	block = atomic_load_explicit(&log->index_blocks[i], relaxed);
-
-		if (block != SLOG_NO_BLOCK)
-			slog_block_push(arena, block);
-	}
-	for (int i = 0; i < SLOG_POS_DIRECT; i++)
-	{
-		uint32_t	block = atomic_load_explicit(&log->pos_direct[i], relaxed);
-
-		if (block != SLOG_NO_BLOCK)
-			slog_block_push(arena, block);
-	}
-	{
-		uint32_t	dir = atomic_load_explicit(&log->pos_dir, relaxed);
-
-		if (dir != SLOG_NO_BLOCK)
-		{
-			const uint32_t *entries = (const uint32_t *) slog_block(arena, dir);
-
-			for (uint32_t i = 0; i < SLOG_DIR_FANOUT; i++)
-				if (entries[i] != SLOG_NO_BLOCK)
-					slog_block_push(arena, entries[i]);
-			slog_block_push(arena, dir);
-		}
-	}
+	slog_map_release(arena, &log->data);
+	slog_map_release(arena, &log->chunk_blocks);
+	slog_map_release(arena, &log->pos_blocks);
 	slog_init(log);
 }
 

@@ -20,28 +20,39 @@
 
 #include "log_offset.h"
 
-#define SLOG_BLOCK_SIZE			32768u
+#define SLOG_BLOCK_SIZE			8192u
 #define SLOG_NO_BLOCK			UINT32_MAX
 #define SLOG_DIR_FANOUT			(SLOG_BLOCK_SIZE / sizeof(uint32_t))
-#define SLOG_DATA_DIRS			32
-#define SLOG_MAX_DATA_BYTES \
-	((uint64_t) SLOG_DATA_DIRS * SLOG_DIR_FANOUT * SLOG_BLOCK_SIZE)
-#define SLOG_INDEX_BLOCKS		64
+
+/*
+ * A block map names the blocks of one sequence (data, chunk index or
+ * position index), the nth at a time: the first SLOG_MAP_DIRECT in the log
+ * itself, so that a small log needs no directory block; the next
+ * SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT through directory blocks named in the
+ * log; the rest through one block of directory blocks.
+ */
+#define SLOG_MAP_DIRECT			4
+#define SLOG_MAP_INDIRECT		4
+#define SLOG_MAP_CAPACITY \
+	((uint64_t) SLOG_MAP_DIRECT + (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT + \
+	 (uint64_t) SLOG_DIR_FANOUT * SLOG_DIR_FANOUT)
+
+#define SLOG_MAX_DATA_BYTES		((uint64_t) 8 << 30)
+#define SLOG_CHUNKS_INLINE		2	/* closed chunks kept in the log itself */
 #define SLOG_CHUNKS_PER_BLOCK	(SLOG_BLOCK_SIZE / sizeof(SlogChunk))
-#define SLOG_MAX_CHUNKS			(SLOG_INDEX_BLOCKS * SLOG_CHUNKS_PER_BLOCK)
+#define SLOG_MAX_CHUNKS			(1u << 20)
 
 /*
  * The position index: entry k (k >= 1) is the start of the record holding
- * log byte k * SLOG_POS_STRIDE.  Entries 1 .. SLOG_POS_INLINE (the first
- * data block) live in the log itself, the others in index blocks of
- * SLOG_POS_PER_BLOCK entries, entry k in slot k % SLOG_POS_PER_BLOCK of
- * index block k / SLOG_POS_PER_BLOCK: the first SLOG_POS_DIRECT of those
- * are named in the log, the rest in one block of block numbers.
+ * log byte k * SLOG_POS_STRIDE.  Entries 1 .. SLOG_POS_INLINE (those of
+ * the directly named data blocks) live in the log itself, the others in
+ * index blocks of SLOG_POS_PER_BLOCK entries, entry k in slot
+ * k % SLOG_POS_PER_BLOCK of the index block that the position map names
+ * k / SLOG_POS_PER_BLOCK-th.
  */
-#define SLOG_POS_STRIDE			(SLOG_BLOCK_SIZE / 8)
+#define SLOG_POS_STRIDE			4096u
 #define SLOG_POS_PER_BLOCK		(SLOG_BLOCK_SIZE / sizeof(uint64_t))
-#define SLOG_POS_INLINE			(SLOG_BLOCK_SIZE / SLOG_POS_STRIDE - 1)
-#define SLOG_POS_DIRECT			4
+#define SLOG_POS_INLINE			(SLOG_MAP_DIRECT * SLOG_BLOCK_SIZE / SLOG_POS_STRIDE - 1)
 
 /* Kinds of record; a reader serves both, the kind is for inspection. */
 #define SLOG_RECORD_CHANGE		1
@@ -99,6 +110,13 @@ typedef struct SlogPublished
 	LogOffset	last;			/* offset of the last record */
 } SlogPublished;
 
+typedef struct SlogBlockMap
+{
+	_Atomic uint32_t direct[SLOG_MAP_DIRECT];
+	_Atomic uint32_t indirect[SLOG_MAP_INDIRECT];	/* directory blocks */
+	_Atomic uint32_t double_indirect;	/* a block of directory blocks */
+} SlogBlockMap;
+
 typedef struct ShapeLog
 {
 	/* Published state, guarded by the seqlock `seq`. */
@@ -109,13 +127,13 @@ typedef struct ShapeLog
 	_Atomic int64_t pub_last_tx;
 	_Atomic uint64_t pub_last_op;
 
-	/* Block directories: set by the writer before the range is published. */
-	_Atomic uint32_t data_dirs[SLOG_DATA_DIRS];
-	_Atomic uint32_t index_blocks[SLOG_INDEX_BLOCKS];
-	_Atomic uint32_t pos_direct[SLOG_POS_DIRECT];	/* position index blocks */
-	_Atomic uint32_t pos_dir;	/* ... and the block naming the others */
+	/* Block maps: set by the writer before the range is published. */
+	SlogBlockMap data;			/* the log's bytes */
+	SlogBlockMap chunk_blocks;	/* closed chunks past the inline ones */
+	SlogBlockMap pos_blocks;	/* position index entries past the inline ones */
 
-	/* Position index entries 1 .. SLOG_POS_INLINE, set as index entries are. */
+	/* Set by the writer before the chunk or position is published. */
+	SlogChunk	chunks_inline[SLOG_CHUNKS_INLINE];
 	uint64_t	pos_inline[SLOG_POS_INLINE];
 
 	/* Writer-private: only the current writer reads or writes these. */
@@ -123,7 +141,7 @@ typedef struct ShapeLog
 	uint64_t	chunk_start;	/* start of the open chunk */
 	uint64_t	open_chunk_bytes;	/* payload bytes in the open chunk */
 	uint32_t	chunk_count;	/* closed chunks */
-	uint32_t	blocks_held;	/* blocks this log owns (data, dirs, indexes) */
+	uint32_t	blocks_held;	/* blocks this log owns (data, maps, indexes) */
 } ShapeLog;
 
 /* The part of a log that one response covers. */

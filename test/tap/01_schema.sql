@@ -124,8 +124,8 @@ SELECT throws_ok(
 
 SELECT cmp_ok((SELECT total_bytes FROM shape_sync.log_memory_usage()), '>', 0::bigint,
               'log_memory_usage(): total_bytes > 0');
-SELECT is((SELECT block_size FROM shape_sync.log_memory_usage()), 32768,
-          'log_memory_usage(): block_size is 32 kB');
+SELECT is((SELECT block_size FROM shape_sync.log_memory_usage()), 8192,
+          'log_memory_usage(): block_size is 8 kB');
 SELECT ok((SELECT free_bytes BETWEEN 0 AND total_bytes FROM shape_sync.log_memory_usage()),
           'log_memory_usage(): 0 <= free_bytes <= total_bytes');
 

@@ -15,7 +15,7 @@
 
 #include "shape_log.h"
 
-#define ARENA_BLOCKS	24
+#define ARENA_BLOCKS	96			/* 768 kB: records of up to 80 kB fill it */
 #define MAX_RECS		4096
 #define MAX_CHUNKS		4096
 
@@ -393,7 +393,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						slog_release(arena, &other);
 					else
 					{
-						static char blob[SLOG_BLOCK_SIZE];
+						static char blob[3 * 8192];
 
 						(void) slog_append(arena, &other, model.cur, SLOG_RECORD_CHANGE, blob,
 										   (uint32_t) (a % 4) * 8192);

@@ -18,7 +18,7 @@
 #include "thread_log.h"
 
 #define NSLOTS		16
-#define NBLOCKS		256			/* 8 MB of log */
+#define NBLOCKS		(8u * 1024 * 1024 / SLOG_BLOCK_SIZE)	/* 8 MB of log */
 #define LONG_POLL_MS 1000
 
 /* ------------------------------------------------------------ fixture */

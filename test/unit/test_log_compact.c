@@ -986,7 +986,7 @@ TEST(unreadable_record_stops_compaction)
 /* An arena too small for the copy: FULL, and the copy can be released. */
 TEST(compaction_out_of_blocks)
 {
-	ShapeLogArena *arena = arena_new(6);
+	ShapeLogArena *arena = arena_new(14);
 	ShapeLog	in,
 				out;
 	SlogCompactStats st;
@@ -1005,6 +1005,8 @@ TEST(compaction_out_of_blocks)
 	}
 	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {0, 0}) == SLOG_OK);
 	slog_publish(&in, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	/* 10 data blocks, their directory and a position index block: 2 are left */
+	CHECK_EQ(in.blocks_held, 12);
 	CHECK_EQ(slog_compact(arena, &in, &out, 1 << 20, &st), SLOG_COMPACT_FULL);
 	slog_release(arena, &out);
 	slog_release(arena, &in);

@@ -151,7 +151,9 @@ TEST(arena_sizes)
 
 		slog_init(&log);
 		CHECK_EQ(append_id(arena, &log, 1, 10, SLOG_RECORD_CHANGE, off(0, 0)), SLOG_FULL);
-		CHECK_EQ(slog_close_chunk(arena, &log, off(0, 0)), SLOG_FULL);
+		/* the first chunks are kept in the log: closing one takes no block */
+		CHECK_EQ(slog_close_chunk(arena, &log, off(0, 0)), SLOG_OK);
+		CHECK_EQ(log.blocks_held, 0);
 		slog_release(arena, &log);
 	}
 	free(mem);
@@ -368,10 +370,16 @@ TEST(append_publish_locate)
 	CHECK((recs[6].pos + slog_record_span(recs[6].len)) / SLOG_BLOCK_SIZE -
 		  recs[6].pos / SLOG_BLOCK_SIZE >= 3);
 
-	/* blocks: data, one directory, one chunk index and one position index block */
+	/*
+	 * blocks: data past the four direct ones (so a data directory), chunks
+	 * past the two inline ones (so a chunk index block), and data past 32 kB
+	 * (so a position index block)
+	 */
 	{
 		uint32_t	data_blocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
 
+		CHECK(data_blocks > SLOG_MAP_DIRECT);
+		CHECK(log.chunk_count > SLOG_CHUNKS_INLINE && log.chunk_count <= SLOG_CHUNKS_INLINE + 256);
 		CHECK_EQ(log.blocks_held, data_blocks + 3);
 		CHECK_EQ(slog_arena_free_blocks(arena), nblocks - log.blocks_held);
 	}
@@ -474,9 +482,14 @@ TEST(many_chunks_binary_search)
 			CHECK_UEQ(r.chunk_end.op, LOG_OFFSET_OP_INF);
 		}
 	}
-	/* three chunk index blocks, one directory and one position index block */
-	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE && pos[n] < 16 * (uint64_t) SLOG_BLOCK_SIZE);
-	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3 + 1 + 1);
+	/*
+	 * The data in direct blocks, and three chunk index blocks for the
+	 * chunks past the two inline ones
+	 */
+	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE &&
+		  pos[n] <= SLOG_MAP_DIRECT * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3);
+	CHECK(atomic_load(&log.chunk_blocks.direct[2]) != SLOG_NO_BLOCK);
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(pos);
@@ -1010,7 +1023,7 @@ TEST(locate_records_straddling_strides_and_blocks)
 			checked_midway = true;
 		}
 	}
-	/* a chunk and the tail both span the first index block's end (16 MB) */
+	/* a chunk and the tail both span the first index block's end (4 MB) */
 	{
 		bool		chunk_across = false;
 		uint64_t	edge = (uint64_t) SLOG_POS_PER_BLOCK * SLOG_POS_STRIDE;
@@ -1018,7 +1031,7 @@ TEST(locate_records_straddling_strides_and_blocks)
 		for (int c = 0; c < ref.nchunks; c++)
 			chunk_across |= ref.chunks[c].start < edge && ref.chunks[c].end > edge + SLOG_POS_STRIDE;
 		CHECK(chunk_across || (ref.chunk_start < edge && ref.write_pos > edge));
-		CHECK_UEQ(atomic_load(&log.pos_direct[1]) != SLOG_NO_BLOCK, 1);
+		CHECK_UEQ(atomic_load(&log.pos_blocks.direct[1]) != SLOG_NO_BLOCK, 1);
 	}
 	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
 	queries += SWEEP(&log, &ref);
@@ -1030,6 +1043,27 @@ TEST(locate_records_straddling_strides_and_blocks)
 	free(mem);
 }
 
+/* The nth block of a block map, walked as the layout says (shape_log.h). */
+static uint32_t
+map_block(const ShapeLogArena *arena, const SlogBlockMap *map, uint64_t nth)
+{
+	const char *blocks = (const char *) arena + arena->blocks_offset;
+	uint32_t	dir;
+
+	if (nth < SLOG_MAP_DIRECT)
+		return atomic_load(&map->direct[nth]);
+	nth -= SLOG_MAP_DIRECT;
+	if (nth < (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT)
+		dir = atomic_load(&map->indirect[nth / SLOG_DIR_FANOUT]);
+	else
+	{
+		nth -= (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT;
+		dir = ((const uint32_t *) (blocks + (size_t) atomic_load(&map->double_indirect) *
+								   SLOG_BLOCK_SIZE))[nth / SLOG_DIR_FANOUT];
+	}
+	return ((const uint32_t *) (blocks + (size_t) dir * SLOG_BLOCK_SIZE))[nth % SLOG_DIR_FANOUT];
+}
+
 /* Overwrites n bytes of the log at pos, behind the log's back. */
 static void
 poke(ShapeLogArena *arena, const ShapeLog *log, uint64_t pos, const void *src, size_t n)
@@ -1038,10 +1072,8 @@ poke(ShapeLogArena *arena, const ShapeLog *log, uint64_t pos, const void *src, s
 
 	while (n > 0)
 	{
-		uint64_t	nth = pos / SLOG_BLOCK_SIZE;
-		uint32_t	dir = atomic_load(&log->data_dirs[nth / SLOG_DIR_FANOUT]);
 		char	   *blocks = (char *) arena + arena->blocks_offset;
-		uint32_t	blk = ((uint32_t *) (blocks + (size_t) dir * SLOG_BLOCK_SIZE))[nth % SLOG_DIR_FANOUT];
+		uint32_t	blk = map_block(arena, &log->data, pos / SLOG_BLOCK_SIZE);
 		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
 		size_t		step = n < in_block ? n : in_block;
 
@@ -1139,7 +1171,8 @@ TEST(arena_exhaustion)
 	SlogPublished pub;
 	SlogRange	r;
 	int			n = 0;
-	const uint32_t big = 20000;	/* span 20024 */
+	const uint32_t big = 6000;	/* span 6024 */
+	const uint64_t span = slog_record_span(big);
 
 	REQUIRE(mem != NULL);
 	arena = slog_arena_init(mem, size);
@@ -1147,17 +1180,19 @@ TEST(arena_exhaustion)
 	slog_init(&a);
 	slog_init(&b);
 
-	/*
-	 * b takes a directory and two data blocks, and a position index block
-	 * once its data passes the first block
-	 */
+	/* b: two directly named data blocks, nothing else */
 	REQUIRE_EQ(append_id(arena, &b, 1000, big, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
-	CHECK_EQ(b.blocks_held, 2);
+	CHECK_EQ(b.blocks_held, 1);
 	REQUIRE_EQ(append_id(arena, &b, 1001, big, SLOG_RECORD_CHANGE, off(1, 2)), SLOG_OK);
-	CHECK_EQ(b.blocks_held, 4);
-	CHECK_EQ(slog_arena_free_blocks(arena), 6);
+	CHECK_EQ(b.blocks_held, 2);
+	CHECK_EQ(slog_arena_free_blocks(arena), 8);
 
-	/* a gets a directory, four data and one index block: six records of 20024 */
+	/*
+	 * a: five records in its four direct blocks; the sixth takes a directory,
+	 * a data block and a position index block (its entry 8 is past the inline
+	 * ones), the seventh one more data block, the eighth fits, the ninth does
+	 * not
+	 */
 	for (;;)
 	{
 		SlogResult	res = append_id(arena, &a, (uint64_t) n, big, SLOG_RECORD_CHANGE,
@@ -1168,61 +1203,61 @@ TEST(arena_exhaustion)
 			CHECK_EQ(res, SLOG_FULL);
 			break;
 		}
+		if (n == 4)
+			CHECK_EQ(a.blocks_held, 4);
+		if (n == 5)
+			CHECK_EQ(a.blocks_held, 7);
 		if (++n > 100)
 			break;
 	}
-	CHECK_EQ(n, 6);
+	CHECK_EQ(n, 8);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
-	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
-	CHECK_EQ(a.blocks_held, 6);
-
-	/* full: no index block for a chunk either, and nothing changed */
-	CHECK_EQ(slog_close_chunk(arena, &a, off(1, 5)), SLOG_FULL);
-	CHECK_EQ(a.chunk_count, 0);
-	CHECK_EQ(a.write_pos, 6 * slog_record_span(big));
+	CHECK_EQ(a.write_pos, 8 * span);
+	CHECK_EQ(a.blocks_held, 8);
+	CHECK(atomic_load(&a.data.indirect[0]) != SLOG_NO_BLOCK);
+	CHECK(atomic_load(&a.pos_blocks.direct[0]) != SLOG_NO_BLOCK);
 
 	/* a record that fits in the last attached block still goes in */
 	{
-		uint64_t	room = 4 * (uint64_t) SLOG_BLOCK_SIZE - a.write_pos;
+		uint64_t	room = 6 * (uint64_t) SLOG_BLOCK_SIZE - a.write_pos;
 
-		CHECK_EQ(room, 10928);
-		REQUIRE_EQ(append_id(arena, &a, 6, (uint32_t) (room - 24), SLOG_RECORD_CHANGE, off(1, 6)),
+		CHECK_EQ(room, 960);
+		REQUIRE_EQ(append_id(arena, &a, 8, (uint32_t) (room - 24), SLOG_RECORD_CHANGE, off(1, 8)),
 				   SLOG_OK);
 		n++;
-		CHECK_EQ(a.write_pos, 4 * (uint64_t) SLOG_BLOCK_SIZE);
-		CHECK_EQ(append_id(arena, &a, 7, 0, SLOG_RECORD_CHANGE, off(1, 7)), SLOG_FULL);
+		CHECK_EQ(a.write_pos, 6 * (uint64_t) SLOG_BLOCK_SIZE);
+		CHECK_EQ(append_id(arena, &a, 9, 0, SLOG_RECORD_CHANGE, off(1, 9)), SLOG_FULL);
 	}
 
 	/* the records already there are intact and servable */
-	slog_publish(&a, off(1, 6), SLOG_SNAPSHOT_DONE);
+	slog_publish(&a, off(1, 8), SLOG_SNAPSHOT_DONE);
 	slog_read_published(&a, &pub);
 	slog_locate(arena, &a, &pub, LOG_OFFSET_BEFORE_ALL, &r);
 	CHECK(r.ready);
 	CHECK_EQ(r.start, 0);
 	CHECK_EQ(r.end, a.write_pos);
-	for (int i = 0; i < 6; i++)
-		CHECK_RECORD(arena, &a, (uint64_t) i * slog_record_span(big), (uint64_t) i, big,
+	for (int i = 0; i < 8; i++)
+		CHECK_RECORD(arena, &a, (uint64_t) i * span, (uint64_t) i, big,
 					 SLOG_RECORD_CHANGE, off(1, (uint64_t) i));
-	CHECK_RECORD(arena, &a, 6 * slog_record_span(big), 6, 10928 - 24, SLOG_RECORD_CHANGE,
-				 off(1, 6));
-	for (int i = 0; i < 7; i++)
+	CHECK_RECORD(arena, &a, 8 * span, 8, 960 - 24, SLOG_RECORD_CHANGE, off(1, 8));
+	for (int i = 0; i < 9; i++)
 	{
 		slog_locate(arena, &a, &pub, off(1, (uint64_t) i), &r);
-		CHECK_EQ(r.start, i < 6 ? (uint64_t) (i + 1) * slog_record_span(big) : a.write_pos);
+		CHECK_EQ(r.start, i < 8 ? (uint64_t) (i + 1) * span : a.write_pos);
 	}
 
 	/* another log gives its blocks back: a can grow again */
 	slog_release(arena, &b);
-	CHECK_EQ(slog_arena_free_blocks(arena), 4);
+	CHECK_EQ(slog_arena_free_blocks(arena), 2);
 
 	/*
-	 * A record needing five new blocks gets the four there are, fails,
+	 * A record needing three new blocks gets the two there are, fails,
 	 * and keeps them attached: the log itself is unchanged.
 	 */
 	{
 		uint64_t	before = a.write_pos;
 
-		CHECK_EQ(append_id(arena, &a, 8, 5 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
+		CHECK_EQ(append_id(arena, &a, 10, 3 * SLOG_BLOCK_SIZE - 100, SLOG_RECORD_CHANGE, off(2, 0)),
 				 SLOG_FULL);
 		CHECK_EQ(a.write_pos, before);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
@@ -1231,28 +1266,31 @@ TEST(arena_exhaustion)
 		CHECK_EQ(pub.data_end, before);
 	}
 
-	/* a smaller record reuses the blocks the failed append attached */
-	REQUIRE_EQ(append_id(arena, &a, 9, big, SLOG_RECORD_CHANGE, off(2, 2)), SLOG_OK);
-	REQUIRE_EQ(append_id(arena, &a, 10, big, SLOG_RECORD_CHANGE, off(2, 4)), SLOG_OK);
+	/* smaller records reuse the blocks the failed append attached */
+	REQUIRE_EQ(append_id(arena, &a, 11, big, SLOG_RECORD_CHANGE, off(2, 2)), SLOG_OK);
+	REQUIRE_EQ(append_id(arena, &a, 12, big, SLOG_RECORD_CHANGE, off(2, 4)), SLOG_OK);
 	CHECK_EQ(a.blocks_held, 10);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
 	slog_publish(&a, off(2, 4), SLOG_SNAPSHOT_DONE);
 	slog_read_published(&a, &pub);
-	slog_locate(arena, &a, &pub, off(1, 6), &r);
+	slog_locate(arena, &a, &pub, off(1, 8), &r);
 	CHECK(r.ready);
-	CHECK_EQ(r.start, 4 * (uint64_t) SLOG_BLOCK_SIZE);
-	CHECK_EQ(r.end, 4 * (uint64_t) SLOG_BLOCK_SIZE + 2 * slog_record_span(big));
-	CHECK_RECORD(arena, &a, r.start, 9, big, SLOG_RECORD_CHANGE, off(2, 2));
-	CHECK_RECORD(arena, &a, r.start + slog_record_span(big), 10, big, SLOG_RECORD_CHANGE,
-				 off(2, 4));
+	CHECK_EQ(r.start, 6 * (uint64_t) SLOG_BLOCK_SIZE);
+	CHECK_EQ(r.end, 6 * (uint64_t) SLOG_BLOCK_SIZE + 2 * span);
+	CHECK_RECORD(arena, &a, r.start, 11, big, SLOG_RECORD_CHANGE, off(2, 2));
+	CHECK_RECORD(arena, &a, r.start + span, 12, big, SLOG_RECORD_CHANGE, off(2, 4));
 	slog_locate(arena, &a, &pub, off(2, 2), &r);
-	CHECK_EQ(r.start, 4 * (uint64_t) SLOG_BLOCK_SIZE + slog_record_span(big));
+	CHECK_EQ(r.start, 6 * (uint64_t) SLOG_BLOCK_SIZE + span);
 
 	/* release returns every block, the ones past write_pos included */
 	slog_release(arena, &a);
 	CHECK_EQ(slog_arena_free_blocks(arena), 10);
 
-	/* and the arena hands out all ten again, each once */
+	/*
+	 * And the arena hands out all ten again, each once: eight records of a
+	 * block each take the four direct blocks, a directory naming four more,
+	 * and a position index block.
+	 */
 	{
 		ShapeLog	c;
 		uint32_t	seen[10] = {0};
@@ -1264,16 +1302,15 @@ TEST(arena_exhaustion)
 			CHECK_EQ(append_id(arena, &c, (uint64_t) i, SLOG_BLOCK_SIZE - 24, SLOG_RECORD_CHANGE,
 							   off(3, (uint64_t) i)), SLOG_OK);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		dir = atomic_load(&c.data_dirs[0]);
-		idx = atomic_load(&c.pos_direct[0]);
+		dir = atomic_load(&c.data.indirect[0]);
+		idx = atomic_load(&c.pos_blocks.direct[0]);
 		REQUIRE(dir < 10);
 		REQUIRE(idx < 10);
 		seen[dir]++;
 		seen[idx]++;
 		for (int i = 0; i < 8; i++)
 		{
-			uint32_t	blk = ((uint32_t *) ((char *) arena + arena->blocks_offset +
-											 (size_t) dir * SLOG_BLOCK_SIZE))[i];
+			uint32_t	blk = map_block(arena, &c.data, (uint64_t) i);
 
 			REQUIRE(blk < 10);
 			seen[blk]++;
@@ -1290,65 +1327,148 @@ TEST(arena_exhaustion)
 }
 
 /*
+ * The first SLOG_CHUNKS_INLINE closed chunks live in the log: a log of one
+ * block closes them with the arena empty, and the next one needs a chunk
+ * index block: SLOG_FULL and nothing changed, then it goes in once a block
+ * is free.
+ */
+TEST(chunk_index_exhaustion)
+{
+	size_t		size = 3 * (size_t) SLOG_BLOCK_SIZE;
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	ShapeLogArena *arena;
+	ShapeLog	a;
+	ShapeLog	b;
+	SlogPublished pub;
+	SlogRange	r;
+
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	REQUIRE_EQ(arena->nblocks, 2);
+	slog_init(&a);
+	slog_init(&b);
+	REQUIRE_EQ(append_id(arena, &b, 100, 10, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	for (uint64_t k = 0; k < 2; k++)
+	{
+		REQUIRE_EQ(append_id(arena, &a, k, 50, SLOG_RECORD_CHANGE, off(1, k)), SLOG_OK);
+		REQUIRE_EQ(slog_close_chunk(arena, &a, off(1, k)), SLOG_OK);
+	}
+	REQUIRE_EQ(append_id(arena, &a, 2, 50, SLOG_RECORD_CHANGE, off(1, 2)), SLOG_OK);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	CHECK_EQ(a.blocks_held, 1);
+	CHECK_EQ(slog_close_chunk(arena, &a, off(1, 2)), SLOG_FULL);
+	CHECK_EQ(a.chunk_count, 2);
+	slog_publish(&a, off(1, 2), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&a, &pub);
+	CHECK_EQ(pub.chunk_count, 2);
+	slog_locate(arena, &a, &pub, off(1, 0), &r);
+	CHECK(r.ready);
+	CHECK_EQ(r.start, slog_record_span(50));
+	CHECK_EQ(r.end, 2 * slog_record_span(50));
+	CHECK_UEQ(r.chunk_end.op, 1);
+
+	slog_release(arena, &b);
+	REQUIRE_EQ(slog_close_chunk(arena, &a, off(1, 2)), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 2);
+	slog_publish(&a, off(1, 2), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&a, &pub);
+	slog_locate(arena, &a, &pub, off(1, 1), &r);
+	CHECK_EQ(r.start, 2 * slog_record_span(50));
+	CHECK_EQ(r.end, 3 * slog_record_span(50));
+	CHECK_UEQ(r.chunk_end.op, 2);
+	slog_release(arena, &a);
+	CHECK_EQ(slog_arena_free_blocks(arena), 2);
+	free(mem);
+}
+
+/* A shape of one row, its chunk closed and published, holds one block. */
+TEST(small_log_is_one_block)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(16 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLog	log;
+	SlogPublished pub;
+	SlogRange	r;
+
+	REQUIRE(arena != NULL);
+	slog_init(&log);
+	REQUIRE_EQ(append_id(arena, &log, 7, 280, SLOG_RECORD_CHANGE, off(0, 0)), SLOG_OK);
+	REQUIRE_EQ(slog_close_chunk(arena, &log, LOG_OFFSET_SNAPSHOT_END), SLOG_OK);
+	slog_publish(&log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	CHECK_EQ(log.blocks_held, 1);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks - 1);
+	slog_read_published(&log, &pub);
+	slog_locate(arena, &log, &pub, LOG_OFFSET_BEFORE_ALL, &r);
+	CHECK(r.ready);
+	CHECK_EQ(r.start, 0);
+	CHECK_EQ(r.end, slog_record_span(280));
+	CHECK_RECORD(arena, &log, 0, 7, 280, SLOG_RECORD_CHANGE, off(0, 0));
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	free(mem);
+}
+
+/*
  * An append whose data blocks are there but whose position index block is
  * not fails like one without its data: SLOG_FULL, the log unchanged and
  * servable; it goes in once another log gives a block back.
  */
 TEST(position_index_exhaustion)
 {
-	size_t		size = 6 * (size_t) SLOG_BLOCK_SIZE;
+	size_t		size = 8 * (size_t) SLOG_BLOCK_SIZE;
 	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
 	ShapeLogArena *arena;
 	ShapeLog	a;
 	ShapeLog	b;
 	RefLog		ref;
-	const uint32_t big = 20000;	/* span 20024 */
+	const uint32_t big = 6000;	/* span 6024 */
 
 	REQUIRE(mem != NULL);
 	arena = slog_arena_init(mem, size);
-	REQUIRE_EQ(arena->nblocks, 5);
+	REQUIRE_EQ(arena->nblocks, 7);
 	slog_init(&a);
 	slog_init(&b);
 	ref_init(&ref);
 
-	/* b: a directory and a data block; a: the same, no index block yet */
+	/* b: a data block; a: five records in its four direct blocks, no index block yet */
 	REQUIRE_EQ(append_id(arena, &b, 1, 100, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
-	REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 0), big), SLOG_OK);
-	CHECK_EQ(a.blocks_held, 2);
-	CHECK_EQ(slog_arena_free_blocks(arena), 1);
+	for (int i = 0; i < 5; i++)
+		REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 2 * (uint64_t) i), big), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 4);
+	CHECK_EQ(slog_arena_free_blocks(arena), 2);
 
-	/* the second record gets its data block, but not the index block */
-	CHECK_EQ(ref_append(&ref, arena, &a, off(1, 2), big), SLOG_FULL);
-	CHECK_EQ(a.write_pos, slog_record_span(big));
-	CHECK_EQ(a.blocks_held, 3);
+	/* the sixth gets its directory and data block, but not the index block */
+	CHECK_EQ(ref_append(&ref, arena, &a, off(1, 10), big), SLOG_FULL);
+	CHECK_EQ(a.write_pos, 5 * slog_record_span(big));
+	CHECK_EQ(a.blocks_held, 6);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
-	CHECK_UEQ(atomic_load(&a.pos_direct[0]), SLOG_NO_BLOCK);
-	ref_publish(&ref, &a, off(1, 0), SLOG_SNAPSHOT_DONE);
+	CHECK_UEQ(atomic_load(&a.pos_blocks.direct[0]), SLOG_NO_BLOCK);
+	ref_publish(&ref, &a, off(1, 8), SLOG_SNAPSHOT_DONE);
 	CHECK(SWEEP(&a, &ref) > 4);
 
-	/* b gives its blocks back: the same append goes in, reusing the data block */
+	/* b gives its block back: the same append goes in, reusing the data block */
 	slog_release(arena, &b);
-	REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 2), big), SLOG_OK);
-	CHECK_EQ(a.blocks_held, 4);
-	CHECK(atomic_load(&a.pos_direct[0]) != SLOG_NO_BLOCK);
-	CHECK_EQ(slog_arena_free_blocks(arena), 1);
-	while (ref_append(&ref, arena, &a, off(1, 2 + 2 * (uint64_t) ref.nrecs), big) == SLOG_OK)
-		;
-	CHECK_EQ(ref.nrecs, 4);
+	REQUIRE_EQ(ref_append(&ref, arena, &a, off(1, 10), big), SLOG_OK);
+	CHECK_EQ(a.blocks_held, 7);
+	CHECK(atomic_load(&a.pos_blocks.direct[0]) != SLOG_NO_BLOCK);
 	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	while (ref_append(&ref, arena, &a, off(1, 2 * (uint64_t) ref.nrecs), big) == SLOG_OK)
+		;
+	CHECK_EQ(ref.nrecs, 6);
 	ref_publish(&ref, &a, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
 	CHECK(SWEEP(&a, &ref) > 10);
 	check_all_records(__FILE__, __LINE__, arena, &a, &ref);
 
 	slog_release(arena, &a);
-	CHECK_EQ(slog_arena_free_blocks(arena), 5);
+	CHECK_EQ(slog_arena_free_blocks(arena), 7);
 	ref_free(&ref);
 	free(mem);
 }
 
 /*
- * Past 64 MB of data the position index needs its directory block.  Records
- * of exactly 1 MB fill 64 MB; the next one needs 32 data blocks, the
+ * Past 16 MB of data (SLOG_MAP_DIRECT index blocks) the position index needs
+ * its first directory block.  Records of exactly 1 MB fill 16 MB; the next
+ * one needs 128 data blocks and a second data directory, then the position
  * directory and an index block: with fewer free blocks it fails at each of
  * those steps and leaves the log as it was; with all of them, the records
  * and small ones after them are found through the directory.
@@ -1365,10 +1485,10 @@ append_big(ShapeLogArena *arena, ShapeLog *log, char *buf, uint64_t id, LogOffse
 
 TEST(position_index_directory)
 {
-	/* 64 data blocks of directories' worth: 2048 data, 1 directory, 4 index */
+	/* 16 MB: 2048 data blocks, 1 directory (4 are direct), 4 direct index blocks */
 	const uint32_t base = 2048 + 1 + 4;
-	const uint32_t extra[] = {0, 31, 32, 33, 34};
-	size_t		size = slog_arena_size((uint64_t) (base + 64) * SLOG_BLOCK_SIZE);
+	const uint32_t extra[] = {0, 128, 129, 130, 131};
+	size_t		size = slog_arena_size((uint64_t) (base + 200) * SLOG_BLOCK_SIZE);
 	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
 	char	   *buf = calloc(1, BIG_LEN);
 
@@ -1386,17 +1506,18 @@ TEST(position_index_directory)
 		arena = slog_arena_init(mem, slog_arena_size((uint64_t) nblocks * SLOG_BLOCK_SIZE));
 		REQUIRE_EQ(arena->nblocks, nblocks);
 		slog_init(&log);
-		for (uint64_t i = 0; i < 64; i++)
+		for (uint64_t i = 0; i < 16; i++)
 			REQUIRE_EQ(append_big(arena, &log, buf, i, off(1 + (int64_t) (i / 3), 0)), SLOG_OK);
 		CHECK_EQ(log.blocks_held, base);
-		CHECK_UEQ(atomic_load(&log.pos_dir), SLOG_NO_BLOCK);
+		CHECK_UEQ(atomic_load(&log.pos_blocks.indirect[0]), SLOG_NO_BLOCK);
 
-		res = append_big(arena, &log, buf, 64, off(100, 0));
-		CHECK_EQ(res, extra[e] < 34 ? SLOG_FULL : SLOG_OK);
-		CHECK_EQ(log.write_pos, (res == SLOG_OK ? 65 : 64) * BIG_SPAN);
+		res = append_big(arena, &log, buf, 16, off(100, 0));
+		CHECK_EQ(res, extra[e] < 131 ? SLOG_FULL : SLOG_OK);
+		CHECK_EQ(log.write_pos, (res == SLOG_OK ? 17 : 16) * BIG_SPAN);
 		CHECK_EQ(log.blocks_held, base + extra[e]);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		CHECK_UEQ(atomic_load(&log.pos_dir) == SLOG_NO_BLOCK, extra[e] < 33);
+		CHECK_UEQ(atomic_load(&log.data.indirect[1]) == SLOG_NO_BLOCK, extra[e] < 1);
+		CHECK_UEQ(atomic_load(&log.pos_blocks.indirect[0]) == SLOG_NO_BLOCK, extra[e] < 130);
 		if (res == SLOG_OK)
 		{
 			/* again with room for small records after the big ones */
@@ -1407,13 +1528,13 @@ TEST(position_index_directory)
 			arena = slog_arena_init(mem, size);
 			slog_init(&log);
 			ref_init(&ref);
-			for (uint64_t i = 0; i < 65; i++)
+			for (uint64_t i = 0; i < 17; i++)
 				REQUIRE_EQ(ref_append(&ref, arena, &log, off(1 + (int64_t) (i / 3), 0), BIG_LEN),
 						   SLOG_OK);
 			for (int i = 0; i < 3000; i++)
 				REQUIRE_EQ(ref_append(&ref, arena, &log, off(100 + i / 4, 0),
 									  (uint32_t) (next_rand(&x) % 200)), SLOG_OK);
-			CHECK(atomic_load(&log.pos_dir) != SLOG_NO_BLOCK);
+			CHECK(atomic_load(&log.pos_blocks.indirect[0]) != SLOG_NO_BLOCK);
 			REQUIRE_EQ(ref_close(&ref, arena, &log, off(100 + 1000, 0)), SLOG_OK);
 			for (int i = 0; i < 1000; i++)
 				REQUIRE_EQ(ref_append(&ref, arena, &log, off(2000 + i / 2, 2),
@@ -1427,12 +1548,12 @@ TEST(position_index_directory)
 		}
 
 		/* what is there is intact and servable */
-		slog_publish(&log, off(22, 0), SLOG_SNAPSHOT_DONE);
+		slog_publish(&log, off(6, 0), SLOG_SNAPSHOT_DONE);
 		slog_read_published(&log, &pub);
-		CHECK_EQ(pub.data_end, 64 * BIG_SPAN);
-		for (int64_t tx = 1; tx <= 22; tx++)
+		CHECK_EQ(pub.data_end, 16 * BIG_SPAN);
+		for (int64_t tx = 1; tx <= 6; tx++)
 		{
-			uint64_t	first = (uint64_t) tx * 3 < 64 ? (uint64_t) tx * 3 : 64;
+			uint64_t	first = (uint64_t) tx * 3 < 16 ? (uint64_t) tx * 3 : 16;
 			SlogRecordHeader hdr;
 			uint64_t	id = UINT64_MAX;
 
@@ -1444,7 +1565,7 @@ TEST(position_index_directory)
 					 (unsigned long long) first);
 				break;
 			}
-			if (first == 64)
+			if (first == 16)
 				continue;
 			slog_read_header(arena, &log, r.start, &hdr);
 			slog_copy_out(arena, &log, r.start + sizeof(hdr), (char *) &id, sizeof(id));
@@ -1454,6 +1575,61 @@ TEST(position_index_directory)
 		CHECK_EQ(slog_arena_free_blocks(arena), nblocks);
 	}
 	free(buf);
+	free(mem);
+}
+
+/*
+ * A log's data map in all three tiers: 65 records of 1 MB take the four
+ * direct blocks, the four directories (64 MB) and the block of directories
+ * with one directory under it; the record across the second boundary
+ * straddles it, and every record reads back whole.
+ */
+TEST(data_map_tiers)
+{
+	const uint32_t nrecords = 65;
+	const uint64_t data_blocks = nrecords * BIG_SPAN / SLOG_BLOCK_SIZE;	/* 8320 */
+	/* data, 4 directories, the block of directories and 1 under it; 17 index blocks and their directory */
+	const uint32_t held = (uint32_t) data_blocks + 4 + 2 + 17 + 1;
+	size_t		size = slog_arena_size((uint64_t) (held + 16) * SLOG_BLOCK_SIZE);
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	uint64_t	boundary = (SLOG_MAP_DIRECT + (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT) *
+		SLOG_BLOCK_SIZE;
+	ShapeLogArena *arena;
+	ShapeLog	log;
+	SlogPublished pub;
+	SlogRange	r;
+
+	REQUIRE(mem != NULL);
+	arena = slog_arena_init(mem, size);
+	slog_init(&log);
+	for (uint32_t i = 0; i < nrecords; i++)
+	{
+		REQUIRE_EQ(append_id(arena, &log, i, BIG_LEN, SLOG_RECORD_CHANGE, off(1 + i, 0)), SLOG_OK);
+		if (i == 0)				/* 128 blocks: 4 direct, 124 in the first directory */
+			CHECK(atomic_load(&log.data.indirect[0]) != SLOG_NO_BLOCK &&
+				  atomic_load(&log.data.indirect[1]) == SLOG_NO_BLOCK);
+		if (i == 63)
+			CHECK_UEQ(atomic_load(&log.data.double_indirect), SLOG_NO_BLOCK);
+	}
+	CHECK(atomic_load(&log.data.double_indirect) != SLOG_NO_BLOCK);
+	CHECK_EQ(log.blocks_held, held);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks - held);
+	/* record 64 holds the first byte past the directories */
+	CHECK(64 * BIG_SPAN < boundary && boundary < 65 * BIG_SPAN);
+
+	slog_publish(&log, off(nrecords, 0), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	for (uint32_t i = 0; i < nrecords; i++)
+		if (!CHECK_RECORD(arena, &log, i * BIG_SPAN, i, BIG_LEN, SLOG_RECORD_CHANGE, off(1 + i, 0)))
+			break;
+	for (uint32_t i = 0; i < nrecords; i += 8)
+	{
+		slog_locate(arena, &log, &pub, off(1 + i, 0), &r);
+		CHECK_EQ(r.start, (i + 1) * BIG_SPAN);
+		CHECK_EQ(r.end, nrecords * BIG_SPAN);
+	}
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(mem);
 }
 
@@ -1487,7 +1663,7 @@ TEST(size_caps)
 TEST(logs_share_the_arena)
 {
 	void	   *mem;
-	ShapeLogArena *arena = arena_new(40 * (size_t) SLOG_BLOCK_SIZE, &mem);
+	ShapeLogArena *arena = arena_new(100 * (size_t) SLOG_BLOCK_SIZE, &mem);
 	ShapeLog	logs[4];
 	uint32_t	nblocks;
 

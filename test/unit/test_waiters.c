@@ -22,7 +22,7 @@
 #include "thread_log.h"
 
 #define NSLOTS		8
-#define NBLOCKS		320			/* 10 MB of log */
+#define NBLOCKS		(10u * 1024 * 1024 / SLOG_BLOCK_SIZE)	/* 10 MB of log */
 #define SNDBUF		16384		/* the kernel doubles it */
 #define LONG_POLL_MS 8000		/* far longer than any client-gone check */
 #define STALL_MS	300
