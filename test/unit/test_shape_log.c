@@ -105,6 +105,47 @@ off(int64_t tx, uint64_t op)
 	return o;
 }
 
+/*
+ * The blocks a block map of n blocks holds: the n blocks, plus one
+ * directory per SLOG_DIR_FANOUT of those past the direct ones, plus, past
+ * the indirect directories, the block of directories.
+ */
+static uint64_t
+map_blocks(uint64_t n)
+{
+	const uint64_t indirect = (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT;
+	uint64_t	m;
+
+	if (n <= SLOG_MAP_DIRECT)
+		return n;
+	m = n - SLOG_MAP_DIRECT;
+	if (m <= indirect)
+		return n + (m + SLOG_DIR_FANOUT - 1) / SLOG_DIR_FANOUT;
+	m -= indirect;
+	return n + SLOG_MAP_INDIRECT + 1 + (m + SLOG_DIR_FANOUT - 1) / SLOG_DIR_FANOUT;
+}
+
+/*
+ * The blocks a log of `bytes` bytes of records and `chunks` closed chunks
+ * holds when no append failed, from the layout alone (shape_log.h): its
+ * data blocks, its chunk blocks (those past the inline chunks, 256 a
+ * block), its position index blocks (entry k for each byte k * 4096 below
+ * `bytes`; those past the inline entries, entry k in block k / 1024), and
+ * each map's directories.
+ */
+static uint32_t
+expected_blocks(uint64_t bytes, uint32_t chunks)
+{
+	uint64_t	data = (bytes + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE;
+	uint64_t	chunk_blocks = chunks <= SLOG_CHUNKS_INLINE ? 0 :
+		(chunks - SLOG_CHUNKS_INLINE + SLOG_CHUNKS_PER_BLOCK - 1) / SLOG_CHUNKS_PER_BLOCK;
+	uint64_t	last_entry = bytes == 0 ? 0 : (bytes - 1) / SLOG_POS_STRIDE;
+	uint64_t	pos_blocks = last_entry <= SLOG_POS_INLINE ? 0 :
+		last_entry / SLOG_POS_PER_BLOCK + 1;
+
+	return (uint32_t) (map_blocks(data) + map_blocks(chunk_blocks) + map_blocks(pos_blocks));
+}
+
 /* ---------------------------------------------------------- arena */
 
 TEST(arena_sizes)
@@ -157,6 +198,49 @@ TEST(arena_sizes)
 		slog_release(arena, &log);
 	}
 	free(mem);
+}
+
+/*
+ * The layout's numbers, as the design states them, and what
+ * expected_blocks makes of a few logs, counted by hand.
+ */
+TEST(layout_geometry)
+{
+	CHECK_EQ(SLOG_BLOCK_SIZE, 8192);
+	CHECK_EQ(SLOG_DIR_FANOUT, 2048);
+	CHECK_EQ(sizeof(SlogChunk), 32);
+	CHECK_EQ(SLOG_CHUNKS_PER_BLOCK, 256);
+	CHECK_EQ(SLOG_POS_STRIDE, 4096);
+	CHECK_EQ(SLOG_POS_PER_BLOCK, 1024);
+	CHECK_EQ(SLOG_POS_INLINE, 7);	/* bytes 4 kB .. 28 kB of the 32 kB direct */
+	CHECK_UEQ(SLOG_MAX_DATA_BYTES, (uint64_t) 8 << 30);
+	CHECK_UEQ(SLOG_MAP_CAPACITY, 4 + 4 * 2048 + 2048 * 2048);
+
+	/* nothing, and the two inline chunks */
+	CHECK_EQ(expected_blocks(0, 0), 0);
+	CHECK_EQ(expected_blocks(0, 2), 0);
+	/* a one-row shape: one data block */
+	CHECK_EQ(expected_blocks(slog_record_span(280), 1), 1);
+	/* the third chunk takes a chunk block, the 259th a second one */
+	CHECK_EQ(expected_blocks(slog_record_span(280), 3), 2);
+	CHECK_EQ(expected_blocks(slog_record_span(280), 258), 2);
+	CHECK_EQ(expected_blocks(slog_record_span(280), 259), 3);
+	/* 32 kB: the four direct blocks; one byte more: a directory, a data block, a position block */
+	CHECK_EQ(expected_blocks(32768, 0), 4);
+	CHECK_EQ(expected_blocks(32769, 0), 7);
+	/* 16 MB: 2048 data blocks, 1 directory, 4 position blocks */
+	CHECK_EQ(expected_blocks(16u << 20, 0), 2048 + 1 + 4);
+	/* and 1 MB more: 128 data blocks, a second directory, a position directory and block */
+	CHECK_EQ(expected_blocks(17u << 20, 0), 2176 + 2 + 5 + 1);
+	/* 64 MB + 32 kB: 8196 data blocks, 4 directories, 17 position blocks and a directory */
+	CHECK_EQ(expected_blocks(67141632, 0), 8196 + 4 + 17 + 1);
+	/* one byte more: the block of directories and one directory under it */
+	CHECK_EQ(expected_blocks(67141633, 0), 8197 + 4 + 2 + 17 + 1);
+	/* the largest log: 2^20 data blocks, 2^21 position entries, 2^20 chunks */
+	CHECK_EQ(expected_blocks(SLOG_MAX_DATA_BYTES, SLOG_MAX_CHUNKS),
+			 (1048576 + 4 + 1 + (1048576 - 4 - 8192 + 2047) / 2048) +
+			 (4096 + (4096 - 4 + 2047) / 2048) +
+			 (2048 + (2048 - 4 + 2047) / 2048));
 }
 
 /* ------------------------------------------------- append and locate */
@@ -381,6 +465,10 @@ TEST(append_publish_locate)
 		CHECK(data_blocks > SLOG_MAP_DIRECT);
 		CHECK(log.chunk_count > SLOG_CHUNKS_INLINE && log.chunk_count <= SLOG_CHUNKS_INLINE + 256);
 		CHECK_EQ(log.blocks_held, data_blocks + 3);
+		CHECK_EQ(log.blocks_held, expected_blocks(log.write_pos, log.chunk_count));
+		CHECK(atomic_load(&log.data.indirect[0]) != SLOG_NO_BLOCK);
+		CHECK(atomic_load(&log.chunk_blocks.direct[0]) != SLOG_NO_BLOCK);
+		CHECK(atomic_load(&log.pos_blocks.direct[0]) != SLOG_NO_BLOCK);
 		CHECK_EQ(slog_arena_free_blocks(arena), nblocks - log.blocks_held);
 	}
 
@@ -489,7 +577,9 @@ TEST(many_chunks_binary_search)
 	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE &&
 		  pos[n] <= SLOG_MAP_DIRECT * (uint64_t) SLOG_BLOCK_SIZE);
 	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3);
+	CHECK_EQ(log.blocks_held, expected_blocks(pos[n], n));
 	CHECK(atomic_load(&log.chunk_blocks.direct[2]) != SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.chunk_blocks.direct[3]), SLOG_NO_BLOCK);
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(pos);
@@ -1381,7 +1471,12 @@ TEST(chunk_index_exhaustion)
 	free(mem);
 }
 
-/* A shape of one row, its chunk closed and published, holds one block. */
+/*
+ * A shape of one row, its chunk closed and published, holds one block: the
+ * record's data block; its chunk, its position entries and its block
+ * map are in the log itself.  So is a second chunk; the third takes a
+ * chunk block.
+ */
 TEST(small_log_is_one_block)
 {
 	void	   *mem;
@@ -1389,22 +1484,78 @@ TEST(small_log_is_one_block)
 	ShapeLog	log;
 	SlogPublished pub;
 	SlogRange	r;
+	uint32_t	free_before;
+	const uint64_t span = slog_record_span(280);
 
 	REQUIRE(arena != NULL);
+	free_before = slog_arena_free_blocks(arena);
 	slog_init(&log);
 	REQUIRE_EQ(append_id(arena, &log, 7, 280, SLOG_RECORD_CHANGE, off(0, 0)), SLOG_OK);
 	REQUIRE_EQ(slog_close_chunk(arena, &log, LOG_OFFSET_SNAPSHOT_END), SLOG_OK);
 	slog_publish(&log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	CHECK_EQ(log.blocks_held, 1);
-	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks - 1);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before - 1);
+	CHECK(atomic_load(&log.data.direct[0]) != SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.data.direct[1]), SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.data.indirect[0]), SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.chunk_blocks.direct[0]), SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.pos_blocks.direct[0]), SLOG_NO_BLOCK);
 	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.chunk_count, 1);
+	CHECK_EQ(pub.data_end, span);
 	slog_locate(arena, &log, &pub, LOG_OFFSET_BEFORE_ALL, &r);
 	CHECK(r.ready);
 	CHECK_EQ(r.start, 0);
-	CHECK_EQ(r.end, slog_record_span(280));
-	CHECK_RECORD(arena, &log, 0, 7, 280, SLOG_RECORD_CHANGE, off(0, 0));
+	CHECK_EQ(r.end, span);
+	CHECK(log_offset_cmp(r.chunk_end, LOG_OFFSET_SNAPSHOT_END) == 0);
+	CHECK_RECORD(arena, &log, r.start, 7, 280, SLOG_RECORD_CHANGE, off(0, 0));
+	/* after it: the empty, up-to-date tail */
+	slog_locate(arena, &log, &pub, LOG_OFFSET_SNAPSHOT_END, &r);
+	CHECK(r.ready && !r.beyond_end);
+	CHECK_EQ(r.start, span);
+	CHECK_EQ(r.end, span);
+
+	/* the second chunk is inline too */
+	REQUIRE_EQ(append_id(arena, &log, 8, 280, SLOG_RECORD_CHANGE, off(1, 0)), SLOG_OK);
+	REQUIRE_EQ(slog_close_chunk(arena, &log, off(1, 0)), SLOG_OK);
+	CHECK_EQ(log.blocks_held, 1);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before - 1);
+
+	/* the third takes one chunk block, and nothing else */
+	REQUIRE_EQ(append_id(arena, &log, 9, 280, SLOG_RECORD_CHANGE, off(2, 0)), SLOG_OK);
+	CHECK_EQ(log.blocks_held, 1);
+	REQUIRE_EQ(slog_close_chunk(arena, &log, off(2, 0)), SLOG_OK);
+	CHECK_EQ(log.blocks_held, 2);
+	CHECK_EQ(log.blocks_held, expected_blocks(log.write_pos, log.chunk_count));
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before - 2);
+	CHECK(atomic_load(&log.chunk_blocks.direct[0]) != SLOG_NO_BLOCK);
+	CHECK_UEQ(atomic_load(&log.chunk_blocks.direct[1]), SLOG_NO_BLOCK);
+
+	/* each chunk is found, wherever it is kept */
+	slog_publish(&log, off(2, 0), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.chunk_count, 3);
+	for (int c = 0; c < 3; c++)
+	{
+		SlogChunk	chunk;
+		LogOffset	after = c == 0 ? LOG_OFFSET_BEFORE_ALL :
+			c == 1 ? LOG_OFFSET_SNAPSHOT_END : off(1, 0);
+
+		slog_chunk_read(arena, &log, (uint32_t) c, &chunk);
+		CHECK_EQ(chunk.start_pos, (uint64_t) c * span);
+		CHECK_EQ(chunk.end_pos, (uint64_t) (c + 1) * span);
+		slog_locate(arena, &log, &pub, after, &r);
+		CHECK(r.ready);
+		CHECK_EQ(r.start, (uint64_t) c * span);
+		CHECK_EQ(r.end, (uint64_t) (c + 1) * span);
+		CHECK(log_offset_cmp(r.chunk_end, c == 0 ? LOG_OFFSET_SNAPSHOT_END : off(c, 0)) == 0);
+		CHECK_RECORD(arena, &log, r.start, 7 + (uint64_t) c, 280, SLOG_RECORD_CHANGE,
+					 c == 0 ? off(0, 0) : off(c, 0));
+	}
+
 	slog_release(arena, &log);
-	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	CHECK_EQ(log.blocks_held, 0);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before);
 	free(mem);
 }
 
@@ -1468,10 +1619,12 @@ TEST(position_index_exhaustion)
 /*
  * Past 16 MB of data (SLOG_MAP_DIRECT index blocks) the position index needs
  * its first directory block.  Records of exactly 1 MB fill 16 MB; the next
- * one needs 128 data blocks and a second data directory, then the position
- * directory and an index block: with fewer free blocks it fails at each of
- * those steps and leaves the log as it was; with all of them, the records
- * and small ones after them are found through the directory.
+ * one needs 128 data blocks: the last 4 that the first data directory names,
+ * a second data directory and 124 blocks under it; then the position
+ * directory and an index block.  With fewer free blocks it fails at each of
+ * those steps (with 4, for want of the data directory; with 5, for want of
+ * the block under it) and leaves the log as it was; with all of them, the
+ * records and small ones after them are found through the directory.
  */
 #define BIG_SPAN		((uint64_t) 1 << 20)
 #define BIG_LEN			((uint32_t) (BIG_SPAN - sizeof(SlogRecordHeader)))
@@ -1487,7 +1640,7 @@ TEST(position_index_directory)
 {
 	/* 16 MB: 2048 data blocks, 1 directory (4 are direct), 4 direct index blocks */
 	const uint32_t base = 2048 + 1 + 4;
-	const uint32_t extra[] = {0, 128, 129, 130, 131};
+	const uint32_t extra[] = {0, 4, 5, 128, 129, 130, 131};
 	size_t		size = slog_arena_size((uint64_t) (base + 200) * SLOG_BLOCK_SIZE);
 	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
 	char	   *buf = calloc(1, BIG_LEN);
@@ -1509,6 +1662,8 @@ TEST(position_index_directory)
 		for (uint64_t i = 0; i < 16; i++)
 			REQUIRE_EQ(append_big(arena, &log, buf, i, off(1 + (int64_t) (i / 3), 0)), SLOG_OK);
 		CHECK_EQ(log.blocks_held, base);
+		CHECK_EQ(log.blocks_held, expected_blocks(log.write_pos, 0));
+		CHECK_UEQ(atomic_load(&log.pos_blocks.direct[3]) == SLOG_NO_BLOCK, 0);
 		CHECK_UEQ(atomic_load(&log.pos_blocks.indirect[0]), SLOG_NO_BLOCK);
 
 		res = append_big(arena, &log, buf, 16, off(100, 0));
@@ -1516,10 +1671,12 @@ TEST(position_index_directory)
 		CHECK_EQ(log.write_pos, (res == SLOG_OK ? 17 : 16) * BIG_SPAN);
 		CHECK_EQ(log.blocks_held, base + extra[e]);
 		CHECK_EQ(slog_arena_free_blocks(arena), 0);
-		CHECK_UEQ(atomic_load(&log.data.indirect[1]) == SLOG_NO_BLOCK, extra[e] < 1);
+		CHECK_UEQ(atomic_load(&log.data.indirect[1]) == SLOG_NO_BLOCK, extra[e] < 5);
 		CHECK_UEQ(atomic_load(&log.pos_blocks.indirect[0]) == SLOG_NO_BLOCK, extra[e] < 130);
 		if (res == SLOG_OK)
 		{
+			CHECK_EQ(log.blocks_held, expected_blocks(log.write_pos, 0));
+
 			/* again with room for small records after the big ones */
 			RefLog		ref;
 			uint64_t	x = 5;
@@ -1579,58 +1736,371 @@ TEST(position_index_directory)
 }
 
 /*
- * A log's data map in all three tiers: 65 records of 1 MB take the four
- * direct blocks, the four directories (64 MB) and the block of directories
- * with one directory under it; the record across the second boundary
- * straddles it, and every record reads back whole.
+ * Checks the bytes of the record at pos (payload seed id, len bytes) that
+ * lie within 64 bytes of `edge`: a copy across the edge takes them from
+ * two blocks.
+ */
+static bool
+check_across(const char *file, int line, const ShapeLogArena *arena, const ShapeLog *log,
+			 uint64_t pos, uint64_t id, uint32_t len, uint64_t edge)
+{
+	uint64_t	payload = pos + sizeof(SlogRecordHeader);
+	uint64_t	lo = edge - 64 > payload ? edge - 64 : payload;
+	uint64_t	hi = edge + 64 < payload + len ? edge + 64 : payload + len;
+	char	   *want = malloc(len);
+	char		got[128];
+	bool		ok;
+
+	fill_payload(want, len, id);
+	slog_copy_out(arena, log, lo, got, hi - lo);
+	ok = lo < edge && edge < hi && memcmp(got, want + (lo - payload), hi - lo) == 0;
+	if (!ok)
+		unit_fail(file, line, "record %llu at %llu: bytes [%llu, %llu) around %llu differ",
+				  (unsigned long long) id, (unsigned long long) pos, (unsigned long long) lo,
+				  (unsigned long long) hi, (unsigned long long) edge);
+	free(want);
+	return ok;
+}
+
+#define TIERS_MAX_RECORDS 128
+
+/*
+ * A log's data map in all three tiers.  Records of 3000 bytes fill the four
+ * direct blocks, and the one across 32 kB takes the first directory;
+ * records of 1 MB fill the four directories, and the one across
+ * 64 MB + 32 kB takes the block of directories and a directory under it; a
+ * few small records follow in that tier.  After each append the log holds
+ * what expected_blocks says; every record reads back whole (the two across
+ * the edges from both sides of them), every offset is located, and release
+ * gives every block back.
  */
 TEST(data_map_tiers)
 {
-	const uint32_t nrecords = 65;
-	const uint64_t data_blocks = nrecords * BIG_SPAN / SLOG_BLOCK_SIZE;	/* 8320 */
-	/* data, 4 directories, the block of directories and 1 under it; 17 index blocks and their directory */
-	const uint32_t held = (uint32_t) data_blocks + 4 + 2 + 17 + 1;
-	size_t		size = slog_arena_size((uint64_t) (held + 16) * SLOG_BLOCK_SIZE);
-	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
-	uint64_t	boundary = (SLOG_MAP_DIRECT + (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT) *
+	const uint64_t edge1 = SLOG_MAP_DIRECT * (uint64_t) SLOG_BLOCK_SIZE;
+	const uint64_t edge2 = (SLOG_MAP_DIRECT + (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT) *
 		SLOG_BLOCK_SIZE;
+	const uint32_t small = 3000;
+	size_t		size = slog_arena_size(66u << 20);
+	void	   *mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	uint64_t	pos[TIERS_MAX_RECORDS + 1];
+	uint32_t	len[TIERS_MAX_RECORDS];
+	int			n = 0;
+	int			across1 = -1;
+	int			across2 = -1;
+	int			tail_small = 0;
 	ShapeLogArena *arena;
 	ShapeLog	log;
 	SlogPublished pub;
 	SlogRange	r;
 
+	CHECK_EQ(edge1, 32768);
+	CHECK_EQ(edge2, (64u << 20) + 32768);
 	REQUIRE(mem != NULL);
 	arena = slog_arena_init(mem, size);
 	slog_init(&log);
-	for (uint32_t i = 0; i < nrecords; i++)
+	while (tail_small < 3 && n < TIERS_MAX_RECORDS)
 	{
-		REQUIRE_EQ(append_id(arena, &log, i, BIG_LEN, SLOG_RECORD_CHANGE, off(1 + i, 0)), SLOG_OK);
-		if (i == 0)				/* 128 blocks: 4 direct, 124 in the first directory */
-			CHECK(atomic_load(&log.data.indirect[0]) != SLOG_NO_BLOCK &&
-				  atomic_load(&log.data.indirect[1]) == SLOG_NO_BLOCK);
-		if (i == 63)
-			CHECK_UEQ(atomic_load(&log.data.double_indirect), SLOG_NO_BLOCK);
-	}
-	CHECK(atomic_load(&log.data.double_indirect) != SLOG_NO_BLOCK);
-	CHECK_EQ(log.blocks_held, held);
-	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks - held);
-	/* record 64 holds the first byte past the directories */
-	CHECK(64 * BIG_SPAN < boundary && boundary < 65 * BIG_SPAN);
+		uint32_t	nblocks;
 
-	slog_publish(&log, off(nrecords, 0), SLOG_SNAPSHOT_DONE);
-	slog_read_published(&log, &pub);
-	for (uint32_t i = 0; i < nrecords; i++)
-		if (!CHECK_RECORD(arena, &log, i * BIG_SPAN, i, BIG_LEN, SLOG_RECORD_CHANGE, off(1 + i, 0)))
+		len[n] = log.write_pos <= edge1 || log.write_pos > edge2 ? small : BIG_LEN;
+		pos[n] = log.write_pos;
+		REQUIRE_EQ(append_id(arena, &log, (uint64_t) n, len[n], SLOG_RECORD_CHANGE,
+							 off(1 + n, 0)), SLOG_OK);
+		if (pos[n] < edge1 && log.write_pos > edge1)
+			across1 = n;
+		if (pos[n] < edge2 && log.write_pos > edge2)
+			across2 = n;
+		if (pos[n] > edge2)
+			tail_small++;
+		n++;
+		pos[n] = log.write_pos;
+
+		if (log.blocks_held != expected_blocks(log.write_pos, 0))
+		{
+			FAIL("after record %d (%llu bytes): %u blocks held, expected %u", n - 1,
+				 (unsigned long long) log.write_pos, log.blocks_held,
+				 expected_blocks(log.write_pos, 0));
 			break;
-	for (uint32_t i = 0; i < nrecords; i += 8)
-	{
-		slog_locate(arena, &log, &pub, off(1 + i, 0), &r);
-		CHECK_EQ(r.start, (i + 1) * BIG_SPAN);
-		CHECK_EQ(r.end, nrecords * BIG_SPAN);
+		}
+		/* each tier's directories are there exactly when its blocks are */
+		nblocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
+		for (int d = 0; d < SLOG_MAP_INDIRECT; d++)
+			CHECK_UEQ(atomic_load(&log.data.indirect[d]) != SLOG_NO_BLOCK,
+					  nblocks > SLOG_MAP_DIRECT + (uint32_t) d * SLOG_DIR_FANOUT);
+		CHECK_UEQ(atomic_load(&log.data.double_indirect) != SLOG_NO_BLOCK,
+				  log.write_pos > edge2);
+		CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks - log.blocks_held);
+
+		/* published at each edge: what is there is found */
+		if (n - 1 == across1 || n - 1 == across2)
+		{
+			slog_publish(&log, off(n, 0), SLOG_SNAPSHOT_DONE);
+			slog_read_published(&log, &pub);
+			for (int i = 0; i < n; i++)
+			{
+				slog_locate(arena, &log, &pub, i == 0 ? LOG_OFFSET_BEFORE_ALL : off(i, 0), &r);
+				CHECK(r.ready);
+				CHECK_EQ(r.start, pos[i]);
+				CHECK_EQ(r.end, log.write_pos);
+			}
+		}
 	}
+	REQUIRE(across1 >= 0 && across2 >= 0);
+	CHECK_EQ(len[across1], small);
+	CHECK_EQ(len[across2], BIG_LEN);
+	CHECK_EQ(tail_small, 3);
+	/*
+	 * 14 small records and 64 of 1 MB: 8198 data blocks, 4 directories, the
+	 * block of directories and 1 under it; 17 position blocks, 1 directory
+	 */
+	CHECK_EQ(log.write_pos, 14 * slog_record_span(small) + 64 * BIG_SPAN);
+	CHECK_EQ(log.blocks_held, 8198 + 4 + 2 + 17 + 1);
+
+	slog_publish(&log, off(n, 0), SLOG_SNAPSHOT_DONE);
+	slog_read_published(&log, &pub);
+	CHECK_EQ(pub.data_end, log.write_pos);
+	for (int i = 0; i < n; i++)
+		if (!CHECK_RECORD(arena, &log, pos[i], (uint64_t) i, len[i], SLOG_RECORD_CHANGE,
+						  off(1 + i, 0)))
+			break;
+	check_across(__FILE__, __LINE__, arena, &log, pos[across1], (uint64_t) across1,
+				 len[across1], edge1);
+	check_across(__FILE__, __LINE__, arena, &log, pos[across2], (uint64_t) across2,
+				 len[across2], edge2);
+	/* the blocks on either side of each edge come from different tiers */
+	CHECK_UEQ(map_block(arena, &log.data, edge1 / SLOG_BLOCK_SIZE - 1),
+			  atomic_load(&log.data.direct[SLOG_MAP_DIRECT - 1]));
+	CHECK_UEQ(map_block(arena, &log.data, edge1 / SLOG_BLOCK_SIZE),
+			  ((const uint32_t *) ((const char *) arena + arena->blocks_offset +
+								   (size_t) atomic_load(&log.data.indirect[0]) *
+								   SLOG_BLOCK_SIZE))[0]);
+	for (int i = 0; i <= n; i++)
+	{
+		LogOffset	after = i == 0 ? LOG_OFFSET_BEFORE_ALL : off(i, 0);
+
+		slog_locate(arena, &log, &pub, after, &r);
+		if (!r.ready || r.start != pos[i] || r.end != log.write_pos ||
+			r.beyond_end || log_offset_cmp(r.chunk_end, off(n, 0)) != 0)
+		{
+			FAIL("locate after record %d: ready %d [%llu, %llu), expected [%llu, %llu)",
+				 i - 1, r.ready, (unsigned long long) r.start, (unsigned long long) r.end,
+				 (unsigned long long) pos[i], (unsigned long long) log.write_pos);
+			break;
+		}
+	}
+	slog_locate(arena, &log, &pub, off(n, 1), &r);
+	CHECK(r.ready && r.beyond_end && r.start == log.write_pos);
+
 	slog_release(arena, &log);
+	CHECK_EQ(log.blocks_held, 0);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	free(mem);
+}
+
+/*
+ * A data map grown one block at a time at a tier's edge.  A log fills
+ * `fill` bytes (records of 1 MB, then of a block) in an arena that three
+ * other logs of one block each leave empty; the next small record needs
+ * `need` = 3 new blocks.  Each other log that gives its block back lets the
+ * append take one more and fail with SLOG_FULL, the log unchanged and
+ * servable, until the third: then it goes in, with the blocks the failed
+ * appends attached.  The caller checks which blocks those are.
+ */
+typedef struct Grow
+{
+	void	   *mem;
+	ShapeLogArena *arena;
+	ShapeLog	log;
+	ShapeLog	others[3];
+	RefLog		ref;
+	uint64_t	fill;
+	uint32_t	base;			/* blocks of the filled log */
+	int			given;			/* other logs released so far */
+} Grow;
+
+static bool
+grow_init(Grow *g, uint64_t fill)
+{
+	const uint32_t block_len = SLOG_BLOCK_SIZE - sizeof(SlogRecordHeader);
+	size_t		size;
+
+	memset(g, 0, sizeof(*g));
+	g->fill = fill;
+	g->base = expected_blocks(fill, 0);
+	size = slog_arena_size((uint64_t) (g->base + 3) * SLOG_BLOCK_SIZE);
+	g->mem = aligned_alloc(SLOG_BLOCK_SIZE, size);
+	if (g->mem == NULL)
+		return false;
+	g->arena = slog_arena_init(g->mem, size);
+	slog_init(&g->log);
+	ref_init(&g->ref);
+	for (int i = 0; i < 3; i++)
+	{
+		slog_init(&g->others[i]);
+		if (append_id(g->arena, &g->others[i], 900 + (uint64_t) i, 100, SLOG_RECORD_CHANGE,
+					  off(1, 0)) != SLOG_OK)
+			return false;
+	}
+	while (g->ref.write_pos < fill)
+	{
+		uint32_t	len = fill - g->ref.write_pos >= BIG_SPAN ? BIG_LEN : block_len;
+
+		if (ref_append(&g->ref, g->arena, &g->log, off(1 + g->ref.nrecs, 0), len) != SLOG_OK)
+			return false;
+	}
+	return g->arena->nblocks == g->base + 3 && g->log.write_pos == fill &&
+		g->log.blocks_held == g->base && slog_arena_free_blocks(g->arena) == 0;
+}
+
+/*
+ * The next small record; when it fails, checks that the log is as it was
+ * and that what was published is served.
+ */
+static SlogResult
+grow_try(const char *file, int line, Grow *g)
+{
+	ShapeLogArena *arena = g->arena;
+	int			nrecs = g->ref.nrecs;
+	SlogResult	res = ref_append(&g->ref, arena, &g->log, off(1 + nrecs, 0), 100);
+	const RefRec *last;
+
+	if (res == SLOG_OK)
+		return res;
+	if (res != SLOG_FULL || g->log.write_pos != g->fill || g->ref.nrecs != nrecs)
+		unit_fail(file, line, "a failed append: %d, %llu bytes, %d records", (int) res,
+				  (unsigned long long) g->log.write_pos, g->ref.nrecs);
+	ref_publish(&g->ref, &g->log, off(nrecs, 0), SLOG_SNAPSHOT_DONE);
+	if (sweep(file, line, arena, &g->log, &g->ref) < nrecs)
+		unit_fail(file, line, "the sweep made too few queries");
+	last = &g->ref.recs[nrecs - 1];
+	check_record(file, line, arena, &g->log, last->pos, last->id, last->len,
+				 SLOG_RECORD_CHANGE, last->o);
+	return res;
+}
+
+#define GROW_TRY(g) grow_try(__FILE__, __LINE__, g)
+
+static void
+grow_give(Grow *g)
+{
+	slog_release(g->arena, &g->others[g->given++]);
+}
+
+static void
+grow_free(Grow *g)
+{
+	slog_release(g->arena, &g->log);
+	for (int i = g->given; i < 3; i++)
+		slog_release(g->arena, &g->others[i]);
+	ref_free(&g->ref);
+	free(g->mem);
+}
+
+/* The grown log is servable whole; then every block goes back. */
+static void
+grow_serve_and_free(Grow *g)
+{
+	ref_publish(&g->ref, &g->log, g->ref.recs[g->ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	CHECK(sweep(__FILE__, __LINE__, g->arena, &g->log, &g->ref) > 4);
+	check_all_records(__FILE__, __LINE__, g->arena, &g->log, &g->ref);
+	slog_release(g->arena, &g->log);
+	CHECK_EQ(slog_arena_free_blocks(g->arena), g->arena->nblocks);
+	grow_free(g);
+}
+
+/*
+ * At 32 kB: the first data directory, the data block it names, and the
+ * first position block.  With one free block the append gets the
+ * directory but not the data block under it.
+ */
+TEST(data_directory_exhaustion)
+{
+	Grow		g;
+	ShapeLogArena *arena;
+	uint32_t	dir;
+	uint32_t	blk;
+
+	REQUIRE(grow_init(&g, SLOG_MAP_DIRECT * (uint64_t) SLOG_BLOCK_SIZE));
+	arena = g.arena;
+	CHECK_EQ(g.base, 4);
+
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base);
+	CHECK_UEQ(atomic_load(&g.log.data.indirect[0]), SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	CHECK_EQ(slog_arena_free_blocks(arena), 1);
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base + 1);
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	dir = atomic_load(&g.log.data.indirect[0]);
+	REQUIRE(dir < arena->nblocks);
+	CHECK_UEQ(map_block(arena, &g.log.data, SLOG_MAP_DIRECT), SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base + 2);
+	blk = map_block(arena, &g.log.data, SLOG_MAP_DIRECT);
+	REQUIRE(blk < arena->nblocks);
+	CHECK(blk != dir);
+	CHECK_UEQ(atomic_load(&g.log.pos_blocks.direct[0]), SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	REQUIRE_EQ(GROW_TRY(&g), SLOG_OK);
+	CHECK_EQ(g.log.blocks_held, g.base + 3);
+	CHECK_EQ(g.log.blocks_held, expected_blocks(g.log.write_pos, 0));
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	CHECK_UEQ(atomic_load(&g.log.data.indirect[0]), dir);
+	CHECK_UEQ(map_block(arena, &g.log.data, SLOG_MAP_DIRECT), blk);
+	CHECK(atomic_load(&g.log.pos_blocks.direct[0]) != SLOG_NO_BLOCK);
+	grow_serve_and_free(&g);
+}
+
+/*
+ * At 64 MB + 32 kB: the block of directories, the first directory under
+ * it and the data block that one names (the position block is there).
+ */
+TEST(double_indirect_exhaustion)
+{
+	Grow		g;
+	ShapeLogArena *arena;
+	const char *blocks;
+	uint32_t	top;
+	uint32_t	dir;
+
+	REQUIRE(grow_init(&g, (SLOG_MAP_DIRECT + (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT) *
+					  SLOG_BLOCK_SIZE));
+	arena = g.arena;
+	blocks = (const char *) arena + arena->blocks_offset;
+	CHECK_EQ(g.base, 8196 + 4 + 17 + 1);
+
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base);
+	CHECK_UEQ(atomic_load(&g.log.data.double_indirect), SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base + 1);
+	top = atomic_load(&g.log.data.double_indirect);
+	REQUIRE(top < arena->nblocks);
+	CHECK_UEQ(((const uint32_t *) (blocks + (size_t) top * SLOG_BLOCK_SIZE))[0], SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	CHECK_EQ(GROW_TRY(&g), SLOG_FULL);
+	CHECK_EQ(g.log.blocks_held, g.base + 2);
+	dir = ((const uint32_t *) (blocks + (size_t) top * SLOG_BLOCK_SIZE))[0];
+	REQUIRE(dir < arena->nblocks);
+	CHECK_UEQ(((const uint32_t *) (blocks + (size_t) dir * SLOG_BLOCK_SIZE))[0], SLOG_NO_BLOCK);
+
+	grow_give(&g);
+	REQUIRE_EQ(GROW_TRY(&g), SLOG_OK);
+	CHECK_EQ(g.log.blocks_held, g.base + 3);
+	CHECK_EQ(g.log.blocks_held, expected_blocks(g.log.write_pos, 0));
+	CHECK_EQ(slog_arena_free_blocks(arena), 0);
+	CHECK_UEQ(atomic_load(&g.log.data.double_indirect), top);
+	CHECK_UEQ(((const uint32_t *) (blocks + (size_t) top * SLOG_BLOCK_SIZE))[0], dir);
+	CHECK(map_block(arena, &g.log.data, g.fill / SLOG_BLOCK_SIZE) < arena->nblocks);
+	grow_serve_and_free(&g);
 }
 
 TEST(size_caps)
