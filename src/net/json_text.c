@@ -149,10 +149,11 @@ json_buf_put_string(JsonBuf *buf, const char *s)
 	for (const char *p = s;; p++)
 	{
 		char		tmp[JSON_ESCAPE_MAX];
-		const char *escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
+		const char *escape;
 
-		if (*p && escape == NULL)
+		if (*p && !json_byte_needs_escape((unsigned char) *p))
 			continue;
+		escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
 		json_buf_put(buf, run, (size_t) (p - run));
 		if (*p == '\0')
 			break;

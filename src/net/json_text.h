@@ -32,6 +32,14 @@ extern void json_buf_put_string(JsonBuf *buf, const char *s);
 
 #define JSON_ESCAPE_MAX 8		/* "\\u001f" and its NUL */
 extern const char *json_escape_byte(unsigned char c, char tmp[JSON_ESCAPE_MAX]);
+
+/* Whether byte c must be escaped inside a JSON string (json_escape_byte says how). */
+static inline bool
+json_byte_needs_escape(unsigned char c)
+{
+	return c < 0x20 || c == '"' || c == '\\';
+}
+
 extern char *json_buf_finish(JsonBuf *buf);
 
 /*

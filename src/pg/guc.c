@@ -53,6 +53,7 @@ int			shape_sync_connection_memory = 10;
 int			shape_sync_cache_max_age = 60;
 int			shape_sync_cache_stale_age = 300;
 int			shape_sync_long_poll_timeout = 20000;
+bool		shape_sync_prefault_log_memory = true;
 bool		shape_sync_allow_shape_deletion = false;
 int			shape_sync_max_concurrent_initial = 300;
 int			shape_sync_max_concurrent_existing = 10000;
@@ -286,6 +287,14 @@ shape_sync_define_gucs(void)
 							20000, 100, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("shape_sync.prefault_log_memory",
+							 "Makes shape_sync.log_memory resident in the background after the worker starts.",
+							 "Then the first snapshots do not pay the kernel's first touch of each page; off leaves pages to be allocated as shapes first use them.",
+							 &shape_sync_prefault_log_memory,
+							 true,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("shape_sync.allow_shape_deletion",
 							 "Allows clients to delete shapes with DELETE /v1/shape.",

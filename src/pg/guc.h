@@ -30,6 +30,7 @@ extern int	shape_sync_cache_max_age;	/* s */
 extern int	shape_sync_cache_stale_age; /* s */
 extern int	shape_sync_long_poll_timeout;	/* ms */
 extern bool shape_sync_allow_shape_deletion;
+extern bool shape_sync_prefault_log_memory;
 extern int	shape_sync_max_concurrent_initial;
 extern int	shape_sync_max_concurrent_existing;
 extern int	shape_sync_stalled_serve_timeout;	/* ms */

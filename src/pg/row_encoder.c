@@ -16,10 +16,14 @@
  * will serve the decoded WAL, so snapshot and stream keys always agree.
  *
  * Output functions are looked up once per encoder; each row's scratch
- * memory lives in a context reset after the row.  Strings are escaped by
- * renc_escape_json, which writes what PostgreSQL's escape_json writes, but
- * copies the runs between characters that need escaping whole instead of
- * appending byte by byte: escaping was the snapshot's largest cost.
+ * memory lives in a context reset after the row.  Encoding is the
+ * snapshot's largest cost after the scan itself, so the hot path avoids
+ * work that changes nothing in the bytes: text and integer columns skip
+ * their output functions (renc_output_kind), strings are escaped as
+ * PostgreSQL's escape_json escapes them but in runs, copied whole between
+ * the rare bytes that need an escape (renc_put_escaped), and the key is
+ * written escaped in one pass, with its relation prefix escaped once per
+ * encoder.
  *
  * IDENTIFICATION
  *	  src/pg/row_encoder.c
@@ -28,6 +32,8 @@
  */
 #include "postgres.h"
 
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -35,28 +41,124 @@
 #include "json_text.h"
 #include "row_encoder.h"
 
-/* escape_json(), byte for byte, in runs (json_escape_byte says how). */
+/* appendBinaryStringInfo, inlined: the encoder appends a few bytes at a time */
+static inline void
+renc_put(StringInfo out, const char *data, int len)
+{
+	if (unlikely(out->len + len >= out->maxlen))
+		enlargeStringInfo(out, len);
+	memcpy(out->data + out->len, data, len);
+	out->len += len;
+	out->data[out->len] = '\0';
+}
+
+#define RENC_BYTES(c)	(~UINT64CONST(0) / 255 * (uint64) (c))
+
+/*
+ * Whether any of the 8 bytes of w must be escaped (json_byte_needs_escape),
+ * or is a "/" when double_slash: exact, as the word tests of "has a zero
+ * byte" and "has a byte less than n" are.
+ */
+static inline bool
+renc_word_needs_escape(uint64 w, bool double_slash)
+{
+	uint64		high = RENC_BYTES(0x80);
+	uint64		quote = w ^ RENC_BYTES('"');
+	uint64		backslash = w ^ RENC_BYTES('\\');
+	uint64		found = ((w - RENC_BYTES(0x20)) & ~w) |
+		((quote - RENC_BYTES(1)) & ~quote) |
+		((backslash - RENC_BYTES(1)) & ~backslash);
+
+	if (double_slash)
+	{
+		uint64		slash = w ^ RENC_BYTES('/');
+
+		found |= (slash - RENC_BYTES(1)) & ~slash;
+	}
+	return (found & high) != 0;
+}
+
+/*
+ * Appends s[0, len) as the inside of a JSON string, as escape_json writes
+ * it (json_escape_byte says how), copying the runs between escapes whole
+ * and testing 8 bytes at a time for one that needs an escape; with
+ * double_slash, each "/" is written twice, as inside a key.
+ */
+static inline void
+renc_put_escaped(StringInfo out, const char *s, int len, bool double_slash)
+{
+	const char *end = s + len;
+
+	if (unlikely(out->len + len >= out->maxlen))
+		enlargeStringInfo(out, len);
+	while (s < end)
+	{
+		const char *run = s;
+		char		tmp[JSON_ESCAPE_MAX];
+		const char *escape;
+		int			escape_len;
+
+		uint64		word;
+
+		while (end - s >= (ptrdiff_t) sizeof(word))
+		{
+			memcpy(&word, s, sizeof(word));
+			if (renc_word_needs_escape(word, double_slash))
+				break;
+			s += sizeof(word);
+		}
+		/* in the word that has one, or the tail: byte by byte */
+		while (s < end && !json_byte_needs_escape((unsigned char) *s) &&
+			   !(double_slash && *s == '/'))
+			s++;
+		memcpy(out->data + out->len, run, s - run);
+		out->len += s - run;
+		if (s == end)
+			break;
+		escape = *s == '/' ? "//" : json_escape_byte((unsigned char) *s, tmp);
+		escape_len = strlen(escape);
+		s++;
+		enlargeStringInfo(out, escape_len + (end - s));
+		memcpy(out->data + out->len, escape, escape_len);
+		out->len += escape_len;
+	}
+	out->data[out->len] = '\0';
+}
+
+/* escape_json(str), quotes included */
 static void
 renc_escape_json(StringInfo out, const char *str)
 {
-	const char *run = str;
-
 	appendStringInfoCharMacro(out, '"');
-	for (const char *p = str;; p++)
+	renc_put_escaped(out, str, strlen(str), false);
+	appendStringInfoCharMacro(out, '"');
+}
+
+/*
+ * How a column's value becomes text.  Text-like and integer columns skip
+ * their output function (and its palloc and copy) and write the very bytes
+ * it would return: textout, varcharout and bpcharout return the string as
+ * stored, int2out, int4out and int8out what pg_itoa, pg_ltoa and pg_lltoa
+ * write.  tap/04_escaping.sql compares both paths.
+ */
+static RowEncoderOutput
+renc_output_kind(Oid output)
+{
+	switch (output)
 	{
-		char		tmp[JSON_ESCAPE_MAX];
-		const char *escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
-
-		if (*p && escape == NULL)
-			continue;
-		if (p > run)
-			appendBinaryStringInfo(out, run, (int) (p - run));
-		if (*p == '\0')
-			break;
-		appendStringInfoString(out, escape);
-		run = p + 1;
+		case F_TEXTOUT:
+		case F_VARCHAROUT:
+		case F_BPCHAROUT:
+			return RENC_OUTPUT_VARLENA_TEXT;
+		case F_INT2OUT:
+			return RENC_OUTPUT_INT2;
+		case F_INT4OUT:
+			return RENC_OUTPUT_INT4;
+		case F_INT8OUT:
+			return RENC_OUTPUT_INT8;
+		default:
+			return RENC_OUTPUT_FUNCTION;
 	}
-	appendStringInfoCharMacro(out, '"');
 }
 
 static void
@@ -84,8 +186,10 @@ renc_column(RowEncoderColumn *col, const ShapeRelation *rel, AttrNumber attnum)
 	escape_json(&name, attname);
 	col->attnum = attnum;
 	col->json_name = name.data;
+	col->json_name_len = name.len;
 	getTypeOutputInfo(typid, &output, &varlena);
 	fmgr_info(output, &col->output);
+	col->output_kind = renc_output_kind(output);
 }
 
 void
@@ -102,6 +206,10 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 		renc_column(&enc->keys[i], rel, rel->keys[i]);
 
 	enc->key_prefix = shape_quoted_relation(rel);
+	initStringInfo(&buf);
+	renc_put_escaped(&buf, enc->key_prefix, strlen(enc->key_prefix), false);
+	enc->key_prefix_json = buf.data;
+	enc->key_prefix_json_len = buf.len;
 
 	initStringInfo(&buf);
 	appendStringInfoChar(&buf, '[');
@@ -112,6 +220,7 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 	enc->relation_json = buf.data;
 	enc->insert_headers = psprintf(",\"headers\":{\"operation\":\"insert\",\"relation\":%s}}",
 								   enc->relation_json);
+	enc->insert_headers_len = strlen(enc->insert_headers);
 
 	initStringInfo(&enc->key);
 	enc->row_context = AllocSetContextCreate(CurrentMemoryContext,
@@ -119,13 +228,101 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 											 ALLOCSET_DEFAULT_SIZES);
 }
 
-static char *
-renc_output(RowEncoderColumn *col, Datum value)
+/*
+ * A column's value as text: data NULL for SQL NULL, else in the row
+ * context, in the stored value, or in digits.
+ */
+typedef struct RowEncoderText
 {
-	return OutputFunctionCall(&col->output, value);
+	const char *data;
+	int			len;
+	bool		plain;			/* digits and '-' only: nothing to escape */
+	char		digits[MAXINT8LEN + 1];
+} RowEncoderText;
+
+static void
+renc_text(RowEncoderColumn *col, const Datum *values, const bool *nulls, RowEncoderText *text)
+{
+	int			idx = col->attnum - 1;
+	Datum		value = values[idx];
+
+	text->data = NULL;
+	text->len = 0;
+	text->plain = false;
+	if (nulls[idx])
+		return;
+	switch (col->output_kind)
+	{
+		case RENC_OUTPUT_VARLENA_TEXT:
+			{
+				struct varlena *v = (struct varlena *) DatumGetPointer(value);
+
+				/* short and 4-byte headers are read in place */
+				if (VARATT_IS_EXTERNAL(v) || VARATT_IS_COMPRESSED(v))
+					v = pg_detoast_datum_packed(v);
+
+				text->data = VARDATA_ANY(v);
+				text->len = VARSIZE_ANY_EXHDR(v);
+				return;
+			}
+		case RENC_OUTPUT_INT2:
+			text->len = pg_itoa(DatumGetInt16(value), text->digits);
+			break;
+		case RENC_OUTPUT_INT4:
+			text->len = pg_ltoa(DatumGetInt32(value), text->digits);
+			break;
+		case RENC_OUTPUT_INT8:
+			text->len = pg_lltoa(DatumGetInt64(value), text->digits);
+			break;
+		case RENC_OUTPUT_FUNCTION:
+		default:
+			text->data = OutputFunctionCall(&col->output, value);
+			text->len = strlen(text->data);
+			return;
+	}
+	text->data = text->digits;
+	text->plain = true;
 }
 
-/* Builds the key of the row in `values` into enc->key. */
+static bool
+renc_same(const RowEncoderText *a, const RowEncoderText *b)
+{
+	if (a->data == NULL || b->data == NULL)
+		return a->data == b->data;
+	return a->len == b->len && memcmp(a->data, b->data, a->len) == 0;
+}
+
+/*
+ * Appends the key of the row in `values` as a JSON string, quotes included:
+ * the escaped relation prefix, then /"<value>" per key column with "/"
+ * doubled, or /_ for NULL.
+ */
+static void
+renc_put_key(RowEncoder *enc, StringInfo out, const Datum *values, const bool *nulls)
+{
+	appendStringInfoCharMacro(out, '"');
+	renc_put(out, enc->key_prefix_json, enc->key_prefix_json_len);
+	for (int i = 0; i < enc->rel->nkeys; i++)
+	{
+		RowEncoderText text;
+
+		renc_text(&enc->keys[i], values, nulls, &text);
+		if (text.data == NULL)
+		{
+			renc_put(out, "/_", 2);
+			continue;
+		}
+		renc_put(out, "/\\\"", 3);
+		if (text.plain)
+			renc_put(out, text.data, text.len);
+		else
+			renc_put_escaped(out, text.data, text.len, true);
+		renc_put(out, "\\\"", 2);
+	}
+	appendStringInfoCharMacro(out, '"');
+}
+
+/* Builds the raw key of the row in `values` into enc->key. */
 static void
 renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 {
@@ -133,28 +330,28 @@ renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 	appendStringInfoString(&enc->key, enc->key_prefix);
 	for (int i = 0; i < enc->rel->nkeys; i++)
 	{
-		RowEncoderColumn *col = &enc->keys[i];
-		int			idx = col->attnum - 1;
+		RowEncoderText text;
+		const char *run;
+		const char *end;
+		const char *slash;
 
-		if (nulls[idx])
+		renc_text(&enc->keys[i], values, nulls, &text);
+		run = text.data;
+		end = run + text.len;
+		if (text.data == NULL)
 		{
 			appendStringInfoString(&enc->key, "/_");
 			continue;
 		}
 		appendStringInfoString(&enc->key, "/\"");
+		/* each "/" doubled */
+		while ((slash = memchr(run, '/', end - run)) != NULL)
 		{
-			const char *run = renc_output(col, values[idx]);
-			const char *slash;
-
-			/* each "/" doubled */
-			while ((slash = strchr(run, '/')) != NULL)
-			{
-				appendBinaryStringInfo(&enc->key, run, (int) (slash - run) + 1);
-				appendStringInfoChar(&enc->key, '/');
-				run = slash + 1;
-			}
-			appendStringInfoString(&enc->key, run);
+			appendBinaryStringInfo(&enc->key, run, (int) (slash - run) + 1);
+			appendStringInfoChar(&enc->key, '/');
+			run = slash + 1;
 		}
+		appendBinaryStringInfo(&enc->key, run, (int) (end - run));
 		appendStringInfoChar(&enc->key, '"');
 	}
 }
@@ -175,31 +372,24 @@ row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 
 /* Appends "name":value for one column. */
 static void
-renc_value(StringInfo out, RowEncoderColumn *col, const char *text, bool *first)
+renc_value(StringInfo out, RowEncoderColumn *col, const RowEncoderText *text, bool *first)
 {
 	if (!*first)
-		appendStringInfoChar(out, ',');
+		appendStringInfoCharMacro(out, ',');
 	*first = false;
-	appendStringInfoString(out, col->json_name);
-	appendStringInfoChar(out, ':');
-	if (text == NULL)
-		appendStringInfoString(out, "null");
+	renc_put(out, col->json_name, col->json_name_len);
+	appendStringInfoCharMacro(out, ':');
+	if (text->data == NULL)
+		renc_put(out, "null", 4);
 	else
-		renc_escape_json(out, text);
-}
-
-static const char *
-renc_text(RowEncoderColumn *col, const Datum *values, const bool *nulls)
-{
-	int			idx = col->attnum - 1;
-
-	return nulls[idx] ? NULL : renc_output(col, values[idx]);
-}
-
-static bool
-renc_same(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+	{
+		appendStringInfoCharMacro(out, '"');
+		if (text->plain)
+			renc_put(out, text->data, text->len);
+		else
+			renc_put_escaped(out, text->data, text->len, false);
+		appendStringInfoCharMacro(out, '"');
+	}
 }
 
 void
@@ -209,14 +399,18 @@ row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls
 	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
 	bool		first = true;
 
-	renc_key(enc, values, nulls);
-	appendStringInfoString(out, "{\"key\":");
-	renc_escape_json(out, enc->key.data);
-	appendStringInfoString(out, ",\"value\":{");
+	renc_put(out, "{\"key\":", 7);
+	renc_put_key(enc, out, values, nulls);
+	renc_put(out, ",\"value\":{", 10);
 	for (int i = 0; i < enc->rel->ncolumns; i++)
-		renc_value(out, &enc->values[i], renc_text(&enc->values[i], values, nulls), &first);
-	appendStringInfoChar(out, '}');
-	appendStringInfoString(out, enc->insert_headers);
+	{
+		RowEncoderText text;
+
+		renc_text(&enc->values[i], values, nulls, &text);
+		renc_value(out, &enc->values[i], &text, &first);
+	}
+	appendStringInfoCharMacro(out, '}');
+	renc_put(out, enc->insert_headers, enc->insert_headers_len);
 
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(enc->row_context);
@@ -245,27 +439,33 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 	bool		changed = false;
 	bool		first = true;
 
-	renc_key(enc, row_values, row_nulls);
-	appendStringInfoString(out, "{\"key\":");
-	renc_escape_json(out, enc->key.data);
-	appendStringInfoString(out, ",\"value\":{");
+	renc_put(out, "{\"key\":", 7);
+	renc_put_key(enc, out, row_values, row_nulls);
+	renc_put(out, ",\"value\":{", 10);
 	for (int i = 0; i < enc->rel->ncolumns; i++)
 	{
 		RowEncoderColumn *col = &enc->values[i];
-		const char *text = renc_text(col, row_values, row_nulls);
+		RowEncoderText text;
 		bool		include = !is_update && (replica_full || !is_delete ||
 											 enc->rel->columns[i].key_index >= 0);
 
+		renc_text(col, row_values, row_nulls, &text);
 		if (is_update)
 		{
-			bool		differs = ch->old_values == NULL ||
-				!renc_same(text, renc_text(col, ch->old_values, ch->old_nulls));
+			RowEncoderText was;
+			bool		differs = ch->old_values == NULL;
+
+			if (!differs)
+			{
+				renc_text(col, ch->old_values, ch->old_nulls, &was);
+				differs = !renc_same(&text, &was);
+			}
 
 			changed = changed || differs;
 			include = replica_full || differs || enc->rel->columns[i].key_index >= 0;
 		}
 		if (include)
-			renc_value(out, col, text, &first);
+			renc_value(out, col, &text, &first);
 	}
 	appendStringInfoChar(out, '}');
 	if (is_update && !changed)
@@ -283,10 +483,13 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 		for (int i = 0; i < enc->rel->ncolumns; i++)
 		{
 			RowEncoderColumn *col = &enc->values[i];
-			const char *was = renc_text(col, ch->old_values, ch->old_nulls);
+			RowEncoderText was;
+			RowEncoderText now;
 
-			if (!renc_same(was, renc_text(col, ch->new_values, ch->new_nulls)))
-				renc_value(out, col, was, &first);
+			renc_text(col, ch->old_values, ch->old_nulls, &was);
+			renc_text(col, ch->new_values, ch->new_nulls, &now);
+			if (!renc_same(&was, &now))
+				renc_value(out, col, &was, &first);
 		}
 		appendStringInfoChar(out, '}');
 	}

@@ -19,10 +19,22 @@
 
 #include "shape_def.h"
 
+/* How a column's value becomes text (renc_output_kind) */
+typedef enum RowEncoderOutput
+{
+	RENC_OUTPUT_FUNCTION,		/* its type's output function */
+	RENC_OUTPUT_VARLENA_TEXT,	/* text, varchar, bpchar: the stored bytes */
+	RENC_OUTPUT_INT2,
+	RENC_OUTPUT_INT4,
+	RENC_OUTPUT_INT8,
+} RowEncoderOutput;
+
 typedef struct RowEncoderColumn
 {
 	AttrNumber	attnum;
 	char	   *json_name;		/* the column name as a JSON string, quoted */
+	int			json_name_len;
+	RowEncoderOutput output_kind;
 	FmgrInfo	output;
 } RowEncoderColumn;
 
@@ -32,8 +44,11 @@ typedef struct RowEncoder
 	RowEncoderColumn *values;	/* the selected columns */
 	RowEncoderColumn *keys;		/* the key columns, in key order */
 	char	   *key_prefix;		/* "schema"."table" as it starts each key */
+	char	   *key_prefix_json;	/* the same, escaped for a JSON string */
+	int			key_prefix_json_len;
 	char	   *relation_json;	/* ["schema","table"] */
 	char	   *insert_headers; /* ,"headers":{...}} of a snapshot row */
+	int			insert_headers_len;
 	StringInfoData key;			/* scratch for the raw key */
 	MemoryContext row_context;	/* reset after every row */
 } RowEncoder;

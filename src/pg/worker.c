@@ -15,7 +15,10 @@
  * Each iteration resolves queued requests in one transaction, lets the
  * registry start and reap snapshot workers, and resumes the connections
  * parked on shapes whose logs changed: O(shapes changed), whatever the
- * number of waiting clients.
+ * number of waiting clients.  After a start, each iteration also makes a
+ * 2 MB slice of the log memory resident (shape_sync.prefault_log_memory),
+ * until all of it is, so that the first snapshots do not pay the kernel's
+ * first touch of every page.
  *
  * SIGTERM only sets a flag (SignalHandlerForShutdownRequest); the loop
  * then leaves, and the HTTP server is stopped from a before_shmem_exit
@@ -306,6 +309,39 @@ worker_resolve_requests(void)
 
 static void worker_wake_changed_shapes(void);
 
+#define PREFAULT_SLICE_BLOCKS	(2 * 1024 * 1024 / SLOG_BLOCK_SIZE)
+
+static uint32 worker_prefault_next = 0; /* the first block not yet resident */
+
+/*
+ * Makes the next slice of the log memory resident, one slice per loop so
+ * that decoding never waits long behind it.  Returns whether more is left.
+ */
+static bool
+worker_prefault_log_memory(void)
+{
+	ShapeLogArena *arena = shape_sync_shared->table->arena;
+	uint32		done;
+
+	if (!shape_sync_prefault_log_memory || worker_prefault_next >= arena->nblocks)
+		return false;
+	done = slog_arena_prefault(arena, worker_prefault_next, PREFAULT_SLICE_BLOCKS);
+	if (done == 0)
+	{
+		ereport(LOG,
+				(errmsg("shape_sync could not make its log memory resident ahead of use: %m"),
+				 errdetail("Log memory is allocated as shapes first use it."),
+				 errhint("Lower \"%s\", or turn \"%s\" off.",
+						 "shape_sync.log_memory", "shape_sync.prefault_log_memory")));
+		worker_prefault_next = arena->nblocks;
+		return false;
+	}
+	worker_prefault_next += done;
+	if (worker_prefault_next >= arena->nblocks)
+		elog(DEBUG1, "shape_sync log memory is resident (%u blocks)", arena->nblocks);
+	return worker_prefault_next < arena->nblocks;
+}
+
 /*
  * Resolves the queued requests inside the replay's transaction, under its
  * catalog (registry.c says what is answered then); the others wait, with
@@ -392,6 +428,7 @@ shape_sync_worker_main(Datum arg)
 	WaitEventSet *events;
 	char		err[256];
 	bool		more_wal = false;
+	bool		more_prefault = true;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
@@ -448,7 +485,7 @@ shape_sync_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		WaitEvent	fired[3];
-		long		timeout = more_wal ? 0 :
+		long		timeout = more_wal || more_prefault ? 0 :
 			decoder_holds_commit() ? DECODER_HOLD_RECHECK_MS :
 			decoder_wal_pending() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
@@ -482,6 +519,7 @@ shape_sync_worker_main(Datum arg)
 		registry_maintain();
 		shape_stream_maintain();
 		more_wal = decoder_step();
+		more_prefault = worker_prefault_log_memory();
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
 		http_server_note_freed(worker_http, shape_stream_take_freed_bytes());

@@ -158,6 +158,7 @@ typedef struct SlogRange
 extern size_t slog_arena_size(uint64_t bytes);
 extern ShapeLogArena *slog_arena_init(void *mem, size_t size);
 extern uint32_t slog_arena_free_blocks(const ShapeLogArena *arena);
+extern uint32_t slog_arena_prefault(ShapeLogArena *arena, uint32_t first, uint32_t count);
 
 /* Writer (one at a time per log) */
 extern void slog_init(ShapeLog *log);
