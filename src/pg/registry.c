@@ -94,6 +94,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compact_hash.h"
 #include "decoder.h"
 #include "guc.h"
 #include "registry.h"
@@ -112,6 +113,7 @@ typedef struct RegistryEntry
 								 * deleted with the entry, so that its memory
 								 * goes back to malloc, not to a freelist */
 	uint64		identity_hash;
+	int32		identity_next;	/* the next entry of the same hash, or -1 */
 	char	   *identity;
 	uint32		generation;
 	ShapeSpec	spec;
@@ -134,11 +136,15 @@ typedef struct RegistryClient
 	int			created;
 } RegistryClient;
 
-/* The entries whose identities have one hash (almost always one). */
+/*
+ * The entries whose identities have one hash (almost always one), oldest
+ * first, chained through RegistryEntry.identity_next: no allocation per
+ * shape outside its own memory context.
+ */
 typedef struct RegistryIdentity
 {
 	uint64		identity_hash;	/* the hash key */
-	List	   *slots;			/* int list */
+	int32		first_slot;
 } RegistryIdentity;
 
 /* The entry of a handle. */
@@ -172,9 +178,9 @@ static List *reg_launched = NIL;	/* int list: slots whose snapshot job was
 									 * queued and is not known to be done */
 static int32 reg_lru_newest = -1;
 static int32 reg_lru_oldest = -1;
-static HTAB *reg_clients;		/* RegistryClient by key */
-static HTAB *reg_by_identity;	/* RegistryIdentity by identity hash */
-static HTAB *reg_by_handle;		/* RegistryHandle by handle */
+static CompactHash reg_clients;	/* RegistryClient by key */
+static CompactHash reg_by_identity; /* RegistryIdentity by identity hash */
+static CompactHash reg_by_handle;	/* RegistryHandle by handle */
 static TimestampTz reg_last_idle_sweep;
 static TimestampTz reg_last_clients_sweep;
 static TimestampTz reg_evictions_logged_at;
@@ -259,19 +265,27 @@ reg_forget(uint32 slot)
 	shape_stream_remove(slot);
 	if (e->in_use)
 	{
-		RegistryIdentity *id = hash_search(reg_by_identity, &e->identity_hash, HASH_FIND, NULL);
-		RegistryHandle *h = hash_search(reg_by_handle, reg_table()->slots[slot].handle,
+		RegistryIdentity *id = hash_search(reg_by_identity.htab, &e->identity_hash,
+										   HASH_FIND, NULL);
+		RegistryHandle *h = hash_search(reg_by_handle.htab, reg_table()->slots[slot].handle,
 										HASH_FIND, NULL);
 
 		if (h != NULL && h->slot == slot)
-			hash_search(reg_by_handle, reg_table()->slots[slot].handle, HASH_REMOVE, NULL);
+			hash_search(reg_by_handle.htab, reg_table()->slots[slot].handle, HASH_REMOVE, NULL);
 
 		if (id != NULL)
 		{
-			id->slots = list_delete_int(id->slots, (int) slot);
-			if (id->slots == NIL)
-				hash_search(reg_by_identity, &e->identity_hash, HASH_REMOVE, NULL);
+			int32	   *link = &id->first_slot;
+
+			while (*link >= 0 && *link != (int32) slot)
+				link = &reg_entries[*link].identity_next;
+			if (*link == (int32) slot)
+				*link = e->identity_next;
+			if (id->first_slot < 0)
+				hash_search(reg_by_identity.htab, &e->identity_hash, HASH_REMOVE, NULL);
 		}
+		compact_hash_shrink(&reg_by_handle);
+		compact_hash_shrink(&reg_by_identity);
 	}
 	if (e->definition)
 		dsm_detach(e->definition);
@@ -279,6 +293,7 @@ reg_forget(uint32 slot)
 		MemoryContextDelete(e->context);
 	memset(e, 0, sizeof(*e));
 	e->lru_newer = e->lru_older = -1;
+	e->identity_next = -1;
 }
 
 void
@@ -295,15 +310,15 @@ registry_start(void)
 	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(RegistryClient);
 	ctl.hcxt = reg_context;
-	reg_clients = hash_create("shape_sync clients", 256, &ctl,
-							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	compact_hash_create(&reg_clients, "shape_sync clients", 256, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	ctl.entrysize = sizeof(RegistryIdentity);
-	reg_by_identity = hash_create("shape_sync shape identities", 1024, &ctl,
-								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	compact_hash_create(&reg_by_identity, "shape_sync shape identities", 1024, &ctl,
+						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	ctl.keysize = SHAPE_HANDLE_LEN;
 	ctl.entrysize = sizeof(RegistryHandle);
-	reg_by_handle = hash_create("shape_sync shape handles", 1024, &ctl,
-								HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	compact_hash_create(&reg_by_handle, "shape_sync shape handles", 1024, &ctl,
+						HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeState	state = shape_table_state(table, i);
@@ -321,9 +336,9 @@ registry_stop(void)
 	/* shapes stay in shared memory; the next start retires them */
 	reg_entries = NULL;
 	reg_failures = NIL;
-	reg_clients = NULL;
-	reg_by_identity = NULL;
-	reg_by_handle = NULL;
+	reg_clients.htab = NULL;
+	reg_by_identity.htab = NULL;
+	reg_by_handle.htab = NULL;
 	reg_waiting = reg_launched = NIL;
 }
 
@@ -423,17 +438,16 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 static int32
 reg_find(uint64 hash, const char *identity)
 {
-	RegistryIdentity *id = hash_search(reg_by_identity, &hash, HASH_FIND, NULL);
-	ListCell   *lc;
+	RegistryIdentity *id = hash_search(reg_by_identity.htab, &hash, HASH_FIND, NULL);
 
 	if (id == NULL)
 		return -1;
-	foreach(lc, id->slots)
+	for (int32 slot = id->first_slot; slot >= 0; slot = reg_entries[slot].identity_next)
 	{
-		RegistryEntry *e = &reg_entries[lfirst_int(lc)];
+		RegistryEntry *e = &reg_entries[slot];
 
 		if (e->in_use && strcmp(e->identity, identity) == 0)
-			return (int32) lfirst_int(lc);
+			return slot;
 	}
 	return -1;
 }
@@ -616,7 +630,7 @@ reg_client_may_create(const ShapeRequest *req, unsigned *retry_s)
 
 	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
 		return true;
-	c = hash_search(reg_clients, &req->client_key, HASH_FIND, NULL);
+	c = hash_search(reg_clients.htab, &req->client_key, HASH_FIND, NULL);
 	if (c == NULL)
 		return true;
 	now = GetCurrentTimestamp();
@@ -637,7 +651,7 @@ reg_client_created(const ShapeRequest *req)
 
 	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
 		return;
-	c = hash_search(reg_clients, &req->client_key, HASH_ENTER, &found);
+	c = compact_hash_enter(&reg_clients, &req->client_key, &found);
 	if (!found || TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
 	{
 		c->window_start = now;
@@ -653,10 +667,11 @@ reg_clients_sweep(TimestampTz now)
 	HASH_SEQ_STATUS seq;
 	RegistryClient *c;
 
-	hash_seq_init(&seq, reg_clients);
+	hash_seq_init(&seq, reg_clients.htab);
 	while ((c = hash_seq_search(&seq)) != NULL)
 		if (TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
-			hash_search(reg_clients, &c->key, HASH_REMOVE, NULL);
+			hash_search(reg_clients.htab, &c->key, HASH_REMOVE, NULL);
+	compact_hash_shrink(&reg_clients);
 }
 
 /* The columns a shape sends, "a,b,c" as quoted identifiers, cut to fit. */
@@ -723,9 +738,15 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	MemoryContextSwitchTo(reg_context);
 	{
 		bool		found;
-		RegistryIdentity *id = hash_search(reg_by_identity, &hash, HASH_ENTER, &found);
+		RegistryIdentity *id = compact_hash_enter(&reg_by_identity, &hash, &found);
+		int32	   *link = &id->first_slot;
 
-		id->slots = lappend_int(found ? id->slots : NIL, (int) slot);
+		if (!found)
+			id->first_slot = -1;
+		while (*link >= 0)
+			link = &reg_entries[*link].identity_next;
+		*link = (int32) slot;
+		e->identity_next = -1;
 	}
 	reg_waiting = lappend_int(reg_waiting, (int) slot);
 	MemoryContextSwitchTo(old);
@@ -736,7 +757,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
 						   s->handle);
 	{
-		RegistryHandle *h = hash_search(reg_by_handle, s->handle, HASH_ENTER, NULL);
+		RegistryHandle *h = compact_hash_enter(&reg_by_handle, s->handle, NULL);
 
 		h->slot = slot;
 	}
@@ -863,7 +884,7 @@ reg_delete(ShapeRequest *req, const ShapeSpec *spec)
 	}
 	if (req->handle != NULL && strlen(req->handle) < SHAPE_HANDLE_LEN)
 	{
-		RegistryHandle *h = hash_search(reg_by_handle, req->handle, HASH_FIND, NULL);
+		RegistryHandle *h = hash_search(reg_by_handle.htab, req->handle, HASH_FIND, NULL);
 
 		if (h != NULL && reg_entries[h->slot].in_use)
 			by_handle = (int32) h->slot;

@@ -192,6 +192,22 @@ renc_column(RowEncoderColumn *col, const ShapeRelation *rel, AttrNumber attnum)
 	col->output_kind = renc_output_kind(output);
 }
 
+/*
+ * The scratch memory of the row being encoded, reset after each row: one
+ * context per process, since a process encodes one row at a time, and not
+ * one per encoder (8 kB for each of thousands of shapes).
+ */
+static MemoryContext
+renc_row_context(void)
+{
+	static MemoryContext context = NULL;
+
+	if (context == NULL)
+		context = AllocSetContextCreate(TopMemoryContext, "shape_sync row encoder",
+										ALLOCSET_DEFAULT_SIZES);
+	return context;
+}
+
 void
 row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 {
@@ -222,10 +238,7 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 								   enc->relation_json);
 	enc->insert_headers_len = strlen(enc->insert_headers);
 
-	initStringInfo(&enc->key);
-	enc->row_context = AllocSetContextCreate(CurrentMemoryContext,
-											 "shape_sync row encoder",
-											 ALLOCSET_DEFAULT_SIZES);
+	enc->row_context = renc_row_context();
 }
 
 /*
@@ -322,12 +335,11 @@ renc_put_key(RowEncoder *enc, StringInfo out, const Datum *values, const bool *n
 	appendStringInfoCharMacro(out, '"');
 }
 
-/* Builds the raw key of the row in `values` into enc->key. */
+/* Builds the raw key of the row in `values` into `key`. */
 static void
-renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
+renc_key(RowEncoder *enc, const Datum *values, const bool *nulls, StringInfo key)
 {
-	resetStringInfo(&enc->key);
-	appendStringInfoString(&enc->key, enc->key_prefix);
+	appendStringInfoString(key, enc->key_prefix);
 	for (int i = 0; i < enc->rel->nkeys; i++)
 	{
 		RowEncoderText text;
@@ -340,19 +352,19 @@ renc_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 		end = run + text.len;
 		if (text.data == NULL)
 		{
-			appendStringInfoString(&enc->key, "/_");
+			appendStringInfoString(key, "/_");
 			continue;
 		}
-		appendStringInfoString(&enc->key, "/\"");
+		appendStringInfoString(key, "/\"");
 		/* each "/" doubled */
 		while ((slash = memchr(run, '/', end - run)) != NULL)
 		{
-			appendBinaryStringInfo(&enc->key, run, (int) (slash - run) + 1);
-			appendStringInfoChar(&enc->key, '/');
+			appendBinaryStringInfo(key, run, (int) (slash - run) + 1);
+			appendStringInfoChar(key, '/');
 			run = slash + 1;
 		}
-		appendBinaryStringInfo(&enc->key, run, (int) (end - run));
-		appendStringInfoChar(&enc->key, '"');
+		appendBinaryStringInfo(key, run, (int) (end - run));
+		appendStringInfoChar(key, '"');
 	}
 }
 
@@ -360,12 +372,14 @@ char *
 row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 {
 	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	StringInfoData raw;
 	char	   *key;
 
 	/* output functions' scratch goes with the row; the key to the caller */
-	renc_key(enc, values, nulls);
+	initStringInfo(&raw);
+	renc_key(enc, values, nulls, &raw);
 	MemoryContextSwitchTo(old);
-	key = pstrdup(enc->key.data);
+	key = pstrdup(raw.data);
 	MemoryContextReset(enc->row_context);
 	return key;
 }

@@ -49,8 +49,7 @@ typedef struct RowEncoder
 	char	   *relation_json;	/* ["schema","table"] */
 	char	   *insert_headers; /* ,"headers":{...}} of a snapshot row */
 	int			insert_headers_len;
-	StringInfoData key;			/* scratch for the raw key */
-	MemoryContext row_context;	/* reset after every row */
+	MemoryContext row_context;	/* reset after every row; one per process */
 } RowEncoder;
 
 extern void row_encoder_init(RowEncoder *enc, const ShapeRelation *rel);
