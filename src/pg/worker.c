@@ -15,8 +15,8 @@
  * Each iteration resolves queued requests in one transaction, lets the
  * registry start and reap snapshot workers, and resumes the connections
  * parked on shapes whose logs changed: O(shapes changed), whatever the
- * number of waiting clients.  After a start, each iteration also makes a
- * 2 MB slice of the log memory resident (shape_sync.prefault_log_memory),
+ * number of waiting clients.  After a start, each idle iteration also makes
+ * a 1 MB slice of the log memory resident (shape_sync.prefault_log_memory),
  * until all of it is, so that the first snapshots do not pay the kernel's
  * first touch of every page.
  *
@@ -254,8 +254,11 @@ worker_shutdown(int code, Datum arg)
  */
 #define RESOLVE_RETRY_MS	3000
 
-/* Resolves every queued shape request, then hands each answer back. */
-static void
+/*
+ * Resolves every queued shape request, then hands each answer back.
+ * Returns whether there was one.
+ */
+static bool
 worker_resolve_requests(void)
 {
 	ShapeRequest *list = request_queue_take_all(&worker_queue);
@@ -273,7 +276,7 @@ worker_resolve_requests(void)
 		worker_deferred = NULL;
 	}
 	if (list == NULL)
-		return;
+		return false;
 	pgstat_report_activity(STATE_RUNNING, "resolving shape requests");
 	decoder_use_current_catalog();
 	SetCurrentStatementStartTimestamp();
@@ -305,25 +308,33 @@ worker_resolve_requests(void)
 			list->done(list);
 		list = next;
 	}
+	return true;
 }
 
 static void worker_wake_changed_shapes(void);
 
-#define PREFAULT_SLICE_BLOCKS	(2 * 1024 * 1024 / SLOG_BLOCK_SIZE)
+#define PREFAULT_SLICE_BLOCKS	(1024 * 1024 / SLOG_BLOCK_SIZE)
 
 static uint32 worker_prefault_next = 0; /* the first block not yet resident */
 
 /*
- * Makes the next slice of the log memory resident, one slice per loop so
- * that decoding never waits long behind it.  Returns whether more is left.
+ * Makes the next slice of the log memory resident, when the loop is idle
+ * (nothing woke it, nothing was resolved or decoded) and one slice (1 MB,
+ * about a millisecond) per turn, so that neither decoding nor a burst of
+ * new shapes waits behind it.  Returns whether it made a slice resident
+ * and more is left: then the loop turns again at once; otherwise it sleeps
+ * as usual (a busy loop that only waits for idleness would take a CPU from
+ * the burst it waits for).
  */
 static bool
-worker_prefault_log_memory(void)
+worker_prefault_log_memory(bool idle)
 {
 	ShapeLogArena *arena = shape_sync_shared->table->arena;
 	uint32		done;
 
 	if (!shape_sync_prefault_log_memory || worker_prefault_next >= arena->nblocks)
+		return false;
+	if (!idle)
 		return false;
 	done = slog_arena_prefault(arena, worker_prefault_next, PREFAULT_SLICE_BLOCKS);
 	if (done == 0)
@@ -490,11 +501,13 @@ shape_sync_worker_main(Datum arg)
 			decoder_wal_pending() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
 		int			release_in = http_server_release_due_ms(worker_http);
+		int			nfired;
+		bool		resolved;
 
 		if (release_in >= 0 && release_in < timeout)
 			timeout = release_in;	/* memory to hand back soon */
 
-		(void) WaitEventSetWait(events, timeout, fired, lengthof(fired), PG_WAIT_EXTENSION);
+		nfired = WaitEventSetWait(events, timeout, fired, lengthof(fired), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
@@ -515,11 +528,11 @@ shape_sync_worker_main(Datum arg)
 				shape_stream_recheck_all();	/* shapes read as the old role go */
 			pfree(role_before);
 		}
-		worker_resolve_requests();
+		resolved = worker_resolve_requests();
 		registry_maintain();
 		shape_stream_maintain();
 		more_wal = decoder_step();
-		more_prefault = worker_prefault_log_memory();
+		more_prefault = worker_prefault_log_memory(nfired == 0 && !resolved && !more_wal);
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
 		http_server_note_freed(worker_http, shape_stream_take_freed_bytes());
