@@ -27,8 +27,9 @@
 #
 # Knobs: RUNS (3), COMMITS (300000), SHAPE_COUNTS (the equality scenarios: "1000 10000"),
 # RANGES (10, with the first of SHAPE_COUNTS), UNROUTED (1000; 0 leaves it out).
-# 100,000 shapes (SHAPE_COUNTS="1000 10000 100000") take about 96 kB of log memory each
-# today: set LOG_MEMORY (default 3GB) to 11GB for them (bench/RESULTS.md was made so).
+# 100,000 shapes (SHAPE_COUNTS="1000 10000 100000") take one 8 kB block of log memory each
+# (800 MB; LOG_MEMORY, default 3GB, holds them).  bench/RESULTS.md was made with 11GB, when
+# a small shape took 96 kB.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -256,8 +257,7 @@ short = [f"{n} run {i + 1} ({c:,} of {max(matched[n]):,})" for n in order
          for i, c in enumerate(matched[n]) if c < max(matched[n])]
 if short:
     lines += ["", "Runs in which fewer changes reached the logs than in the others (shapes were "
-              "rotated, typically because `shape_sync.log_memory` ran out: each small shape takes 96 kB "
-              "of it today): " + "; ".join(short) + "."]
+              "rotated, typically because `shape_sync.log_memory` ran out): " + "; ".join(short) + "."]
 lines += [
     "",
     "Runs (seconds, shape_sync / test_decoding): " + "; ".join(
