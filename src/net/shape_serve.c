@@ -1036,10 +1036,6 @@ shape_start(ShapeConn *sc)
 		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
 								   "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
 								   "[\"subset snapshots are not supported by this server\"]}}", 0);
-	if (sc->query.def.changes_only)
-		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
-								   "{\"message\":\"Invalid request\",\"errors\":{\"log\":"
-								   "[\"log=changes_only is not supported by this server yet: use log=full\"]}}", 0);
 	if (atomic_load(&sc->server->stopping))
 		return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 	if (!shape_admit(sc))

@@ -233,6 +233,23 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
 	return query;
 }
 
+/*
+ * A shape is shared by all its clients: never a row-filtered one.  Checked
+ * for the current role, which reads the snapshot, by every snapshot, also
+ * one that reads no rows (log=changes_only): its stream would otherwise
+ * send what the policies hide.
+ */
+static void
+snap_refuse_row_security(const ShapeRelation *rel)
+{
+	if (check_enable_rls(rel->relid, InvalidOid, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("table %s has row-level security that applies to role \"%s\"",
+						shape_quoted_relation(rel), GetUserNameFromId(GetUserId(), false)),
+				 errdetail("A shape is shared by all its clients, so such a table is not served.")));
+}
+
 void
 snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 {
@@ -245,16 +262,8 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 	List	   *rewritten;
 	PlannedStmt *plan;
 	QueryDesc  *qd;
-	int			rls;
 
-	/* a shape is shared by all its clients: never a row-filtered one */
-	rls = check_enable_rls(spec->relid, InvalidOid, true);
-	if (rls == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("table %s has row-level security that applies to role \"%s\"",
-						shape_quoted_relation(rel), GetUserNameFromId(GetUserId(), false)),
-				 errdetail("A shape is shared by all its clients, so such a table is not served.")));
+	snap_refuse_row_security(rel);
 
 	memset(&receiver, 0, sizeof(receiver));
 	receiver.pub.receiveSlot = snap_receive;
@@ -918,7 +927,12 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	}
 	table_close(rel, NoLock);
 
-	snapshot_scan(spec, snap_emit, writer);
+	/* log=changes_only: the snapshot is its end message alone */
+	if (spec->flags & SHAPE_FLAG_CHANGES_ONLY)
+		snap_refuse_row_security(shape_relation_load(spec->relid, spec->ncolumns,
+													 spec->columns));
+	else
+		snapshot_scan(spec, snap_emit, writer);
 
 	initStringInfo(&end);
 	snap_end_message(&end, snapshot_text);

@@ -135,12 +135,9 @@ describe('errors', () => {
     for (const m of errors.replica) assert.ok(typeof m === 'string' && m.length > 0, 'errors.replica messages')
   })
 
-  it('log=changes_only is refused until the server sends changes only (never a full snapshot instead)', async () => {
-    const res = await fetchShape({ table, offset: '-1', log: 'changes_only' })
-    const message = assertFieldError(res, 'log', 'log=changes_only')
-    assert.match(message, /not supported/, 'the message says why')
-    const full = await fetchShape({ table, offset: '-1', log: 'full' })
-    assert.equal(full.status, 200, `log=full still works (${full.text})`)
+  it('log=bogus', async () => {
+    const res = await fetchShape({ table, offset: '-1', log: 'bogus' })
+    assertFieldError(res, 'log', 'log=bogus')
   })
 
   it('a handle that does not match the definition answers 409 must-refetch with the real handle', async () => {
