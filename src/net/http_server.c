@@ -807,7 +807,9 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		MHD_destroy_response(response);
 		return ret;
 	}
-	if (route == ROUTE_METRICS && strcmp(method, MHD_HTTP_METHOD_GET) == 0)
+	/* HEAD: the same response, whose body libmicrohttpd leaves out */
+	if (route == ROUTE_METRICS &&
+		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
 		return http_respond_metrics(connection);
 	if (route == ROUTE_ROOT &&
 		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))

@@ -52,6 +52,7 @@
 #include "access/sysattr.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -817,6 +818,18 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
  * snapshot, up to SNAPSHOT_REPLICA_IDENTITY_TRIES times; then the shape
  * fails with a 503, which clients retry.
  */
+/* pg_current_snapshot()::text: the active snapshot, its xids widened to xid8 */
+static char *
+snap_current_snapshot_text(void)
+{
+	LOCAL_FCINFO(fcinfo, 0);
+	Datum		snapshot;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 0, InvalidOid, NULL, NULL);
+	snapshot = pg_current_snapshot(fcinfo);
+	return DatumGetCString(DirectFunctionCall1(pg_snapshot_out, snapshot));
+}
+
 static void
 snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		  const char *fingerprint, TimestampTz started)
@@ -845,26 +858,20 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 								 GUC_ACTION_SET, true, 0, false);
 		if (shape_sync_snapshot_statement_timeout > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		shape_role_become((Oid) job->role, &saved);
 
 		/*
-		 * The insert position, read after the snapshot was taken, is past
-		 * the commit record of every transaction the snapshot sees: the
-		 * stream stops checking visibility at the first commit at or
-		 * beyond it.
+		 * What pg_current_snapshot(), pg_current_wal_lsn() and
+		 * pg_current_wal_insert_lsn() return, without a query to parse and
+		 * plan (a third of a small shape's snapshot).  The insert position,
+		 * read after the snapshot was taken, is past the commit record of
+		 * every transaction the snapshot sees: the stream stops checking
+		 * visibility at the first commit at or beyond it.
 		 */
-		if (SPI_execute("SELECT pg_catalog.pg_current_snapshot()::text, "
-						"(pg_catalog.pg_current_wal_lsn() - '0/0'::pg_catalog.pg_lsn)::text, "
-						"(pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_catalog.pg_lsn)::text",
-						true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not read the snapshot's visibility");
-		snapshot_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-		lsn_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-		writer->slot->snapshot_lsn =
-			strtou64(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3), NULL, 10);
+		snapshot_text = snap_current_snapshot_text();
+		lsn_text = psprintf(UINT64_FORMAT, (uint64) GetXLogWriteRecPtr());
+		writer->slot->snapshot_lsn = (uint64) GetXLogInsertRecPtr();
 
 		/*
 		 * What the stream needs must still hold, now that the snapshot is
@@ -921,7 +928,6 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		shape_role_restore(&saved);
 		if (shape_sync_snapshot_statement_timeout > 0)
 			disable_timeout(STATEMENT_TIMEOUT, false);
-		SPI_finish();
 		PopActiveSnapshot();
 		AbortCurrentTransaction();
 	}
@@ -947,7 +953,6 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	shape_role_restore(&saved);
 	if (shape_sync_snapshot_statement_timeout > 0)
 		disable_timeout(STATEMENT_TIMEOUT, false);
-	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 

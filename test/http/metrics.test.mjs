@@ -190,6 +190,15 @@ describe('metrics and monitoring views', { timeout: 120000 }, () => {
     }
   })
 
+  test('HEAD /metrics answers the headers of GET without the body', async () => {
+    const get = await fetchRaw('/metrics')
+    const head = await fetchRaw('/metrics', { method: 'HEAD' })
+    assert.equal(head.status, 200)
+    assert.equal(head.text, '')
+    assert.equal(head.headers.get('content-type'), get.headers.get('content-type'))
+    assert.equal(head.headers.get('cache-control'), 'no-store')
+  })
+
   test('/metrics asks for the secret when one is set', async () => {
     const sql = (s) => query(s)
     await sql("ALTER SYSTEM SET shape_sync.secret = 'metrics-test-secret'")
@@ -197,6 +206,7 @@ describe('metrics and monitoring views', { timeout: 120000 }, () => {
     try {
       await waitFor(async () => (await fetchRaw('/metrics')).status === 401,
         { what: '/metrics refused without the secret' })
+      assert.equal((await fetchRaw('/metrics', { method: 'HEAD' })).status, 401, 'HEAD too')
       const ok = await fetchRaw('/metrics?secret=metrics-test-secret')
       assert.equal(ok.status, 200)
       assert.match(ok.text, /^# HELP shape_sync_/)

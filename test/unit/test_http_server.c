@@ -879,11 +879,11 @@ TEST(definition_reaches_main_thread)
 				 "\"replica_full\":true,\"changes_only\":false}");
 	hc_response_free(&r);
 
-	/* changes_only is parsed, and refused until the server implements it */
+	/* changes_only reaches the main thread as a flag of the definition */
 	REQUIRE_RESPONSE(GET("/v1/shape?offset=-1&table=echo&log=changes_only", &r), &r);
 	CHECK_EQ(r.status, 400);
-	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":{\"log\":"
-				 "[\"log=changes_only is not supported by this server yet: use log=full\"]}}");
+	CHECK_STR_EQ(r.body, "{\"schema\":null,\"table\":\"echo\",\"where\":null,\"params\":[],"
+				 "\"columns\":null,\"replica_full\":false,\"changes_only\":true}");
 	hc_response_free(&r);
 
 	REQUIRE_RESPONSE(GET("/v1/shape?table=public.echo&offset=now&handle=zzz", &r), &r);

@@ -10,6 +10,7 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -399,12 +400,18 @@ TEST(reset_zeroes_counts_but_not_levels)
 	metrics_release_stripe(metrics, &s);
 }
 
+static atomic_bool resetter_started;
+
+/* Resets until the writers are done; at least once, before they start. */
 static void *
 resetter_main(void *arg)
 {
 	(void) arg;
-	while (!atomic_load(&writers_done))
+	do
+	{
 		metrics_reset(metrics, &layout);
+		atomic_store(&resetter_started, true);
+	} while (!atomic_load(&writers_done));
 	return NULL;
 }
 
@@ -419,7 +426,11 @@ TEST(resets_racing_writers_keep_reads_sane)
 	fresh(WRITERS);
 	pthread_barrier_init(&claimed, NULL, WRITERS);
 	atomic_store(&writers_done, false);
+	atomic_store(&resetter_started, false);
 	REQUIRE(pthread_create(&resetter, NULL, resetter_main, NULL) == 0);
+	/* on a loaded machine the writers could finish before it runs at all */
+	while (!atomic_load(&resetter_started))
+		sched_yield();
 	for (int t = 0; t < WRITERS; t++)
 	{
 		w[t].t = t;
