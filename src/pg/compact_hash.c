@@ -58,16 +58,32 @@ void
 compact_hash_shrink(CompactHash *hash)
 {
 	long		n = hash_get_num_entries(hash->htab);
-	HTAB	   *old = hash->htab;
+	HTAB	   *fresh;
 	HASH_SEQ_STATUS seq;
 	void	   *entry;
 
 	if (hash->peak <= hash->initial || n * 8 >= hash->peak)
 		return;
-	hash->htab = hash_create(hash->name, Max(hash->initial, n), &hash->ctl, hash->flags);
-	hash_seq_init(&seq, old);
-	while ((entry = hash_seq_search(&seq)) != NULL)
-		memcpy(hash_search(hash->htab, entry, HASH_ENTER, NULL), entry, hash->ctl.entrysize);
-	hash_destroy(old);
+
+	/*
+	 * The new table replaces the old one only once it holds every entry: an
+	 * error while it is filled (out of memory) leaves the old one in use.
+	 */
+	fresh = hash_create(hash->name, Max(hash->initial, n), &hash->ctl, hash->flags);
+	PG_TRY();
+	{
+		hash_seq_init(&seq, hash->htab);
+		while ((entry = hash_seq_search(&seq)) != NULL)
+			memcpy(hash_search(fresh, entry, HASH_ENTER, NULL), entry, hash->ctl.entrysize);
+	}
+	PG_CATCH();
+	{
+		/* the open scan of the old table ends with the transaction's abort */
+		hash_destroy(fresh);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	hash_destroy(hash->htab);
+	hash->htab = fresh;
 	hash->peak = n;
 }

@@ -139,7 +139,7 @@ renc_escape_json(StringInfo out, const char *str)
  * their output function (and its palloc and copy) and write the very bytes
  * it would return: textout, varcharout and bpcharout return the string as
  * stored, int2out, int4out and int8out what pg_itoa, pg_ltoa and pg_lltoa
- * write.  tap/04_escaping.sql compares both paths.
+ * write.  tap/05_value_text.sql compares both paths.
  */
 static RowEncoderOutput
 renc_output_kind(Oid output)
@@ -193,9 +193,11 @@ renc_column(RowEncoderColumn *col, const ShapeRelation *rel, AttrNumber attnum)
 }
 
 /*
- * The scratch memory of the row being encoded, reset after each row: one
- * context per process, since a process encodes one row at a time, and not
- * one per encoder (8 kB for each of thousands of shapes).
+ * The scratch memory of the row being encoded, reset after each row, and
+ * before each (a row whose encoding failed left its scratch there; a reset
+ * context costs nothing to reset again): one context per process, since a
+ * process encodes one row at a time, and not one per encoder (8 kB for each
+ * of thousands of shapes).
  */
 static MemoryContext
 renc_row_context(void)
@@ -206,6 +208,14 @@ renc_row_context(void)
 		context = AllocSetContextCreate(TopMemoryContext, "shape_sync row encoder",
 										ALLOCSET_DEFAULT_SIZES);
 	return context;
+}
+
+/* Resets the row scratch and makes it current; returns what was. */
+static MemoryContext
+renc_row_begin(RowEncoder *enc)
+{
+	MemoryContextReset(enc->row_context);
+	return MemoryContextSwitchTo(enc->row_context);
 }
 
 void
@@ -348,13 +358,13 @@ renc_key(RowEncoder *enc, const Datum *values, const bool *nulls, StringInfo key
 		const char *slash;
 
 		renc_text(&enc->keys[i], values, nulls, &text);
-		run = text.data;
-		end = run + text.len;
 		if (text.data == NULL)
 		{
 			appendStringInfoString(key, "/_");
 			continue;
 		}
+		run = text.data;
+		end = run + text.len;
 		appendStringInfoString(key, "/\"");
 		/* each "/" doubled */
 		while ((slash = memchr(run, '/', end - run)) != NULL)
@@ -371,7 +381,7 @@ renc_key(RowEncoder *enc, const Datum *values, const bool *nulls, StringInfo key
 char *
 row_encoder_key(RowEncoder *enc, const Datum *values, const bool *nulls)
 {
-	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	MemoryContext old = renc_row_begin(enc);
 	StringInfoData raw;
 	char	   *key;
 
@@ -410,7 +420,7 @@ void
 row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls,
 						 StringInfo out)
 {
-	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	MemoryContext old = renc_row_begin(enc);
 	bool		first = true;
 
 	renc_put(out, "{\"key\":", 7);
@@ -444,7 +454,7 @@ row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls
 bool
 row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, StringInfo out)
 {
-	MemoryContext old = MemoryContextSwitchTo(enc->row_context);
+	MemoryContext old = renc_row_begin(enc);
 	bool		is_delete = strcmp(ch->operation, "delete") == 0;
 	bool		is_update = strcmp(ch->operation, "update") == 0;
 	const Datum *row_values = is_delete ? ch->old_values : ch->new_values;

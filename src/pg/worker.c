@@ -317,6 +317,74 @@ static void worker_wake_changed_shapes(void);
 
 static uint32 worker_prefault_next = 0; /* the first block not yet resident */
 
+/* A "Name:   N kB" line of a /proc file, in bytes; -1 when missing. */
+static int64
+worker_proc_kb(const char *path, const char *name)
+{
+	FILE	   *f = AllocateFile(path, "r");
+	char		line[256];
+	int64		result = -1;
+	size_t		len = strlen(name);
+
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, name, len) == 0 && line[len] == ':')
+		{
+			result = strtoi64(line + len + 1, NULL, 10) * 1024;
+			break;
+		}
+	FreeFile(f);
+	return result;
+}
+
+/* A cgroup v2 file of this process's cgroup holding a number; -1: none, or "max". */
+static int64
+worker_cgroup_bytes(const char *file)
+{
+	FILE	   *f = AllocateFile("/proc/self/cgroup", "r");
+	char		line[MAXPGPATH];
+	char		path[MAXPGPATH * 2];
+	int64		result = -1;
+
+	if (f == NULL)
+		return -1;
+	path[0] = '\0';
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strncmp(line, "0::", 3) == 0)
+		{
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", line + 3, file);
+		}
+	FreeFile(f);
+	if (path[0] != '\0' && (f = AllocateFile(path, "r")) != NULL)
+	{
+		if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "max", 3) != 0)
+			result = strtoi64(line, NULL, 10);
+		FreeFile(f);
+	}
+	return result;
+}
+
+/*
+ * Whether the machine has room to make `bytes` resident now: at most half
+ * of what the kernel says is available, and of what this process's cgroup
+ * may still take.  Memory made resident that the machine cannot hold would
+ * have the kernel kill a process, likely this one, at each start.
+ */
+static bool
+worker_room_for(int64 bytes, int64 *room)
+{
+	int64		available = worker_proc_kb("/proc/meminfo", "MemAvailable");
+	int64		limit = worker_cgroup_bytes("memory.max");
+	int64		used = worker_cgroup_bytes("memory.current");
+
+	*room = available;
+	if (limit >= 0 && used >= 0 && (*room < 0 || limit - used < *room))
+		*room = limit - used;
+	return *room < 0 || bytes <= *room / 2;
+}
+
 /*
  * Makes the next slice of the log memory resident, when the loop is idle
  * (nothing woke it, nothing was resolved or decoded) and one slice (1 MB,
@@ -336,6 +404,23 @@ worker_prefault_log_memory(bool idle)
 		return false;
 	if (!idle)
 		return false;
+	if (worker_prefault_next == 0)
+	{
+		int64		bytes = (int64) arena->nblocks * SLOG_BLOCK_SIZE;
+		int64		room;
+
+		if (!worker_room_for(bytes, &room))
+		{
+			ereport(LOG,
+					(errmsg("shape_sync does not make its log memory resident ahead of use"),
+					 errdetail("Its %lld MB are more than half of the %lld MB the machine has available now.",
+							   (long long) (bytes >> 20), (long long) (room >> 20)),
+					 errhint("Log memory is allocated as shapes first use it; lower \"%s\" or turn \"%s\" off to silence this.",
+							 "shape_sync.log_memory", "shape_sync.prefault_log_memory")));
+			worker_prefault_next = arena->nblocks;
+			return false;
+		}
+	}
 	done = slog_arena_prefault(arena, worker_prefault_next, PREFAULT_SLICE_BLOCKS);
 	if (done == 0)
 	{

@@ -6,7 +6,8 @@
 # log memory starts with the setting off: the worker's resident shared memory
 # stays far below 256 MB, also after a shape is made.  Turned on by a reload,
 # the worker makes all of it resident within seconds, and shapes made before
-# and after read back whole (the prefault changes no byte of a block in use).
+# and after read back whole (the prefault changes no byte of a block in use).  A cluster
+# with more log memory than half of what the machine has available is left alone.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
@@ -55,4 +56,16 @@ all_resident() { (($(resident_kb) >= 256 * 1024)); }
 check "on, after a reload: all 256 MB become resident" wait_for 30 all_resident
 check "on: the shape made before reads back whole" test "$(rows_of 'id > 0')" = 20000
 check "on: a new shape reads back whole" test "$(rows_of 'id > 10000')" = 10000
+cluster_stop
+
+# More log memory than half of what the machine has available: not made resident (each
+# start of the worker would have the kernel kill a process), and the log says why.
+avail_mb=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+big_mb=$((avail_mb * 6 / 10))
+SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '${big_mb}MB'" start_cluster_retrying 4600
+worker=$(worker_pid)
+refused() { grep -q "shape_sync does not make its log memory resident ahead of use" "$SHAPE_SYNC_LOG"; }
+check "log memory of ${big_mb} MB of ${avail_mb} MB available: the log says it is not made resident" wait_for 20 refused
+kb=$(resident_kb)
+check "and the worker's resident shared memory stays small ($kb kB)" test "$kb" -lt 131072
 finish
