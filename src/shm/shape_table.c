@@ -34,7 +34,16 @@
  * - `generation` changes only in shape_table_claim, on a FREE slot, by the
  *   main thread (the only claimer).
  * - `dirty` bits are set with fetch_or by writers and cleared with exchange
- *   by the main thread; a set bit only means "look at this slot".
+ *   by the main thread; a set bit only means "look at this slot".  A bit
+ *   of `dirty_words` says that word of `dirty` may have bits set, so that
+ *   taking the marks costs what was marked, not the number of slots (the
+ *   main thread takes them at every turn of its loop).  A writer sets its
+ *   slot's bit, then its word's bit with a release fetch_or; the main
+ *   thread exchanges a summary word (acquire), then each word it names.  A
+ *   slot marked between the two exchanges keeps its word's bit (set after
+ *   the first), or is taken by the second; either way it is seen, at worst
+ *   at the next turn.  A word's bit may outlive its marks: it is only a
+ *   hint.
  * - Log versions.  `log_current` (release-stored by the writer, acquired by
  *   readers) names the version served.  `log_pins[v]` counts readers of
  *   version v, with SHAPE_PIN_RETIRED set once v is not served; pinning is
@@ -91,7 +100,8 @@
 size_t
 shape_table_size(uint32_t nslots)
 {
-	return sizeof(ShapeTable) + DIRTY_WORDS(nslots) * sizeof(uint64_t) +
+	return sizeof(ShapeTable) +
+		(DIRTY_WORDS(nslots) + DIRTY_WORDS(DIRTY_WORDS(nslots))) * sizeof(uint64_t) +
 		64 + (size_t) nslots * sizeof(ShapeSlot);
 }
 
@@ -112,6 +122,10 @@ shape_table_init(void *mem, uint32_t nslots, ShapeLogArena *arena)
 	for (uint32_t i = 0; i < DIRTY_WORDS(nslots); i++)
 		atomic_init(&table->dirty[i], 0);
 	p += DIRTY_WORDS(nslots) * sizeof(uint64_t);
+	table->dirty_words = (_Atomic uint64_t *) p;
+	for (uint32_t i = 0; i < DIRTY_WORDS(DIRTY_WORDS(nslots)); i++)
+		atomic_init(&table->dirty_words[i], 0);
+	p += DIRTY_WORDS(DIRTY_WORDS(nslots)) * sizeof(uint64_t);
 	p = (char *) (((uintptr_t) p + 63) & ~(uintptr_t) 63);
 	table->slots = (ShapeSlot *) p;
 	for (uint32_t i = 0; i < nslots; i++)
@@ -418,7 +432,11 @@ shape_table_log_blocks(const ShapeTable *table, uint32_t slot)
 void
 shape_table_mark_dirty(ShapeTable *table, uint32_t slot)
 {
-	atomic_fetch_or_explicit(&table->dirty[slot / 64], (uint64_t) 1 << (slot % 64),
+	uint32_t	word = slot / 64;
+
+	atomic_fetch_or_explicit(&table->dirty[word], (uint64_t) 1 << (slot % 64),
+							 memory_order_release);
+	atomic_fetch_or_explicit(&table->dirty_words[word / 64], (uint64_t) 1 << (word % 64),
 							 memory_order_release);
 }
 
@@ -431,25 +449,36 @@ shape_table_take_dirty(ShapeTable *table, uint32_t *slots, uint32_t max)
 {
 	uint32_t	n = 0;
 
-	for (uint32_t w = 0; w < DIRTY_WORDS(table->nslots); w++)
+	for (uint32_t sw = 0; sw < DIRTY_WORDS(DIRTY_WORDS(table->nslots)); sw++)
 	{
-		uint64_t	bits;
+		uint64_t	words;
 
-		if (atomic_load_explicit(&table->dirty[w], memory_order_relaxed) == 0)
+		if (atomic_load_explicit(&table->dirty_words[sw], memory_order_relaxed) == 0)
 			continue;
-		bits = atomic_exchange_explicit(&table->dirty[w], 0, memory_order_acquire);
-		while (bits != 0)
+		words = atomic_exchange_explicit(&table->dirty_words[sw], 0, memory_order_acquire);
+		while (words != 0)
 		{
-			int			b = __builtin_ctzll(bits);
+			uint32_t	w = sw * 64 + (uint32_t) __builtin_ctzll(words);
+			uint64_t	bits;
 
-			bits &= bits - 1;
-			if (n == max)
+			words &= words - 1;
+			bits = atomic_exchange_explicit(&table->dirty[w], 0, memory_order_acquire);
+			while (bits != 0)
 			{
-				atomic_fetch_or_explicit(&table->dirty[w], (uint64_t) 1 << b,
-										 memory_order_relaxed);
-				continue;
+				int			b = __builtin_ctzll(bits);
+
+				bits &= bits - 1;
+				if (n == max)
+				{
+					/* for the next call: the slot's mark, then its word's */
+					atomic_fetch_or_explicit(&table->dirty[w], (uint64_t) 1 << b,
+											 memory_order_relaxed);
+					atomic_fetch_or_explicit(&table->dirty_words[sw], (uint64_t) 1 << (w % 64),
+											 memory_order_release);
+					continue;
+				}
+				slots[n++] = w * 64 + (uint32_t) b;
 			}
-			slots[n++] = w * 64 + (uint32_t) b;
 		}
 	}
 	return n;

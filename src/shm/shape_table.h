@@ -101,6 +101,7 @@ typedef struct ShapeTable
 									 * blocks; the main thread makes room */
 	ShapeLogArena *arena;		/* valid in every process of the cluster */
 	_Atomic uint64_t *dirty;	/* one bit per slot: log changed */
+	_Atomic uint64_t *dirty_words;	/* one bit per word of dirty: look there */
 	ShapeSlot  *slots;
 } ShapeTable;
 

@@ -423,6 +423,93 @@ TEST(dirty_marks_concurrent)
 	fixture_free(&f);
 }
 
+/*
+ * A table of 10,000 slots: 157 words of marks and 3 words of their summary.
+ * Marks at the edges of words and of summary words are all taken, in slot
+ * order, also when `max` cuts a take in the middle of a summary word.
+ */
+TEST(dirty_marks_across_summary_words)
+{
+	static const uint32_t marked[] = {0, 63, 64, 4031, 4032, 4095, 4096, 8191, 8192, 9999};
+	const uint32_t nmarked = sizeof(marked) / sizeof(marked[0]);
+	Fixture		f;
+	uint32_t	got[16];
+	uint32_t	n;
+	uint32_t	all = 0;
+
+	REQUIRE(fixture_init(&f, 10000, 1));
+	for (int i = (int) nmarked - 1; i >= 0; i--)
+		shape_table_mark_dirty(f.table, marked[i]);
+	for (;;)
+	{
+		n = shape_table_take_dirty(f.table, got, 3);
+		if (n == 0)
+			break;
+		for (uint32_t k = 0; k < n; k++)
+		{
+			REQUIRE(all < nmarked);
+			CHECK_EQ(got[k], marked[all]);
+			all++;
+		}
+	}
+	CHECK_EQ(all, nmarked);
+	CHECK_EQ(shape_table_take_dirty(f.table, got, 16), 0);
+	fixture_free(&f);
+}
+
+static void *
+dirty_marker_wide(void *arg)
+{
+	DirtyArg   *da = arg;
+
+	/* 200 slots 50 apart from 2,500 * id: across words and summary words */
+	for (int round = 0; round < 4000; round++)
+		shape_table_mark_dirty(da->table, (uint32_t) (da->id * 2500 + (round % 200) * 12));
+	return NULL;
+}
+
+/* Marks made while the main thread takes them are never lost (TSan runs it too). */
+TEST(dirty_marks_concurrent_wide)
+{
+	Fixture		f;
+	pthread_t	th[4];
+	DirtyArg	args[4];
+	static uint8_t seen[10000];
+	uint32_t	got[16];
+	int			total = 0;
+
+	memset(seen, 0, sizeof(seen));
+	REQUIRE(fixture_init(&f, 10000, 1));
+	for (int i = 0; i < 4; i++)
+	{
+		args[i].table = f.table;
+		args[i].id = i;
+		pthread_create(&th[i], NULL, dirty_marker_wide, &args[i]);
+	}
+	for (int spins = 0; spins < 200000 && total < 800; spins++)
+	{
+		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
+
+		for (uint32_t k = 0; k < n; k++)
+			if (!seen[got[k]]++)
+				total++;
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	for (;;)
+	{
+		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
+
+		if (n == 0)
+			break;
+		for (uint32_t k = 0; k < n; k++)
+			if (!seen[got[k]]++)
+				total++;
+	}
+	CHECK_EQ(total, 800);
+	fixture_free(&f);
+}
+
 /* ------------------------------------------------------------ handles */
 
 TEST(new_handle_is_strictly_increasing)
