@@ -810,14 +810,6 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 	return 500;
 }
 
-/*
- * The snapshot itself: in a REPEATABLE READ, READ ONLY transaction, as
- * the shape's role, within shape_sync.snapshot_statement_timeout.  A table
- * whose replica identity another session set back from FULL between this
- * worker's ALTER TABLE and the snapshot gets it set again and another
- * snapshot, up to SNAPSHOT_REPLICA_IDENTITY_TRIES times; then the shape
- * fails with a 503, which clients retry.
- */
 /* pg_current_snapshot()::text: the active snapshot, its xids widened to xid8 */
 static char *
 snap_current_snapshot_text(void)
@@ -830,6 +822,14 @@ snap_current_snapshot_text(void)
 	return DatumGetCString(DirectFunctionCall1(pg_snapshot_out, snapshot));
 }
 
+/*
+ * The snapshot itself: in a REPEATABLE READ, READ ONLY transaction, as
+ * the shape's role, within shape_sync.snapshot_statement_timeout.  A table
+ * whose replica identity another session set back from FULL between this
+ * worker's ALTER TABLE and the snapshot gets it set again and another
+ * snapshot, up to SNAPSHOT_REPLICA_IDENTITY_TRIES times; then the shape
+ * fails with a 503, which clients retry.
+ */
 static void
 snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		  const char *fingerprint, TimestampTz started)
