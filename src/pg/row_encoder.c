@@ -97,7 +97,6 @@ renc_put_escaped(StringInfo out, const char *s, int len, bool double_slash)
 		char		tmp[JSON_ESCAPE_MAX];
 		const char *escape;
 		int			escape_len;
-
 		uint64		word;
 
 		while (end - s >= (ptrdiff_t) sizeof(word))
