@@ -16,9 +16,7 @@
  * registry start and reap snapshot workers, and resumes the connections
  * parked on shapes whose logs changed: O(shapes changed), whatever the
  * number of waiting clients.  After a start, each idle iteration also makes
- * a 1 MB slice of the log memory resident (shape_sync.prefault_log_memory),
- * until all of it is, so that the first snapshots do not pay the kernel's
- * first touch of every page.
+ * a slice of the log memory resident (log_prefault.c).
  *
  * SIGTERM only sets a flag (SignalHandlerForShutdownRequest); the loop
  * then leaves, and the HTTP server is stopped from a before_shmem_exit
@@ -52,6 +50,7 @@
 #include "eval_deadline.h"
 #include "guc.h"
 #include "http_server.h"
+#include "log_prefault.h"
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
@@ -313,131 +312,6 @@ worker_resolve_requests(void)
 
 static void worker_wake_changed_shapes(void);
 
-#define PREFAULT_SLICE_BLOCKS	(1024 * 1024 / SLOG_BLOCK_SIZE)
-
-static uint32 worker_prefault_next = 0; /* the first block not yet resident */
-
-/* A "Name:   N kB" line of a /proc file, in bytes; -1 when missing. */
-static int64
-worker_proc_kb(const char *path, const char *name)
-{
-	FILE	   *f = AllocateFile(path, "r");
-	char		line[256];
-	int64		result = -1;
-	size_t		len = strlen(name);
-
-	if (f == NULL)
-		return -1;
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (strncmp(line, name, len) == 0 && line[len] == ':')
-		{
-			result = strtoi64(line + len + 1, NULL, 10) * 1024;
-			break;
-		}
-	FreeFile(f);
-	return result;
-}
-
-/* A cgroup v2 file of this process's cgroup holding a number; -1: none, or "max". */
-static int64
-worker_cgroup_bytes(const char *file)
-{
-	FILE	   *f = AllocateFile("/proc/self/cgroup", "r");
-	char		line[MAXPGPATH];
-	char		path[MAXPGPATH * 2];
-	int64		result = -1;
-
-	if (f == NULL)
-		return -1;
-	path[0] = '\0';
-	while (fgets(line, sizeof(line), f) != NULL)
-		if (strncmp(line, "0::", 3) == 0)
-		{
-			line[strcspn(line, "\n")] = '\0';
-			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", line + 3, file);
-		}
-	FreeFile(f);
-	if (path[0] != '\0' && (f = AllocateFile(path, "r")) != NULL)
-	{
-		if (fgets(line, sizeof(line), f) != NULL && strncmp(line, "max", 3) != 0)
-			result = strtoi64(line, NULL, 10);
-		FreeFile(f);
-	}
-	return result;
-}
-
-/*
- * Whether the machine has room to make `bytes` resident now: at most half
- * of what the kernel says is available, and of what this process's cgroup
- * may still take.  Memory made resident that the machine cannot hold would
- * have the kernel kill a process, likely this one, at each start.
- */
-static bool
-worker_room_for(int64 bytes, int64 *room)
-{
-	int64		available = worker_proc_kb("/proc/meminfo", "MemAvailable");
-	int64		limit = worker_cgroup_bytes("memory.max");
-	int64		used = worker_cgroup_bytes("memory.current");
-
-	*room = available;
-	if (limit >= 0 && used >= 0 && (*room < 0 || limit - used < *room))
-		*room = limit - used;
-	return *room < 0 || bytes <= *room / 2;
-}
-
-/*
- * Makes the next slice of the log memory resident, when the loop is idle
- * (nothing woke it, nothing was resolved or decoded) and one slice (1 MB,
- * about a millisecond) per turn, so that neither decoding nor a burst of
- * new shapes waits behind it.  Returns whether it made a slice resident
- * and more is left: then the loop turns again at once; otherwise it sleeps
- * as usual (a busy loop that only waits for idleness would take a CPU from
- * the burst it waits for).
- */
-static bool
-worker_prefault_log_memory(bool idle)
-{
-	ShapeLogArena *arena = shape_sync_shared->table->arena;
-	uint32		done;
-
-	if (!shape_sync_prefault_log_memory || worker_prefault_next >= arena->nblocks)
-		return false;
-	if (!idle)
-		return false;
-	if (worker_prefault_next == 0)
-	{
-		int64		bytes = (int64) arena->nblocks * SLOG_BLOCK_SIZE;
-		int64		room;
-
-		if (!worker_room_for(bytes, &room))
-		{
-			ereport(LOG,
-					(errmsg("shape_sync does not make its log memory resident ahead of use"),
-					 errdetail("Its %lld MB are more than half of the %lld MB the machine has available now.",
-							   (long long) (bytes >> 20), (long long) (room >> 20)),
-					 errhint("Log memory is allocated as shapes first use it; lower \"%s\" or turn \"%s\" off to silence this.",
-							 "shape_sync.log_memory", "shape_sync.prefault_log_memory")));
-			worker_prefault_next = arena->nblocks;
-			return false;
-		}
-	}
-	done = slog_arena_prefault(arena, worker_prefault_next, PREFAULT_SLICE_BLOCKS);
-	if (done == 0)
-	{
-		ereport(LOG,
-				(errmsg("shape_sync could not make its log memory resident ahead of use: %m"),
-				 errdetail("Log memory is allocated as shapes first use it."),
-				 errhint("Lower \"%s\", or turn \"%s\" off.",
-						 "shape_sync.log_memory", "shape_sync.prefault_log_memory")));
-		worker_prefault_next = arena->nblocks;
-		return false;
-	}
-	worker_prefault_next += done;
-	if (worker_prefault_next >= arena->nblocks)
-		elog(DEBUG1, "shape_sync log memory is resident (%u blocks)", arena->nblocks);
-	return worker_prefault_next < arena->nblocks;
-}
-
 /*
  * Resolves the queued requests inside the replay's transaction, under its
  * catalog (registry.c says what is answered then); the others wait, with
@@ -617,7 +491,7 @@ shape_sync_worker_main(Datum arg)
 		registry_maintain();
 		shape_stream_maintain();
 		more_wal = decoder_step();
-		more_prefault = worker_prefault_log_memory(nfired == 0 && !resolved && !more_wal);
+		more_prefault = log_prefault_step(nfired == 0 && !resolved && !more_wal);
 		worker_wake_changed_shapes();
 		worker_drain_thread_log();
 		http_server_note_freed(worker_http, shape_stream_take_freed_bytes());

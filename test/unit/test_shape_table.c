@@ -366,6 +366,30 @@ TEST(dirty_marks)
 	fixture_free(&f);
 }
 
+/*
+ * Takes marks, 16 at a time, noting each slot in `seen`, until `wanted`
+ * distinct slots were seen or `spins` takes were made; spins < 0: until a
+ * take finds none.  Returns how many slots were seen for the first time.
+ */
+static int
+take_marks_while(ShapeTable *table, uint8_t *seen, int wanted, int spins)
+{
+	uint32_t	got[16];
+	int			fresh = 0;
+
+	for (int i = 0; spins < 0 || (i < spins && fresh < wanted); i++)
+	{
+		uint32_t	n = shape_table_take_dirty(table, got, 16);
+
+		if (n == 0 && spins < 0)
+			break;
+		for (uint32_t k = 0; k < n; k++)
+			if (!seen[got[k]]++)
+				fresh++;
+	}
+	return fresh;
+}
+
 typedef struct DirtyArg
 {
 	ShapeTable *table;
@@ -382,45 +406,41 @@ dirty_marker(void *arg)
 	return NULL;
 }
 
-TEST(dirty_marks_concurrent)
+/*
+ * Four threads mark slots (marker) while the main thread takes the marks;
+ * after they are done every slot they marked was taken: `expected` distinct
+ * slots of a table of `nslots`.  TSan runs it too.
+ */
+static void
+check_concurrent_marks(uint32_t nslots, void *(*marker) (void *), int expected)
 {
 	Fixture		f;
 	pthread_t	th[4];
 	DirtyArg	args[4];
-	uint8_t		seen[160] = {0};
-	uint32_t	got[16];
-	int			total = 0;
+	uint8_t    *seen = calloc(nslots, 1);
+	int			total;
 
-	REQUIRE(fixture_init(&f, 160, 1));
+	REQUIRE(seen != NULL);
+	REQUIRE(fixture_init(&f, nslots, 1));
 	for (int i = 0; i < 4; i++)
 	{
 		args[i].table = f.table;
 		args[i].id = i;
-		pthread_create(&th[i], NULL, dirty_marker, &args[i]);
+		pthread_create(&th[i], NULL, marker, &args[i]);
 	}
 	/* the main thread collects meanwhile, a few at a time */
-	for (int spins = 0; spins < 200000 && total < 160; spins++)
-	{
-		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
-
-		for (uint32_t k = 0; k < n; k++)
-			if (!seen[got[k]]++)
-				total++;
-	}
+	total = take_marks_while(f.table, seen, expected, 200000);
 	for (int i = 0; i < 4; i++)
 		pthread_join(th[i], NULL);
-	for (;;)
-	{
-		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
-
-		if (n == 0)
-			break;
-		for (uint32_t k = 0; k < n; k++)
-			if (!seen[got[k]]++)
-				total++;
-	}
-	CHECK_EQ(total, 160);
+	total += take_marks_while(f.table, seen, expected, -1);
+	CHECK_EQ(total, expected);
 	fixture_free(&f);
+	free(seen);
+}
+
+TEST(dirty_marks_concurrent)
+{
+	check_concurrent_marks(160, dirty_marker, 160);
 }
 
 /*
@@ -468,46 +488,10 @@ dirty_marker_wide(void *arg)
 	return NULL;
 }
 
-/* Marks made while the main thread takes them are never lost (TSan runs it too). */
+/* The same across words and summary words of marks. */
 TEST(dirty_marks_concurrent_wide)
 {
-	Fixture		f;
-	pthread_t	th[4];
-	DirtyArg	args[4];
-	static uint8_t seen[10000];
-	uint32_t	got[16];
-	int			total = 0;
-
-	memset(seen, 0, sizeof(seen));
-	REQUIRE(fixture_init(&f, 10000, 1));
-	for (int i = 0; i < 4; i++)
-	{
-		args[i].table = f.table;
-		args[i].id = i;
-		pthread_create(&th[i], NULL, dirty_marker_wide, &args[i]);
-	}
-	for (int spins = 0; spins < 200000 && total < 800; spins++)
-	{
-		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
-
-		for (uint32_t k = 0; k < n; k++)
-			if (!seen[got[k]]++)
-				total++;
-	}
-	for (int i = 0; i < 4; i++)
-		pthread_join(th[i], NULL);
-	for (;;)
-	{
-		uint32_t	n = shape_table_take_dirty(f.table, got, 16);
-
-		if (n == 0)
-			break;
-		for (uint32_t k = 0; k < n; k++)
-			if (!seen[got[k]]++)
-				total++;
-	}
-	CHECK_EQ(total, 800);
-	fixture_free(&f);
+	check_concurrent_marks(10000, dirty_marker_wide, 800);
 }
 
 /* ------------------------------------------------------------ handles */
