@@ -44,6 +44,7 @@ struct HttpServer
 	ConnTable	conns;			/* one slot per open TCP connection */
 	DeadlineWatch deadlines;	/* reaps stalled serves */
 	Admission  *admission;		/* in shared memory */
+	SubsetResults *subsets;		/* in shared memory, or NULL */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
 	SharedResponses shared;		/* a live response per shape slot */
@@ -92,7 +93,10 @@ typedef enum ServeDecision
 typedef struct BodyCursor
 {
 	SlogCursor	records;		/* the range's records */
-	bool		opened;			/* "[" sent */
+	char	   *head;			/* malloc'd opening, or NULL for "[" */
+	size_t		head_len;
+	size_t		head_off;
+	bool		opened;			/* the opening sent */
 	bool		any;			/* a message was sent (commas) */
 	char		tail[192];		/* ",{up-to-date...}]" or "]" */
 	size_t		tail_len;
@@ -125,6 +129,10 @@ struct ShapeConn
 	ShapeConnPhase phase;
 	bool		head_only;		/* HEAD request */
 	bool		delete_shape;	/* DELETE request */
+	bool		post;			/* POST request: a subset query in its body */
+	char	   *post_body;		/* malloc'd, NUL-terminated */
+	size_t		post_len;
+	bool		post_too_large; /* over SUBSET_BODY_MAX: 413 */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
 	char	   *def_key;		/* resolved_shape_key of the definition */
@@ -224,6 +232,20 @@ extern enum MHD_Result http_respond_json(struct MHD_Connection *connection,
 										 bool cors);
 
 /* The version of its shape's log a request reads (shape_serve.c). */
+extern enum MHD_Result shape_respond_error(ShapeConn *sc, unsigned status,
+										   const char *body, int retry_after);
+extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
+extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
+extern uint64_t shape_body_measure(ShapeConn *sc);
+
+/* subset_serve.c: subset queries (GET subset__*, POST) */
+#define SUBSET_BODY_MAX		(256 * 1024)	/* bytes of a POST body */
+extern bool subset_is_requested(const ShapeConn *sc);
+extern void subset_take_body(ShapeConn *sc, const char *data, size_t size);
+extern bool subset_start(ShapeConn *sc, enum MHD_Result *answered);
+extern enum MHD_Result subset_respond(ShapeConn *sc);
+extern void subset_conn_free(ShapeConn *sc);
+
 extern const ShapeLog *shape_conn_pin_log(ShapeConn *sc);
 extern const ShapeLog *shape_conn_log(const ShapeConn *sc);
 extern void shape_conn_unpin_log(ShapeConn *sc);

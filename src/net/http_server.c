@@ -653,6 +653,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	bool		is_head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
 	bool		is_delete = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
 	bool		is_options = strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
+	bool		is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
 	const AccessRules *rules;
 	AccessVerdict verdict;
 	ShapeConn  *sc;
@@ -714,7 +715,8 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	if (verdict != ACCESS_ALLOWED)
 		return http_respond_refused(server, connection, rules, verdict);
 
-	if (!(is_get || is_head || (is_delete && atomic_load(&server->allow_shape_deletion))))
+	if (!(is_get || is_head || is_post ||
+		  (is_delete && atomic_load(&server->allow_shape_deletion))))
 	{
 		*con_cls = &http_plain_request;
 		return MHD_YES;
@@ -731,6 +733,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	sc->waiter.connection = connection;
 	sc->head_only = is_head;
 	sc->delete_shape = is_delete;
+	sc->post = is_post;
 	sc->request.owner = sc;
 	sc->request.result.slot = SHAPE_NO_SLOT;
 	*con_cls = sc;
@@ -759,9 +762,11 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		return ret;
 	}
 
-	/* request bodies are not used by any route; discard them */
+	/* a POST's body is a subset query's; other routes' bodies are discarded */
 	if (*upload_data_size != 0 || *con_cls == &http_answered)
 	{
+		if (*con_cls != &http_answered && *con_cls != &http_plain_request)
+			subset_take_body((ShapeConn *) *con_cls, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
@@ -780,11 +785,6 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		if (strcmp(method, MHD_HTTP_METHOD_DELETE) == 0)
 			return http_respond_json(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
 									 "{\"message\":\"DELETE not allowed\"}", true);
-		if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
-			return http_respond_json(connection, MHD_HTTP_BAD_REQUEST,
-									 "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
-									 "[\"subset snapshots are not supported by this server\"]}}",
-									 true);
 		return http_respond_json(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
 								 "{\"message\":\"method not allowed\"}", true);
 	}
@@ -1172,6 +1172,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->waiters.epoll_fd = server->waiters.notify_fd = -1;	/* nothing to close yet */
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
+	server->subsets = options->subsets;
 	/* see http_request_begins: what a connection's memory pool can parse */
 	if (options->connection_memory < HTTP_MIN_CONNECTION_MEMORY)
 	{

@@ -22,6 +22,7 @@
 #include "conn_activity.h"
 #include "request_queue.h"
 #include "shape_table.h"
+#include "subset_results.h"
 
 typedef struct HttpServer HttpServer;
 
@@ -56,6 +57,7 @@ typedef struct HttpServerOptions
 	ShapeTable *shapes;
 	RequestQueue *queue;
 	Admission  *admission;		/* in shared memory */
+	SubsetResults *subsets;		/* in shared memory; NULL: subsets get 503 */
 	ConnActivity *activity;		/* connection_limit entries in shared memory,
 								 * or NULL: the server keeps its own */
 } HttpServerOptions;

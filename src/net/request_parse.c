@@ -335,6 +335,19 @@ replace_string(char **slot, const char *value)
  * A value a known parameter may carry: no NUL byte (libmicrohttpd decodes
  * %00, and the value would silently end there) and well-formed UTF-8.
  */
+/* The query's subset inputs, made on first use; NULL when out of memory. */
+static SubsetRequest *
+subset_inputs(ShapeQuery *q)
+{
+	if (q->subset_in == NULL)
+	{
+		q->subset_in = calloc(1, sizeof(SubsetRequest));
+		if (q->subset_in != NULL)
+			q->subset_in->cell = -1;
+	}
+	return q->subset_in;
+}
+
 static bool
 value_acceptable(RequestErrors *errs, const char *field, const char *value, size_t len)
 {
@@ -435,10 +448,43 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_len >= 8 && strncmp(key, "subset__", 8) == 0)
 	{
+		char	  **field = NULL;
+		SubsetRequest *in = subset_inputs(q);
+
 		/* the client's where_expr/order_by_expr echoes carry no request */
-		if (!key_is(key, key_len, "subset__where_expr") &&
-			!key_is(key, key_len, "subset__order_by_expr"))
-			q->subset = true;
+		if (key_is(key, key_len, "subset__where_expr") ||
+			key_is(key, key_len, "subset__order_by_expr"))
+			return;
+		q->subset = true;
+		if (in == NULL)
+			return;
+		if (key_is(key, key_len, "subset__where"))
+			field = &in->where;
+		else if (key_is(key, key_len, "subset__params"))
+			field = &in->params;
+		else if (key_is(key, key_len, "subset__limit"))
+			field = &in->limit;
+		else if (key_is(key, key_len, "subset__offset"))
+			field = &in->offset;
+		else if (key_is(key, key_len, "subset__order_by"))
+			field = &in->order_by;
+		if (field != NULL && value_acceptable(errs, "subset", value, value_len))
+			replace_string(field, value);
+	}
+	else if (key_is(key, key_len, "queryable_columns"))
+	{
+		SubsetRequest *in = subset_inputs(q);
+
+		if (in == NULL)
+			return;
+		for (int i = 0; i < in->nqueryable; i++)
+			free(in->queryable[i]);
+		free(in->queryable);
+		in->queryable = NULL;
+		in->nqueryable = 0;
+		if (value_acceptable(errs, "queryable_columns", value, value_len) &&
+			!parse_column_list(value, &in->queryable, &in->nqueryable, err, sizeof(err)))
+			request_errors_add(errs, "queryable_columns", "%s", err);
 	}
 	else if ((pidx = param_index(key)) != 0)
 	{
@@ -507,6 +553,8 @@ shape_query_finish_delete(ShapeQuery *q, RequestErrors *errs)
 void
 shape_query_free(ShapeQuery *q)
 {
+	subset_request_free(q->subset_in);
+	q->subset_in = NULL;
 	shape_definition_free(&q->def);
 	free(q->handle);
 	free(q->cursor);

@@ -48,6 +48,8 @@ typedef struct ShapeQuery
 	bool		live_sse;
 	char	   *cursor;
 	bool		subset;			/* some subset__* parameter was given */
+	SubsetRequest *subset_in;	/* the subset__* and queryable_columns values
+								 * given; NULL when none */
 } ShapeQuery;
 
 /*

@@ -140,3 +140,22 @@ shape_resolution_free(ShapeResolution *res)
 	free(res->schema_json);
 	res->error_json = res->schema_json = NULL;
 }
+
+/* Frees the inputs; the cell is the connection's to let go of (shape_conn_free). */
+void
+subset_request_free(SubsetRequest *subset)
+{
+	if (subset == NULL)
+		return;
+	free(subset->where);
+	free(subset->params);
+	free(subset->limit);
+	free(subset->offset);
+	free(subset->order_by);
+	free(subset->body);
+	for (int i = 0; i < subset->nqueryable; i++)
+		free(subset->queryable[i]);
+	free(subset->queryable);
+	free(subset->handle);
+	free(subset);
+}

@@ -69,6 +69,29 @@ typedef struct ShapeResolution
 	char		handle[SHAPE_HANDLE_LEN];
 } ShapeResolution;
 
+/*
+ * A subset query (GET with subset__* parameters, or POST /v1/shape): its
+ * inputs as the client sent them, checked by the snapshot worker that runs
+ * it (subset_query.c).  Strings are malloc'd, NULL when absent.
+ */
+typedef struct SubsetRequest
+{
+	char	   *where;
+	char	   *params;			/* a JSON object, as text */
+	char	   *limit;
+	char	   *offset;
+	char	   *order_by;
+	char	   *body;			/* POST: the JSON body, which holds the above */
+	size_t		body_len;
+	char	  **queryable;		/* queryable_columns, unquoted; NULL: any */
+	int			nqueryable;
+	char	   *handle;			/* the handle the client sent, or NULL */
+	bool		offset_now;		/* offset=now: the answer's offset is the log's end */
+	int			cell;			/* its SubsetResults cell, held by the request */
+	uint32_t	ticket;			/* ... and which use of it */
+	char		log_end[48];	/* main thread: the log's end before the query */
+} SubsetRequest;
+
 typedef struct ShapeRequest ShapeRequest;
 
 struct ShapeRequest
@@ -78,6 +101,7 @@ struct ShapeRequest
 	bool		delete_shape;	/* DELETE /v1/shape rather than GET */
 	bool		has_definition; /* def names a table (DELETE may give a handle only) */
 	char	   *handle;			/* DELETE: the handle given, or NULL */
+	SubsetRequest *subset;		/* a subset query, or NULL */
 	uint64_t	client_key;		/* who asks: its address (IPv6: its /64),
 								 * hashed; 0 when unknown */
 	bool		holds_initial;	/* admitted as initial (shape_serve.c) */
@@ -104,5 +128,6 @@ extern ShapeRequest *request_queue_close(RequestQueue *queue);
 
 extern void shape_definition_free(ShapeDefinition *def);
 extern void shape_resolution_free(ShapeResolution *res);
+extern void subset_request_free(SubsetRequest *subset);
 
 #endif							/* REQUEST_QUEUE_H */

@@ -109,7 +109,7 @@ shape_conn_responded(ShapeConn *sc)
 	sc->phase = CONN_RESPONDED;
 }
 
-static enum MHD_Result
+enum MHD_Result
 shape_respond_error(ShapeConn *sc, unsigned status, const char *body, int retry_after)
 {
 	struct MHD_Response *response;
@@ -149,7 +149,7 @@ shape_respond_unavailable(ShapeConn *sc, const char *message, int retry_after)
 }
 
 /* 409: the handle the client holds is gone; `handle` is its replacement. */
-static enum MHD_Result
+enum MHD_Result
 shape_respond_must_refetch(ShapeConn *sc, const char *handle)
 {
 	struct MHD_Response *response;
@@ -255,6 +255,8 @@ shape_conn_pin_log(ShapeConn *sc)
 const ShapeLog *
 shape_conn_log(const ShapeConn *sc)
 {
+	if (sc->request.subset != NULL)
+		return &sc->server->subsets->cells[sc->request.subset->cell].log;
 	return &sc->server->shapes->slots[sc->request.result.slot].logs[sc->log_version];
 }
 
@@ -319,10 +321,17 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 	size_t		limit = max < sc->server->write_piece_size ? max : sc->server->write_piece_size;
 	size_t		n = 0;
 
-	if (!b->opened && limit > 0)
+	if (!b->opened && b->head == NULL && limit > 0)
 	{
 		buf[n++] = '[';
 		b->opened = true;
+	}
+	else if (!b->opened)
+	{
+		n += http_copy_some(buf, limit, b->head, b->head_len, &b->head_off);
+		b->opened = b->head_off == b->head_len;
+		if (!b->opened)
+			return (ssize_t) n;
 	}
 	while (n < limit)
 	{
@@ -363,12 +372,12 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
  * longer one is copied a piece at a time by shape_body_reader into the
  * response's buffer of one piece.
  */
-static uint64_t
+uint64_t
 shape_body_measure(ShapeConn *sc)
 {
 	BodyCursor *b = &sc->body;
 	uint64_t	messages = 0;
-	uint64_t	size = 1 + b->tail_len;
+	uint64_t	size = (b->head ? b->head_len : 1) + b->tail_len;
 
 	if (slog_cursor_more(&b->records))
 		size += slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc),
@@ -405,7 +414,7 @@ shape_body_build(ShapeConn *sc, size_t size)
 }
 
 /* The response for a body of `size` bytes (shape_body_measure). */
-static struct MHD_Response *
+struct MHD_Response *
 shape_body_response(ShapeConn *sc, uint64_t size)
 {
 	char	   *buf;
@@ -1009,6 +1018,7 @@ shape_reuse_resolution(ShapeConn *sc)
 static enum MHD_Result
 shape_start(ShapeConn *sc)
 {
+	enum MHD_Result ret;
 	RequestErrors errs = {0};
 	void	   *args[2] = {&sc->query, &errs};
 
@@ -1019,7 +1029,7 @@ shape_start(ShapeConn *sc)
 		shape_query_finish(&sc->query, &errs, atomic_load(&sc->server->max_where_length));
 	http_note_kind(sc->server, sc->conn_slot,
 				   sc->delete_shape ? SM_KIND_DELETE :
-				   sc->query.subset ? SM_KIND_SUBSET :
+				   subset_is_requested(sc) ? SM_KIND_SUBSET :
 				   sc->query.live_sse ? SM_KIND_SSE :
 				   sc->query.live ? SM_KIND_LIVE :
 				   log_offset_is_before_all(sc->query.offset) ? SM_KIND_INITIAL :
@@ -1032,14 +1042,12 @@ shape_start(ShapeConn *sc)
 		free(body);
 		return ret;
 	}
-	if (sc->query.subset)
-		return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
-								   "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
-								   "[\"subset snapshots are not supported by this server\"]}}", 0);
 	if (atomic_load(&sc->server->stopping))
 		return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 	if (!shape_admit(sc))
 		return shape_respond_over_limit(sc);
+	if (subset_is_requested(sc) && !subset_start(sc, &ret))
+		return ret;
 
 	/* the definition moves to the request; the main thread resolves it */
 	sc->request.def = sc->query.def;
@@ -1049,7 +1057,7 @@ shape_start(ShapeConn *sc)
 	sc->request.client_key = shape_client_key(sc->connection);
 	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
-	if (!sc->delete_shape)
+	if (!sc->delete_shape && sc->request.subset == NULL)
 	{
 		sc->def_key = resolved_shape_key(&sc->request.def, &sc->def_key_len);
 		if (shape_reuse_resolution(sc))
@@ -1104,6 +1112,8 @@ shape_after_resolve(ShapeConn *sc)
 	conn_table_set_handle(&sc->server->conns, sc->conn_slot, res->handle);
 	if (sc->query.handle != NULL && strcmp(sc->query.handle, res->handle) != 0)
 		return shape_respond_must_refetch(sc, res->handle);
+	if (sc->request.subset != NULL)
+		return subset_respond(sc);
 	if (!shape_table_pin(sc->server->shapes, res->slot, res->generation))
 		return shape_respond_unavailable(sc, "Failed to create shape, please retry", 1);
 	sc->pinned = true;
@@ -1156,8 +1166,10 @@ shape_conn_free(ShapeConn *sc)
 	if (sc->body_buffer >= 64 * 1024)
 		atomic_fetch_add_explicit(&sc->server->freed_bytes, sc->body_buffer,
 								  memory_order_relaxed);
+	subset_conn_free(sc);
 	shape_query_free(&sc->query);
 	free(sc->def_key);
+	free(sc->body.head);
 	shape_definition_free(&sc->request.def);
 	shape_resolution_free(&sc->request.result);
 	free(sc);

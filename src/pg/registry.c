@@ -371,17 +371,6 @@ reg_error_json(const char *field, const char *message)
 	return buf.data;
 }
 
-/* Byte offset of the (1-based) character position `pos` in `text`. */
-static int
-reg_byte_position(const char *text, int pos)
-{
-	int			bytes = 0;
-
-	for (int c = 1; c < pos && text[bytes] != '\0'; c++)
-		bytes += pg_mblen(text + bytes);
-	return bytes;
-}
-
 /* Turns a caught validation error into the response the client gets. */
 static void
 reg_reject(ShapeRequest *req, ErrorData *edata)
@@ -423,14 +412,7 @@ reg_reject(ShapeRequest *req, ErrorData *edata)
 					(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
 		return;
 	}
-	if (shape_def_http_message[0] != '\0')
-		message = pstrdup(shape_def_http_message);
-	else if (strcmp(field, "where") == 0 && edata->internalpos > 0 && edata->internalquery)
-		message = psprintf("At location %d: %s",
-						   reg_byte_position(edata->internalquery, edata->internalpos),
-						   edata->message);
-	else
-		message = pstrdup(edata->message);
+	message = shape_def_error_message(field, edata);
 	req->result.status = SHAPE_RESOLVE_INVALID;
 	req->result.error_json = reg_malloc_string(reg_error_json(field, message));
 }
@@ -995,7 +977,8 @@ registry_resolve(ShapeRequest *req)
 bool
 registry_resolve_during_replay(ShapeRequest *req)
 {
-	if (req->delete_shape)
+	/* a subset's query reads the current catalog: it waits too */
+	if (req->delete_shape || req->subset != NULL)
 		return false;
 	reg_in_replay = true;
 	reg_wait_for_replay = false;
@@ -1230,4 +1213,23 @@ registry_maintain_during_replay(void)
 	reg_make_room();
 	reg_log_evictions(now);
 	reg_launch_snapshots();
+}
+
+/*
+ * What a subset query of a shape the registry holds needs: its spec, the
+ * fingerprint of its table and the role it is read as.  False when the
+ * slot holds another shape now.
+ */
+bool
+registry_shape(uint32 slot, uint32 generation, const ShapeSpec **spec,
+			   const char **fingerprint, Oid *role)
+{
+	RegistryEntry *e = &reg_entries[slot];
+
+	if (!e->in_use || e->generation != generation)
+		return false;
+	*spec = &e->spec;
+	*fingerprint = e->fingerprint;
+	*role = e->role;
+	return true;
 }

@@ -12,6 +12,7 @@
 #define REGISTRY_H
 
 #include "request_queue.h"
+#include "shape_def.h"
 #include "server_metrics.h"
 
 extern void registry_start(void);
@@ -21,5 +22,7 @@ extern void registry_maintain(void);
 extern void registry_maintain_during_replay(void);
 extern void registry_rotate(uint32_t slot, SmRotationCause cause);
 extern void registry_stop(void);
+extern bool registry_shape(uint32_t slot, uint32_t generation, const ShapeSpec **spec,
+						   const char **fingerprint, Oid *role);
 
 #endif							/* REGISTRY_H */

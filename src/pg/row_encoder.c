@@ -250,6 +250,15 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 	enc->row_context = renc_row_context();
 }
 
+/* A subset query's rows carry its snapshot_mark in their headers. */
+void
+row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark)
+{
+	enc->insert_headers = psprintf(",\"headers\":{\"operation\":\"insert\",\"relation\":%s,\"snapshot_mark\":%u}}",
+								   enc->relation_json, snapshot_mark);
+	enc->insert_headers_len = strlen(enc->insert_headers);
+}
+
 /*
  * A column's value as text: data NULL for SQL NULL, else in the row
  * context, in the stored value, or in digits.

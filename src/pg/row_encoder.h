@@ -53,6 +53,7 @@ typedef struct RowEncoder
 } RowEncoder;
 
 extern void row_encoder_init(RowEncoder *enc, const ShapeRelation *rel);
+extern void row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark);
 
 /*
  * Appends the snapshot message of one row to `out`.  `values` and `nulls`

@@ -67,6 +67,7 @@
 #include "catalog/pg_range.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
@@ -1296,6 +1297,74 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	*tree = nodeToString(expr);
 }
 
+/*
+ * sdef_where under pinned settings.  Parameters are read, and constants
+ * deparsed, under Electric's display settings, whatever the session's: the
+ * clause then means the same in the snapshot worker and the decoder, which
+ * use them too.  Unqualified names resolve in pg_catalog only, whatever the
+ * session's path; see sdef_check_raw for qualified ones.
+ */
+static void
+sdef_where_pinned(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree)
+{
+	int			nestlevel = NewGUCNestLevel();
+
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	sdef_where(def, rel, sql_out, tree);
+	AtEOXact_GUC(true, nestlevel);
+}
+
+/*
+ * A subset query's where clause (subset_query.c): parsed, checked, bound
+ * and folded exactly as a shape's, against `rel`, with `params` binding its
+ * $n.  Returns the folded tree; raises an ERROR with shape_def_error_field
+ * set ("where" or "params") when the clause is invalid.
+ */
+Node *
+shape_def_subset_where(Relation rel, const char *where, char **params, int nparams)
+{
+	ShapeDefinition def;
+	char	   *sql;
+	char	   *tree;
+
+	memset(&def, 0, sizeof(def));
+	def.where = (char *) where;
+	def.params = params;
+	def.nparams = nparams;
+	sdef_where_pinned(&def, rel, &sql, &tree);
+	return stringToNode(tree);
+}
+
+/* Byte offset of the (1-based) character position `pos` in `text`. */
+static int
+sdef_byte_position(const char *text, int pos)
+{
+	int			bytes = 0;
+
+	for (int c = 1; c < pos && text[bytes] != '\0'; c++)
+		bytes += pg_mblen(text + bytes);
+	return bytes;
+}
+
+/*
+ * What a client is told of a validation error of field `field`: the
+ * sentence Electric's clients expect when there is one, a where clause's
+ * syntax error with its location, or PostgreSQL's message.
+ */
+char *
+shape_def_error_message(const char *field, const ErrorData *edata)
+{
+	if (shape_def_http_message[0] != '\0')
+		return pstrdup(shape_def_http_message);
+	if (strcmp(field, "where") == 0 && edata->internalpos > 0 && edata->internalquery)
+		return psprintf("At location %d: %s",
+						sdef_byte_position(edata->internalquery, edata->internalpos),
+						edata->message);
+	return pstrdup(edata->message);
+}
+
 /* ---------------------------------------------------------- validation */
 
 static int
@@ -1472,22 +1541,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 	if (def->ncolumns > 0)
 		sdef_columns(def, rel, spec);
 	if (def->where != NULL && def->where[0] != '\0')
-	{
-		/*
-		 * Parameters are read, and constants deparsed, under Electric's
-		 * display settings, whatever the session's: the clause then means the
-		 * same in the snapshot worker and the decoder, which use them too.
-		 * Unqualified names resolve in pg_catalog only, whatever the
-		 * session's path; see sdef_check_raw for qualified ones.
-		 */
-		int			nestlevel = NewGUCNestLevel();
-
-		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
-		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		sdef_where(def, rel, &spec->where_sql, &spec->where_tree);
-		AtEOXact_GUC(true, nestlevel);
-	}
+		sdef_where_pinned(def, rel, &spec->where_sql, &spec->where_tree);
 	sdef_check_readable(rel, spec);
 	table_close(rel, NoLock);
 	shape_def_error_field = NULL;

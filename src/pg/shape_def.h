@@ -15,6 +15,7 @@
 
 #include "access/attnum.h"
 #include "lib/stringinfo.h"
+#include "nodes/nodes.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
@@ -68,6 +69,9 @@ extern const char *shape_def_error_field;
 extern char shape_def_http_message[512];
 
 extern void shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait);
+extern Node *shape_def_subset_where(Relation rel, const char *where, char **params,
+									int nparams);
+extern char *shape_def_error_message(const char *field, const ErrorData *edata);
 extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 										  const AttrNumber *columns);
 extern ShapeRelation *shape_relation_describe(Relation rel, int ncolumns,

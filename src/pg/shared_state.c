@@ -104,6 +104,7 @@ sstate_shmem_startup(void)
 		atomic_init(&shape_sync_shared->worker_latch, 0);
 		memset(&shape_sync_shared->decoder, 0, sizeof(shape_sync_shared->decoder));
 		snapshot_jobs_init(&shape_sync_shared->snapshot_jobs);
+		subset_results_init(&shape_sync_shared->subsets);
 		shape_sync_shared->metric_stripes = stripes;
 		shape_sync_shared->nconnections = (uint32) shape_sync_max_connections;
 		shape_sync_shared->connections = (ConnActivity *) TYPEALIGN(128, activity_mem);

@@ -22,6 +22,7 @@
 #include "server_metrics.h"
 #include "shape_table.h"
 #include "snapshot_jobs.h"
+#include "subset_results.h"
 
 typedef struct ShapeSyncShared
 {
@@ -33,6 +34,7 @@ typedef struct ShapeSyncShared
 	uint32		nconnections;	/* shape_sync.max_connections */
 	uint32		metric_stripes; /* writers' stripes in the metrics area */
 	SnapshotJobs snapshot_jobs; /* snapshots to take, and who takes them */
+	SubsetResults subsets;		/* answers of subset queries in flight */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

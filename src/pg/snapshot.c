@@ -10,7 +10,7 @@
  * job per new shape (snapshot_jobs.c) and wakes an idle worker or starts
  * one (snapshot_pool_staff); a worker takes jobs one after the other and
  * exits after SNAPSHOT_WORKER_IDLE_MS without one.  A failed job is
- * recovered from as a backend recovers from an error (snap_recover), and
+ * recovered from as a backend recovers from an error (snapshot_worker_recover), and
  * the worker goes on.
  *
  * For each job the worker opens a REPEATABLE READ, READ ONLY transaction,
@@ -54,11 +54,14 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
+#include "parser/parse_oper.h"
 #include "parser/parse_node.h"
 #include "parser/parse_relation.h"
 #include "pgstat.h"
@@ -85,6 +88,7 @@
 #include "server_metrics.h"
 #include "shared_state.h"
 #include "snapshot.h"
+#include "subset_query.h"
 
 /* What bgw_extra carries. */
 typedef struct SnapshotWorkerArgs
@@ -184,6 +188,55 @@ snap_receiver_destroy(DestReceiver *self)
 }
 
 /*
+ * A subset query's ORDER BY (each key a column of the target list, with the
+ * type's default ordering) and LIMIT/OFFSET.
+ */
+static void
+snap_add_subset_clauses(Query *query, const SnapshotSubset *subset)
+{
+	for (int k = 0; k < subset->norder; k++)
+	{
+		const SnapshotOrder *o = &subset->order[k];
+		TargetEntry *tle = NULL;
+		SortGroupClause *sort = makeNode(SortGroupClause);
+		Oid			lt;
+		Oid			eq;
+		Oid			gt;
+		bool		hashable;
+		ListCell   *lc;
+
+		foreach(lc, query->targetList)
+		{
+			TargetEntry *t = lfirst(lc);
+
+			if (((Var *) t->expr)->varattno == o->attnum)
+				tle = t;
+		}
+		if (tle == NULL)
+			elog(ERROR, "a subset's sort column %d is not fetched", o->attnum);
+		get_sort_group_operators(exprType((Node *) tle->expr), true, true, false,
+								 &lt, &eq, &gt, &hashable);
+		if (tle->ressortgroupref == 0)
+			tle->ressortgroupref = (Index) (k + 1);
+		sort->tleSortGroupRef = tle->ressortgroupref;
+		sort->eqop = eq;
+		sort->sortop = o->descending ? gt : lt;
+		sort->nulls_first = o->nulls_first;
+		sort->hashable = hashable;
+		query->sortClause = lappend(query->sortClause, sort);
+	}
+	if (subset->limit >= 0)
+		query->limitCount = (Node *) makeConst(INT8OID, -1, InvalidOid, sizeof(int64),
+											   Int64GetDatum(subset->limit), false,
+											   FLOAT8PASSBYVAL);
+	if (subset->offset > 0)
+		query->limitOffset = (Node *) makeConst(INT8OID, -1, InvalidOid, sizeof(int64),
+												Int64GetDatum(subset->offset), false,
+												FLOAT8PASSBYVAL);
+	query->limitOption = LIMIT_OPTION_COUNT;
+}
+
+/*
  * SELECT <the shape's and its key's columns> FROM ONLY <table> WHERE
  * <where>, built as a query tree around the validated, folded where tree:
  * no text is parsed again, so no name can resolve to anything but what was
@@ -191,7 +244,8 @@ snap_receiver_destroy(DestReceiver *self)
  * read, for the executor's privilege check.
  */
 static Query *
-snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Node *where)
+snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Node *where,
+				 const SnapshotSubset *subset)
 {
 	ParseState *pstate = make_parsestate(NULL);
 	ParseNamespaceItem *nsitem;
@@ -224,6 +278,9 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
 	while ((x = bms_next_member(where_cols, x)) >= 0)
 		rte->selectedCols = bms_add_member(rte->selectedCols, x);
 
+	if (subset != NULL)
+		snap_add_subset_clauses(query, subset);
+
 	query->commandType = CMD_SELECT;
 	query->querySource = QSRC_ORIGINAL;
 	query->canSetTag = true;
@@ -252,13 +309,15 @@ snap_refuse_row_security(const ShapeRelation *rel)
 }
 
 void
-snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
+snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit emit, void *arg)
 {
 	ShapeRelation *rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
 	Relation	relation;
 	SnapshotReceiver receiver;
 	AttrNumber *fetched;
 	int			nfetched = 0;
+	int			norder;
+	Node	   *where;
 	Query	   *query;
 	List	   *rewritten;
 	PlannedStmt *plan;
@@ -275,14 +334,18 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 	receiver.emit = emit;
 	receiver.arg = arg;
 	row_encoder_init(&receiver.enc, rel);
+	if (subset != NULL)
+		row_encoder_set_snapshot_mark(&receiver.enc, subset->snapshot_mark);
 	initStringInfo(&receiver.message);
 
-	/* the shape's columns and the key columns, each once */
-	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys + 1));
-	for (int i = 0; i < rel->ncolumns + rel->nkeys; i++)
+	/* the shape's columns, the key columns and a subset's sort columns, each once */
+	norder = subset != NULL ? subset->norder : 0;
+	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys + norder + 1));
+	for (int i = 0; i < rel->ncolumns + rel->nkeys + norder; i++)
 	{
 		AttrNumber	attnum = i < rel->ncolumns ? rel->columns[i].attnum :
-			rel->keys[i - rel->ncolumns];
+			i < rel->ncolumns + rel->nkeys ? rel->keys[i - rel->ncolumns] :
+			subset->order[i - rel->ncolumns - rel->nkeys].attnum;
 		bool		dup = false;
 
 		for (int j = 0; j < nfetched; j++)
@@ -297,8 +360,11 @@ snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg)
 	memset(receiver.nulls, true, sizeof(bool) * Max(rel->natts, 1));
 
 	relation = table_open(spec->relid, AccessShareLock);
-	query = snap_build_query(relation, fetched, nfetched,
-							 spec->where_tree ? stringToNode(spec->where_tree) : NULL);
+	where = spec->where_tree ? stringToNode(spec->where_tree) : NULL;
+	if (subset != NULL && subset->where != NULL)
+		where = where ? (Node *) make_andclause(list_make2(where, subset->where)) :
+			subset->where;
+	query = snap_build_query(relation, fetched, nfetched, where, subset);
 	table_close(relation, NoLock);
 
 	rewritten = QueryRewrite(query);
@@ -636,9 +702,12 @@ snap_emit(void *arg, const char *message, int len)
 	}
 }
 
-/* Turns pg_current_snapshot()'s text, "xmin:xmax:xip,...", into JSON. */
-static void
-snap_end_message(StringInfo buf, const char *snapshot)
+/*
+ * pg_current_snapshot()'s text, "xmin:xmax:xip,...", as the JSON members
+ * "xmin":"..","xmax":"..","xip_list":[..] (snapshot-end, subset metadata).
+ */
+void
+snapshot_visibility_json(StringInfo buf, const char *snapshot)
 {
 	char	   *copy = pstrdup(snapshot);
 	char	   *xmax = strchr(copy, ':');
@@ -648,7 +717,7 @@ snap_end_message(StringInfo buf, const char *snapshot)
 		elog(ERROR, "unexpected snapshot text \"%s\"", snapshot);
 	*xmax++ = '\0';
 	*xip++ = '\0';
-	appendStringInfoString(buf, "{\"headers\":{\"control\":\"snapshot-end\",\"xmin\":");
+	appendStringInfoString(buf, "\"xmin\":");
 	escape_json(buf, copy);
 	appendStringInfoString(buf, ",\"xmax\":");
 	escape_json(buf, xmax);
@@ -659,7 +728,16 @@ snap_end_message(StringInfo buf, const char *snapshot)
 			appendStringInfoChar(buf, ',');
 		escape_json(buf, tok);
 	}
-	appendStringInfoString(buf, "]}}");
+	appendStringInfoChar(buf, ']');
+}
+
+/* The snapshot-end control message of a snapshot. */
+static void
+snap_end_message(StringInfo buf, const char *snapshot)
+{
+	appendStringInfoString(buf, "{\"headers\":{\"control\":\"snapshot-end\",");
+	snapshot_visibility_json(buf, snapshot);
+	appendStringInfoString(buf, "}}");
 }
 
 /*
@@ -747,6 +825,7 @@ snap_on_exit(int code, Datum arg)
 	if (snap_entry >= 0)
 		snapshot_worker_release(&shape_sync_shared->snapshot_jobs, snap_entry);
 	snap_entry = -1;
+	subset_abandon();
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
 	snap_fail(w, 500, "The snapshot worker stopped before the snapshot was complete, please retry");
@@ -811,8 +890,8 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 }
 
 /* pg_current_snapshot()::text: the active snapshot, its xids widened to xid8 */
-static char *
-snap_current_snapshot_text(void)
+char *
+snapshot_current_text(void)
 {
 	LOCAL_FCINFO(fcinfo, 0);
 	Datum		snapshot;
@@ -869,7 +948,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		 * every transaction the snapshot sees: the stream stops checking
 		 * visibility at the first commit at or beyond it.
 		 */
-		snapshot_text = snap_current_snapshot_text();
+		snapshot_text = snapshot_current_text();
 		lsn_text = psprintf(UINT64_FORMAT, (uint64) GetXLogWriteRecPtr());
 		writer->slot->snapshot_lsn = (uint64) GetXLogInsertRecPtr();
 
@@ -938,7 +1017,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		snap_refuse_row_security(shape_relation_load(spec->relid, spec->ncolumns,
 													 spec->columns));
 	else
-		snapshot_scan(spec, snap_emit, writer);
+		snapshot_scan(spec, NULL, snap_emit, writer);
 
 	initStringInfo(&end);
 	snap_end_message(&end, snapshot_text);
@@ -973,8 +1052,8 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
  * the worker can take the next job.  The transaction's abort gives back
  * its locks, snapshots, SPI and the role and settings it changed.
  */
-static void
-snap_recover(void)
+void
+snapshot_worker_recover(void)
 {
 	HOLD_INTERRUPTS();
 	disable_all_timeouts(false);
@@ -1043,7 +1122,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 
 		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
-		snap_recover();
+		snapshot_worker_recover();
 		if (seg != NULL)
 			dsm_detach(seg);
 		if (shape_table_state(table, job->slot) != SHAPE_SNAPSHOTTING)
@@ -1176,7 +1255,10 @@ shape_sync_snapshot_main(Datum arg)
 			snapshot_worker_set_job(q, snap_entry, snapshot_job_key(job.slot, job.generation));
 			QueryCancelPending = false; /* a cancel meant for an earlier job */
 			RESUME_CANCEL_INTERRUPTS();
-			snap_run_job(&job, job_context);
+			if (job.slot & SUBSET_JOB_SLOT_BIT)
+				subset_run_job(&job, job_context);
+			else
+				snap_run_job(&job, job_context);
 			HOLD_CANCEL_INTERRUPTS();
 			QueryCancelPending = false;
 			snapshot_worker_set_job(q, snap_entry, 0);

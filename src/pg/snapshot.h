@@ -13,6 +13,7 @@
 
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
 
@@ -21,8 +22,38 @@
 /* Receives each encoded snapshot message. */
 typedef void (*SnapshotEmit) (void *arg, const char *message, int len);
 
-/* Runs the shape's query in the current transaction, encoding every row. */
-extern void snapshot_scan(const ShapeSpec *spec, SnapshotEmit emit, void *arg);
+/* One sort key of a subset query. */
+typedef struct SnapshotOrder
+{
+	AttrNumber	attnum;
+	bool		descending;
+	bool		nulls_first;
+} SnapshotOrder;
+
+/* What a subset query adds to its shape's query (subset_query.c). */
+typedef struct SnapshotSubset
+{
+	Node	   *where;			/* ANDed with the shape's; NULL: none */
+	int			norder;
+	SnapshotOrder *order;
+	int64		limit;			/* -1: none */
+	int64		offset;			/* 0: none */
+	uint32		snapshot_mark;	/* in every row's headers */
+} SnapshotSubset;
+
+/*
+ * Runs the shape's query in the current transaction, encoding every row;
+ * with `subset`, the subset's query instead.
+ */
+extern void snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset,
+						  SnapshotEmit emit, void *arg);
+
+/* pg_current_snapshot()::text of the active snapshot, and as JSON members. */
+extern char *snapshot_current_text(void);
+extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
+
+/* After an error in a job: what a backend's error recovery does. */
+extern void snapshot_worker_recover(void);
 
 /*
  * The shape's definition in a new DSM segment, for the worker that takes

@@ -56,6 +56,7 @@
 #include "shape_role.h"
 #include "shape_stream.h"
 #include "shared_state.h"
+#include "subset_jobs.h"
 #include "thread_log.h"
 
 PGDLLEXPORT void shape_sync_worker_main(Datum arg);
@@ -223,6 +224,7 @@ worker_connection_limit(void)
 static void
 worker_shutdown(int code, Datum arg)
 {
+	subset_jobs_stop();
 	/* requests waiting for a lock get their 503 now */
 	while (worker_deferred != NULL)
 	{
@@ -303,8 +305,8 @@ worker_resolve_requests(void)
 			list->next = worker_deferred;
 			worker_deferred = list;
 		}
-		else
-			list->done(list);
+		else if (!subset_jobs_take(list))
+			list->done(list);	/* a subset query is answered once it ran */
 		list = next;
 	}
 	return true;
@@ -427,6 +429,7 @@ shape_sync_worker_main(Datum arg)
 	options.shapes = shape_sync_shared->table;
 	options.queue = &worker_queue;
 	options.admission = &shape_sync_shared->admission;
+	options.subsets = &shape_sync_shared->subsets;
 	options.activity = shape_sync_shared->connections;
 	options.socket_send_buffer = (size_t) shape_sync_socket_send_buffer * 1024;
 	options.connection_limit = worker_connection_limit();
@@ -489,6 +492,8 @@ shape_sync_worker_main(Datum arg)
 		}
 		resolved = worker_resolve_requests();
 		registry_maintain();
+		subset_jobs_reap();
+		subset_jobs_launch();
 		shape_stream_maintain();
 		more_wal = decoder_step();
 		more_prefault = log_prefault_step(nfired == 0 && !resolved && !more_wal);

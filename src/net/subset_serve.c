@@ -1,0 +1,261 @@
+/*-------------------------------------------------------------------------
+ *
+ * subset_serve.c
+ *		Subset queries over HTTP: GET with subset__* parameters, and POST.
+ *
+ * This file runs on libmicrohttpd threads and must not call into
+ * PostgreSQL.
+ *
+ * A request is a subset query when it carries any subset__* parameter
+ * (subset__where_expr and subset__order_by_expr, the client's echoes, do
+ * not count) or is a POST, whose JSON body holds the subset's fields.  The
+ * body is kept as it comes, up to SUBSET_BODY_MAX bytes (413 past that),
+ * and checked by the worker that runs the query, under PostgreSQL's JSON
+ * parser, like every other subset input (subset_query.c): nothing of the
+ * subset is parsed on this thread.
+ *
+ * The request goes the way of every shape request (shape_serve.c): it is
+ * admitted, then resolved by the main thread, which checks its handle (409)
+ * and keeps it until a snapshot worker has run the query (subset_jobs.c).
+ * Before that it claims a cell for the answer (subset_results.c): when all
+ * SUBSET_RESULTS_MAX are in use, it gets 503 with retry-after, so that any
+ * number of subset requests costs a bounded number of queries at a time.
+ * The answer is sent from the cell's log like a shape's chunk, piece by
+ * piece (shape_body_response): `{"metadata":` record 0 `,"data":[` rows
+ * `]}`.  The cell is let go of when the connection is done with the
+ * request, however it ended.
+ *
+ * electric-offset is the offset the request was sent at (for offset=now,
+ * the log's end before the query ran): a client that moves its stream to
+ * it skips no change, and changes that the subset already holds are told
+ * apart by the snapshot's visibility (the client's snapshot tracker).
+ *
+ * IDENTIFICATION
+ *	  src/net/subset_serve.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifdef POSTGRES_H
+#error "subset_serve.c runs on HTTP threads and must not include postgres.h"
+#endif
+
+#include "http_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json_text.h"
+
+static const char subset_metadata_open[] = "{\"metadata\":";
+static const char subset_data_open[] = ",\"data\":[";
+
+bool
+subset_is_requested(const ShapeConn *sc)
+{
+	return sc->post || sc->query.subset;
+}
+
+/* POST: the body, piece by piece, up to SUBSET_BODY_MAX bytes. */
+void
+subset_take_body(ShapeConn *sc, const char *data, size_t size)
+{
+	char	   *grown;
+
+	if (!sc->post || sc->post_too_large)
+		return;
+	if (sc->post_len + size > SUBSET_BODY_MAX)
+	{
+		sc->post_too_large = true;
+		free(sc->post_body);
+		sc->post_body = NULL;
+		sc->post_len = 0;
+		return;
+	}
+	grown = realloc(sc->post_body, sc->post_len + size + 1);
+	if (grown == NULL)
+	{
+		sc->post_too_large = true;	/* cannot hold it: as if too large */
+		return;
+	}
+	memcpy(grown + sc->post_len, data, size);
+	sc->post_body = grown;
+	sc->post_len += size;
+	sc->post_body[sc->post_len] = '\0';
+}
+
+/*
+ * An admitted subset request: checks its body and claims a cell, then the
+ * inputs go with the request to the main thread.  False when it was
+ * answered here (*answered).
+ */
+bool
+subset_start(ShapeConn *sc, enum MHD_Result *answered)
+{
+	SubsetRequest *in = sc->query.subset_in;
+	uint32_t	ticket;
+	int			cell;
+
+	if (sc->post_too_large)
+	{
+		*answered = shape_respond_error(sc, MHD_HTTP_CONTENT_TOO_LARGE,
+										"{\"error\":\"Request body too large\"}", 0);
+		return false;
+	}
+	if (sc->post && sc->post_body != NULL && strlen(sc->post_body) != sc->post_len)
+	{
+		*answered = shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
+										"{\"error\":\"Invalid JSON in request body\","
+										"\"details\":\"The body contains a NUL byte\"}", 0);
+		return false;
+	}
+	if (in == NULL && (in = calloc(1, sizeof(SubsetRequest))) == NULL)
+	{
+		*answered = MHD_NO;
+		return false;
+	}
+	sc->query.subset_in = NULL;
+	sc->request.subset = in;
+	in->cell = -1;
+	cell = sc->server->subsets ? subset_claim(sc->server->subsets, &ticket) : -1;
+	if (cell < 0)
+	{
+		char		body[160];
+
+		snprintf(body, sizeof(body),
+				 "{\"message\":\"%d subset queries are running, as many as the server takes at once, please retry\"}",
+				 SUBSET_RESULTS_MAX);
+		*answered = shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, body, 1);
+		return false;
+	}
+	in->cell = cell;
+	in->ticket = ticket;
+	in->offset_now = sc->query.offset_now;
+	if (sc->query.handle != NULL && (in->handle = strdup(sc->query.handle)) == NULL)
+	{
+		*answered = MHD_NO;
+		return false;
+	}
+	if (sc->post)
+	{
+		/* only the body counts: subset__* parameters of a POST are ignored */
+		free(in->where);
+		free(in->params);
+		free(in->limit);
+		free(in->offset);
+		free(in->order_by);
+		in->where = in->params = in->limit = in->offset = in->order_by = NULL;
+		in->body = sc->post_body ? sc->post_body : strdup("{}");
+		in->body_len = sc->post_body ? sc->post_len : 2;
+		sc->post_body = NULL;
+		if (in->body == NULL)
+		{
+			*answered = MHD_NO;
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * The main thread handed the request back with the cell's answer in:
+ * sends it.
+ */
+enum MHD_Result
+subset_respond(ShapeConn *sc)
+{
+	HttpServer *server = sc->server;
+	SubsetRequest *in = sc->request.subset;
+	const ShapeLog *log = shape_conn_log(sc);
+	const ShapeLogArena *arena = server->shapes->arena;
+	SlogPublished pub;
+	SlogRecordHeader first;
+	char	   *head = NULL;
+	char		offset_text[LOG_OFFSET_TEXT_LEN];
+	uint32_t	status;
+	uint64_t	size;
+	struct MHD_Response *response;
+	enum MHD_Result ret;
+
+	if (!subset_finished(server->subsets, in->cell, in->ticket, &status))
+		return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,
+								   "{\"message\":\"The subset query did not finish, please retry\"}", 5);
+	slog_read_published(log, &pub);
+	memset(&first, 0, sizeof(first));
+	if (pub.data_end > 0)
+	{
+		slog_read_header(arena, log, 0, &first);
+		head = malloc(sizeof(subset_metadata_open) + first.len + sizeof(subset_data_open));
+		if (head == NULL)
+			return MHD_NO;
+		memcpy(head, subset_metadata_open, sizeof(subset_metadata_open) - 1);
+		slog_copy_out(arena, log, sizeof(SlogRecordHeader),
+					  head + sizeof(subset_metadata_open) - 1, first.len);
+		head[sizeof(subset_metadata_open) - 1 + first.len] = '\0';
+	}
+	if (status != MHD_HTTP_OK)
+	{
+		/* record 0 is the error body */
+		const char *body = head ? head + sizeof(subset_metadata_open) - 1 :
+			"{\"message\":\"The subset query failed\"}";
+
+		if (status == MHD_HTTP_CONFLICT)
+			ret = shape_respond_must_refetch(sc, NULL);
+		else
+			ret = shape_respond_error(sc, status, body,
+									  status == MHD_HTTP_SERVICE_UNAVAILABLE ? 5 : 0);
+		free(head);
+		return ret;
+	}
+	if (head == NULL)
+		return MHD_NO;			/* a finished answer always has its metadata */
+
+	memcpy(head + sizeof(subset_metadata_open) - 1 + first.len, subset_data_open,
+		   sizeof(subset_data_open));
+	sc->body.head = head;
+	sc->body.head_len = strlen(head);
+	sc->body.tail_len = (size_t) snprintf(sc->body.tail, sizeof(sc->body.tail), "]}");
+	slog_cursor_init(arena, log, &sc->body.records, slog_record_span(first.len),
+					 pub.data_end, LOG_OFFSET_BEFORE_ALL);
+	shape_conn_responded(sc);
+	conn_set_activity(&server->conns, sc->conn_slot, CONN_ACTIVITY_STREAMING);
+
+	if (in->offset_now && in->log_end[0] != '\0')
+		snprintf(offset_text, sizeof(offset_text), "%s", in->log_end);
+	else
+		log_offset_format(sc->query.offset, offset_text, sizeof(offset_text));
+	size = sc->head_only ? 0 : shape_body_measure(sc);
+	response = sc->head_only ? MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT) :
+		shape_body_response(sc, size);
+	if (response == NULL)
+		return MHD_NO;
+	MHD_add_response_header(response, "content-type", "application/json; charset=utf-8");
+	MHD_add_response_header(response, "electric-server", SERVER_NAME);
+	MHD_add_response_header(response, "electric-handle", sc->request.result.handle);
+	MHD_add_response_header(response, "electric-offset", offset_text);
+	if (sc->request.result.schema_json != NULL)
+		MHD_add_response_header(response, "electric-schema", sc->request.result.schema_json);
+	MHD_add_response_header(response, "electric-snapshot", "true");
+	MHD_add_response_header(response, "cache-control", "no-cache");
+	http_add_cors_headers(response, sc->connection);
+	ret = http_queue(sc->connection, MHD_HTTP_OK, response,
+					 size <= server->write_piece_size ? size : 0);
+	MHD_destroy_response(response);
+	return ret;
+}
+
+/* At the end of the request: the cell and the inputs go. */
+void
+subset_conn_free(ShapeConn *sc)
+{
+	SubsetRequest *in = sc->request.subset;
+
+	free(sc->post_body);
+	sc->post_body = NULL;
+	if (in == NULL)
+		return;
+	if (in->cell >= 0)
+		subset_release(sc->server->subsets, sc->server->shapes->arena, in->cell);
+	subset_request_free(in);
+	sc->request.subset = NULL;
+}

@@ -1,0 +1,259 @@
+/*-------------------------------------------------------------------------
+ *
+ * subset_jobs.c
+ *		The main thread's side of subset queries: queued, watched, answered.
+ *
+ * A subset request is resolved like any shape request (registry.c): its
+ * shape is found or made, its handle checked.  Then, instead of answering
+ * at once, the main thread keeps the request (its connection stays
+ * suspended), puts the shape's definition and the client's subset inputs
+ * into a DSM segment (subset_query.c) and queues a job for the snapshot
+ * pool, which runs the query in a worker, never on this thread.  Subset
+ * jobs wait in FIFO order behind the same limit as shape snapshots: at
+ * most shape_sync.max_snapshot_workers jobs sit in the queue at a time.
+ *
+ * The worker leaves the answer in the request's SubsetResults cell
+ * (subset_results.c) and wakes this thread, which hands the request back
+ * to its HTTP thread; that thread sends what the cell holds.  A request
+ * that waits longer than shape_sync.snapshot_wait_timeout is answered 503
+ * with retry-after, and its job cancelled (SIGINT to its worker) or, when
+ * still queued here, dropped; a job already in the pool's queue finds its
+ * request gone and ends at once (the cell's holds see to its memory).
+ *
+ * Jobs are tracked by cell (at most SUBSET_RESULTS_MAX, a fixed bound): a
+ * turn of the main loop with jobs in flight looks at each cell's entry,
+ * and costs nothing otherwise, whatever else the server holds.
+ *
+ * IDENTIFICATION
+ *	  src/pg/subset_jobs.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+
+#include "storage/dsm.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "registry.h"
+#include "shared_state.h"
+#include "snapshot.h"
+#include "subset_jobs.h"
+#include "subset_query.h"
+
+typedef struct SubsetJobEntry
+{
+	bool		in_use;
+	ShapeRequest *req;			/* NULL once answered (gave up) */
+	dsm_segment *definition;	/* until the job is done */
+	uint32		ticket;
+	Oid			role;			/* the shape's role: the query runs as it */
+	bool		queued;			/* handed to the pool */
+	TimestampTz deadline;		/* 0: none */
+} SubsetJobEntry;
+
+static SubsetJobEntry subset_entries[SUBSET_RESULTS_MAX];
+static int	subset_waiting[SUBSET_RESULTS_MAX];	/* cells not queued yet, FIFO */
+static int	subset_waiting_head = 0;
+static int	subset_waiting_len = 0;
+static int	subset_in_flight = 0;
+
+static SubsetResults *
+subset_results(void)
+{
+	return &shape_sync_shared->subsets;
+}
+
+/* The request gets its answer: the cell's, or a 503 written here. */
+static void
+subset_answer(SubsetJobEntry *e, const char *unavailable)
+{
+	ShapeRequest *req = e->req;
+
+	if (req == NULL)
+		return;
+	e->req = NULL;
+	if (unavailable != NULL)
+	{
+		char	   *body = psprintf("{\"message\":\"%s\"}", unavailable);
+
+		shape_resolution_free(&req->result);
+		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		req->result.retry_after_s = 5;
+		req->result.error_json = strdup(body);
+		pfree(body);
+	}
+	req->done(req);
+}
+
+static void
+subset_forget(int cell)
+{
+	SubsetJobEntry *e = &subset_entries[cell];
+
+	if (e->definition != NULL)
+		dsm_detach(e->definition);
+	memset(e, 0, sizeof(*e));
+	subset_in_flight--;
+}
+
+/* Takes a job that was never queued off the waiting list. */
+static void
+subset_unwait(int cell)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < subset_waiting_len; i++)
+	{
+		int			c = subset_waiting[(subset_waiting_head + i) % SUBSET_RESULTS_MAX];
+
+		if (c != cell)
+			subset_waiting[(subset_waiting_head + kept++) % SUBSET_RESULTS_MAX] = c;
+	}
+	subset_waiting_len = kept;
+}
+
+bool
+subset_jobs_take(ShapeRequest *req)
+{
+	SubsetRequest *in = req->subset;
+	SubsetJobEntry *e;
+	const ShapeSpec *spec;
+	const char *fingerprint;
+	Oid			role;
+	MemoryContext old;
+
+	if (in == NULL || req->result.status != SHAPE_RESOLVE_OK)
+		return false;
+	/* the client's handle is not the shape's: it gets 409 before any query */
+	if (in->handle != NULL && strcmp(in->handle, req->result.handle) != 0)
+		return false;
+	if (!registry_shape(req->result.slot, req->result.generation, &spec, &fingerprint, &role))
+		return false;			/* cannot happen: the HTTP side answers 503 */
+	if (in->offset_now)
+	{
+		SlogPublished pub;
+
+		slog_read_published(shape_table_log(shape_sync_shared->table, req->result.slot), &pub);
+		log_offset_format(pub.last, in->log_end, sizeof(in->log_end));
+	}
+
+	e = &subset_entries[in->cell];
+	Assert(!e->in_use);
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	e->definition = subset_definition_create(spec, fingerprint, in);
+	MemoryContextSwitchTo(old);
+	e->in_use = true;
+	e->req = req;
+	e->ticket = in->ticket;
+	e->queued = false;
+	e->deadline = shape_sync_snapshot_wait_timeout > 0 ?
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), shape_sync_snapshot_wait_timeout) : 0;
+	subset_waiting[(subset_waiting_head + subset_waiting_len) % SUBSET_RESULTS_MAX] = in->cell;
+	subset_waiting_len++;
+	subset_in_flight++;
+	e->role = role;
+	return true;
+}
+
+/*
+ * Queues waiting jobs, oldest first, while fewer than
+ * shape_sync.max_snapshot_workers jobs sit in the pool's queue (shape
+ * snapshots count too: registry.c queues those first).
+ */
+void
+subset_jobs_launch(void)
+{
+	SnapshotJobs *jobs = &shape_sync_shared->snapshot_jobs;
+	bool		pushed = false;
+
+	while (subset_waiting_len > 0 &&
+		   snapshot_jobs_queued(jobs) < (uint32) shape_sync_max_snapshot_workers)
+	{
+		int			cell = subset_waiting[subset_waiting_head];
+		SubsetJobEntry *e = &subset_entries[cell];
+		SnapshotJob job;
+
+		if (e->in_use && e->req != NULL && !e->queued)
+		{
+			job.slot = SUBSET_JOB_SLOT_BIT | (uint32) cell;
+			job.generation = e->ticket;
+			job.role = (uint32) e->role;
+			job.definition = (uint32) dsm_segment_handle(e->definition);
+			job.flags = 0;
+			/* the job holds the cell from now on, until its worker is done */
+			subset_hold_for_job(subset_results(), cell);
+			if (!snapshot_jobs_push(jobs, &job))
+			{
+				subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+				break;			/* full: a worker is still reading a cell */
+			}
+			e->queued = true;
+			pushed = true;
+		}
+		subset_waiting_head = (subset_waiting_head + 1) % SUBSET_RESULTS_MAX;
+		subset_waiting_len--;
+	}
+	if (pushed)
+		snapshot_pool_staff();
+}
+
+/*
+ * Hands back the requests whose answers are in, answers 503 to those past
+ * their deadline, and lets go of the definitions of finished jobs.
+ */
+void
+subset_jobs_reap(void)
+{
+	SubsetResults *results = subset_results();
+	TimestampTz now;
+
+	if (subset_in_flight == 0)
+		return;
+	now = GetCurrentTimestamp();
+	for (int cell = 0; cell < SUBSET_RESULTS_MAX; cell++)
+	{
+		SubsetJobEntry *e = &subset_entries[cell];
+		uint32		status;
+
+		if (!e->in_use)
+			continue;
+		if (e->queued && subset_finished(results, cell, e->ticket, &status))
+		{
+			subset_answer(e, NULL);
+			subset_forget(cell);
+			continue;
+		}
+		if (e->req == NULL || e->deadline == 0 || now < e->deadline)
+			continue;
+		subset_answer(e, "The subset query did not finish within shape_sync.snapshot_wait_timeout, please retry");
+		if (!e->queued)
+		{
+			subset_unwait(cell);
+			subset_forget(cell);
+			continue;
+		}
+		/* the worker stops at once; the job's hold frees the cell after */
+		snapshot_pool_cancel(SUBSET_JOB_SLOT_BIT | (uint32) cell, e->ticket);
+	}
+}
+
+/* The worker stops: every request still kept here gets its 503 now. */
+void
+subset_jobs_stop(void)
+{
+	for (int cell = 0; cell < SUBSET_RESULTS_MAX; cell++)
+	{
+		SubsetJobEntry *e = &subset_entries[cell];
+
+		if (!e->in_use)
+			continue;
+		subset_answer(e, "The server is shutting down, please retry");
+		subset_forget(cell);
+	}
+	subset_waiting_len = 0;
+}

@@ -1,0 +1,70 @@
+/*-------------------------------------------------------------------------
+ *
+ * subset_results.h
+ *		Where subset snapshots leave their answers, in shared memory.
+ *
+ * See subset_results.c for the lifecycle and the notes on synchronization.
+ *
+ * IDENTIFICATION
+ *	  src/shm/subset_results.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SUBSET_RESULTS_H
+#define SUBSET_RESULTS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shape_log.h"
+
+/* Subset queries in flight at once; one more is answered 503. */
+#define SUBSET_RESULTS_MAX		64
+
+/*
+ * A subset job's slot in the snapshot queue is its cell with this bit set,
+ * so that its job key never equals a shape snapshot's.
+ */
+#define SUBSET_JOB_SLOT_BIT		0x80000000u
+
+typedef struct SubsetCell
+{
+	_Atomic uint32_t refs;		/* 0: free; the request's, and the job's */
+	_Atomic uint32_t ticket;	/* which use of the cell: moves on at each claim */
+	_Atomic uint32_t done;		/* the ticket the worker finished, or 0 */
+	uint32_t	status;			/* HTTP status of the answer, set before `done` */
+	/*
+	 * The answer, written by the job before `done`: record 0 is the
+	 * metadata object (200) or the error body; rows follow (200).
+	 */
+	ShapeLog	log;
+} SubsetCell;
+
+typedef struct SubsetResults
+{
+	_Atomic uint32_t next_claim;	/* where the next claim starts looking */
+	SubsetCell	cells[SUBSET_RESULTS_MAX];
+} SubsetResults;
+
+extern void subset_results_init(SubsetResults *r);
+
+/* HTTP thread: a free cell, held by the request, or -1 when all are in use. */
+extern int	subset_claim(SubsetResults *r, uint32_t *ticket);
+
+/* Main thread, before it queues the job: the job holds the cell too. */
+extern void subset_hold_for_job(SubsetResults *r, int cell);
+
+/* The job: the answer is in the cell's log; the cell is still held. */
+extern void subset_finish(SubsetResults *r, int cell, uint32_t ticket, uint32_t status);
+
+/* Whether the job of this use finished; its status then. */
+extern bool subset_finished(SubsetResults *r, int cell, uint32_t ticket, uint32_t *status);
+
+/* Lets go of a hold; the last one gives the log's blocks back and frees the cell. */
+extern void subset_release(SubsetResults *r, ShapeLogArena *arena, int cell);
+
+/* Cells held now (for SQL and tests). */
+extern uint32_t subset_cells_in_use(SubsetResults *r);
+
+#endif							/* SUBSET_RESULTS_H */
