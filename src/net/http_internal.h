@@ -119,6 +119,7 @@ typedef struct SseStream
 	size_t		pending_off;
 	int64_t		end_ms;			/* the stream closes then (monotonic) */
 	int64_t		keepalive_ms;	/* next keep-alive comment, if nothing else */
+	uint64_t	seen_lsn;		/* last_seen_lsn before the range was located */
 } SseStream;
 
 /* Per-request state for /v1/shape, owned by the connection. */
@@ -148,6 +149,7 @@ struct ShapeConn
 	bool		parked_live;	/* it parked at the end of the log (metrics) */
 	int64_t		deadline_ms;	/* of a live or out-of-bounds wait, once set */
 	int64_t		snapshot_deadline_ms;	/* of a snapshot wait, once set */
+	uint64_t	seen_lsn;		/* last_seen_lsn before the range was located */
 	size_t		body_buffer;	/* bytes of the response's own body buffer */
 	BodyCursor	body;
 	SseStream	sse;			/* when live_sse */

@@ -581,7 +581,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	slog_cursor_init(sc->server->shapes->arena, data ? shape_conn_log(sc) : NULL,
 					 &sc->body.records, data ? range->start : 0, data ? range->end : 0,
 					 sc->query.offset);
-	lsn = atomic_load_explicit(&server->shapes->last_seen_lsn, memory_order_relaxed);
+	lsn = sc->seen_lsn;
 	if (live && data && response_offset.tx > 0)
 		lsn = (uint64_t) response_offset.tx;
 	else if (response_offset.tx > 0 && (uint64_t) response_offset.tx > lsn)
@@ -687,6 +687,7 @@ shape_decide(ServeCheck *c)
 	if (c->state == SHAPE_FAILED || c->state == SHAPE_RETIRED)
 		return SERVE_RESPOND;
 	log = shape_conn_pin_log(sc);
+	sc->seen_lsn = shape_table_seen_lsn(shapes);	/* before the range: see shape_table.c */
 	slog_read_published(log, &c->pub);
 	if (sc->query.offset_now)
 		decision = (c->pub.flags & SLOG_SNAPSHOT_DONE) ? SERVE_RESPOND : SERVE_WAIT;

@@ -70,6 +70,7 @@ sse_next_range(ShapeConn *sc)
 		return false;
 	}
 	log = shape_conn_pin_log(sc);
+	st->seen_lsn = shape_table_seen_lsn(shapes);	/* before the range: see shape_table.c */
 	slog_read_published(log, &pub);
 	slog_locate(shapes->arena, log, &pub, st->after, &range);
 	if (!range.ready || range.start >= range.end)
@@ -164,8 +165,13 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 			if (st->range_up_to_date)
 			{
 				char		event[160];
+				/*
+				 * The client resumes from "<lsn>_0": a range that ends in
+				 * the snapshot names what was read before it was located,
+				 * and at least 1, past every snapshot offset (0_k).
+				 */
 				uint64_t	lsn = st->range_end.tx > 0 ? (uint64_t) st->range_end.tx :
-					atomic_load(&server->shapes->last_seen_lsn);
+					st->seen_lsn > 0 ? st->seen_lsn : 1;
 
 				snprintf(event, sizeof(event),
 						 "data: {\"headers\":{\"control\":\"up-to-date\","
@@ -236,6 +242,7 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	int64_t		now = waiters_now_ms();
 
 	memset(st, 0, sizeof(*st));
+	st->seen_lsn = sc->seen_lsn;	/* the caller's range was located after it */
 	st->hold = hold;
 	st->after = sc->query.offset;
 	st->end_ms = now + SSE_TIMEOUT_MS;

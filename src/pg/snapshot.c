@@ -916,7 +916,6 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	ShapeTable *table = writer->table;
 	ShapeRoleSaved saved;
 	char	   *snapshot_text;
-	char	   *lsn_text;
 	StringInfoData end;
 	LogOffset	offset;
 	Relation	rel;
@@ -941,15 +940,16 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		shape_role_become((Oid) job->role, &saved);
 
 		/*
-		 * What pg_current_snapshot(), pg_current_wal_lsn() and
-		 * pg_current_wal_insert_lsn() return, without a query to parse and
-		 * plan (a third of a small shape's snapshot).  The insert position,
+		 * What pg_current_snapshot() and pg_current_wal_insert_lsn()
+		 * return, without a query to parse and plan (a third of a small
+		 * shape's snapshot).  (The server's last seen LSN is not moved on
+		 * here: it names only what the stream has published, see
+		 * shape_table.c.)  The insert position,
 		 * read after the snapshot was taken, is past the commit record of
 		 * every transaction the snapshot sees: the stream stops checking
 		 * visibility at the first commit at or beyond it.
 		 */
 		snapshot_text = snapshot_current_text();
-		lsn_text = psprintf(UINT64_FORMAT, (uint64) GetXLogWriteRecPtr());
 		writer->slot->snapshot_lsn = (uint64) GetXLogInsertRecPtr();
 
 		/*
@@ -1027,7 +1027,6 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	snap_close_chunk(writer, offset);
 	atomic_store_explicit(&writer->slot->snapshot_rows, writer->rows, memory_order_relaxed);
 	writer->slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
-	shape_table_note_lsn(table, strtou64(lsn_text, NULL, 10));
 
 	shape_role_restore(&saved);
 	if (shape_sync_snapshot_statement_timeout > 0)

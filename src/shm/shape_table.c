@@ -56,6 +56,11 @@
  *   the version first, so a slot freed at its last unpin has no version
  *   readers left.
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
+ *   `last_seen_lsn` is noted (release) only after every shape log has
+ *   published the transactions up to it, and read (acquire) before a
+ *   reader locates its range: a range located after reading it holds every
+ *   record of its shape up to it, so an up-to-date message that names it
+ *   promises nothing the response did not send.
  * - `last_read_us` is stored (relaxed) by the main thread when it resolves
  *   a request, and by HTTP threads that serve one on a resolution they
  *   kept (at most once a second), and read by SQL and eviction; it is only
@@ -505,7 +510,7 @@ shape_table_note_lsn(ShapeTable *table, uint64_t lsn)
 
 	while (cur < lsn &&
 		   !atomic_compare_exchange_weak_explicit(&table->last_seen_lsn, &cur, lsn,
-												  memory_order_relaxed,
+												  memory_order_release,
 												  memory_order_relaxed))
 		;
 }

@@ -146,6 +146,13 @@ extern void shape_table_new_handle(ShapeTable *table, uint32_t hash,
 
 extern void shape_table_note_lsn(ShapeTable *table, uint64_t lsn);
 
+/* last_seen_lsn, read before the reader locates its range (see shape_table.c). */
+static inline uint64_t
+shape_table_seen_lsn(ShapeTable *table)
+{
+	return atomic_load_explicit(&table->last_seen_lsn, memory_order_acquire);
+}
+
 /* Its log's writer published changes now (monotonic clock, microseconds). */
 static inline void
 shape_table_note_published(ShapeTable *table, uint32_t slot)

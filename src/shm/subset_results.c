@@ -40,7 +40,7 @@
  *   `status` or the log, which is then complete and never written again
  *   until the cell is freed.
  * - Holds are let go with an acq_rel decrement; the last holder (refs
- *   is 1) instead fences with acquire, so that it sees every other
+ *   read as 1, with acquire, from the other's decrement) sees every other
  *   holder's reads and writes, resets the log and `done`, and only then
  *   stores refs = 0 with release, which the next claimer's CAS acquires.
  *   While refs is 1 no one else can add a hold: the request's hold is let
@@ -125,14 +125,13 @@ void
 subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 {
 	SubsetCell *c = &r->cells[cell];
-	uint32_t	refs = atomic_load_explicit(&c->refs, memory_order_relaxed);
+	uint32_t	refs = atomic_load_explicit(&c->refs, memory_order_acquire);
 
 	/* the last holder resets the cell before it lets refs reach 0 */
 	for (;;)
 	{
 		if (refs == 1)
 		{
-			atomic_thread_fence(memory_order_acquire);
 			slog_release(arena, &c->log);
 			atomic_store_explicit(&c->done, 0, memory_order_relaxed);
 			c->status = 0;
@@ -142,7 +141,7 @@ subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 		}
 		if (atomic_compare_exchange_weak_explicit(&c->refs, &refs, refs - 1,
 												  memory_order_acq_rel,
-												  memory_order_relaxed))
+												  memory_order_acquire))
 			return;
 	}
 }

@@ -22,6 +22,7 @@
 #include "http_server.h"
 #include "request_queue.h"
 #include "shape_table.h"
+#include "subset_results.h"
 #include "unit_metrics.h"
 
 #define PIECE_SIZE	16384		/* the server's write piece */
@@ -34,6 +35,7 @@ static ShapeLogArena *arena;
 static ShapeTable *table;
 static RequestQueue queue;
 static Admission admission;
+static SubsetResults subsets;
 static HttpServer *server;
 static int	port;
 
@@ -64,6 +66,7 @@ fixture_init(uint32_t nslots, uint64_t nblocks, uint32_t hash_base)
 	if (arena_mem == NULL || table_mem == NULL)
 		return false;
 	arena = slog_arena_init(arena_mem, asize);
+	subset_results_init(&subsets);
 	table = shape_table_init(table_mem, nslots, arena);
 	handle_hash_base = hash_base;
 	admission_init(&admission, 1000, 1000);
@@ -260,6 +263,7 @@ fixture_options(HttpServerOptions *opts, unsigned connection_limit, size_t send_
 	memset(opts, 0, sizeof(*opts));
 	opts->listen_addresses = "127.0.0.1";
 	opts->admission = &admission;
+	opts->subsets = &subsets;
 	opts->threads = 4;
 	opts->connection_limit = connection_limit;
 	opts->write_piece_size = PIECE_SIZE;

@@ -67,6 +67,43 @@ static const char *const shape_names[SH_COUNT] = {
 #define BIG_LEN (1024 * 1024)
 static char *big_record;
 
+/*
+ * What a snapshot worker does with a subset job (subset_query.c), in
+ * short: the answer into the request's cell.  A subset whose where clause
+ * (or body) is "fail" fails with 400; any other answers metadata and two
+ * rows, the second echoing the input it got.
+ */
+static void
+fake_subset_job(const SubsetRequest *in)
+{
+	ShapeLog   *log = &subsets.cells[in->cell].log;
+	const char *input = in->body ? in->body : in->where ? in->where : "";
+	bool		fail = strcmp(input, "fail") == 0 || strcmp(input, "\"fail\"") == 0;
+	const char *first = fail ?
+		"{\"message\":\"Invalid request\",\"errors\":{\"subset\":{\"where\":[\"bad\"]}}}" :
+		"{\"xmin\":\"1\"}";
+	JsonBuf		b;
+	char	   *echo;
+	uint64_t	n = 0;
+
+	subset_hold_for_job(&subsets, in->cell);
+	slog_append(arena, log, (LogOffset) {0, n++}, SLOG_RECORD_CHANGE, first, strlen(first));
+	if (!fail)
+	{
+		json_buf_init(&b);
+		json_buf_puts(&b, "{\"in\":");
+		json_buf_put_string(&b, input);
+		json_buf_putc(&b, '}');
+		echo = json_buf_finish(&b);
+		slog_append(arena, log, (LogOffset) {0, n++}, SLOG_RECORD_CHANGE, "{\"row\":1}", 9);
+		slog_append(arena, log, (LogOffset) {0, n++}, SLOG_RECORD_CHANGE, echo, strlen(echo));
+		free(echo);
+	}
+	slog_publish(log, (LogOffset) {0, n - 1}, SLOG_SNAPSHOT_DONE);
+	subset_finish(&subsets, in->cell, in->ticket, fail ? 400 : 200);
+	subset_release(&subsets, arena, in->cell);
+}
+
 /* Resolves one request the way the registry would, from a fixed list. */
 static void
 resolve(ShapeRequest *req)
@@ -185,6 +222,9 @@ resolve(ShapeRequest *req)
 	res->generation = which == SH_STALE ? gen_of[which] + 7 : gen_of[which];
 	strcpy(res->handle, table->slots[slot_of[which]].handle);
 	res->schema_json = strdup(SCHEMA_JSON);
+	if (req->subset != NULL &&
+		(req->subset->handle == NULL || strcmp(req->subset->handle, res->handle) == 0))
+		fake_subset_job(req->subset);
 }
 
 /* ----------------------------------------------------- client helpers */
@@ -568,6 +608,124 @@ TEST(options_preflight)
 	hc_response_free(&r);
 }
 
+/* A POST of `body` (`len` bytes, NULs allowed) on a fresh connection. */
+static bool
+post(const char *target, const char *body, size_t len, HcResponse *r)
+{
+	HcConn		c;
+	char		head[1024];
+	bool		ok;
+
+	memset(r, 0, sizeof(*r));
+	if (!hc_open(&c, port, TIMEOUT_S))
+	{
+		snprintf(r->error, sizeof(r->error), "connect failed: %s", strerror(errno));
+		return false;
+	}
+	snprintf(head, sizeof(head),
+			 "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", target, len);
+	ok = hc_send(&c, head, strlen(head)) && hc_send(&c, body, len) &&
+		hc_read_response(&c, false, r);
+	hc_close(&c);
+	return ok;
+}
+
+/* A request lets go of its cell once libmicrohttpd completes it, just after its response. */
+static bool
+subset_cells_free_soon(void)
+{
+	for (int i = 0; i < 200 && subset_cells_in_use(&subsets) != 0; i++)
+		usleep(10 * 1000);
+	return subset_cells_in_use(&subsets) == 0;
+}
+
+TEST(subset_queries)
+{
+	HcResponse	r;
+	char	   *big;
+
+	REQUIRE(server != NULL);
+	/* GET: the answer's record 0 is the metadata, the rest the rows */
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1&subset__where_expr=x", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "{\"metadata\":{\"xmin\":\"1\"},\"data\":[{\"row\":1},{\"in\":\"id>1\"}]}");
+	CHECK_HEADER(&r, "electric-snapshot", "true");
+	CHECK_HEADER(&r, "cache-control", "no-cache");
+	CHECK_HEADER(&r, "electric-offset", "-1");
+	CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
+	CHECK_HEADER(&r, "electric-handle", table->slots[slot_of[SH_ITEMS]].handle);
+	CHECK(hc_header(&r, "etag") == NULL);
+	CHECK(hc_header(&r, "electric-up-to-date") == NULL);
+	hc_response_free(&r);
+
+	/* POST: the body goes to the query as it came; subset__* of its URL do not */
+	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1&subset__where=ignored",
+						  "{\"where\":\"x\"}", 13, &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "{\"metadata\":{\"xmin\":\"1\"},\"data\":[{\"row\":1},{\"in\":\"{\\\"where\\\":\\\"x\\\"}\"}]}");
+	hc_response_free(&r);
+
+	/* an empty body is an empty subset object */
+	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1", "", 0, &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK(strstr(r.body, "{\"in\":\"{}\"}") != NULL);
+	hc_response_free(&r);
+
+	/* the worker's error is the answer, with its status */
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=fail", &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":{\"where\":[\"bad\"]}}}");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	hc_response_free(&r);
+
+	/* a handle that is not the shape's: 409 and no query */
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=0_inf&handle=old&subset__where=x", &r), &r);
+	CHECK_EQ(r.status, 409);
+	CHECK_HEADER(&r, "electric-handle", table->slots[slot_of[SH_ITEMS]].handle);
+	hc_response_free(&r);
+
+	/* bodies: too large (413, the rest of it read and dropped), a NUL inside */
+	big = malloc(SUBSET_BODY_MAX + 100);
+	REQUIRE(big != NULL);
+	memset(big, ' ', SUBSET_BODY_MAX + 100);
+	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1", big, SUBSET_BODY_MAX + 100, &r), &r);
+	CHECK_EQ(r.status, 413);
+	CHECK_STR_EQ(r.body, "{\"error\":\"Request body too large\"}");
+	hc_response_free(&r);
+	free(big);
+	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1", "{\"a\0\":1}", 8, &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK(strstr(r.body, "\"error\":\"Invalid JSON in request body\"") != NULL);
+	hc_response_free(&r);
+
+	/* every cell went back, whichever way its request ended */
+	CHECK(subset_cells_free_soon());
+}
+
+/* All cells taken: the next subset request gets 503 with retry-after. */
+TEST(subset_queries_over_the_limit)
+{
+	HcResponse	r;
+	int			cells[SUBSET_RESULTS_MAX];
+	uint32_t	ticket;
+
+	REQUIRE(server != NULL);
+	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
+		cells[i] = subset_claim(&subsets, &ticket);
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_HEADER(&r, "retry-after", "1");
+	CHECK(strstr(r.body, "subset queries are running") != NULL);
+	hc_response_free(&r);
+	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
+		subset_release(&subsets, arena, cells[i]);
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK(subset_cells_free_soon());
+}
+
 TEST(other_methods_on_shape)
 {
 	HcResponse	r;
@@ -577,14 +735,6 @@ TEST(other_methods_on_shape)
 	CHECK_EQ(r.status, 405);
 	CHECK_STR_EQ(r.body, "{\"message\":\"DELETE not allowed\"}");
 	CHECK_HEADER(&r, "cache-control", "no-store");
-	hc_response_free(&r);
-
-	REQUIRE_RESPONSE(request("POST", "/v1/shape?table=items&offset=-1",
-							 "Content-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"where\":\"x\"}",
-							 &r), &r);
-	CHECK_EQ(r.status, 400);
-	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":"
-				 "[\"subset snapshots are not supported by this server\"]}}");
 	hc_response_free(&r);
 
 	REQUIRE_RESPONSE(request("PUT", "/v1/shape", "Content-Length: 0\r\n", &r), &r);
@@ -784,8 +934,6 @@ TEST(validation_errors)
 		"{\"message\":\"Invalid request\",\"errors\":{\"columns\":[\"Invalid zero-length delimited identifier\"]}}"},
 		{"/v1/shape?table=items&offset=-1&params%5B300%5D=x",
 		"{\"message\":\"Invalid request\",\"errors\":{\"params\":[\"at most 256 parameters are supported\"]}}"},
-		{"/v1/shape?table=items&offset=-1&subset__where=id%3E1",
-		"{\"message\":\"Invalid request\",\"errors\":{\"subset\":[\"subset snapshots are not supported by this server\"]}}"},
 		{"/v1/shape?table=items&offset=now&live",
 		"{\"message\":\"Invalid request\",\"errors\":{\"live\":[\"can't be true when offset is 'now'\"]}}"},
 		{"/v1/shape?table=items&offset=0_0&handle=h&live_sse=true",

@@ -679,6 +679,27 @@ TEST(query_subset)
 	CHECK(c.q.subset);
 	query_free(&c);
 
+	/* the inputs are kept as sent, for the worker that checks them */
+	QUERY(&c, "table", "items", "offset", "-1", "subset__where", "a = $1",
+		  "subset__params", "{\"1\":\"x\"}", "subset__limit", "abc", "subset__offset", "2",
+		  "subset__order_by", "a desc", "queryable_columns", "\"A\",b");
+	CHECK(c.json == NULL);
+	REQUIRE(c.q.subset_in != NULL);
+	CHECK_STR_EQ(c.q.subset_in->where, "a = $1");
+	CHECK_STR_EQ(c.q.subset_in->params, "{\"1\":\"x\"}");
+	CHECK_STR_EQ(c.q.subset_in->limit, "abc");
+	CHECK_STR_EQ(c.q.subset_in->offset, "2");
+	CHECK_STR_EQ(c.q.subset_in->order_by, "a desc");
+	REQUIRE(c.q.subset_in->nqueryable == 2);
+	CHECK_STR_EQ(c.q.subset_in->queryable[0], "A");
+	CHECK_STR_EQ(c.q.subset_in->queryable[1], "b");
+	query_free(&c);
+
+	/* queryable_columns alone asks for no subset */
+	QUERY(&c, "table", "items", "offset", "-1", "queryable_columns", "a");
+	CHECK(!c.q.subset);
+	query_free(&c);
+
 	QUERY(&c, "table", "items", "offset", "-1", "subset__where_expr", "{}",
 		  "subset__order_by_expr", "{}");
 	CHECK(c.json == NULL);
