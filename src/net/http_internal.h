@@ -45,6 +45,8 @@ struct HttpServer
 	DeadlineWatch deadlines;	/* reaps stalled serves */
 	Admission  *admission;		/* in shared memory */
 	SubsetResults *subsets;		/* in shared memory, or NULL */
+	_Atomic size_t post_bytes;	/* POST bodies held, all connections: at most
+								 * SUBSET_BODIES_MAX */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
 	SharedResponses shared;		/* a live response per shape slot */
@@ -134,6 +136,7 @@ struct ShapeConn
 	char	   *post_body;		/* malloc'd, NUL-terminated */
 	size_t		post_len;
 	bool		post_too_large; /* over SUBSET_BODY_MAX: 413 */
+	bool		post_over_budget;	/* SUBSET_BODIES_MAX reached: 503 */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
 	char	   *def_key;		/* resolved_shape_key of the definition */
@@ -242,6 +245,7 @@ extern uint64_t shape_body_measure(ShapeConn *sc);
 
 /* subset_serve.c: subset queries (GET subset__*, POST) */
 #define SUBSET_BODY_MAX		(256 * 1024)	/* bytes of a POST body */
+#define SUBSET_BODIES_MAX	(16 * 1024 * 1024)	/* ... of all held at once */
 extern bool subset_is_requested(const ShapeConn *sc);
 extern void subset_take_body(ShapeConn *sc, const char *data, size_t size);
 extern bool subset_start(ShapeConn *sc, enum MHD_Result *answered);

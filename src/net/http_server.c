@@ -279,6 +279,9 @@ http_respond_preflight(struct MHD_Connection *connection)
 			strcat(allowed, "if-none-match");
 		if (strcasestr(requested, "traceparent"))
 			strcat(allowed, allowed[0] ? ",traceparent" : "traceparent");
+		/* a subset's POST from a browser sends its JSON body with it */
+		if (strcasestr(requested, "content-type"))
+			strcat(allowed, allowed[0] ? ",content-type" : "content-type");
 		if (allowed[0])
 			MHD_add_response_header(response, "access-control-allow-headers", allowed);
 	}

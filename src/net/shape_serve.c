@@ -326,7 +326,7 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 		buf[n++] = '[';
 		b->opened = true;
 	}
-	else if (!b->opened)
+	else if (!b->opened && b->head != NULL)
 	{
 		n += http_copy_some(buf, limit, b->head, b->head_len, &b->head_off);
 		b->opened = b->head_off == b->head_len;
@@ -672,6 +672,21 @@ typedef struct ServeCheck
 	SlogRange	range;
 } ServeCheck;
 
+/*
+ * An offset past the log's last record that is where an SSE client
+ * resumes, "<commit LSN + 1>_0" (sse_stream.c), at or before the LSN seen
+ * before the range was located: the log holds every transaction of the
+ * shape up to that LSN, so the client is at its end, not out of bounds.
+ */
+static bool
+shape_resumes_at_end(const ShapeConn *sc, const SlogPublished *pub)
+{
+	LogOffset	o = sc->query.offset;
+
+	return o.op == 0 && o.tx > pub->last.tx && (uint64_t) o.tx <= sc->seen_lsn + 1 &&
+		(pub->flags & SLOG_SNAPSHOT_DONE);
+}
+
 static ServeDecision
 shape_decide(ServeCheck *c)
 {
@@ -696,7 +711,7 @@ shape_decide(ServeCheck *c)
 		slog_locate(shapes->arena, log, &c->pub, sc->query.offset, &c->range);
 		if (!c->range.ready)
 			decision = SERVE_WAIT;
-		else if (c->range.beyond_end)
+		else if (c->range.beyond_end && !shape_resumes_at_end(sc, &c->pub))
 			decision = SERVE_WAIT_BOUNDS;
 		else if (sc->query.live && c->range.start == c->range.end)
 			decision = SERVE_WAIT_LIVE;
@@ -1047,7 +1062,7 @@ shape_start(ShapeConn *sc)
 		return shape_respond_unavailable(sc, "the server is shutting down", SHUTDOWN_RETRY_AFTER_S);
 	if (!shape_admit(sc))
 		return shape_respond_over_limit(sc);
-	if (subset_is_requested(sc) && !subset_start(sc, &ret))
+	if (!sc->delete_shape && subset_is_requested(sc) && !subset_start(sc, &ret))
 		return ret;
 
 	/* the definition moves to the request; the main thread resolves it */

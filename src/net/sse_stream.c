@@ -8,8 +8,13 @@
  *
  * Each message goes out as one event, "data: <json>\n\n", and a batch
  * that reaches the end of the log is followed by an up-to-date event whose
- * global_last_seen_lsn is the batch's commit LSN (the client resumes from
- * "<lsn>_0").  When the request finds data waiting, the stream carries all
+ * global_last_seen_lsn is the batch's commit LSN plus one.  The client
+ * resumes from "<global_last_seen_lsn>_0", and reads are exclusive of the
+ * offset: from "<commit LSN>_0", as Electric sends it, a stream that
+ * reconnects (a requestSnapshot pauses it, for one) gets every op of the
+ * last transaction but the first again.  No transaction commits at the LSN
+ * one past another's commit record, so "<commit LSN + 1>_0" is past all of
+ * that transaction and before the next.  When the request finds data waiting, the stream carries all
  * of it, chunk after chunk, to the end of the log and ends there, as
  * Electric does.  Otherwise the stream stays open for
  * SSE_TIMEOUT_MS: the content reader parks the connection on the shape's
@@ -166,11 +171,12 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 			{
 				char		event[160];
 				/*
-				 * The client resumes from "<lsn>_0": a range that ends in
-				 * the snapshot names what was read before it was located,
-				 * and at least 1, past every snapshot offset (0_k).
+				 * The client resumes from "<lsn>_0" (see the header): past
+				 * the range's last transaction; for a range that ends in
+				 * the snapshot, what was seen before it was located, and at
+				 * least 1, past every snapshot offset (0_k).
 				 */
-				uint64_t	lsn = st->range_end.tx > 0 ? (uint64_t) st->range_end.tx :
+				uint64_t	lsn = st->range_end.tx > 0 ? (uint64_t) st->range_end.tx + 1 :
 					st->seen_lsn > 0 ? st->seen_lsn : 1;
 
 				snprintf(event, sizeof(event),

@@ -41,6 +41,7 @@
 
 #include "http_internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,26 +57,50 @@ subset_is_requested(const ShapeConn *sc)
 	return sc->post || sc->query.subset;
 }
 
-/* POST: the body, piece by piece, up to SUBSET_BODY_MAX bytes. */
+/* Lets go of the body held so far, and of its share of the budget. */
+static void
+subset_drop_body(ShapeConn *sc)
+{
+	atomic_fetch_sub_explicit(&sc->server->post_bytes, sc->post_len, memory_order_relaxed);
+	free(sc->post_body);
+	sc->post_body = NULL;
+	sc->post_len = 0;
+}
+
+/*
+ * POST: the body, piece by piece, up to SUBSET_BODY_MAX bytes, while the
+ * bodies of all connections stay within SUBSET_BODIES_MAX (requests are
+ * admitted only once their body is in, so this bounds what bodies held
+ * before admission take).  Past either, the rest is read and dropped, and
+ * the request answers 413 or 503.
+ */
 void
 subset_take_body(ShapeConn *sc, const char *data, size_t size)
 {
 	char	   *grown;
 
-	if (!sc->post || sc->post_too_large)
+	if (!sc->post || sc->post_too_large || sc->post_over_budget)
 		return;
 	if (sc->post_len + size > SUBSET_BODY_MAX)
 	{
 		sc->post_too_large = true;
-		free(sc->post_body);
-		sc->post_body = NULL;
-		sc->post_len = 0;
+		subset_drop_body(sc);
+		return;
+	}
+	if (atomic_fetch_add_explicit(&sc->server->post_bytes, size, memory_order_relaxed) + size >
+		SUBSET_BODIES_MAX)
+	{
+		atomic_fetch_sub_explicit(&sc->server->post_bytes, size, memory_order_relaxed);
+		sc->post_over_budget = true;
+		subset_drop_body(sc);
 		return;
 	}
 	grown = realloc(sc->post_body, sc->post_len + size + 1);
 	if (grown == NULL)
 	{
-		sc->post_too_large = true;	/* cannot hold it: as if too large */
+		atomic_fetch_sub_explicit(&sc->server->post_bytes, size, memory_order_relaxed);
+		sc->post_over_budget = true;	/* cannot hold it now */
+		subset_drop_body(sc);
 		return;
 	}
 	memcpy(grown + sc->post_len, data, size);
@@ -102,11 +127,26 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 										"{\"error\":\"Request body too large\"}", 0);
 		return false;
 	}
+	if (sc->post_over_budget)
+	{
+		*answered = shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,
+										"{\"message\":\"The server holds as many request bodies as it takes at once, please retry\"}",
+										1);
+		return false;
+	}
+	/* the worker's parsers take text of the database's encoding, UTF-8 */
 	if (sc->post && sc->post_body != NULL && strlen(sc->post_body) != sc->post_len)
 	{
 		*answered = shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
 										"{\"error\":\"Invalid JSON in request body\","
 										"\"details\":\"The body contains a NUL byte\"}", 0);
+		return false;
+	}
+	if (sc->post && sc->post_body != NULL && !utf8_is_valid(sc->post_body, sc->post_len))
+	{
+		*answered = shape_respond_error(sc, MHD_HTTP_BAD_REQUEST,
+										"{\"error\":\"Invalid JSON in request body\","
+										"\"details\":\"The body is not valid UTF-8\"}", 0);
 		return false;
 	}
 	if (in == NULL && (in = calloc(1, sizeof(SubsetRequest))) == NULL)
@@ -145,6 +185,7 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 		free(in->offset);
 		free(in->order_by);
 		in->where = in->params = in->limit = in->offset = in->order_by = NULL;
+		/* the body moves to the inputs; its share of the budget stays with the connection */
 		in->body = sc->post_body ? sc->post_body : strdup("{}");
 		in->body_len = sc->post_body ? sc->post_len : 2;
 		sc->post_body = NULL;
@@ -250,8 +291,7 @@ subset_conn_free(ShapeConn *sc)
 {
 	SubsetRequest *in = sc->request.subset;
 
-	free(sc->post_body);
-	sc->post_body = NULL;
+	subset_drop_body(sc);		/* the budget; and the body, if it did not move */
 	if (in == NULL)
 		return;
 	if (in->cell >= 0)

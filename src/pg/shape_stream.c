@@ -1820,11 +1820,10 @@ ss_take_over(ShapeStream *s)
 	s->pending = NIL;
 	ss_pending_forget(s);
 	if (s->appended)
-	{
 		shape_table_note_published(table, s->slot);	/* covered by the publish */
-		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
-		shape_table_mark_dirty(table, s->slot);
-	}
+	/* readers past the snapshot waited for this (snapshot.c): wake them */
+	slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
+	shape_table_mark_dirty(table, s->slot);
 	s->appended = false;
 	s->compacted_bytes = Max(shape_table_log(table, s->slot)->write_pos, 1);
 }

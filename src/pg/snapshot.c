@@ -115,8 +115,6 @@ typedef struct SnapshotDefinition
 #define SNAPSHOT_REPLICA_IDENTITY_TRIES	3	/* when something keeps setting it back */
 #define SNAPSHOT_ROOM_WAIT_MS	3000	/* for the main thread to free log memory */
 
-/* the table changed since the shape was made: rotate it (snap_failure) */
-static bool snap_definition_changed = false;
 
 /* The writer's state while appending to the shape log. */
 typedef struct SnapshotWriter
@@ -842,8 +840,9 @@ snap_on_exit(int code, Datum arg)
 static uint32
 snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len)
 {
-	if (snap_definition_changed)
+	if (edata->sqlerrcode == ERRCODE_INVALID_TABLE_DEFINITION)
 	{
+		/* snapshot_check_shape: the table changed since the shape was made */
 		/* not an error of the definition: its clients start over (409) */
 		snprintf(message, len, "%s", edata->message);
 		return 409;
@@ -902,6 +901,82 @@ snapshot_current_text(void)
 }
 
 /*
+ * Starts a snapshot's transaction (a shape's or a subset's): REPEATABLE
+ * READ, READ ONLY, Electric's display settings, search_path pinned to
+ * pg_catalog, shape_sync.snapshot_statement_timeout, as `role`.  Returns
+ * what pg_current_snapshot() and, in *insert_lsn, pg_current_wal_insert_lsn()
+ * return, without a query to parse and plan (a third of a small shape's
+ * snapshot).  The insert position, read after the snapshot was taken, is
+ * past the commit record of every transaction the snapshot sees: the
+ * stream stops checking visibility at the first commit at or beyond it.
+ * (The server's last seen LSN is not moved on here: it names only what the
+ * stream has published, see shape_table.c.)
+ */
+char *
+snapshot_begin(Oid role, const char *activity, ShapeRoleSaved *saved, uint64 *insert_lsn)
+{
+	char	   *snapshot_text;
+
+	pgstat_report_activity(STATE_RUNNING, activity);
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	XactIsoLevel = XACT_REPEATABLE_READ;
+	XactReadOnly = true;
+	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SET, true, 0, false);
+	if (shape_sync_snapshot_statement_timeout > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	shape_role_become(role, saved);
+	snapshot_text = snapshot_current_text();
+	*insert_lsn = (uint64) GetXLogInsertRecPtr();
+	return snapshot_text;
+}
+
+/* Ends what snapshot_begin started, committing. */
+void
+snapshot_end(const ShapeRoleSaved *saved)
+{
+	shape_role_restore(saved);
+	if (shape_sync_snapshot_statement_timeout > 0)
+		disable_timeout(STATEMENT_TIMEOUT, false);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+}
+
+/*
+ * Under the snapshot just taken: the table is still as the shape was made
+ * from it (its name, key and the columns it reads: a table renamed, a
+ * column added or changed since would be read under the old name and
+ * electric-schema, before the stream noticed), else
+ * ERRCODE_INVALID_TABLE_DEFINITION; and the role may still read it, as
+ * the catalog says now (the main thread checked it against the catalog it
+ * resolved the shape with, which a replay's is older than: registry.c),
+ * else ERRCODE_INSUFFICIENT_PRIVILEGE.
+ */
+void
+snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
+					 const char *relation)
+{
+	const char *field;
+	char	   *problem;
+
+	if (strcmp(shape_definition_fingerprint(spec), fingerprint) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
+				 errmsg("table %s was renamed or its definition changed after the shape was made",
+						relation)));
+	problem = shape_role_usable() != role ?
+		pstrdup("\"shape_sync.role\" changed or cannot be used") :
+		shape_spec_read_problem(spec, &field);
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a shape of table %s cannot be served: %s", relation, problem)));
+}
+
+/*
  * The snapshot itself: in a REPEATABLE READ, READ ONLY transaction, as
  * the shape's role, within shape_sync.snapshot_statement_timeout.  A table
  * whose replica identity another session set back from FULL between this
@@ -926,67 +1001,16 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		if (job->flags & SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY)
 			snap_ensure_replica_identity_full(spec->relid);
 
-		pgstat_report_activity(STATE_RUNNING, "taking a shape snapshot");
-		SetCurrentStatementStartTimestamp();
-		StartTransactionCommand();
-		XactIsoLevel = XACT_REPEATABLE_READ;
-		XactReadOnly = true;
-		row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
-		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SET, true, 0, false);
-		if (shape_sync_snapshot_statement_timeout > 0)
-			enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
-		PushActiveSnapshot(GetTransactionSnapshot());
-		shape_role_become((Oid) job->role, &saved);
-
-		/*
-		 * What pg_current_snapshot() and pg_current_wal_insert_lsn()
-		 * return, without a query to parse and plan (a third of a small
-		 * shape's snapshot).  (The server's last seen LSN is not moved on
-		 * here: it names only what the stream has published, see
-		 * shape_table.c.)  The insert position,
-		 * read after the snapshot was taken, is past the commit record of
-		 * every transaction the snapshot sees: the stream stops checking
-		 * visibility at the first commit at or beyond it.
-		 */
-		snapshot_text = snapshot_current_text();
-		writer->slot->snapshot_lsn = (uint64) GetXLogInsertRecPtr();
+		snapshot_text = snapshot_begin((Oid) job->role, "taking a shape snapshot", &saved,
+									   &writer->slot->snapshot_lsn);
 
 		/*
 		 * What the stream needs must still hold, now that the snapshot is
-		 * taken: the table as the shape was made from it (its name, key
-		 * and the columns it reads: a table renamed, a column added or
-		 * changed since would be read here under the old name and
-		 * electric-schema, before the stream noticed), and old rows logged
-		 * in full.
+		 * taken: the table as the shape was made from it, read by the role
+		 * (snapshot_check_shape), and old rows logged in full.
 		 */
 		rel = table_open(spec->relid, AccessShareLock);
-		if (strcmp(shape_definition_fingerprint(spec), fingerprint) != 0)
-		{
-			snap_definition_changed = true;
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
-					 errmsg("table %s was renamed or its definition changed after the shape was made",
-							writer->slot->relation)));
-		}
-
-		/*
-		 * And the role may still read it, as the catalog says now: the main
-		 * thread checked it against the catalog it resolved the shape with,
-		 * which a replay's is older than (registry.c).
-		 */
-		{
-			const char *field;
-			char	   *problem = shape_role_usable() != (Oid) job->role ?
-				pstrdup("\"shape_sync.role\" changed or cannot be used") :
-				shape_spec_read_problem(spec, &field);
-
-			if (problem != NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-						 errmsg("a shape of table %s cannot be served: %s",
-								writer->slot->relation, problem)));
-		}
+		snapshot_check_shape(spec, fingerprint, (Oid) job->role, writer->slot->relation);
 		not_full = shape_table_not_logged_in_full(spec->relid);
 		if (!OidIsValid(not_full))
 			break;
@@ -1028,17 +1052,19 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	atomic_store_explicit(&writer->slot->snapshot_rows, writer->rows, memory_order_relaxed);
 	writer->slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
 
-	shape_role_restore(&saved);
-	if (shape_sync_snapshot_statement_timeout > 0)
-		disable_timeout(STATEMENT_TIMEOUT, false);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	snapshot_end(&saved);
 
 	/*
 	 * Publish, then hand over: the main thread takes the pen when it sees
-	 * READY, and must find the whole snapshot published by then.
+	 * READY, and must find the whole snapshot published by then.  Every
+	 * chunk is closed, so clients read them all now; what comes after the
+	 * snapshot is the main thread's to publish (SLOG_SNAPSHOT_DONE, in
+	 * ss_take_over), once it has stitched on the transactions it kept
+	 * meanwhile: until then a reader at the end of the snapshot waits,
+	 * instead of being told it is up to date past commits its log does not
+	 * hold yet.
 	 */
-	slog_publish(writer->log, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
+	slog_publish(writer->log, LOG_OFFSET_SNAPSHOT_END, 0);
 	if (!shape_table_transition(table, job->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
 		return;					/* retired while we finished: it stays retired */
 	shape_table_mark_dirty(table, job->slot);
@@ -1081,7 +1107,6 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 	if (!shape_table_pin(table, job->slot, job->generation))
 		return;					/* the shape was dropped before we started */
 	snap_slot = job->slot;
-	snap_definition_changed = false;
 	memset(&snap_writer, 0, sizeof(snap_writer));
 	snap_writer.table = table;
 	snap_writer.slot = &table->slots[job->slot];

@@ -18,6 +18,7 @@
 #include "storage/dsm.h"
 
 #include "shape_def.h"
+#include "shape_role.h"
 
 /* Receives each encoded snapshot message. */
 typedef void (*SnapshotEmit) (void *arg, const char *message, int len);
@@ -51,6 +52,13 @@ extern void snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset,
 /* pg_current_snapshot()::text of the active snapshot, and as JSON members. */
 extern char *snapshot_current_text(void);
 extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
+
+/* A snapshot's transaction, and what it checks of its shape (snapshot.c). */
+extern char *snapshot_begin(Oid role, const char *activity, ShapeRoleSaved *saved,
+							uint64 *insert_lsn);
+extern void snapshot_end(const ShapeRoleSaved *saved);
+extern void snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
+								 const char *relation);
 
 /* After an error in a job: what a backend's error recovery does. */
 extern void snapshot_worker_recover(void);

@@ -6,19 +6,26 @@
  * A subset request is resolved like any shape request (registry.c): its
  * shape is found or made, its handle checked.  Then, instead of answering
  * at once, the main thread keeps the request (its connection stays
- * suspended), puts the shape's definition and the client's subset inputs
- * into a DSM segment (subset_query.c) and queues a job for the snapshot
- * pool, which runs the query in a worker, never on this thread.  Subset
- * jobs wait in FIFO order behind the same limit as shape snapshots: at
- * most shape_sync.max_snapshot_workers jobs sit in the queue at a time.
+ * suspended) and queues a job for the snapshot pool, which runs the query
+ * in a worker, never on this thread.  Subset jobs wait here in FIFO order
+ * and go to the pool's queue behind the same limit as shape snapshots (at
+ * most shape_sync.max_snapshot_workers jobs in it at a time), and at most
+ * max_snapshot_workers - 1 of them at once (queued or running), so that
+ * subsets never starve the snapshots of new shapes.  The shape's
+ * definition and the client's subset inputs go into a DSM segment
+ * (subset_query.c) only when the job goes to the pool: waiting requests
+ * hold none, and a segment that cannot be had answers 503, never an error
+ * of the main thread.
  *
  * The worker leaves the answer in the request's SubsetResults cell
  * (subset_results.c) and wakes this thread, which hands the request back
  * to its HTTP thread; that thread sends what the cell holds.  A request
  * that waits longer than shape_sync.snapshot_wait_timeout is answered 503
- * with retry-after, and its job cancelled (SIGINT to its worker) or, when
- * still queued here, dropped; a job already in the pool's queue finds its
- * request gone and ends at once (the cell's holds see to its memory).
+ * with retry-after; a job still waiting here is dropped, one in the pool is
+ * marked abandoned in its cell (a worker skips it, or stops at its next
+ * row) and its worker sent SIGINT.  The cell's two holds see to its memory
+ * whichever ends first, and the entry lets go of the definition once the
+ * job did (subset_job_gone).
  *
  * Jobs are tracked by cell (at most SUBSET_RESULTS_MAX, a fixed bound): a
  * turn of the main loop with jobs in flight looks at each cell's entry,
@@ -51,7 +58,6 @@ typedef struct SubsetJobEntry
 	ShapeRequest *req;			/* NULL once answered (gave up) */
 	dsm_segment *definition;	/* until the job is done */
 	uint32		ticket;
-	Oid			role;			/* the shape's role: the query runs as it */
 	bool		queued;			/* handed to the pool */
 	TimestampTz deadline;		/* 0: none */
 } SubsetJobEntry;
@@ -60,7 +66,8 @@ static SubsetJobEntry subset_entries[SUBSET_RESULTS_MAX];
 static int	subset_waiting[SUBSET_RESULTS_MAX];	/* cells not queued yet, FIFO */
 static int	subset_waiting_head = 0;
 static int	subset_waiting_len = 0;
-static int	subset_in_flight = 0;
+static int	subset_in_flight = 0;	/* entries in use */
+static int	subset_in_pool = 0;	/* ... whose job was queued, until it let go */
 
 static SubsetResults *
 subset_results(void)
@@ -97,6 +104,8 @@ subset_forget(int cell)
 
 	if (e->definition != NULL)
 		dsm_detach(e->definition);
+	if (e->queued)
+		subset_in_pool--;
 	memset(e, 0, sizeof(*e));
 	subset_in_flight--;
 }
@@ -125,7 +134,6 @@ subset_jobs_take(ShapeRequest *req)
 	const ShapeSpec *spec;
 	const char *fingerprint;
 	Oid			role;
-	MemoryContext old;
 
 	if (in == NULL || req->result.status != SHAPE_RESOLVE_OK)
 		return false;
@@ -143,10 +151,16 @@ subset_jobs_take(ShapeRequest *req)
 	}
 
 	e = &subset_entries[in->cell];
-	Assert(!e->in_use);
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	e->definition = subset_definition_create(spec, fingerprint, in);
-	MemoryContextSwitchTo(old);
+	if (e->in_use)
+	{
+		/*
+		 * The cell's previous request was answered before its job ended, and
+		 * the job let go since (the cell could not be claimed again
+		 * otherwise): what is left of it goes now.
+		 */
+		Assert(e->req == NULL && e->queued);
+		subset_forget(in->cell);
+	}
 	e->in_use = true;
 	e->req = req;
 	e->ticket = in->ticket;
@@ -156,33 +170,88 @@ subset_jobs_take(ShapeRequest *req)
 	subset_waiting[(subset_waiting_head + subset_waiting_len) % SUBSET_RESULTS_MAX] = in->cell;
 	subset_waiting_len++;
 	subset_in_flight++;
-	e->role = role;
 	return true;
+}
+
+/*
+ * The definition of a waiting job, in a new DSM segment (subset_query.c);
+ * NULL, with the request answered 503, when the shape is gone or no
+ * segment can be had now.  Made only when the job is queued, so that
+ * waiting requests hold none.
+ */
+static dsm_segment *
+subset_definition(SubsetJobEntry *e, Oid *role)
+{
+	ShapeRequest *req = e->req;
+	const ShapeSpec *spec;
+	const char *fingerprint;
+	MemoryContext oldcxt = CurrentMemoryContext;
+	dsm_segment *volatile seg = NULL;
+
+	if (!registry_shape(req->result.slot, req->result.generation, &spec, &fingerprint, role))
+	{
+		subset_answer(e, "The shape was dropped, please retry");
+		return NULL;
+	}
+	PG_TRY();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		seg = subset_definition_create(spec, fingerprint, req->subset);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(LOG,
+				(errmsg("a subset query could not be queued: %s", edata->message)));
+		FreeErrorData(edata);
+		seg = NULL;
+	}
+	PG_END_TRY();
+	if (seg == NULL)
+		subset_answer(e, "The server cannot take another subset query now, please retry");
+	return seg;
 }
 
 /*
  * Queues waiting jobs, oldest first, while fewer than
  * shape_sync.max_snapshot_workers jobs sit in the pool's queue (shape
- * snapshots count too: registry.c queues those first).
+ * snapshots count too: registry.c queues those first), and while subset
+ * jobs, queued or running, leave at least one of the pool's workers to
+ * shape snapshots: subsets never starve new shapes.
  */
 void
 subset_jobs_launch(void)
 {
 	SnapshotJobs *jobs = &shape_sync_shared->snapshot_jobs;
+	int			share = Max(shape_sync_max_snapshot_workers - 1, 1);
 	bool		pushed = false;
 
-	while (subset_waiting_len > 0 &&
+	while (subset_waiting_len > 0 && subset_in_pool < share &&
 		   snapshot_jobs_queued(jobs) < (uint32) shape_sync_max_snapshot_workers)
 	{
 		int			cell = subset_waiting[subset_waiting_head];
 		SubsetJobEntry *e = &subset_entries[cell];
 		SnapshotJob job;
+		Oid			role;
 
 		if (e->in_use && e->req != NULL && !e->queued)
 		{
+			e->definition = subset_definition(e, &role);
+			if (e->definition == NULL)
+			{
+				subset_waiting_head = (subset_waiting_head + 1) % SUBSET_RESULTS_MAX;
+				subset_waiting_len--;
+				subset_forget(cell);
+				continue;
+			}
 			job.slot = SUBSET_JOB_SLOT_BIT | (uint32) cell;
 			job.generation = e->ticket;
-			job.role = (uint32) e->role;
+			job.role = (uint32) role;
 			job.definition = (uint32) dsm_segment_handle(e->definition);
 			job.flags = 0;
 			/* the job holds the cell from now on, until its worker is done */
@@ -190,9 +259,12 @@ subset_jobs_launch(void)
 			if (!snapshot_jobs_push(jobs, &job))
 			{
 				subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+				dsm_detach(e->definition);
+				e->definition = NULL;
 				break;			/* full: a worker is still reading a cell */
 			}
 			e->queued = true;
+			subset_in_pool++;
 			pushed = true;
 		}
 		subset_waiting_head = (subset_waiting_head + 1) % SUBSET_RESULTS_MAX;
@@ -222,10 +294,17 @@ subset_jobs_reap(void)
 
 		if (!e->in_use)
 			continue;
-		if (e->queued && subset_finished(results, cell, e->ticket, &status))
+		if (e->queued && e->req != NULL && subset_finished(results, cell, e->ticket, &status))
 		{
 			subset_answer(e, NULL);
 			subset_forget(cell);
+			continue;
+		}
+		if (e->queued && e->req == NULL)
+		{
+			/* answered before its job ended: its definition goes once the job let go */
+			if (subset_job_gone(results, cell, e->ticket))
+				subset_forget(cell);
 			continue;
 		}
 		if (e->req == NULL || e->deadline == 0 || now < e->deadline)
@@ -237,7 +316,12 @@ subset_jobs_reap(void)
 			subset_forget(cell);
 			continue;
 		}
-		/* the worker stops at once; the job's hold frees the cell after */
+		/*
+		 * The job stops: a worker that has not started it skips it, one that
+		 * runs it stops at its next row or at this cancel; the job's hold
+		 * frees the cell after.
+		 */
+		subset_abandon_job(results, cell, e->ticket);
 		snapshot_pool_cancel(SUBSET_JOB_SLOT_BIT | (uint32) cell, e->ticket);
 	}
 }
@@ -253,6 +337,8 @@ subset_jobs_stop(void)
 		if (!e->in_use)
 			continue;
 		subset_answer(e, "The server is shutting down, please retry");
+		if (e->queued)
+			subset_abandon_job(subset_results(), cell, e->ticket);
 		subset_forget(cell);
 	}
 	subset_waiting_len = 0;

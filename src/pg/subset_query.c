@@ -15,7 +15,8 @@
  * spliced, the same functions refused, the same limits), and order_by as
  * the ORDER BY list of "SELECT 1 ORDER BY <order_by>", of which only plain
  * column names with ASC/DESC and NULLS FIRST/LAST are accepted (a sort
- * expression would run a client's code on every row).  With
+ * expression would run a client's code on every row), of types whose
+ * ordering is PostgreSQL's own (subset_builtin_ordering).  With
  * queryable_columns, the where clause and order_by may name only those.
  *
  * The query is the shape's snapshot query (snapshot_scan) with the subset's
@@ -29,7 +30,9 @@
  * taken, which is past the commit of every transaction it sees), then one
  * record per row, each carrying the snapshot_mark in its headers.  A
  * failure leaves the error body in record 0 and its HTTP status in the
- * cell instead.
+ * cell instead.  An answer never makes a shape give up its memory: past an
+ * eighth of shape_sync.log_memory it fails (400, narrow the subset), and
+ * with the memory full it fails to be retried (503).
  *
  * IDENTIFICATION
  *	  src/pg/subset_query.c
@@ -43,31 +46,24 @@
 #include <stdlib.h>
 
 #include "access/table.h"
-#include "access/xact.h"
-#include "access/xlog.h"
+#include "access/transam.h"
 #include "common/pg_prng.h"
 #include "miscadmin.h"
-#include "nodes/parsenodes.h"
 #include "optimizer/optimizer.h"
 #include "parser/parser.h"
 #include "pgstat.h"
 #include "storage/dsm.h"
-#include "storage/latch.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 
 #include "guc.h"
 #include "row_encoder.h"
-#include "shape_role.h"
 #include "shared_state.h"
 #include "snapshot.h"
 #include "subset_query.h"
@@ -126,7 +122,8 @@ static char *subset_body = NULL;	/* a whole error body, when set */
 static int	subset_cell = -1;
 static uint32 subset_ticket = 0;
 
-#define SUBSET_ROOM_WAIT_MS		3000
+/* An answer may take up to this fraction of the log memory (1/8). */
+#define SUBSET_ARENA_SHARE		8
 
 static const char order_by_rule[] =
 	"order_by must be a list of column names, each optionally followed by ASC or DESC and NULLS FIRST or NULLS LAST";
@@ -156,7 +153,9 @@ subset_definition_create(const ShapeSpec *spec, const char *fingerprint,
 	for (int i = 0; i < in->nqueryable; i++)
 		size += strlen(in->queryable[i]) + 1;
 
-	seg = dsm_create(size, 0);
+	seg = dsm_create(size, DSM_CREATE_NULL_IF_MAXSEGMENTS);
+	if (seg == NULL)
+		return NULL;
 	dsm_pin_mapping(seg);
 	def = dsm_segment_address(seg);
 	def->relid = spec->relid;
@@ -431,6 +430,43 @@ subset_read_body(const char *body, SubsetParsed *out)
 	}
 }
 
+/*
+ * Whether sorting by a column of this type runs only PostgreSQL's own code:
+ * a default ordering whose operators and their functions are built in (an
+ * extension's or a user's could run anything, on every row; an enum's are
+ * built in), and, for
+ * an array, range or multirange, the same of what it holds.  Composite
+ * types compare their fields with whatever those define: refused.
+ */
+static bool
+subset_builtin_ordering(Oid typid, int depth)
+{
+	TypeCacheEntry *tc;
+	Oid			ops[3];
+	Oid			inner = InvalidOid;
+
+	if (depth > 4)
+		return false;
+	typid = getBaseType(typid);
+	if (type_is_rowtype(typid))
+		return false;
+	tc = lookup_type_cache(typid, TYPECACHE_LT_OPR | TYPECACHE_GT_OPR | TYPECACHE_EQ_OPR);
+	ops[0] = tc->lt_opr;
+	ops[1] = tc->gt_opr;
+	ops[2] = tc->eq_opr;
+	for (int i = 0; i < 3; i++)
+		if (!OidIsValid(ops[i]) || ops[i] >= FirstGenbkiObjectId ||
+			get_opcode(ops[i]) >= FirstGenbkiObjectId)
+			return false;
+	if (type_is_array(typid))
+		inner = get_element_type(typid);
+	else if (type_is_range(typid))
+		inner = get_range_subtype(typid);
+	else if (type_is_multirange(typid))
+		inner = get_range_subtype(get_multirange_range(typid));
+	return !OidIsValid(inner) || subset_builtin_ordering(inner, depth + 1);
+}
+
 /* order_by: ORDER BY items that are plain column names; their sort keys. */
 static SnapshotOrder *
 subset_order_by(Relation rel, const char *order_by, int *norder)
@@ -475,6 +511,10 @@ subset_order_by(Relation rel, const char *order_by, int *norder)
 		if (attnum <= 0)
 			subset_invalid("order_by",
 						   psprintf("The following columns are not found on the table: %s", name));
+		if (!subset_builtin_ordering(get_atttype(RelationGetRelid(rel), attnum), 0))
+			subset_invalid("order_by",
+						   psprintf("Column \"%s\" cannot be ordered: its type has no ordering built into PostgreSQL",
+									name));
 		order[n].attnum = attnum;
 		order[n].descending = sort->sortby_dir == SORTBY_DESC;
 		order[n].nulls_first = sort->sortby_nulls == SORTBY_NULLS_DEFAULT ?
@@ -514,6 +554,30 @@ subset_check_queryable(Relation rel, const SubsetInputs *in, const char *field,
 								others.data));
 }
 
+/* The columns `read` (offsets of FirstLowInvalidHeapAttributeNumber) are the role's to SELECT. */
+static void
+subset_check_readable(Oid relid, Bitmapset *read, const char *field)
+{
+	AttrNumber *attnums = palloc(sizeof(AttrNumber) * Max(bms_num_members(read), 1));
+	const char *problem_field;
+	char	   *problem;
+	int			n = 0;
+	int			x = -1;
+
+	while ((x = bms_next_member(read, x)) >= 0)
+		attnums[n++] = x + FirstLowInvalidHeapAttributeNumber;
+	if (n == 0)
+		return;
+	problem = shape_read_problem(relid, n, attnums, &problem_field);
+	if (problem != NULL)
+	{
+		subset_field = field;
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("%s", problem)));
+	}
+}
+
 /* ------------------------------------------------------------ the answer */
 
 typedef struct SubsetWriter
@@ -523,43 +587,40 @@ typedef struct SubsetWriter
 	uint64		records;
 } SubsetWriter;
 
+/*
+ * Appends one record of the answer.  A subset's answer never evicts a
+ * shape to make room (one client's subsets could otherwise push every
+ * shape out): when the arena is full it fails with a 503 to retry, and an
+ * answer that outgrows an eighth of shape_sync.log_memory fails with a
+ * 400 that asks for a narrower subset.
+ */
 static void
 subset_append(SubsetWriter *w, const char *data, int len)
 {
 	LogOffset	offset = {0, w->records};
-	TimestampTz since = 0;
+	ShapeLogArena *arena = w->table->arena;
 	SlogResult	res;
 
-	while ((res = slog_append(w->table->arena, w->log, offset, SLOG_RECORD_CHANGE,
-							  data, (uint32) len)) != SLOG_OK)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		if (res == SLOG_FULL && shape_sync_shape_eviction == SHAPE_EVICTION_LRU)
-		{
-			uint32		cur = atomic_load(&w->table->blocks_wanted);
-
-			if (since == 0)
-				since = now;
-			if (!TimestampDifferenceExceeds(since, now, SUBSET_ROOM_WAIT_MS))
-			{
-				/* the main thread evicts the least recently read shapes */
-				while (cur < 16 && !atomic_compare_exchange_weak(&w->table->blocks_wanted, &cur, 16))
-					;
-				shape_sync_wake_worker();
-				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
-								 PG_WAIT_EXTENSION);
-				ResetLatch(MyLatch);
-				CHECK_FOR_INTERRUPTS();
-				continue;
-			}
-		}
+	if (subset_abandoned(&shape_sync_shared->subsets, subset_cell, subset_ticket))
 		ereport(ERROR,
-				(errcode(res == SLOG_FULL ? ERRCODE_OUT_OF_MEMORY : ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("the subset's rows do not fit in the shape log memory"),
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("the subset query was abandoned: its client was answered already")));
+	if (w->log->blocks_held > arena->nblocks / SUBSET_ARENA_SHARE)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the subset's rows take more than an eighth of the shape log memory"),
+				 errdetail("\"%s\" is %d MB.", "shape_sync.log_memory", shape_sync_log_memory)));
+	res = slog_append(arena, w->log, offset, SLOG_RECORD_CHANGE, data, (uint32) len);
+	if (res == SLOG_FULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("the shape log memory is full"),
 				 errdetail("Shapes and subset queries share the %d MB set by \"%s\".",
 						   shape_sync_log_memory, "shape_sync.log_memory")));
-	}
+	if (res != SLOG_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the subset's rows are too large for one answer")));
 	w->records++;
 }
 
@@ -577,48 +638,18 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	SubsetParsed parsed;
 	SnapshotSubset subset;
 	Relation	rel;
-	Bitmapset  *read = NULL;
+	Bitmapset  *where_read = NULL;
+	Bitmapset  *sorted = NULL;
 	StringInfoData meta;
 	char	   *snapshot_text;
 	uint64		database_lsn;
-	AttrNumber *attnums;
-	int			nattnums = 0;
-	int			x = -1;
 
-	pgstat_report_activity(STATE_RUNNING, "taking a subset snapshot");
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	XactIsoLevel = XACT_REPEATABLE_READ;
-	XactReadOnly = true;
-	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
-	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SET, true, 0, false);
-	if (shape_sync_snapshot_statement_timeout > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
-	PushActiveSnapshot(GetTransactionSnapshot());
-	shape_role_become((Oid) job->role, &saved);
-	/* see snap_take: the insert position after the snapshot passes all it sees */
-	snapshot_text = snapshot_current_text();
-	database_lsn = (uint64) GetXLogInsertRecPtr();
-
+	/* the insert position after the snapshot is past all it sees (snapshot_begin) */
+	snapshot_text = snapshot_begin((Oid) job->role, "taking a subset snapshot", &saved,
+								   &database_lsn);
 	rel = table_open(in->spec.relid, AccessShareLock);
-	if (strcmp(shape_definition_fingerprint(&in->spec), in->texts[SUBSET_FINGERPRINT]) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
-				 errmsg("table \"%s\" was renamed or its definition changed after the shape was made",
-						RelationGetRelationName(rel))));
-	{
-		const char *field;
-		char	   *problem = shape_role_usable() != (Oid) job->role ?
-			pstrdup("\"shape_sync.role\" changed or cannot be used") :
-			shape_spec_read_problem(&in->spec, &field);
-
-		if (problem != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("a shape of table \"%s\" cannot be served: %s",
-							RelationGetRelationName(rel), problem)));
-	}
+	snapshot_check_shape(&in->spec, in->texts[SUBSET_FINGERPRINT], (Oid) job->role,
+						 quote_identifier(RelationGetRelationName(rel)));
 
 	/* the client's inputs */
 	memset(&parsed, 0, sizeof(parsed));
@@ -640,13 +671,11 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 		shape_def_http_message[0] = '\0';
 		subset.where = shape_def_subset_where(rel, parsed.where, parsed.params, parsed.nparams);
 		shape_def_error_field = NULL;
-		pull_varattnos(subset.where, 1, &read);
-		subset_check_queryable(rel, in, "where", read);
+		pull_varattnos(subset.where, 1, &where_read);
+		subset_check_queryable(rel, in, "where", where_read);
 	}
 	if (parsed.order_by != NULL && parsed.order_by[0] != '\0')
 	{
-		Bitmapset  *sorted = NULL;
-
 		if (shape_sync_max_where_length > 0 &&
 			strlen(parsed.order_by) > (size_t) shape_sync_max_where_length)
 			subset_invalid("order_by", "is too long");
@@ -655,26 +684,11 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 			sorted = bms_add_member(sorted,
 									subset.order[i].attnum - FirstLowInvalidHeapAttributeNumber);
 		subset_check_queryable(rel, in, "order_by", sorted);
-		read = bms_union(read, sorted);
 	}
 
 	/* what the subset's clauses read is the role's to SELECT, as the shape's is */
-	attnums = palloc(sizeof(AttrNumber) * Max(bms_num_members(read), 1));
-	while ((x = bms_next_member(read, x)) >= 0)
-		attnums[nattnums++] = x + FirstLowInvalidHeapAttributeNumber;
-	if (nattnums > 0)
-	{
-		const char *field;
-		char	   *problem = shape_read_problem(in->spec.relid, nattnums, attnums, &field);
-
-		if (problem != NULL)
-		{
-			subset_field = "where";
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("%s", problem)));
-		}
-	}
+	subset_check_readable(in->spec.relid, where_read, "where");
+	subset_check_readable(in->spec.relid, sorted, "order_by");
 	table_close(rel, NoLock);
 
 	subset.snapshot_mark = (pg_prng_uint32(&pg_global_prng_state) % 0x7fffffffu) + 1;
@@ -686,12 +700,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	subset_append(w, meta.data, meta.len);
 
 	snapshot_scan(&in->spec, &subset, subset_emit, w);
-
-	shape_role_restore(&saved);
-	if (shape_sync_snapshot_statement_timeout > 0)
-		disable_timeout(STATEMENT_TIMEOUT, false);
-	PopActiveSnapshot();
-	CommitTransactionCommand();
+	snapshot_end(&saved);
 }
 
 /* The status and body a failed subset query answers. */
@@ -712,10 +721,18 @@ subset_failure(const ErrorData *edata, int64 elapsed_ms, StringInfo body)
 		appendStringInfoChar(body, '}');
 		return 400;
 	}
+	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE && field == NULL)
+	{
+		/* the shape itself may not be read now (snapshot_check_shape) */
+		appendStringInfoString(body, "{\"message\":\"Forbidden\",\"errors\":{\"table\":[");
+		escape_json(body, edata->message);
+		appendStringInfoString(body, "]}}");
+		return 403;
+	}
 	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
 	{
 		appendStringInfoString(body, "{\"message\":\"Forbidden\",\"errors\":{\"subset\":{");
-		escape_json(body, field ? field : "where");
+		escape_json(body, field);
 		appendStringInfoString(body, ":[");
 		escape_json(body, edata->message);
 		appendStringInfoString(body, "]}}}");
@@ -806,12 +823,15 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 	subset_field = NULL;
 	subset_message = NULL;
 	subset_body = NULL;
+	shape_def_error_field = NULL;
+	shape_def_http_message[0] = '\0';
 	memset(&w, 0, sizeof(w));
 	w.table = shape_sync_shared->table;
 	w.log = &results->cells[cell].log;
 
-	/* only the job holds the cell: its request is gone, nobody reads the answer */
-	if (atomic_load(&results->cells[cell].refs) == 1)
+	/* its request is gone or answered already: nobody reads the answer */
+	if (atomic_load(&results->cells[cell].refs) == 1 ||
+		subset_abandoned(results, cell, job->generation))
 	{
 		subset_complete(&w, 503);
 		return;
@@ -834,7 +854,7 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 		initStringInfo(&body);
 		status = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &body);
 		if (status >= 500)
-			ereport(LOG,
+			ereport(status == 500 ? LOG : DEBUG1,
 					(errmsg("a subset query failed: %s", edata->message),
 					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
 		subset_write_error(&w, body.data);

@@ -39,6 +39,10 @@
  *   with release; readers load `done` with acquire before they read
  *   `status` or the log, which is then complete and never written again
  *   until the cell is freed.
+ * - `abandoned` is a hint, stored and loaded relaxed: the main thread
+ *   names a use whose request it answered already, and the worker stops
+ *   the job when it sees it (its answer is then never read).  It is reset
+ *   with `done` by the last holder.
  * - Holds are let go with an acq_rel decrement; the last holder (refs
  *   read as 1, with acquire, from the other's decrement) sees every other
  *   holder's reads and writes, resets the log and `done`, and only then
@@ -102,6 +106,18 @@ subset_hold_for_job(SubsetResults *r, int cell)
 }
 
 void
+subset_abandon_job(SubsetResults *r, int cell, uint32_t ticket)
+{
+	atomic_store_explicit(&r->cells[cell].abandoned, ticket, memory_order_relaxed);
+}
+
+bool
+subset_abandoned(SubsetResults *r, int cell, uint32_t ticket)
+{
+	return atomic_load_explicit(&r->cells[cell].abandoned, memory_order_relaxed) == ticket;
+}
+
+void
 subset_finish(SubsetResults *r, int cell, uint32_t ticket, uint32_t status)
 {
 	SubsetCell *c = &r->cells[cell];
@@ -121,6 +137,21 @@ subset_finished(SubsetResults *r, int cell, uint32_t ticket, uint32_t *status)
 	return true;
 }
 
+/*
+ * Whether the job of this use is done with the cell, for a caller that no
+ * longer holds it (the request gave up): finished, or the cell was freed,
+ * or it was claimed again since.
+ */
+bool
+subset_job_gone(SubsetResults *r, int cell, uint32_t ticket)
+{
+	SubsetCell *c = &r->cells[cell];
+
+	return atomic_load_explicit(&c->done, memory_order_acquire) == ticket ||
+		atomic_load_explicit(&c->refs, memory_order_acquire) == 0 ||
+		atomic_load_explicit(&c->ticket, memory_order_relaxed) != ticket;
+}
+
 void
 subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 {
@@ -134,6 +165,7 @@ subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 		{
 			slog_release(arena, &c->log);
 			atomic_store_explicit(&c->done, 0, memory_order_relaxed);
+			atomic_store_explicit(&c->abandoned, 0, memory_order_relaxed);
 			c->status = 0;
 			/* no one else holds it: refs is ours to store */
 			atomic_store_explicit(&c->refs, 0, memory_order_release);

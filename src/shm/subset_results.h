@@ -33,6 +33,7 @@ typedef struct SubsetCell
 	_Atomic uint32_t refs;		/* 0: free; the request's, and the job's */
 	_Atomic uint32_t ticket;	/* which use of the cell: moves on at each claim */
 	_Atomic uint32_t done;		/* the ticket the worker finished, or 0 */
+	_Atomic uint32_t abandoned; /* a ticket nobody waits for any more, or 0 */
 	uint32_t	status;			/* HTTP status of the answer, set before `done` */
 	/*
 	 * The answer, written by the job before `done`: record 0 is the
@@ -58,8 +59,17 @@ extern void subset_hold_for_job(SubsetResults *r, int cell);
 /* The job: the answer is in the cell's log; the cell is still held. */
 extern void subset_finish(SubsetResults *r, int cell, uint32_t ticket, uint32_t status);
 
+/* Main thread: nobody waits for this use's answer; the job may stop. */
+extern void subset_abandon_job(SubsetResults *r, int cell, uint32_t ticket);
+
+/* The job: whether its answer is still wanted. */
+extern bool subset_abandoned(SubsetResults *r, int cell, uint32_t ticket);
+
 /* Whether the job of this use finished; its status then. */
 extern bool subset_finished(SubsetResults *r, int cell, uint32_t ticket, uint32_t *status);
+
+/* For a caller that no longer holds the cell: the job of this use let go of it. */
+extern bool subset_job_gone(SubsetResults *r, int cell, uint32_t ticket);
 
 /* Lets go of a hold; the last one gives the log's blocks back and frees the cell. */
 extern void subset_release(SubsetResults *r, ShapeLogArena *arena, int cell);

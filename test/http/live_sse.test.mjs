@@ -26,14 +26,16 @@ after(async () => {
 })
 
 // Checks the data events of one batch: change events, then exactly one up-to-date at the end
-// whose global_last_seen_lsn is `lsn`. Returns the change messages.
+// whose global_last_seen_lsn is one past `lsn`, the batch's commit LSN (the client resumes from
+// "<global_last_seen_lsn>_0": past the whole transaction). Returns the change messages.
 function checkBatch(events, lsn, label) {
   for (const ev of events) {
     assert.match(ev.raw, /^data: [^\n]+\n\n$/, `${label}: event framing is "data: <json>\\n\\n": ${JSON.stringify(ev.raw)}`)
     assert.ok(ev.data && typeof ev.data === 'object', `${label}: event data is JSON: ${ev.rawData}`)
   }
   const last = events[events.length - 1].data
-  assert.deepEqual(last, { headers: { control: 'up-to-date', global_last_seen_lsn: lsn } }, `${label}: final up-to-date`)
+  const next = String(BigInt(lsn) + 1n)
+  assert.deepEqual(last, { headers: { control: 'up-to-date', global_last_seen_lsn: next } }, `${label}: final up-to-date`)
   const changes = events.slice(0, -1).map((e) => e.data)
   for (const m of changes) {
     assert.ok('key' in m, `${label}: only changes before up-to-date: ${JSON.stringify(m)}`)
@@ -130,6 +132,17 @@ describe('SSE: raw stream', () => {
       assert.equal(await sse.expectEnd(2000), true, 'the stream ends after the up-to-date')
     } finally {
       sse.close()
+    }
+
+    // Where the client resumes after that up-to-date, "<global_last_seen_lsn>_0": nothing again.
+    // (With the commit LSN itself there, as Electric sends it, every op of tx2 but its first came
+    // again: a stream paused by requestSnapshot and resumed delivered them twice.)
+    const resume = await openSse({ table, handle: shape.handle, offset: `${BigInt(lsns[1]) + 1n}_0`, cursor: '' })
+    try {
+      assert.equal(resume.res.status, 200)
+      await assert.rejects(resume.next(700), /no SSE event within/, 'no event: tx2 is not sent again')
+    } finally {
+      resume.close()
     }
 
     // From the end of tx1: only tx2.

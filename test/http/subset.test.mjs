@@ -71,7 +71,8 @@ for (const liveSse of MODES) {
   }
 }
 for (const method of METHODS) clientTable('refetch', method)
-const ALL_TABLES = [RAW, BIG, ...clientTables.values()]
+const SCAN = uniqueTable('subset') // 200,000 rows: a subset query that takes a while
+const ALL_TABLES = [RAW, BIG, SCAN, ...clientTables.values()]
 
 // 40 rows: v = 'v<id>', n NULL for every 5th id, else (id * 7) % 23 (ties), grp = id % 4.
 const COLS = 'id, v, n, grp'
@@ -92,6 +93,10 @@ before(async () => {
     `CREATE TABLE ${BIG} (id int PRIMARY KEY, big int8, flag bool, label text)`,
     `INSERT INTO ${BIG} VALUES (1, 9007199254740992, true, 'a'), (2, 9007199254740993, true, 'b'),
        (3, 9007199254740995, false, 'c'), (4, 1, false, 'd')`,
+  ])
+  await createTable([
+    `CREATE TABLE ${SCAN} (id int PRIMARY KEY, v text)`,
+    `INSERT INTO ${SCAN} SELECT g, 'v' || g FROM generate_series(1, 200000) g`,
   ])
   // changes_only clients must not see the inserts above as changes of their shapes
   await waitDecoded()
@@ -636,6 +641,63 @@ function liveGate() {
     },
   }
 }
+
+// The snapshot is taken when the query starts; a transaction that commits while the query
+// scans is not in it (its xid is in xip_list or at or past xmax), so its changes must come from
+// the log: applied, once. The query is made slow (md5 of every row of 200,000) and the commit
+// lands a few ms after the request; the metadata proves which rounds were concurrent, and the
+// test needs at least one.
+describe('official client: a commit while the subset query runs', () => {
+  for (const liveSse of MODES) {
+    it(`${modeName(liveSse)}: the snapshot does not see it, the log brings it, once`, async () => {
+      const label = `scan ${modeName(liveSse)}`
+      // a shape of each mode's own (replica), whose log starts when it is made
+      const client = track(startClientShape({ table: SCAN, replica: liveSse ? 'full' : 'default' },
+        { log: 'changes_only', liveSse }))
+      await waitUpToDate(client, label)
+      const { inserts, unsubscribe } = countInserts(client)
+      const pgc = await pool.connect()
+      let concurrent = 0
+      const base = liveSse ? 100 : 10 // each mode its own rows of the shared table
+      const sentinel = 900000 + base
+      const loaded = [sentinel]
+      try {
+        for (let round = 0; round < 6 && concurrent < 2; round++) {
+          const id = base + round
+          const added = 300000 + base + round
+          loaded.push(id, added)
+          await pgc.query('BEGIN')
+          const xid = (await pgc.query('SELECT pg_current_xact_id()::text AS x')).rows[0].x
+          await pgc.query(`UPDATE ${SCAN} SET v = 'during ' || $1::text WHERE id = $2`, [round, id])
+          await pgc.query(`INSERT INTO ${SCAN} VALUES ($1, 'new during')`, [added])
+          const request = client.stream.requestSnapshot({
+            where: `md5(v) <> 'x' AND (id = $1 OR id = $2)`, params: { 1: String(id), 2: String(added) },
+          })
+          await sleep(5 + 10 * round)
+          await pgc.query('COMMIT')
+          const { metadata, data } = await request
+          const invisible = metadata.xip_list.includes(xid) || BigInt(xid) >= BigInt(metadata.xmax)
+          if (invisible) {
+            concurrent++
+            // the snapshot has the row as it was, and not the row inserted
+            assert.deepEqual(data.map((m) => m.value.v), [`v${id}`], `${label}: the snapshot's rows`)
+          }
+        }
+      } catch (err) {
+        await pgc.query('ROLLBACK').catch(() => {})
+        throw err
+      } finally {
+        pgc.release()
+      }
+      assert.ok(concurrent > 0, `${label}: at least one commit landed while a subset query ran`)
+      await runTx([`INSERT INTO ${SCAN} VALUES (${sentinel}, 'sentinel')`])
+      await waitRowsEqual(client, `SELECT id, v FROM ${SCAN} WHERE id = ANY('{${loaded.join(',')}}'::int[])`,
+        `${label}: the rows as committed`, { timeoutMs: 10000 })
+      unsubscribe()
+      assertEachKeyInsertedOnce(client, inserts, label)
+    })
+  }
+})
 
 describe('official client: int8 params as BigInt', () => {
   for (const method of METHODS) {

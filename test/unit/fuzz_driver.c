@@ -35,6 +35,8 @@ static const char *const tokens[] = {
 	"18446744073709551615", "\"", "\"\"", ".", ",", "&", "=", "table=", "offset=",
 	"handle=", "live", "live_sse=true", "params[1]=", "params[256]", "params[257]",
 	"columns=", "where=", "replica=full", "log=changes_only", "subset__where=",
+	"subset__params={\"1\":", "subset__limit=", "subset__offset=", "subset__order_by=",
+	"queryable_columns=",
 	"experimental_live_sse", "\xc3\xa9", "\xff", "\x01", " ", "$", "A", "z9",
 	"\"a\"\"b\"", "public.items", "a.b.c",
 };

@@ -9,7 +9,8 @@
  * body is valid JSON of the documented shape and says each error once; an
  * accepted query satisfies the cross-parameter rules of section 1.1, holds
  * no NUL and only well-formed UTF-8 in what the main thread will parse, and
- * a where clause within the limit; nothing leaks (ASan).
+ * a where clause within the limit, and so do a subset's inputs and
+ * queryable_columns; nothing leaks (ASan).
  */
 #include "fuzz_common.h"
 
@@ -117,6 +118,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int i = 0; i < q.def.nparams; i++)
 			check_text(q.def.params[i]);
 		FUZZ_ASSERT(q.def.where == NULL || strlen(q.def.where) <= FUZZ_WHERE_LIMIT);
+		/* a subset's inputs go to a snapshot worker's parsers as they are */
+		if (q.subset)
+			FUZZ_ASSERT(q.subset_in != NULL);
+		if (q.subset_in != NULL)
+		{
+			check_text(q.subset_in->where);
+			check_text(q.subset_in->params);
+			check_text(q.subset_in->limit);
+			check_text(q.subset_in->offset);
+			check_text(q.subset_in->order_by);
+			FUZZ_ASSERT((q.subset_in->queryable == NULL) == (q.subset_in->nqueryable == 0));
+			for (int i = 0; i < q.subset_in->nqueryable; i++)
+			{
+				FUZZ_ASSERT(q.subset_in->queryable[i][0] != '\0');
+				check_text(q.subset_in->queryable[i]);
+			}
+		}
 	}
 	shape_query_free(&q);
 

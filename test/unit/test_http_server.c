@@ -599,6 +599,16 @@ TEST(options_preflight)
 	CHECK_HEADER(&r, "vary", "origin");
 	hc_response_free(&r);
 
+	/* a subset's POST from a browser: its JSON content-type is allowed */
+	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape",
+							 "Origin: http://app.localhost:5173\r\n"
+							 "Access-Control-Request-Method: POST\r\n"
+							 "Access-Control-Request-Headers: content-type\r\n",
+							 &r), &r);
+	CHECK_EQ(r.status, 204);
+	CHECK_HEADER(&r, "access-control-allow-headers", "content-type");
+	hc_response_free(&r);
+
 	/* no Origin: "*", and no allow-headers when none is requested */
 	REQUIRE_RESPONSE(request("OPTIONS", "/v1/shape", NULL, &r), &r);
 	CHECK_EQ(r.status, 204);
@@ -697,6 +707,10 @@ TEST(subset_queries)
 	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1", "{\"a\0\":1}", 8, &r), &r);
 	CHECK_EQ(r.status, 400);
 	CHECK(strstr(r.body, "\"error\":\"Invalid JSON in request body\"") != NULL);
+	hc_response_free(&r);
+	REQUIRE_RESPONSE(post("/v1/shape?table=items&offset=-1", "{\"a\xff\":1}", 8, &r), &r);
+	CHECK_EQ(r.status, 400);
+	CHECK_STR_EQ(r.body, "{\"error\":\"Invalid JSON in request body\",\"details\":\"The body is not valid UTF-8\"}");
 	hc_response_free(&r);
 
 	/* every cell went back, whichever way its request ended */

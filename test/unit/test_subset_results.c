@@ -103,6 +103,7 @@ TEST(the_last_holder_frees_the_cell_and_its_blocks)
 			CHECK_UEQ(subset_cells_in_use(&r), 1);
 			subset_release(&r, arena, cell);
 		}
+		CHECK(subset_job_gone(&r, cell, ticket));
 		CHECK_UEQ(slog_arena_free_blocks(arena), free_before);
 		CHECK_UEQ(subset_cells_in_use(&r), 0);
 		/* the next use of the cell starts empty, with a new ticket */
@@ -192,6 +193,40 @@ race_requests(void *arg)
 		pthread_join(job, NULL);
 	}
 	return NULL;
+}
+
+/* The main thread's view of a job whose request gave up: done once the job let go. */
+TEST(a_job_whose_request_gave_up_is_seen_gone)
+{
+	static SubsetResults r;
+	ShapeLogArena *arena = new_arena();
+	uint32_t	ticket;
+	uint32_t	next;
+	int			cell;
+
+	REQUIRE(arena != NULL);
+	subset_results_init(&r);
+	cell = subset_claim(&r, &ticket);
+	REQUIRE(cell >= 0);
+	subset_hold_for_job(&r, cell);
+	subset_release(&r, arena, cell);	/* the request's deadline passed */
+	CHECK(!subset_job_gone(&r, cell, ticket));	/* the job still writes */
+	write_answer(arena, &r, cell, ticket, 503, 0);
+	CHECK(subset_job_gone(&r, cell, ticket));
+	subset_release(&r, arena, cell);
+	CHECK(subset_job_gone(&r, cell, ticket));
+	/* claimed again before the main thread looked: still gone for the old use */
+	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
+	{
+		int			c = subset_claim(&r, &next);
+
+		if (c == cell)
+			break;
+	}
+	CHECK_UEQ(r.cells[cell].ticket, next);
+	CHECK(subset_job_gone(&r, cell, ticket));
+	CHECK(!subset_job_gone(&r, cell, next));	/* the new use is not done */
+	free(arena);
 }
 
 TEST(requests_and_jobs_letting_go_in_any_order)
