@@ -72,7 +72,9 @@ for (const liveSse of MODES) {
 }
 for (const method of METHODS) clientTable('refetch', method)
 const SCAN = uniqueTable('subset') // 200,000 rows: a subset query that takes a while
-const ALL_TABLES = [RAW, BIG, SCAN, ...clientTables.values()]
+const TYPED = uniqueTable('subset') // columns of types with and without a built-in ordering
+const MOOD = `${TYPED}_mood` // an enum: its ordering is PostgreSQL's own
+const ALL_TABLES = [RAW, BIG, SCAN, TYPED, ...clientTables.values()]
 
 // 40 rows: v = 'v<id>', n NULL for every 5th id, else (id * 7) % 23 (ties), grp = id % 4.
 const COLS = 'id, v, n, grp'
@@ -95,6 +97,12 @@ before(async () => {
        (3, 9007199254740995, false, 'c'), (4, 1, false, 'd')`,
   ])
   await createTable([
+    `CREATE TYPE ${MOOD} AS ENUM ('sad', 'ok', 'happy')`,
+    `CREATE TABLE ${TYPED} (id int PRIMARY KEY, mood ${MOOD}, doc json, tags text[], pos point)`,
+    `INSERT INTO ${TYPED} VALUES (1, 'happy', '{}', '{b}', '(1,1)'), (2, 'sad', '[]', '{a,c}', '(0,0)'),
+       (3, 'ok', 'null', NULL, NULL)`,
+  ])
+  await createTable([
     `CREATE TABLE ${SCAN} (id int PRIMARY KEY, v text)`,
     `INSERT INTO ${SCAN} SELECT g, 'v' || g FROM generate_series(1, 200000) g`,
   ])
@@ -106,6 +114,7 @@ after(async () => {
   for (const c of clients) c.close()
   if (deletionEnabled) await resetShapeDeletion().catch(() => {})
   for (const t of ALL_TABLES) await dropTable(t)
+  await query(`DROP TYPE IF EXISTS ${MOOD}`).catch(() => {})
   await closePool()
 })
 
@@ -504,6 +513,23 @@ describe('subset snapshots, raw HTTP: errors', () => {
     ]
     for (const [method, subset, errors] of cases) {
       assertExactErrors(await subsetRequest(method, shape, subset), errors, `${method} ${JSON.stringify(subset)}`)
+    }
+  })
+
+  it('order_by only on types whose ordering is built in: an enum and an array sort, json and point are refused', async () => {
+    const typed = { table: TYPED, offset: '-1' }
+    for (const method of METHODS) {
+      const byMood = await subsetRequest(method, typed, { order_by: 'mood DESC' })
+      assert.equal(byMood.status, 200, byMood.text)
+      assert.deepEqual(parseBody(byMood.text).data.map((m) => m.value.id), ['1', '3', '2'], `${method}: enum order`)
+      const byTags = await subsetRequest(method, typed, { order_by: 'tags NULLS FIRST' })
+      assert.equal(byTags.status, 200, byTags.text)
+      assert.deepEqual(parseBody(byTags.text).data.map((m) => m.value.id), ['3', '2', '1'], `${method}: array order`)
+      for (const column of ['doc', 'pos']) {
+        const res = await subsetRequest(method, typed, { order_by: column })
+        assertSubsetError(res, 'order_by', `${method} order_by ${column}`)
+        assert.match(parseBody(res.text).errors.subset.order_by[0], /cannot be ordered/)
+      }
     }
   })
 

@@ -13,12 +13,15 @@
 # 2. Then 64 at once all succeed: every cell came back.
 # 3. With snapshot_wait_timeout = 1s and a query that takes longer, a subset
 #    answers 503 with retry-after; the next one, fast, succeeds.
+# 4. A subset whose answer outgrows an eighth of shape_sync.log_memory (16 MB
+#    here) answers 400 and evicts no shape: the shape keeps its handle.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 init_work
 trap cleanup_work EXIT
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_snapshot_workers = 1
+shape_sync.log_memory = '16MB'
 shape_sync.max_concurrent_existing = 1000
 shape_sync.max_concurrent_initial = 1000" start_cluster_retrying 5190
 cluster_psql <<'SQL'
@@ -27,8 +30,8 @@ INSERT INTO wide SELECT g, g % 1000, md5(g::text) FROM generate_series(1, 200000
 ANALYZE wide;
 SQL
 base="$SHAPE_SYNC_URL/v1/shape?table=wide&offset=-1&log=changes_only"
-want=$(cluster_psql -At -c "SELECT count(*) FROM wide WHERE v LIKE '%ab%' AND grp < 500")
-q="subset__where=v%20LIKE%20%27%25ab%25%27%20AND%20grp%20%3C%20500"
+want=$(cluster_psql -At -c "SELECT count(*) FROM wide WHERE v LIKE '%ab%' AND grp < 20")
+q="subset__where=v%20LIKE%20%27%25ab%25%27%20AND%20grp%20%3C%2020"
 
 # burst N PREFIX: N subset requests at once, each saved as PREFIX.i.{h,b,status}
 burst() {
@@ -89,7 +92,8 @@ expect_eq "64 at once after the burst all answer 200 (every cell came back)" 64 
 # --- 3 ------------------------------------------------------------------------------
 cluster_psql -c "ALTER SYSTEM SET shape_sync.snapshot_wait_timeout = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 1
-slow="subset__where=md5(v%20%7C%7C%20v)%20%3C%3E%20md5(v)%20AND%20md5(md5(v))%20%3C%3E%20v"
+# no row matches, but every row is hashed twice: a scan that takes a while
+slow="subset__where=md5(md5(v))%20%3D%20%27x%27%20AND%20md5(v%20%7C%7C%20v)%20%3C%3E%20%27%27"
 for ((i = 0; i < 8; i++)); do
 	curl -s --max-time 60 -D "$work/s.$i.h" -o "$work/s.$i.b" -w '%{http_code}' "$base&$slow" >"$work/s.$i.status" &
 done
@@ -105,4 +109,15 @@ for ((i = 0; i < 8; i++)); do
 done
 wait_for 30 test "$(http_status "$base&subset__where=id%3D1")" = 200 >/dev/null 2>&1 || true
 expect_eq "a fast subset afterwards" 200 "$(http_status "$base&subset__where=id%3D1")"
+
+# --- 4 ------------------------------------------------------------------------------
+cluster_psql -c "ALTER SYSTEM SET shape_sync.snapshot_wait_timeout = '30s'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+handle_before=$(curl -s -D - -o /dev/null "$base" | tr -d '\r' | sed -n 's/^electric-handle: //Ip')
+curl -s --max-time 60 -D "$work/all.h" -o "$work/all.b" -w '%{http_code}' "$base&subset__where=id%3E0" >"$work/all.status"
+expect_eq "a subset of all 200,000 rows (over 2 MB of answer)" 400 "$(cat "$work/all.status")"
+expect_match "its body asks for a narrower subset" 'eighth of the shape log memory' "$(cat "$work/all.b")"
+handle_after=$(curl -s -D - -o /dev/null "$base" | tr -d '\r' | sed -n 's/^electric-handle: //Ip')
+check "the shape was not evicted for it (handle $handle_before)" test -n "$handle_before" -a "$handle_before" = "$handle_after"
+expect_eq "a small subset still answers" 200 "$(http_status "$base&subset__where=id%3D1")"
 finish
