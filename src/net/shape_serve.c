@@ -515,6 +515,13 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	bool		data = kind == RESPONSE_DATA;
 	LogOffset	response_offset = data ? range->chunk_end : pub->last;
 	bool		up_to_date;
+
+	/*
+	 * Nothing after an offset past the last record (shape_resumes_at_end):
+	 * the client stays where it is, at the end, rather than going back.
+	 */
+	if (data && range->start == range->end && log_offset_cmp(requested, response_offset) > 0)
+		response_offset = requested;
 	uint64_t	lsn;
 	char		req_text[LOG_OFFSET_TEXT_LEN];
 	char		resp_text[LOG_OFFSET_TEXT_LEN];
@@ -674,17 +681,20 @@ typedef struct ServeCheck
 
 /*
  * An offset past the log's last record that is where an SSE client
- * resumes, "<commit LSN + 1>_0" (sse_stream.c), at or before the LSN seen
- * before the range was located: the log holds every transaction of the
- * shape up to that LSN, so the client is at its end, not out of bounds.
+ * resumes (sse_stream.c): "<last commit LSN + 1>_0" after a batch, or one
+ * below the LSN seen before the range was located after a snapshot.  The
+ * log holds every transaction of the shape up to that LSN, and none commits
+ * at either offset (records start 8-byte aligned), so the client is at the
+ * log's end, not out of bounds.  Any other offset past the end is out of
+ * bounds, as in Electric: the request waits for the log to reach it.
  */
 static bool
 shape_resumes_at_end(const ShapeConn *sc, const SlogPublished *pub)
 {
 	LogOffset	o = sc->query.offset;
 
-	return o.op == 0 && o.tx > pub->last.tx && (uint64_t) o.tx <= sc->seen_lsn + 1 &&
-		(pub->flags & SLOG_SNAPSHOT_DONE);
+	return o.op == 0 && o.tx > pub->last.tx && (pub->flags & SLOG_SNAPSHOT_DONE) &&
+		((uint64_t) o.tx < sc->seen_lsn || o.tx == pub->last.tx + 1);
 }
 
 static ServeDecision

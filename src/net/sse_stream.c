@@ -86,7 +86,9 @@ sse_next_range(ShapeConn *sc)
 	slog_cursor_init(shapes->arena, log, &st->records, range.start, range.end, st->after);
 	st->in_range = true;
 	st->range_end = range.chunk_end;
-	st->range_up_to_date = log_offset_cmp(range.chunk_end, pub.last) >= 0;
+	/* the end of the log, and the snapshot's stitching done (ss_take_over) */
+	st->range_up_to_date = (pub.flags & SLOG_SNAPSHOT_DONE) &&
+		log_offset_cmp(range.chunk_end, pub.last) >= 0;
 	if (st->parked)
 	{
 		/* a held stream waited for this: how long since it reached the log */
@@ -172,12 +174,15 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 				char		event[160];
 				/*
 				 * The client resumes from "<lsn>_0" (see the header): past
-				 * the range's last transaction; for a range that ends in
-				 * the snapshot, what was seen before it was located, and at
-				 * least 1, past every snapshot offset (0_k).
+				 * the range's last transaction.  For a range that ends in
+				 * the snapshot, the shape has no change up to what was seen
+				 * before the range was located; that may be the end of the
+				 * WAL, where the next commit may start, so one before it
+				 * (records start 8-byte aligned: no commit is there), and
+				 * at least 1, past every snapshot offset (0_k).
 				 */
 				uint64_t	lsn = st->range_end.tx > 0 ? (uint64_t) st->range_end.tx + 1 :
-					st->seen_lsn > 0 ? st->seen_lsn : 1;
+					st->seen_lsn > 1 ? st->seen_lsn - 1 : 1;
 
 				snprintf(event, sizeof(event),
 						 "data: {\"headers\":{\"control\":\"up-to-date\","
@@ -259,7 +264,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 						 range->end, st->after);
 		st->in_range = true;
 		st->range_end = range->chunk_end;
-		st->range_up_to_date = log_offset_cmp(range->chunk_end, pub->last) >= 0;
+		st->range_up_to_date = (pub->flags & SLOG_SNAPSHOT_DONE) &&
+			log_offset_cmp(range->chunk_end, pub->last) >= 0;
 	}
 	/*
 	 * The stream's own up-to-date events move the client on; the header

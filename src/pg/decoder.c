@@ -488,7 +488,15 @@ dec_note_position(XLogRecPtr flushed)
 
 	atomic_store_explicit(&status->wal_end_lsn, (uint64) Max(flushed, at), memory_order_relaxed);
 	if (at >= flushed && !TransactionIdIsValid(dec_held_xid))
+	{
 		atomic_store_explicit(&status->decoded_lsn, (uint64) at, memory_order_relaxed);
+		/*
+		 * Every commit before `at` is decoded and, for shapes past their
+		 * snapshot, published: the server has seen up to here (see
+		 * shape_table.c), although no commit is there.
+		 */
+		shape_table_note_lsn(shape_sync_shared->table, (uint64) at);
+	}
 }
 
 /*

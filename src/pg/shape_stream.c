@@ -1821,8 +1821,13 @@ ss_take_over(ShapeStream *s)
 	ss_pending_forget(s);
 	if (s->appended)
 		shape_table_note_published(table, s->slot);	/* covered by the publish */
-	/* readers past the snapshot waited for this (snapshot.c): wake them */
-	slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
+	/*
+	 * Readers past the snapshot waited for this (snapshot.c): wake them.  A
+	 * stream that could not take its kept transactions is rotated instead
+	 * (its readers then get 409), never published as complete.
+	 */
+	if (!s->rotate)
+		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
 	shape_table_mark_dirty(table, s->slot);
 	s->appended = false;
 	s->compacted_bytes = Max(shape_table_log(table, s->slot)->write_pos, 1);
@@ -2008,6 +2013,43 @@ ss_check_guarded(Oid relid, ShapeStream *one, Oid role)
 	PG_END_TRY();
 }
 
+/*
+ * Takes over the streams whose snapshots are done.  During a replay
+ * (`replaying`), only those the replayed transaction has not touched: its
+ * changes to the others are kept as theirs, and are stitched on after it.
+ * Taking over needs no catalog; the checks it asks for (ss_check_slots) run
+ * at the next shape_stream_maintain.
+ */
+static void
+ss_take_over_done(bool replaying)
+{
+	ShapeTable *table = ss_table();
+	ListCell   *lc;
+
+	foreach(lc, ss_snapshotting)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+		if (s->in_use && !s->ready && !s->rotate && !(replaying && s->touched) &&
+			shape_table_state(table, s->slot) == SHAPE_READY)
+		{
+			ss_take_over(s);
+			ss_snapshotting = foreach_delete_current(ss_snapshotting, lc);
+		}
+	}
+}
+
+/*
+ * During the replay of a long transaction (decoder.c's hook): a shape whose
+ * snapshot finished meanwhile goes live now, not after the replay.
+ */
+void
+shape_stream_maintain_during_replay(void)
+{
+	if (ss_streams != NULL)
+		ss_take_over_done(true);
+}
+
 void
 shape_stream_maintain(void)
 {
@@ -2018,18 +2060,7 @@ shape_stream_maintain(void)
 	if (ss_streams == NULL)
 		return;
 	table = ss_table();
-
-	foreach(lc, ss_snapshotting)
-	{
-		ShapeStream *s = &ss_streams[lfirst_int(lc)];
-
-		if (s->in_use && !s->ready && !s->rotate &&
-			shape_table_state(table, s->slot) == SHAPE_READY)
-		{
-			ss_take_over(s);
-			ss_snapshotting = foreach_delete_current(ss_snapshotting, lc);
-		}
-	}
+	ss_take_over_done(false);
 
 	ss_recheck_now = false;
 	if (ss_changed_relids != NIL || ss_all_changed || ss_check_slots != NIL)

@@ -38,6 +38,7 @@ extern void shape_stream_commit(void);
  * stream, and rotates shapes whose table was truncated, dropped or altered.
  */
 extern void shape_stream_maintain(void);
+extern void shape_stream_maintain_during_replay(void);
 
 /* Check every shape's table and privileges at the next maintain. */
 extern void shape_stream_recheck_all(void);

@@ -11,7 +11,8 @@
  * and go to the pool's queue behind the same limit as shape snapshots (at
  * most shape_sync.max_snapshot_workers jobs in it at a time), and at most
  * max_snapshot_workers - 1 of them at once (queued or running), so that
- * subsets never starve the snapshots of new shapes.  The shape's
+ * subsets never starve the snapshots of new shapes (with a pool of one
+ * worker, subsets and snapshots take turns in it).  The shape's
  * definition and the client's subset inputs go into a DSM segment
  * (subset_query.c) only when the job goes to the pool: waiting requests
  * hold none, and a segment that cannot be had answers 503, never an error
@@ -146,8 +147,10 @@ subset_jobs_take(ShapeRequest *req)
 	{
 		SlogPublished pub;
 
+		/* before the snapshot's end is published, the log's end is that end */
 		slog_read_published(shape_table_log(shape_sync_shared->table, req->result.slot), &pub);
-		log_offset_format(pub.last, in->log_end, sizeof(in->log_end));
+		log_offset_format((pub.flags & SLOG_SNAPSHOT_DONE) ? pub.last : LOG_OFFSET_SNAPSHOT_END,
+						  in->log_end, sizeof(in->log_end));
 	}
 
 	e = &subset_entries[in->cell];

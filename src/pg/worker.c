@@ -368,6 +368,7 @@ worker_during_replay(void)
 	shape_stream_catalog_changed();
 	worker_resolve_during_replay();
 	registry_maintain_during_replay();
+	shape_stream_maintain_during_replay();
 	subset_jobs_reap();			/* no catalog needed: answers and deadlines go on */
 	subset_jobs_launch();
 	worker_wake_changed_shapes();

@@ -56,11 +56,16 @@
  *   the version first, so a slot freed at its last unpin has no version
  *   readers left.
  * - `last_handle_us` and `last_seen_lsn` only move forward (CAS max).
- *   `last_seen_lsn` is noted (release) only after every shape log has
- *   published the transactions up to it, and read (acquire) before a
- *   reader locates its range: a range located after reading it holds every
- *   record of its shape up to it, so an up-to-date message that names it
- *   promises nothing the response did not send.
+ *   `last_seen_lsn` is noted (release) only after every shape log that
+ *   is past its snapshot (SLOG_SNAPSHOT_DONE) has published the
+ *   transactions up to it, and read (acquire) before a reader locates its
+ *   range: a range located after reading it holds every record of its
+ *   shape up to it, so an up-to-date message that names it promises
+ *   nothing the response did not send.  (A log before SLOG_SNAPSHOT_DONE
+ *   answers no up-to-date.  The exception is a shape marked for rotation
+ *   that stopped taking changes: until the main thread retires it, at the
+ *   end of the decoding batch, its readers may be told so; they get 409
+ *   next and start over.)
  * - `last_read_us` is stored (relaxed) by the main thread when it resolves
  *   a request, and by HTTP threads that serve one on a resolution they
  *   kept (at most once a second), and read by SQL and eviction; it is only

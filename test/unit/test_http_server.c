@@ -52,7 +52,7 @@ static const char *const shape_names[SH_COUNT] = {
 #define R1 "{\"key\":\"\\\"public\\\".\\\"items\\\"/\\\"2\\\"\",\"value\":{\"id\":\"2\",\"title\":\"t\\\"wo, [x]\"},\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"items\"]}}"
 #define R2 "{\"key\":\"\\\"public\\\".\\\"items\\\"/\\\"3\\\"\",\"value\":{\"id\":\"3\",\"title\":\"\xc3\xa9t\xc3\xa9\"},\"headers\":{\"operation\":\"insert\",\"relation\":[\"public\",\"items\"]}}"
 #define SNAPSHOT_END "{\"headers\":{\"control\":\"snapshot-end\",\"xmin\":\"100\",\"xmax\":\"101\",\"xip_list\":[]}}"
-#define UP_TO_DATE "{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"5000\"}}"
+#define UP_TO_DATE "{\"headers\":{\"control\":\"up-to-date\",\"global_last_seen_lsn\":\"500\"}}"
 
 #define P0 "{\"value\":{\"id\":\"p0\"}}"
 #define P1 "{\"value\":{\"id\":\"p1\"}}"
@@ -297,7 +297,7 @@ TEST(server_starts)
 	close_chunk(s, (LogOffset) {0, 1});
 	shape_table_set_state(table, s, SHAPE_READY);
 	slog_publish(&table->slots[s].logs[0], LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-	shape_table_note_lsn(table, 5000);
+	shape_table_note_lsn(table, 500);	/* below every change the tests append */
 
 	/* parked: nothing written yet */
 	new_shape(SH_PARKED, SHAPE_SNAPSHOTTING);
@@ -856,8 +856,8 @@ TEST(following_chunks_and_up_to_date)
 	CHECK_EQ(hc_header_count(&r, "electric-up-to-date"), 1);
 	hc_response_free(&r);
 
-	/* past the end of the shape */
-	REQUIRE_RESPONSE(GET(shape_target("items", "5_0", h, NULL), &r), &r);
+	/* past the end of the shape, and past what the server has seen */
+	REQUIRE_RESPONSE(GET(shape_target("items", "9000_0", h, NULL), &r), &r);
 	CHECK_EQ(r.status, 400);
 	CHECK_STR_EQ(r.body, "{\"message\":\"Invalid request\",\"errors\":"
 				 "{\"offset\":[\"out of bounds for this shape\"]}}");
@@ -2424,7 +2424,7 @@ TEST(live_request_wakes_on_a_change)
 
 	/* and a non-live catch-up reads it too, with the server's lsn */
 	REQUIRE_RESPONSE(GET(shape_target("live", "0_0", handle_of(SH_LIVE), NULL), &r), &r);
-	CHECK_STR_EQ(r.body, "[" C1000 "," UP_TO_DATE "]");
+	CHECK_STR_EQ(r.body, "[" C1000 "," UP_TO_DATE_AT("1000") "]");
 	CHECK_HEADER(&r, "electric-offset", "1000_0");
 	CHECK(hc_header(&r, "electric-schema") != NULL);
 	hc_response_free(&r);
@@ -2587,7 +2587,7 @@ TEST(out_of_bounds_offset_waits_then_400)
 	if (hc_read_response(&p.c, false, &r))
 	{
 		CHECK_EQ(r.status, 200);
-		CHECK_STR_EQ(r.body, "[" C3000 "," UP_TO_DATE "]");
+		CHECK_STR_EQ(r.body, "[" C3000 "," UP_TO_DATE_AT("3000") "]");
 		CHECK_HEADER(&r, "electric-offset", "3000_0");
 	}
 	else
@@ -2595,6 +2595,19 @@ TEST(out_of_bounds_offset_waits_then_400)
 	hc_response_free(&r);
 	hc_close(&p.c);
 	CHECK(wait_pins(SH_LIVE, 0, 5));
+
+	/*
+	 * One past the last commit, where an SSE client resumes (sse_stream.c),
+	 * is the log's end: answered at once, up to date, staying there.
+	 */
+	t0 = unit_now();
+	REQUIRE_RESPONSE(GET(shape_target("live", "3001_0", handle_of(SH_LIVE), NULL), &r), &r);
+	CHECK(unit_now() - t0 < LONG_POLL_MS / 4000.0);
+	CHECK_EQ(r.status, 200);
+	CHECK_STR_EQ(r.body, "[" UP_TO_DATE_AT("3001") "]");
+	CHECK_HEADER(&r, "electric-offset", "3001_0");
+	CHECK_HEADER(&r, "electric-has-data", "true");
+	hc_response_free(&r);
 }
 
 /*
@@ -2631,7 +2644,7 @@ TEST(sse_streams_changes)
 	char		req[1024];
 	size_t		cap = 1;
 	bool		ended = false;
-	const char *want = "data: " C4000 "\n\n" "data: " UP_TO_DATE_AT("4000") "\n\n";
+	const char *want = "data: " C4000 "\n\n" "data: " UP_TO_DATE_AT("4001") "\n\n";
 
 	REQUIRE(server != NULL);
 	/* data waiting: sent as events, and the stream ends */
@@ -2643,7 +2656,7 @@ TEST(sse_streams_changes)
 	if (hc_read_response(&c, false, &r))
 	{
 		CHECK_EQ(r.status, 200);
-		CHECK_STR_EQ(r.body, "data: " C3000 "\n\n" "data: " UP_TO_DATE_AT("3000") "\n\n");
+		CHECK_STR_EQ(r.body, "data: " C3000 "\n\n" "data: " UP_TO_DATE_AT("3001") "\n\n");
 		CHECK_HEADER(&r, "content-type", "text/event-stream");
 		CHECK_HEADER(&r, "cache-control", "public, max-age=59");
 		/* the stream's events move the client on; the header is where it began */
@@ -2707,7 +2720,7 @@ TEST(sse_follows_a_log_swap)
 	HcResponse	r;
 	size_t		cap = 1;
 	bool		ended = false;
-	const char *want = "data: {\"key\":\"swapped200\"}\n\n" "data: " UP_TO_DATE_AT("200") "\n\n";
+	const char *want = "data: {\"key\":\"swapped200\"}\n\n" "data: " UP_TO_DATE_AT("201") "\n\n";
 
 	REQUIRE(server != NULL);
 	live_change(SH_SWAPPED, 100, "{\"key\":\"swapped100\"}");
