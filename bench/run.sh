@@ -42,7 +42,9 @@
 #  17. bench/shape_memory.sh: log and worker memory of 1,000 one-row shapes, and what their
 #      deletion gives back, the section "Memory of small shapes";
 #  18. bench/initial_sync.sh: the first and second client of a 1M-row table against COPY,
-#      the section "Initial sync against COPY".
+#      the section "Initial sync against COPY";
+#  19. bench/subset.sh: subset snapshots of one row, a page and 100,000 rows against the
+#      same SELECT, the section "Subset snapshots against SELECT".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -95,5 +97,6 @@ RUNS=3 COMMITS=300000 bash "$here/routing.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/create.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/shape_memory.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/initial_sync.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/subset.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
