@@ -1165,6 +1165,34 @@ typedef struct SdefErrorContext
 	const char *query;
 } SdefErrorContext;
 
+/*
+ * Parses `sql`, which must be "SELECT <one target> WHERE <expression>"
+ * (a shape's or a subset's where clause), or with `order_by`
+ * "SELECT <one target> ORDER BY <list>" (a subset's order_by), and nothing
+ * else: no second statement, no other clause.  Returns the statement, or
+ * NULL when it is anything more; a syntax error is raised.
+ */
+SelectStmt *
+shape_def_parse_select_one(const char *sql, bool order_by)
+{
+	List	   *raw = raw_parser(sql, RAW_PARSE_DEFAULT);
+	RawStmt    *stmt = list_length(raw) == 1 ? linitial_node(RawStmt, raw) : NULL;
+	SelectStmt *select = stmt && IsA(stmt->stmt, SelectStmt) ? (SelectStmt *) stmt->stmt : NULL;
+
+	if (select == NULL || select->op != SETOP_NONE ||
+		(order_by ? select->whereClause != NULL : select->whereClause == NULL) ||
+		(order_by ? select->sortClause == NIL : select->sortClause != NIL) ||
+		list_length(select->targetList) != 1 || select->fromClause != NIL ||
+		select->groupClause != NIL || select->havingClause != NULL ||
+		select->windowClause != NIL ||
+		select->limitCount != NULL || select->limitOffset != NULL ||
+		select->lockingClause != NIL || select->withClause != NULL ||
+		select->distinctClause != NIL || select->intoClause != NULL ||
+		select->valuesLists != NIL)
+		return NULL;
+	return select;
+}
+
 /* Reports parse positions against the internal query, as SPI does. */
 static void
 sdef_where_error_callback(void *arg)
@@ -1189,8 +1217,6 @@ static void
 sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree)
 {
 	StringInfoData sql;
-	List	   *raw;
-	RawStmt    *stmt;
 	SelectStmt *select;
 	ParseState *pstate;
 	ParseNamespaceItem *nsitem;
@@ -1210,17 +1236,8 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	errcb.previous = error_context_stack;
 	error_context_stack = &errcb;
 
-	raw = raw_parser(sql.data, RAW_PARSE_DEFAULT);
-	stmt = list_length(raw) == 1 ? linitial_node(RawStmt, raw) : NULL;
-	select = stmt && IsA(stmt->stmt, SelectStmt) ? (SelectStmt *) stmt->stmt : NULL;
-	if (select == NULL || select->op != SETOP_NONE || select->whereClause == NULL ||
-		list_length(select->targetList) != 1 || select->fromClause != NIL ||
-		select->groupClause != NIL || select->havingClause != NULL ||
-		select->windowClause != NIL || select->sortClause != NIL ||
-		select->limitCount != NULL || select->limitOffset != NULL ||
-		select->lockingClause != NIL || select->withClause != NULL ||
-		select->distinctClause != NIL || select->intoClause != NULL ||
-		select->valuesLists != NIL)
+	select = shape_def_parse_select_one(sql.data, false);
+	if (select == NULL)
 	{
 		sdef_failing("where", "Invalid where clause: it must be a single boolean expression");
 		ereport(ERROR,

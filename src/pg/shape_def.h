@@ -16,6 +16,7 @@
 #include "access/attnum.h"
 #include "lib/stringinfo.h"
 #include "nodes/nodes.h"
+#include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
@@ -72,6 +73,7 @@ extern void shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool
 extern Node *shape_def_subset_where(Relation rel, const char *where, char **params,
 									int nparams);
 extern char *shape_def_error_message(const char *field, const ErrorData *edata);
+extern SelectStmt *shape_def_parse_select_one(const char *sql, bool order_by);
 extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 										  const AttrNumber *columns);
 extern ShapeRelation *shape_relation_describe(Relation rel, int ncolumns,

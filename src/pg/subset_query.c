@@ -472,26 +472,16 @@ static SnapshotOrder *
 subset_order_by(Relation rel, const char *order_by, int *norder)
 {
 	char	   *sql = psprintf("SELECT 1 ORDER BY %s", order_by);
-	List	   *raw;
-	SelectStmt *select = NULL;
+	SelectStmt *select;
 	SnapshotOrder *order;
 	ListCell   *lc;
 	int			n = 0;
 
 	subset_field = "order_by";
 	subset_message = order_by_rule;
-	raw = raw_parser(sql, RAW_PARSE_DEFAULT);
+	select = shape_def_parse_select_one(sql, true);
 	subset_message = NULL;
-	if (list_length(raw) == 1 && IsA(linitial_node(RawStmt, raw)->stmt, SelectStmt))
-		select = (SelectStmt *) linitial_node(RawStmt, raw)->stmt;
-	if (select == NULL || select->op != SETOP_NONE || select->sortClause == NIL ||
-		list_length(select->targetList) != 1 || select->fromClause != NIL ||
-		select->whereClause != NULL || select->groupClause != NIL ||
-		select->havingClause != NULL || select->windowClause != NIL ||
-		select->limitCount != NULL || select->limitOffset != NULL ||
-		select->lockingClause != NIL || select->withClause != NULL ||
-		select->distinctClause != NIL || select->intoClause != NULL ||
-		select->valuesLists != NIL)
+	if (select == NULL)
 		subset_invalid("order_by", order_by_rule);
 
 	order = palloc(sizeof(SnapshotOrder) * list_length(select->sortClause));
