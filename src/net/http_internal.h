@@ -241,6 +241,7 @@ extern enum MHD_Result shape_respond_error(ShapeConn *sc, unsigned status,
 										   const char *body, int retry_after);
 extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
 extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
+extern uint64_t shape_client_key(struct MHD_Connection *connection);
 extern uint64_t shape_body_measure(ShapeConn *sc);
 
 /* subset_serve.c: subset queries (GET subset__*, POST) */

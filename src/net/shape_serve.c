@@ -896,7 +896,7 @@ shape_respond_or_wait(ShapeConn *sc)
  * of the peer's IPv4 address, or of its IPv6 /64 (one host can take a whole
  * /64), never 0.
  */
-static uint64_t
+uint64_t
 shape_client_key(struct MHD_Connection *connection)
 {
 	const union MHD_ConnectionInfo *info =

@@ -18,8 +18,10 @@
  * admitted, then resolved by the main thread, which checks its handle (409)
  * and keeps it until a snapshot worker has run the query (subset_jobs.c).
  * Before that it claims a cell for the answer (subset_results.c): when all
- * SUBSET_RESULTS_MAX are in use, it gets 503 with retry-after, so that any
- * number of subset requests costs a bounded number of queries at a time.
+ * SUBSET_RESULTS_MAX are in use, or its client holds SUBSET_PER_CLIENT_MAX
+ * of them, it gets 503 with retry-after, so that any number of subset
+ * requests costs a bounded number of queries at a time, and one client
+ * cannot take them all.
  * The answer is sent from the cell's log like a shape's chunk, piece by
  * piece (shape_body_response): `{"metadata":` record 0 `,"data":[` rows
  * `]}`.  The cell is let go of when the connection is done with the
@@ -157,14 +159,21 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 	sc->query.subset_in = NULL;
 	sc->request.subset = in;
 	in->cell = -1;
-	cell = sc->server->subsets ? subset_claim(sc->server->subsets, &ticket) : -1;
+	cell = sc->server->subsets ?
+		subset_claim(sc->server->subsets, shape_client_key(sc->connection), &ticket) :
+		SUBSET_CLAIM_FULL;
 	if (cell < 0)
 	{
 		char		body[160];
 
-		snprintf(body, sizeof(body),
-				 "{\"message\":\"%d subset queries are running, as many as the server takes at once, please retry\"}",
-				 SUBSET_RESULTS_MAX);
+		if (cell == SUBSET_CLAIM_CLIENT_FULL)
+			snprintf(body, sizeof(body),
+					 "{\"message\":\"This client has %d subset queries running, as many as one client may, please retry\"}",
+					 SUBSET_PER_CLIENT_MAX);
+		else
+			snprintf(body, sizeof(body),
+					 "{\"message\":\"%d subset queries are running, as many as the server takes at once, please retry\"}",
+					 SUBSET_RESULTS_MAX);
 		*answered = shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, body, 1);
 		return false;
 	}

@@ -25,6 +25,11 @@
  *
  * Claims start where the last one left off, so that a claim costs one step
  * while cells are free, and at most SUBSET_RESULTS_MAX when all are taken.
+ * One client (an address, or an IPv6 /64) holds at most
+ * SUBSET_PER_CLIENT_MAX cells, counted over the cells (a fixed bound) at
+ * each claim, so that one client's subsets leave cells for others.  The
+ * count is a snapshot: claims racing from one client may pass it by a
+ * few, one per HTTP thread at most.
  *
  * Notes on synchronization
  * ------------------------
@@ -39,6 +44,8 @@
  *   with release; readers load `done` with acquire before they read
  *   `status` or the log, which is then complete and never written again
  *   until the cell is freed.
+ * - `client` is written by the claimer after its CAS and reset by the
+ *   last holder, both relaxed: the per-client count reads it as a hint.
  * - `abandoned` is a hint, stored and loaded relaxed: the main thread
  *   names a use whose request it answered already, and the worker stops
  *   the job when it sees it (its answer is then never read).  It is reset
@@ -73,10 +80,20 @@ subset_results_init(SubsetResults *r)
 }
 
 int
-subset_claim(SubsetResults *r, uint32_t *ticket)
+subset_claim(SubsetResults *r, uint64_t client, uint32_t *ticket)
 {
 	uint32_t	start = atomic_fetch_add_explicit(&r->next_claim, 1, memory_order_relaxed);
 
+	if (client != 0)
+	{
+		int			held = 0;
+
+		for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
+			held += atomic_load_explicit(&r->cells[i].refs, memory_order_relaxed) != 0 &&
+				atomic_load_explicit(&r->cells[i].client, memory_order_relaxed) == client;
+		if (held >= SUBSET_PER_CLIENT_MAX)
+			return SUBSET_CLAIM_CLIENT_FULL;
+	}
 	for (uint32_t n = 0; n < SUBSET_RESULTS_MAX; n++)
 	{
 		int			i = (int) ((start + n) % SUBSET_RESULTS_MAX);
@@ -94,9 +111,10 @@ subset_claim(SubsetResults *r, uint32_t *ticket)
 		if (*ticket == 0)
 			*ticket = 1;
 		atomic_store_explicit(&c->ticket, *ticket, memory_order_relaxed);
+		atomic_store_explicit(&c->client, client, memory_order_relaxed);
 		return i;
 	}
-	return -1;
+	return SUBSET_CLAIM_FULL;
 }
 
 void
@@ -166,6 +184,7 @@ subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 			slog_release(arena, &c->log);
 			atomic_store_explicit(&c->done, 0, memory_order_relaxed);
 			atomic_store_explicit(&c->abandoned, 0, memory_order_relaxed);
+			atomic_store_explicit(&c->client, 0, memory_order_relaxed);
 			c->status = 0;
 			/* no one else holds it: refs is ours to store */
 			atomic_store_explicit(&c->refs, 0, memory_order_release);

@@ -21,6 +21,12 @@
 
 /* Subset queries in flight at once; one more is answered 503. */
 #define SUBSET_RESULTS_MAX		64
+/* ... of them for one client (its address, an IPv6 /64): the rest stay for others */
+#define SUBSET_PER_CLIENT_MAX	16
+
+/* subset_claim's answers besides a cell */
+#define SUBSET_CLAIM_FULL		(-1)
+#define SUBSET_CLAIM_CLIENT_FULL (-2)
 
 /*
  * A subset job's slot in the snapshot queue is its cell with this bit set,
@@ -34,6 +40,7 @@ typedef struct SubsetCell
 	_Atomic uint32_t ticket;	/* which use of the cell: moves on at each claim */
 	_Atomic uint32_t done;		/* the ticket the worker finished, or 0 */
 	_Atomic uint32_t abandoned; /* a ticket nobody waits for any more, or 0 */
+	_Atomic uint64_t client;	/* who claimed it (ShapeRequest.client_key), or 0 */
 	uint32_t	status;			/* HTTP status of the answer, set before `done` */
 	/*
 	 * The answer, written by the job before `done`: record 0 is the
@@ -50,8 +57,12 @@ typedef struct SubsetResults
 
 extern void subset_results_init(SubsetResults *r);
 
-/* HTTP thread: a free cell, held by the request, or -1 when all are in use. */
-extern int	subset_claim(SubsetResults *r, uint32_t *ticket);
+/*
+ * HTTP thread: a free cell, held by the request; SUBSET_CLAIM_FULL when all
+ * are in use, SUBSET_CLAIM_CLIENT_FULL when `client` (0: unknown, no
+ * limit) holds SUBSET_PER_CLIENT_MAX of them.
+ */
+extern int	subset_claim(SubsetResults *r, uint64_t client, uint32_t *ticket);
 
 /* Main thread, before it queues the job: the job holds the cell too. */
 extern void subset_hold_for_job(SubsetResults *r, int cell);

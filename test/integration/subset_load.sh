@@ -8,9 +8,10 @@
 #
 # 1. 200 subset requests at once, each a scan of a 200,000-row table, with
 #    one snapshot worker: every answer is 200 with the SELECT's row count, or
-#    503 with retry-after; some are 503 (more than 64 were in flight); while
-#    they run, a plain shape request and the health check answer at once.
-# 2. Then 64 at once all succeed: every cell came back.
+#    503 with retry-after; some are 503 (more than one client's 16 were in
+#    flight); while they run, a plain shape request and the health check
+#    answer at once.
+# 2. Then 16 at once, a client's share, all succeed: every cell came back.
 # 3. With snapshot_wait_timeout = 1s and a query that takes longer, a subset
 #    answers 503 with retry-after; the next one, fast, succeeds.
 # 4. A subset whose answer outgrows an eighth of shape_sync.log_memory (16 MB
@@ -80,14 +81,16 @@ echo "# 200 at once: $ok answered 200, $busy 503, $other other"
 expect_eq "every answer is 200 or 503" 0 "$other"
 expect_eq "every 200 has the SELECT's $want rows" 0 "$bad_rows"
 expect_eq "every 503 has retry-after" 0 "$bad_retry"
-check "some were turned away (over 64 in flight)" test "$busy" -gt 0
+check "some were turned away (over a client's 16 in flight)" test "$busy" -gt 0
+check "a turned-away one names the client's share" grep -q "This client has 16 subset queries running" \
+	$(for ((i = 0; i < 200; i++)); do [[ $(cat "$work/b.$i.status") == 503 ]] && echo "$work/b.$i.b"; done | head -1)
 check "some were answered" test "$ok" -gt 0
 
 # --- 2 ------------------------------------------------------------------------------
-burst 64 c
+burst 16 c
 wait
-n200=$(count_status c 64 200)
-expect_eq "64 at once after the burst all answer 200 (every cell came back)" 64 "$n200"
+n200=$(count_status c 16 200)
+expect_eq "16 at once after the burst all answer 200 (every cell came back)" 16 "$n200"
 
 # --- 3 ------------------------------------------------------------------------------
 cluster_psql -c "ALTER SYSTEM SET shape_sync.snapshot_wait_timeout = '1s'" -c "SELECT pg_reload_conf()" >/dev/null

@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include "http_internal.h"			/* HttpServer.over_limit */
+#include "fnv_hash.h"
 #include "json_text.h"
 #include "thread_log.h"
 
@@ -717,6 +718,32 @@ TEST(subset_queries)
 	CHECK(subset_cells_free_soon());
 }
 
+/* One client's share of the cells taken: its next subset gets 503, another's would not. */
+TEST(subset_queries_over_a_clients_share)
+{
+	static const unsigned char loopback[4] = {127, 0, 0, 1};
+	uint64_t	me = fnv_hash_bytes(FNV_HASH_START, loopback, 4);
+	int			cells[SUBSET_PER_CLIENT_MAX];
+	uint32_t	ticket;
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	me = me ? me : 1;			/* as shape_client_key makes it */
+	for (int i = 0; i < SUBSET_PER_CLIENT_MAX; i++)
+		cells[i] = subset_claim(&subsets, me, &ticket);
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_HEADER(&r, "retry-after", "1");
+	CHECK(strstr(r.body, "This client has 16 subset queries running") != NULL);
+	hc_response_free(&r);
+	for (int i = 0; i < SUBSET_PER_CLIENT_MAX; i++)
+		subset_release(&subsets, arena, cells[i]);
+	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK(subset_cells_free_soon());
+}
+
 /* All cells taken: the next subset request gets 503 with retry-after. */
 TEST(subset_queries_over_the_limit)
 {
@@ -726,7 +753,7 @@ TEST(subset_queries_over_the_limit)
 
 	REQUIRE(server != NULL);
 	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
-		cells[i] = subset_claim(&subsets, &ticket);
+		cells[i] = subset_claim(&subsets, 0, &ticket);
 	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
 	CHECK_EQ(r.status, 503);
 	CHECK_HEADER(&r, "retry-after", "1");

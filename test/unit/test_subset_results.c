@@ -51,19 +51,41 @@ TEST(claims_stop_at_the_limit_and_come_back)
 	subset_results_init(&r);
 	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
 	{
-		cells[i] = subset_claim(&r, &ticket);
+		cells[i] = subset_claim(&r, 0, &ticket);
 		REQUIRE(cells[i] >= 0 && cells[i] < SUBSET_RESULTS_MAX);
 		CHECK(!seen[cells[i]]);
 		seen[cells[i]] = true;
 		CHECK(ticket != 0);
 	}
-	CHECK_EQ(subset_claim(&r, &ticket), -1);
+	CHECK_EQ(subset_claim(&r, 0, &ticket), SUBSET_CLAIM_FULL);
 	CHECK_UEQ(subset_cells_in_use(&r), SUBSET_RESULTS_MAX);
 	subset_release(&r, arena, cells[5]);
-	CHECK_EQ(subset_claim(&r, &ticket), cells[5]);
+	CHECK_EQ(subset_claim(&r, 0, &ticket), cells[5]);
 	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
 		subset_release(&r, arena, cells[i]);
 	CHECK_UEQ(subset_cells_in_use(&r), 0);
+	free(arena);
+}
+
+TEST(one_client_holds_at_most_its_share)
+{
+	static SubsetResults r;
+	ShapeLogArena *arena = new_arena();
+	int			cells[SUBSET_PER_CLIENT_MAX];
+	uint32_t	ticket;
+	int			other;
+
+	REQUIRE(arena != NULL);
+	subset_results_init(&r);
+	for (int i = 0; i < SUBSET_PER_CLIENT_MAX; i++)
+		REQUIRE((cells[i] = subset_claim(&r, 7, &ticket)) >= 0);
+	CHECK_EQ(subset_claim(&r, 7, &ticket), SUBSET_CLAIM_CLIENT_FULL);
+	other = subset_claim(&r, 8, &ticket);	/* another client still gets one */
+	CHECK(other >= 0);
+	CHECK(subset_claim(&r, 0, &ticket) >= 0);	/* unknown: no share */
+	subset_release(&r, arena, cells[3]);
+	CHECK(subset_claim(&r, 7, &ticket) >= 0);	/* a cell let go is its again */
+	CHECK_EQ(subset_claim(&r, 7, &ticket), SUBSET_CLAIM_CLIENT_FULL);
 	free(arena);
 }
 
@@ -82,7 +104,7 @@ TEST(the_last_holder_frees_the_cell_and_its_blocks)
 
 	for (int request_last = 0; request_last < 2; request_last++)
 	{
-		cell = subset_claim(&r, &ticket);
+		cell = subset_claim(&r, 0, &ticket);
 		REQUIRE(cell >= 0);
 		CHECK(!subset_finished(&r, cell, ticket, &status));
 		subset_hold_for_job(&r, cell);
@@ -109,7 +131,7 @@ TEST(the_last_holder_frees_the_cell_and_its_blocks)
 		/* the next use of the cell starts empty, with a new ticket */
 		{
 			uint32_t	next;
-			int			again = subset_claim(&r, &next);
+			int			again = subset_claim(&r, 0, &next);
 
 			REQUIRE(again >= 0);
 			CHECK(!subset_finished(&r, again, next, &status));
@@ -162,7 +184,7 @@ race_requests(void *arg)
 		pthread_t	job;
 		uint32_t	status;
 
-		j.cell = subset_claim(race->r, &j.ticket);
+		j.cell = subset_claim(race->r, 0, &j.ticket);
 		if (j.cell < 0)
 		{
 			atomic_fetch_add(&race->full, 1);
@@ -206,7 +228,7 @@ TEST(a_job_whose_request_gave_up_is_seen_gone)
 
 	REQUIRE(arena != NULL);
 	subset_results_init(&r);
-	cell = subset_claim(&r, &ticket);
+	cell = subset_claim(&r, 0, &ticket);
 	REQUIRE(cell >= 0);
 	subset_hold_for_job(&r, cell);
 	subset_release(&r, arena, cell);	/* the request's deadline passed */
@@ -218,7 +240,7 @@ TEST(a_job_whose_request_gave_up_is_seen_gone)
 	/* claimed again before the main thread looked: still gone for the old use */
 	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
 	{
-		int			c = subset_claim(&r, &next);
+		int			c = subset_claim(&r, 0, &next);
 
 		if (c == cell)
 			break;
