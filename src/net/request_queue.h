@@ -81,8 +81,8 @@ typedef struct SubsetRequest
 	char	   *limit;
 	char	   *offset;
 	char	   *order_by;
-	char	   *body;			/* POST: the JSON body, which holds the above */
-	size_t		body_len;
+	char	   *body;			/* POST: the JSON body, which holds the above
+								 * (checked on the HTTP side: no NUL, UTF-8) */
 	char	  **queryable;		/* queryable_columns, unquoted; NULL: any */
 	int			nqueryable;
 	char	   *handle;			/* the handle the client sent, or NULL */

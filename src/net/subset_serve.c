@@ -196,7 +196,6 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 		in->where = in->params = in->limit = in->offset = in->order_by = NULL;
 		/* the body moves to the inputs; its share of the budget stays with the connection */
 		in->body = sc->post_body ? sc->post_body : strdup("{}");
-		in->body_len = sc->post_body ? sc->post_len : 2;
 		sc->post_body = NULL;
 		if (in->body == NULL)
 		{

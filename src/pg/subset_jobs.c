@@ -39,7 +39,6 @@
  */
 #include "postgres.h"
 
-#include <signal.h>
 #include <stdatomic.h>
 
 #include "storage/dsm.h"

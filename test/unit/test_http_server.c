@@ -718,25 +718,26 @@ TEST(subset_queries)
 	CHECK(subset_cells_free_soon());
 }
 
-/* One client's share of the cells taken: its next subset gets 503, another's would not. */
-TEST(subset_queries_over_a_clients_share)
+/*
+ * With `n` cells held by `holder` (a client key; 0: nobody in particular),
+ * a subset request gets 503 with retry-after and `message`, and once they
+ * are let go, 200.
+ */
+static void
+check_subset_cells_held(uint64_t holder, int n, const char *message)
 {
-	static const unsigned char loopback[4] = {127, 0, 0, 1};
-	uint64_t	me = fnv_hash_bytes(FNV_HASH_START, loopback, 4);
-	int			cells[SUBSET_PER_CLIENT_MAX];
+	int			cells[SUBSET_RESULTS_MAX];
 	uint32_t	ticket;
 	HcResponse	r;
 
-	REQUIRE(server != NULL);
-	me = me ? me : 1;			/* as shape_client_key makes it */
-	for (int i = 0; i < SUBSET_PER_CLIENT_MAX; i++)
-		cells[i] = subset_claim(&subsets, me, &ticket);
+	for (int i = 0; i < n; i++)
+		cells[i] = subset_claim(&subsets, holder, &ticket);
 	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
 	CHECK_EQ(r.status, 503);
 	CHECK_HEADER(&r, "retry-after", "1");
-	CHECK(strstr(r.body, "This client has 16 subset queries running") != NULL);
+	CHECK(strstr(r.body, message) != NULL);
 	hc_response_free(&r);
-	for (int i = 0; i < SUBSET_PER_CLIENT_MAX; i++)
+	for (int i = 0; i < n; i++)
 		subset_release(&subsets, arena, cells[i]);
 	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
 	CHECK_EQ(r.status, 200);
@@ -744,27 +745,22 @@ TEST(subset_queries_over_a_clients_share)
 	CHECK(subset_cells_free_soon());
 }
 
+/* One client's share of the cells taken: its next subset gets 503, another's would not. */
+TEST(subset_queries_over_a_clients_share)
+{
+	static const unsigned char loopback[4] = {127, 0, 0, 1};
+	uint64_t	me = fnv_hash_bytes(FNV_HASH_START, loopback, 4);
+
+	REQUIRE(server != NULL);
+	check_subset_cells_held(me ? me : 1 /* as shape_client_key makes it */ ,
+							SUBSET_PER_CLIENT_MAX, "This client has 16 subset queries running");
+}
+
 /* All cells taken: the next subset request gets 503 with retry-after. */
 TEST(subset_queries_over_the_limit)
 {
-	HcResponse	r;
-	int			cells[SUBSET_RESULTS_MAX];
-	uint32_t	ticket;
-
 	REQUIRE(server != NULL);
-	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
-		cells[i] = subset_claim(&subsets, 0, &ticket);
-	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
-	CHECK_EQ(r.status, 503);
-	CHECK_HEADER(&r, "retry-after", "1");
-	CHECK(strstr(r.body, "subset queries are running") != NULL);
-	hc_response_free(&r);
-	for (int i = 0; i < SUBSET_RESULTS_MAX; i++)
-		subset_release(&subsets, arena, cells[i]);
-	REQUIRE_RESPONSE(GET("/v1/shape?table=items&offset=-1&subset__where=id%3E1", &r), &r);
-	CHECK_EQ(r.status, 200);
-	hc_response_free(&r);
-	CHECK(subset_cells_free_soon());
+	check_subset_cells_held(0, SUBSET_RESULTS_MAX, "subset queries are running");
 }
 
 TEST(other_methods_on_shape)
