@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "utils/guc.h"
+#include "utils/varlena.h"
 
 #include "access_policy.h"
 #include "guc.h"
@@ -70,6 +71,8 @@ int			shape_sync_max_where_constant_size = 64 * 1024;
 int			shape_sync_snapshot_statement_timeout = 300000;
 int			shape_sync_where_evaluation_timeout = 1000;
 int			shape_sync_decoder_lag_warning = 10000;
+char	   *shape_sync_trusted_owners = NULL;
+int			shape_sync_subset_statement_timeout = 10000;
 
 static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
 static const char *guc_secret_value = "";	/* its extra: the secret */
@@ -121,6 +124,21 @@ guc_check_origins(char **newval, void **extra, GucSource source)
 		return true;
 	GUC_check_errdetail("%s.", err);
 	return false;
+}
+
+/* A list of role names; whether each exists is decided when it is used. */
+static bool
+guc_check_role_list(char **newval, void **extra, GucSource source)
+{
+	char	   *raw = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(raw, ',', &names);
+
+	list_free(names);
+	pfree(raw);
+	if (!ok)
+		GUC_check_errdetail("List syntax is invalid.");
+	return ok;
 }
 
 /* 0, or a growth worth a rewrite */
@@ -427,6 +445,22 @@ shape_sync_define_gucs(void)
 							300000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.subset_statement_timeout",
+							"Sets how long a subset query may run.",
+							"A subset query that takes longer fails with 400; 0 disables the limit.",
+							&shape_sync_subset_statement_timeout,
+							10000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.trusted_owners",
+							   "Lists the roles whose functions may run while a shape's table is read.",
+							   "A table whose index expressions, partial index predicates, statistics, partition keys, CHECK constraints or column domains call a function owned by a role that is neither a superuser nor listed here is refused.",
+							   &shape_sync_trusted_owners,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   guc_check_role_list, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.where_evaluation_timeout",
 							"Sets how long evaluating a where clause may take, folded at validation or on one change.",

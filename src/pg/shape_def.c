@@ -102,6 +102,7 @@
 #include "row_encoder.h"
 #include "shape_def.h"
 #include "shape_table.h"
+#include "table_code.h"
 
 #define WHERE_PREFIX "SELECT 1 WHERE "
 
@@ -1557,6 +1558,9 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 		(def->changes_only ? SHAPE_FLAG_CHANGES_ONLY : 0);
 	if (def->ncolumns > 0)
 		sdef_columns(def, rel, spec);
+	/* before the where clause is folded: that may run a column domain's checks */
+	sdef_failing("table", NULL);
+	table_code_check(relid);
 	if (def->where != NULL && def->where[0] != '\0')
 		sdef_where_pinned(def, rel, &spec->where_sql, &spec->where_tree);
 	sdef_check_readable(rel, spec);

@@ -22,7 +22,10 @@
  * validated.  It runs as the shape's role (shape_sync.role), in a
  * security-restricted operation with search_path pinned to pg_catalog, so
  * the executor's own privilege checks apply, and within
- * shape_sync.snapshot_statement_timeout.  A table whose row-level
+ * shape_sync.snapshot_statement_timeout.  The planner alone runs as the
+ * table's owner: what it evaluates of the table's own code (index
+ * expressions and the like) runs with the rights of whoever wrote it, and
+ * a table carrying code of an untrusted role is refused (table_code.c).  A table whose row-level
  * security applies to the role is refused: the stream could not filter
  * its changes the same way.  Each row is encoded once
  * (row_encoder.c) and appended to the shape's log; a chunk closes when the
@@ -89,6 +92,7 @@
 #include "shared_state.h"
 #include "snapshot.h"
 #include "subset_query.h"
+#include "table_code.h"
 
 /* What bgw_extra carries. */
 typedef struct SnapshotWorkerArgs
@@ -320,6 +324,7 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	List	   *rewritten;
 	PlannedStmt *plan;
 	QueryDesc  *qd;
+	TableCodeSaved planner_user;
 
 	snap_refuse_row_security(rel);
 
@@ -371,7 +376,10 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 		((Query *) linitial(rewritten))->hasRowSecurity)
 		elog(ERROR, "snapshot query of %s was rewritten unexpectedly",
 			 shape_quoted_relation(rel));
+	/* what planning evaluates of the table's own code runs as its owner (table_code.c) */
+	table_code_plan_as_owner(spec->relid, &planner_user);
 	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
+	table_code_restore(&planner_user);
 
 	qd = CreateQueryDesc(plan, "shape_sync snapshot", GetActiveSnapshot(), InvalidSnapshot,
 						 &receiver.pub, NULL, NULL, 0);
@@ -903,7 +911,7 @@ snapshot_current_text(void)
 /*
  * Starts a snapshot's transaction (a shape's or a subset's): REPEATABLE
  * READ, READ ONLY, Electric's display settings, search_path pinned to
- * pg_catalog, shape_sync.snapshot_statement_timeout, as `role`.  Returns
+ * pg_catalog, a statement timeout of timeout_ms (0: none), as `role`.  Returns
  * what pg_current_snapshot() and, in *insert_lsn, pg_current_wal_insert_lsn()
  * return, without a query to parse and plan (a third of a small shape's
  * snapshot).  The insert position, read after the snapshot was taken, is
@@ -913,7 +921,8 @@ snapshot_current_text(void)
  * stream has published, see shape_table.c.)
  */
 char *
-snapshot_begin(Oid role, const char *activity, ShapeRoleSaved *saved, uint64 *insert_lsn)
+snapshot_begin(Oid role, const char *activity, int timeout_ms, ShapeRoleSaved *saved,
+			   uint64 *insert_lsn)
 {
 	char	   *snapshot_text;
 
@@ -925,8 +934,8 @@ snapshot_begin(Oid role, const char *activity, ShapeRoleSaved *saved, uint64 *in
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
 	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SET, true, 0, false);
-	if (shape_sync_snapshot_statement_timeout > 0)
-		enable_timeout_after(STATEMENT_TIMEOUT, shape_sync_snapshot_statement_timeout);
+	if (timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	shape_role_become(role, saved);
 	snapshot_text = snapshot_current_text();
@@ -939,7 +948,7 @@ void
 snapshot_end(const ShapeRoleSaved *saved)
 {
 	shape_role_restore(saved);
-	if (shape_sync_snapshot_statement_timeout > 0)
+	if (get_timeout_active(STATEMENT_TIMEOUT))
 		disable_timeout(STATEMENT_TIMEOUT, false);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -970,6 +979,8 @@ snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 	problem = shape_role_usable() != role ?
 		pstrdup("\"shape_sync.role\" changed or cannot be used") :
 		shape_spec_read_problem(spec, &field);
+	if (problem == NULL)
+		problem = table_code_problem(spec->relid);
 	if (problem != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -1001,7 +1012,8 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		if (job->flags & SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY)
 			snap_ensure_replica_identity_full(spec->relid);
 
-		snapshot_text = snapshot_begin((Oid) job->role, "taking a shape snapshot", &saved,
+		snapshot_text = snapshot_begin((Oid) job->role, "taking a shape snapshot",
+									   shape_sync_snapshot_statement_timeout, &saved,
 									   &writer->slot->snapshot_lsn);
 
 		/*
@@ -1029,7 +1041,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 		/* set back meanwhile by someone else: set it again, take another snapshot */
 		table_close(rel, NoLock);
 		shape_role_restore(&saved);
-		if (shape_sync_snapshot_statement_timeout > 0)
+		if (get_timeout_active(STATEMENT_TIMEOUT))
 			disable_timeout(STATEMENT_TIMEOUT, false);
 		PopActiveSnapshot();
 		AbortCurrentTransaction();

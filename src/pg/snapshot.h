@@ -54,8 +54,8 @@ extern char *snapshot_current_text(void);
 extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
 
 /* A snapshot's transaction, and what it checks of its shape (snapshot.c). */
-extern char *snapshot_begin(Oid role, const char *activity, ShapeRoleSaved *saved,
-							uint64 *insert_lsn);
+extern char *snapshot_begin(Oid role, const char *activity, int timeout_ms,
+							ShapeRoleSaved *saved, uint64 *insert_lsn);
 extern void snapshot_end(const ShapeRoleSaved *saved);
 extern void snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 								 const char *relation);

@@ -22,7 +22,7 @@
  * The query is the shape's snapshot query (snapshot_scan) with the subset's
  * where clause ANDed in, its ORDER BY, LIMIT and OFFSET, in a REPEATABLE
  * READ, READ ONLY transaction as the shape's role, in a security-restricted
- * operation, within shape_sync.snapshot_statement_timeout; the columns the
+ * operation, within shape_sync.subset_statement_timeout; the columns the
  * subset's clauses read must be the role's to SELECT, as the shape's are.
  * The answer goes into the request's cell (subset_results.c): record 0 is
  * the metadata (the snapshot's xmin, xmax and xip list, a random
@@ -635,7 +635,8 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	uint64		database_lsn;
 
 	/* the insert position after the snapshot is past all it sees (snapshot_begin) */
-	snapshot_text = snapshot_begin((Oid) job->role, "taking a subset snapshot", &saved,
+	snapshot_text = snapshot_begin((Oid) job->role, "taking a subset snapshot",
+								   shape_sync_subset_statement_timeout, &saved,
 								   &database_lsn);
 	rel = table_open(in->spec.relid, AccessShareLock);
 	snapshot_check_shape(&in->spec, in->texts[SUBSET_FINGERPRINT], (Oid) job->role,
@@ -693,7 +694,10 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	snapshot_end(&saved);
 }
 
-/* The status and body a failed subset query answers. */
+/*
+ * The status and body a failed subset query answers.  Called in the
+ * PG_CATCH before the abort: the strings it reads live in the transaction.
+ */
 static uint32
 subset_failure(const ErrorData *edata, int64 elapsed_ms, StringInfo body)
 {
@@ -746,11 +750,11 @@ subset_failure(const ErrorData *edata, int64 elapsed_ms, StringInfo body)
 			appendStringInfoChar(body, '}');
 			return 409;
 		case ERRCODE_QUERY_CANCELED:
-			if (shape_sync_snapshot_statement_timeout > 0 &&
-				elapsed_ms >= shape_sync_snapshot_statement_timeout)
+			if (shape_sync_subset_statement_timeout > 0 &&
+				elapsed_ms >= shape_sync_subset_statement_timeout)
 			{
-				appendStringInfo(body, "\"The subset query took longer than the %d ms that shape_sync.snapshot_statement_timeout allows; narrow it with a where clause or a limit\"}",
-								 shape_sync_snapshot_statement_timeout);
+				appendStringInfo(body, "\"The subset query took longer than the %d ms that shape_sync.subset_statement_timeout allows; narrow it with a where clause or a limit\"}",
+								 shape_sync_subset_statement_timeout);
 				return 400;
 			}
 			escape_json(body, "The subset query was cancelled, please retry");
@@ -840,9 +844,18 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 
 		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
-		snapshot_worker_recover();
+
+		/*
+		 * The answer is made before the transaction is aborted: what it
+		 * quotes (subset_message, subset_body, a where clause's position)
+		 * was allocated in that transaction, and is gone once it aborts.
+		 */
 		initStringInfo(&body);
 		status = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &body);
+		subset_field = NULL;
+		subset_message = NULL;
+		subset_body = NULL;
+		snapshot_worker_recover();
 		if (status >= 500)
 			ereport(status == 500 ? LOG : DEBUG1,
 					(errmsg("a subset query failed: %s", edata->message),

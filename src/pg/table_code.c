@@ -1,0 +1,390 @@
+/*-------------------------------------------------------------------------
+ *
+ * table_code.c
+ *		The code a table carries, and whether it may run while a shape of
+ *		the table is read.
+ *
+ * Reading a table is not only reading rows.  Planning the snapshot or
+ * subset query loads the expressions attached to the table and simplifies
+ * them, which calls their functions: index expressions, partial index
+ * predicates, extended statistics expressions, partition keys (of the
+ * table and of every partitioned table below it) and, for constraint
+ * exclusion on partitions, CHECK constraints.  A where clause compared with
+ * a column of a domain type evaluates the domain's CHECK constraints, at
+ * validation and in the snapshot.  And a foreign
+ * table among the partitions is read through its foreign-data wrapper.
+ * Anyone who may create a table, an index or a domain can put a function
+ * there that calls anything; left alone, one GET of that table would run
+ * it with shape_sync.role's rights.
+ *
+ * Two rules keep that from happening:
+ *
+ *	1. A function attached to the table runs only when it is trusted: its
+ *	   owner is a superuser (so every built-in function, and those of
+ *	   extensions a superuser installed), or a role the operator names in
+ *	   shape_sync.trusted_owners.  A table with any other is refused (403)
+ *	   at validation and again in every snapshot and subset transaction,
+ *	   so an object added after the shape was made is caught by the next
+ *	   read.  Foreign-table partitions are refused outright.
+ *
+ *	2. Planning runs as the table's owner, in a security-restricted
+ *	   operation (table_code_plan_as), as PostgreSQL runs index expressions
+ *	   in VACUUM, ANALYZE and CREATE INDEX.  What an object created between
+ *	   the check and the plan could do is then what its owner could do
+ *	   anyway.  The executor runs as shape_sync.role: its privilege checks
+ *	   are the role's.
+ *
+ * Column defaults, generated columns, triggers and rules run on writes,
+ * never on a read, so they are not looked at.  Operator classes, access
+ * methods, base types' I/O functions and foreign-data wrappers can only be
+ * made by superusers.
+ *
+ * IDENTIFICATION
+ *	  src/pg/table_code.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_constraint.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_partitioned_table.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_statistic_ext.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/builtins.h"
+#include "utils/regproc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/typcache.h"
+#include "utils/varlena.h"
+
+#include "guc.h"
+#include "table_code.h"
+
+/* How deep domain, array and composite types are followed. */
+#define TABLE_CODE_MAX_TYPE_DEPTH	8
+
+typedef struct TableCodeWalk
+{
+	const char *object;			/* what the expression walked belongs to */
+	Oid			untrusted;		/* the first untrusted function found */
+	Oid			untrusted_owner;
+	const char *untrusted_in;	/* and what it belongs to */
+	int			depth;
+} TableCodeWalk;
+
+static void tc_check_type(TableCodeWalk *w, Oid typid);
+
+/* Whether `roleid` is listed in shape_sync.trusted_owners. */
+static bool
+tc_listed_owner(Oid roleid)
+{
+	char	   *raw;
+	List	   *names;
+	ListCell   *lc;
+	bool		listed = false;
+
+	if (shape_sync_trusted_owners == NULL || shape_sync_trusted_owners[0] == '\0')
+		return false;
+	raw = pstrdup(shape_sync_trusted_owners);
+	if (!SplitIdentifierString(raw, ',', &names))
+		return false;			/* the check hook refuses such a value */
+	foreach(lc, names)
+	{
+		Oid			listed_oid = get_role_oid((const char *) lfirst(lc), true);
+
+		if (OidIsValid(listed_oid) && listed_oid == roleid)
+			listed = true;
+	}
+	list_free(names);
+	pfree(raw);
+	return listed;
+}
+
+/*
+ * check_functions_in_node's checker: a function may run while a table is
+ * read when its owner is trusted (rule 1 in the header).  The first one
+ * that may not is recorded.
+ */
+static bool
+tc_untrusted_function(Oid funcid, void *context)
+{
+	TableCodeWalk *w = context;
+	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		return false;			/* dropped meanwhile: it runs nothing */
+	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
+	ReleaseSysCache(tuple);
+	if (superuser_arg(owner) || tc_listed_owner(owner))
+		return false;
+	w->untrusted = funcid;
+	w->untrusted_owner = owner;
+	w->untrusted_in = w->object;
+	return true;
+}
+
+static bool
+tc_walker(Node *node, TableCodeWalk *w)
+{
+	if (node == NULL || OidIsValid(w->untrusted))
+		return false;
+	if (check_functions_in_node(node, tc_untrusted_function, w))
+		return true;
+	if (IsA(node, CoerceToDomain))
+		tc_check_type(w, ((CoerceToDomain *) node)->resulttype);
+	return expression_tree_walker(node, tc_walker, w);
+}
+
+static void
+tc_check_expression(TableCodeWalk *w, Node *expr, const char *object)
+{
+	const char *saved = w->object;
+
+	w->object = object;
+	(void) tc_walker(expr, w);
+	w->object = saved;
+}
+
+/* The nodeToString text of a catalog column, walked; NULL is nothing. */
+static void
+tc_check_catalog_text(TableCodeWalk *w, int cacheid, HeapTuple tuple, AttrNumber attnum,
+					  const char *object)
+{
+	bool		isnull;
+	Datum		d = SysCacheGetAttr(cacheid, tuple, attnum, &isnull);
+
+	if (!isnull)
+		tc_check_expression(w, stringToNode(TextDatumGetCString(d)), object);
+}
+
+/*
+ * A column's type: a domain's CHECK constraints and the type it is over,
+ * an array's element, a range's subtype, a composite's fields.
+ */
+static void
+tc_check_type(TableCodeWalk *w, Oid typid)
+{
+	char		typtype;
+
+	if (OidIsValid(w->untrusted) || w->depth >= TABLE_CODE_MAX_TYPE_DEPTH)
+		return;
+	w->depth++;
+	typtype = get_typtype(typid);
+	if (typtype == TYPTYPE_DOMAIN)
+	{
+		/*
+		 * From the catalog, not the type cache: loading a domain's
+		 * constraints there simplifies them, which calls their functions.
+		 */
+		Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
+		ScanKeyData key;
+		SysScanDesc scan;
+		HeapTuple	tuple;
+		const char *saved = w->object;
+
+		w->object = psprintf("a constraint of domain %s", format_type_be(typid));
+		ScanKeyInit(&key, Anum_pg_constraint_contypid, BTEqualStrategyNumber, F_OIDEQ,
+					ObjectIdGetDatum(typid));
+		scan = systable_beginscan(conrel, ConstraintTypidIndexId, true, NULL, 1, &key);
+		while (HeapTupleIsValid(tuple = systable_getnext(scan)) && !OidIsValid(w->untrusted))
+		{
+			bool		isnull;
+			Datum		bin = heap_getattr(tuple, Anum_pg_constraint_conbin,
+										   RelationGetDescr(conrel), &isnull);
+
+			if (!isnull)
+				(void) tc_walker(stringToNode(TextDatumGetCString(bin)), w);
+		}
+		systable_endscan(scan);
+		table_close(conrel, AccessShareLock);
+		w->object = saved;
+		/* the domain it is over, and its constraints */
+		tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+		if (HeapTupleIsValid(tuple))
+		{
+			Oid			base = ((Form_pg_type) GETSTRUCT(tuple))->typbasetype;
+
+			ReleaseSysCache(tuple);
+			tc_check_type(w, base);
+		}
+	}
+	else if (typtype == TYPTYPE_COMPOSITE)
+	{
+		Relation	rel = relation_open(get_typ_typrelid(typid), AccessShareLock);
+		TupleDesc	desc = RelationGetDescr(rel);
+
+		for (int i = 0; i < desc->natts; i++)
+			if (!TupleDescAttr(desc, i)->attisdropped)
+				tc_check_type(w, TupleDescAttr(desc, i)->atttypid);
+		relation_close(rel, AccessShareLock);
+	}
+	else if (typtype == TYPTYPE_RANGE)
+		tc_check_type(w, get_range_subtype(typid));
+	else if (typtype == TYPTYPE_MULTIRANGE)
+		tc_check_type(w, get_multirange_range(typid));
+	else if (OidIsValid(get_element_type(typid)))
+		tc_check_type(w, get_element_type(typid));
+	w->depth--;
+}
+
+/* One relation: everything the header lists that it carries itself. */
+static void
+tc_check_relation(TableCodeWalk *w, Relation rel)
+{
+	const char *name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												  RelationGetRelationName(rel));
+	TupleDesc	desc = RelationGetDescr(rel);
+	List	   *oids;
+	ListCell   *lc;
+
+	/* indexes: their expressions and predicates */
+	oids = RelationGetIndexList(rel);
+	foreach(lc, oids)
+	{
+		Oid			indexoid = lfirst_oid(lc);
+		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(indexoid));
+		char	   *object;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;			/* dropped meanwhile */
+		object = psprintf("index %s", quote_identifier(get_rel_name(indexoid)));
+		tc_check_catalog_text(w, INDEXRELID, tuple, Anum_pg_index_indexprs, object);
+		tc_check_catalog_text(w, INDEXRELID, tuple, Anum_pg_index_indpred, object);
+		ReleaseSysCache(tuple);
+	}
+
+	/* extended statistics on expressions */
+	oids = RelationGetStatExtList(rel);
+	foreach(lc, oids)
+	{
+		Oid			statoid = lfirst_oid(lc);
+		HeapTuple	tuple = SearchSysCache1(STATEXTOID, ObjectIdGetDatum(statoid));
+
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		tc_check_catalog_text(w, STATEXTOID, tuple, Anum_pg_statistic_ext_stxexprs,
+							  psprintf("statistics object %s",
+									   quote_identifier(NameStr(((Form_pg_statistic_ext) GETSTRUCT(tuple))->stxname))));
+		ReleaseSysCache(tuple);
+	}
+
+	/* the partition key */
+	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
+	{
+		HeapTuple	tuple = SearchSysCache1(PARTRELID, ObjectIdGetDatum(RelationGetRelid(rel)));
+
+		if (HeapTupleIsValid(tuple))
+		{
+			tc_check_catalog_text(w, PARTRELID, tuple, Anum_pg_partitioned_table_partexprs,
+								  psprintf("the partition key of %s", name));
+			ReleaseSysCache(tuple);
+		}
+	}
+
+	/* CHECK constraints */
+	if (desc->constr != NULL)
+		for (int i = 0; i < desc->constr->num_check; i++)
+			tc_check_expression(w, stringToNode(desc->constr->check[i].ccbin),
+								psprintf("constraint %s of %s",
+										 quote_identifier(desc->constr->check[i].ccname), name));
+
+	/* the columns' types */
+	for (int i = 0; i < desc->natts && !OidIsValid(w->untrusted); i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		w->object = psprintf("column %s of %s", quote_identifier(NameStr(att->attname)), name);
+		tc_check_type(w, att->atttypid);
+	}
+}
+
+char *
+table_code_problem(Oid relid)
+{
+	TableCodeWalk w;
+	List	   *rels;
+	ListCell   *lc;
+
+	memset(&w, 0, sizeof(w));
+	/* a partitioned table's partitions are read, and planned, with it */
+	rels = get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE ?
+		find_all_inheritors(relid, AccessShareLock, NULL) : list_make1_oid(relid);
+	foreach(lc, rels)
+	{
+		Relation	rel = try_relation_open(lfirst_oid(lc), AccessShareLock);
+
+		if (rel == NULL)
+			continue;			/* detached and dropped meanwhile */
+		if (rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
+		{
+			char	   *problem = psprintf("its partition %s is a foreign table, read through a foreign-data wrapper",
+										   quote_identifier(RelationGetRelationName(rel)));
+
+			relation_close(rel, AccessShareLock);
+			return problem;
+		}
+		tc_check_relation(&w, rel);
+		relation_close(rel, AccessShareLock);
+		if (OidIsValid(w.untrusted))
+		{
+			const char *owner = GetUserNameFromId(w.untrusted_owner, true);
+
+			return psprintf("%s calls function %s of role \"%s\", which is not trusted to run while the table is read",
+							w.untrusted_in, format_procedure(w.untrusted),
+							owner ? owner : "?");
+		}
+	}
+	return NULL;
+}
+
+void
+table_code_check(Oid relid)
+{
+	char	   *problem = table_code_problem(relid);
+
+	if (problem != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("table %s cannot be served: %s",
+						quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												   get_rel_name(relid)),
+						problem),
+				 errhint("A superuser may list the function's owner in \"shape_sync.trusted_owners\".")));
+}
+
+void
+table_code_plan_as_owner(Oid relid, TableCodeSaved *saved)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	GetUserIdAndSecContext(&saved->user, &saved->context);
+	SetUserIdAndSecContext(owner, saved->context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+}
+
+void
+table_code_restore(const TableCodeSaved *saved)
+{
+	SetUserIdAndSecContext(saved->user, saved->context);
+}
