@@ -83,6 +83,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "name_lookup.h"
 #include "row_encoder.h"
 #include "shape_role.h"
 #include "server_metrics.h"
@@ -1085,6 +1086,7 @@ snapshot_worker_recover(void)
 	AbortOutOfAnyTransaction();
 	FlushErrorState();
 	QueryCancelPending = false;
+	name_lookup_failed();		/* a subset query's names may not exist */
 	RESUME_INTERRUPTS();
 }
 
