@@ -141,9 +141,13 @@ RETURNS void
 LANGUAGE C VOLATILE
 AS 'MODULE_PATHNAME', 'shape_sync_reset_metrics';
 
--- Nothing here is for PUBLIC: shapes expose table contents.  Metrics and
--- connections say nothing of table contents: pg_monitor may read them, as
--- it reads pg_stat_activity.
+-- Nothing here is for PUBLIC: shapes expose table contents.  The
+-- monitoring views (metrics, connections, decoder, admission) and the
+-- read-only functions behind them and beside them (log memory, stalled
+-- serves) say nothing of table contents: pg_monitor may read them, as it
+-- reads pg_stat_activity, which takes USAGE on the schema too.  Not
+-- shapes, whose where clauses hold client parameters, nor what changes
+-- state (reset_metrics) or reads tables (validate_shape, encode_rows).
 REVOKE ALL ON FUNCTION validate_shape(text, text, text[], text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION encode_rows(text, text, text[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION list_shapes() FROM PUBLIC;
@@ -159,9 +163,14 @@ REVOKE ALL ON metrics FROM PUBLIC;
 REVOKE ALL ON FUNCTION reset_metrics() FROM PUBLIC;
 REVOKE ALL ON FUNCTION decoder_status() FROM PUBLIC;
 REVOKE ALL ON decoder FROM PUBLIC;
+GRANT USAGE ON SCHEMA @extschema@ TO pg_monitor;
 GRANT EXECUTE ON FUNCTION list_connections() TO pg_monitor;
 GRANT SELECT ON connections TO pg_monitor;
 GRANT EXECUTE ON FUNCTION metric_values() TO pg_monitor;
 GRANT SELECT ON metrics TO pg_monitor;
 GRANT EXECUTE ON FUNCTION decoder_status() TO pg_monitor;
 GRANT SELECT ON decoder TO pg_monitor;
+GRANT EXECUTE ON FUNCTION admission_slots() TO pg_monitor;
+GRANT SELECT ON admission TO pg_monitor;
+GRANT EXECUTE ON FUNCTION log_memory_usage() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION stalled_serves_reaped() TO pg_monitor;

@@ -97,6 +97,7 @@
 #include "compact_hash.h"
 #include "decoder.h"
 #include "guc.h"
+#include "name_lookup.h"
 #include "registry.h"
 #include "shape_def.h"
 #include "shape_role.h"
@@ -949,6 +950,7 @@ registry_resolve(ShapeRequest *req)
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(oldcxt);
 		CurrentResourceOwner = oldowner;
+		name_lookup_failed();	/* what it named may not exist */
 		if (reg_creating != SHAPE_NO_SLOT)
 		{
 			/* a shape half made: give its slot back */

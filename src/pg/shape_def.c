@@ -92,7 +92,6 @@
 #include "utils/numeric.h"
 #include "utils/rangetypes.h"
 #include "utils/rel.h"
-#include "utils/rls.h"
 #include "utils/ruleutils.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
@@ -101,6 +100,7 @@
 #include "guc.h"
 #include "row_encoder.h"
 #include "shape_def.h"
+#include "shape_role.h"
 #include "shape_table.h"
 #include "table_code.h"
 
@@ -1679,7 +1679,6 @@ shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const cha
 	char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
 	char	   *table = get_rel_name(relid);
 	char	   *relname;
-	int			rls;
 
 	*field = "table";
 	/* decoding reads the catalog as of a commit: the table may be gone by then */
@@ -1717,8 +1716,7 @@ shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const cha
 							role, relname, missing.data);
 		}
 	}
-	rls = check_enable_rls(relid, InvalidOid, true);
-	if (rls == RLS_ENABLED)
+	if (shape_row_security_applies(relid, user))
 		return psprintf("Table %s has row-level security that applies to role \"%s\"; a shape is shared by all its clients, so such a table is not served",
 						relname, role);
 	return NULL;

@@ -17,8 +17,16 @@
  * schema USAGE, function EXECUTE.
  *
  * A superuser is refused as shape_sync.role: it would read every row and
- * ignore row-level security.  A role with BYPASSRLS is the operator's way
- * to serve tables whose row-level security would otherwise refuse them.
+ * ignore row-level security.  A role with BYPASSRLS, or the table's owner
+ * when the table does not FORCE ROW LEVEL SECURITY, is the operator's way
+ * to serve, whole, tables whose row-level security would otherwise refuse
+ * them (shape_row_security_applies).  That is PostgreSQL's rule, which
+ * check_enable_rls() applies for the current user; but its answer for an
+ * owner also depends on the security context (a foreign key check ignores
+ * FORCE), and that for the others on row_security, whose "off" makes it
+ * raise an error instead.  The rule here depends on the role's attributes
+ * and memberships and the table's flags alone, all of which the stream
+ * watches (shape_stream.c), so a verdict changes only with the catalog.
  *
  * IDENTIFICATION
  *	  src/pg/shape_role.c
@@ -27,8 +35,12 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/transam.h"
+#include "catalog/pg_class.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/syscache.h"
 
 #include "guc.h"
 #include "shape_role.h"
@@ -66,6 +78,32 @@ shape_role_resolve(void)
 				 errhint("Set \"%s\" to a role without SUPERUSER that may SELECT the tables to serve, such as pg_read_all_data.",
 						 "shape_sync.role")));
 	return get_role_oid(shape_sync_role, false);
+}
+
+/*
+ * Row-level security applies to the role when the table enables it and the
+ * role has no BYPASSRLS and does not own the table (as a member of its
+ * owner, too), or owns it but the table FORCEs it.  A table that is gone
+ * has none: callers find it gone otherwise.
+ */
+bool
+shape_row_security_applies(Oid relid, Oid role)
+{
+	HeapTuple	tuple;
+	bool		enabled;
+	bool		forced;
+
+	if (relid < (Oid) FirstNormalObjectId)
+		return false;			/* as check_enable_rls: catalogs have none */
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	enabled = ((Form_pg_class) GETSTRUCT(tuple))->relrowsecurity;
+	forced = ((Form_pg_class) GETSTRUCT(tuple))->relforcerowsecurity;
+	ReleaseSysCache(tuple);
+	if (!enabled || has_bypassrls_privilege(role))
+		return false;
+	return forced || !pg_class_ownercheck(relid, role);
 }
 
 void

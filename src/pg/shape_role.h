@@ -32,6 +32,12 @@ extern char *shape_role_problem(void);
 /* The role shape_sync.role names, or InvalidOid when it cannot be used. */
 extern Oid	shape_role_usable(void);
 
+/*
+ * Whether the row-level security of the table applies to `role`, from the
+ * catalog alone (see shape_role.c); in a transaction.
+ */
+extern bool shape_row_security_applies(Oid relid, Oid role);
+
 /* Acts as `role`, in a security-restricted operation, until restored. */
 extern void shape_role_become(Oid role, ShapeRoleSaved *saved);
 extern void shape_role_restore(const ShapeRoleSaved *saved);

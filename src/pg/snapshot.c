@@ -80,12 +80,12 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "name_lookup.h"
 #include "row_encoder.h"
 #include "shape_role.h"
 #include "server_metrics.h"
@@ -297,12 +297,13 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
  * A shape is shared by all its clients: never a row-filtered one.  Checked
  * for the current role, which reads the snapshot, by every snapshot, also
  * one that reads no rows (log=changes_only): its stream would otherwise
- * send what the policies hide.
+ * send what the policies hide.  With `force`, refused whatever the catalog
+ * says: the rewriter found policies to apply.
  */
 static void
-snap_refuse_row_security(const ShapeRelation *rel)
+snap_refuse_row_security(const ShapeRelation *rel, bool force)
 {
-	if (check_enable_rls(rel->relid, InvalidOid, true) == RLS_ENABLED)
+	if (force || shape_row_security_applies(rel->relid, GetUserId()))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("table %s has row-level security that applies to role \"%s\"",
@@ -322,11 +323,12 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	Node	   *where;
 	Query	   *query;
 	List	   *rewritten;
+	ListCell   *lc;
 	PlannedStmt *plan;
 	QueryDesc  *qd;
 	TableCodeSaved planner_user;
 
-	snap_refuse_row_security(rel);
+	snap_refuse_row_security(rel, false);
 
 	memset(&receiver, 0, sizeof(receiver));
 	receiver.pub.receiveSlot = snap_receive;
@@ -370,12 +372,23 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	query = snap_build_query(relation, fetched, nfetched, where, subset);
 	table_close(relation, NoLock);
 
+	/*
+	 * A table with row-level security marks the query hasRowSecurity even
+	 * when none applies to the role (BYPASSRLS, the owner): only its plan's
+	 * reuse depends on that.  Policies that apply are the RTE's
+	 * securityQuals; the role checked above had none, unless the catalog
+	 * changed since.
+	 */
 	rewritten = QueryRewrite(query);
 	if (list_length(rewritten) != 1 ||
-		((Query *) linitial(rewritten))->commandType != CMD_SELECT ||
-		((Query *) linitial(rewritten))->hasRowSecurity)
+		((Query *) linitial(rewritten))->commandType != CMD_SELECT)
 		elog(ERROR, "snapshot query of %s was rewritten unexpectedly",
 			 shape_quoted_relation(rel));
+	foreach(lc, ((Query *) linitial(rewritten))->rtable)
+	{
+		if (((RangeTblEntry *) lfirst(lc))->securityQuals != NIL)
+			snap_refuse_row_security(rel, true);
+	}
 	/* what planning evaluates of the table's own code runs as its owner (table_code.c) */
 	table_code_plan_as_owner(spec->relid, &planner_user);
 	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
@@ -1051,7 +1064,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, const ShapeSpec *spec,
 	/* log=changes_only: the snapshot is its end message alone */
 	if (spec->flags & SHAPE_FLAG_CHANGES_ONLY)
 		snap_refuse_row_security(shape_relation_load(spec->relid, spec->ncolumns,
-													 spec->columns));
+													 spec->columns), false);
 	else
 		snapshot_scan(spec, NULL, snap_emit, writer);
 
@@ -1097,6 +1110,7 @@ snapshot_worker_recover(void)
 	AbortOutOfAnyTransaction();
 	FlushErrorState();
 	QueryCancelPending = false;
+	name_lookup_failed();		/* a subset query's names may not exist */
 	RESUME_INTERRUPTS();
 }
 
