@@ -58,6 +58,7 @@
 #include "access/xlog.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "executor/execExpr.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -84,6 +85,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "eval_deadline.h"
 #include "guc.h"
 #include "name_lookup.h"
 #include "row_encoder.h"
@@ -311,6 +313,76 @@ snap_refuse_row_security(const ShapeRelation *rel, bool force)
 				 errdetail("A shape is shared by all its clients, so such a table is not served.")));
 }
 
+/* ------------------------------------------------- the per-row deadline */
+
+/*
+ * A client's where clause runs on every row the scan reads, and one row
+ * may take no longer than shape_sync.where_evaluation_timeout here either,
+ * as on the main thread (eval_deadline.c): a backtracking pattern must not
+ * hold a worker of the pool, and its lock on the table, until the
+ * statement timeout.  The executor has no hook per row, so each scan
+ * node's filter, an ExprState the interpreter runs, is given an entry
+ * point that brackets the evaluation (snap_qual_guarded).  The interpreter
+ * replaces its entry point once it has checked the expression against the
+ * first row (ExecInterpExprStillValid); the wrapper calls that check every
+ * time and puts itself back.  Snapshots run with jit off, so every filter
+ * is the interpreter's.
+ */
+static int	snap_watching = 0;	/* eval_deadline_watch calls of this job */
+static bool snap_row_too_slow = false;
+
+static Datum
+snap_qual_guarded(ExprState *state, ExprContext *econtext, bool *isnull)
+{
+	Datum		result;
+
+	eval_deadline_begin();
+	result = ExecInterpExprStillValid(state, econtext, isnull);
+	state->evalfunc = snap_qual_guarded;
+	if (unlikely(eval_deadline_end()))
+	{
+		/* it ran past the deadline without looking at the cancel */
+		snap_row_too_slow = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("the where clause took too long on one row")));
+	}
+	return result;
+}
+
+static void
+snap_guard_expr(ExprState *state)
+{
+	if (state != NULL && state->evalfunc == ExecInterpExprStillValid)
+		state->evalfunc = snap_qual_guarded;
+}
+
+static bool
+snap_guard_planstate(PlanState *ps, void *context)
+{
+	if (ps == NULL)
+		return false;
+	snap_guard_expr(ps->qual);
+	if (IsA(ps, IndexScanState))
+		snap_guard_expr(((IndexScanState *) ps)->indexqualorig);
+	else if (IsA(ps, IndexOnlyScanState))
+		snap_guard_expr(((IndexOnlyScanState *) ps)->recheckqual);
+	else if (IsA(ps, BitmapHeapScanState))
+		snap_guard_expr(((BitmapHeapScanState *) ps)->bitmapqualorig);
+	return planstate_tree_walker(ps, snap_guard_planstate, context);
+}
+
+bool
+snapshot_deadline_caught(void)
+{
+	bool		expired = eval_deadline_end() || snap_row_too_slow;
+
+	snap_row_too_slow = false;
+	for (; snap_watching > 0; snap_watching--)
+		eval_deadline_unwatch();
+	return expired;
+}
+
 void
 snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit emit, void *arg)
 {
@@ -397,7 +469,12 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	qd = CreateQueryDesc(plan, "shape_sync snapshot", GetActiveSnapshot(), InvalidSnapshot,
 						 &receiver.pub, NULL, NULL, 0);
 	ExecutorStart(qd, 0);
+	(void) snap_guard_planstate(qd->planstate, NULL);
+	eval_deadline_watch();
+	snap_watching++;
 	ExecutorRun(qd, ForwardScanDirection, 0, true);
+	snap_watching--;
+	eval_deadline_unwatch();
 	ExecutorFinish(qd);
 	ExecutorEnd(qd);
 	FreeQueryDesc(qd);
@@ -947,6 +1024,9 @@ snapshot_begin(Oid role, const char *activity, int timeout_ms, ShapeRoleSaved *s
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SET);
 	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SET, true, 0, false);
+	/* every filter the interpreter's, for the per-row deadline */
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SET, true, 0, false);
 	if (timeout_ms > 0)
 		enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -1170,8 +1250,11 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		char		message[SHAPE_ERROR_LEN];
 		uint32		status;
 
+		bool		too_slow;
+
 		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
+		too_slow = snapshot_deadline_caught();
 		snapshot_worker_recover();
 		if (seg != NULL)
 			dsm_detach(seg);
@@ -1186,7 +1269,14 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		{
 			int64		elapsed_ms = (GetCurrentTimestamp() - started) / 1000;
 
-			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+			if (too_slow)
+			{
+				status = 400;
+				snprintf(message, sizeof(message),
+						 "The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one row",
+						 shape_sync_where_evaluation_timeout);
+			}
+			else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
 				!snapshot_worker_cancelled(&shape_sync_shared->snapshot_jobs, snap_entry,
 										   snapshot_job_key(job->slot, job->generation)) &&
 				!(shape_sync_snapshot_statement_timeout > 0 &&
@@ -1268,6 +1358,8 @@ shape_sync_snapshot_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, InvalidOid, 0);
+	/* folding a subset's where clause, and each row's filter, within the deadline */
+	eval_deadline_enable();
 
 	snap_entry = snapshot_worker_claim(q, (int32) MyProcPid, MyLatch);
 	if (snap_entry < 0)

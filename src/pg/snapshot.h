@@ -57,6 +57,12 @@ extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
 extern char *snapshot_begin(Oid role, const char *activity, int timeout_ms,
 							ShapeRoleSaved *saved, uint64 *insert_lsn);
 extern void snapshot_end(const ShapeRoleSaved *saved);
+
+/*
+ * First thing in a job's PG_CATCH: whether the per-row deadline on the
+ * where clause (shape_sync.where_evaluation_timeout) ended the scan.
+ */
+extern bool snapshot_deadline_caught(void);
 extern void snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 								 const char *relation);
 

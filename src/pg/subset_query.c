@@ -851,7 +851,14 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 		 * was allocated in that transaction, and is gone once it aborts.
 		 */
 		initStringInfo(&body);
-		status = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &body);
+		if (snapshot_deadline_caught())
+		{
+			appendStringInfo(&body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":{\"where\":[\"The where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one row\"]}}}",
+							 shape_sync_where_evaluation_timeout);
+			status = 400;
+		}
+		else
+			status = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &body);
 		subset_field = NULL;
 		subset_message = NULL;
 		subset_body = NULL;
