@@ -106,8 +106,10 @@ SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => 'id,nope'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => 'id,nope,"Title"'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => 'id,xmin'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => 'id,ctid'));
--- A table without a primary key takes any columns.
+-- A table without a primary key is keyed by all its columns: a column list
+-- must name every one (the key would send the others anyway).
 SELECT jsonb_pretty(shape_sync.validate_shape('nopk', columns => 'y'));
+SELECT shape_sync.validate_shape('nopk', columns => 'y,x') -> 'columns' AS columns;
 -- Malformed lists.
 SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => ''));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', columns => 'id,,title'));
@@ -329,3 +331,119 @@ SELECT m FROM shape_sync.encode_rows('ds', 'd = ''2020-01-02''') m;
 SELECT m FROM shape_sync.encode_rows('ds', 'd = $1', '{2020-01-02}') m;
 RESET DateStyle;
 DROP TABLE ds, emptycol;
+
+-- Parameters past those given are refused before analysis, which would size
+-- an array by the largest $n (a gigabyte for $268435455): the error comes
+-- with its position, from the check of the raw parse tree.
+CREATE TABLE guard (id int PRIMARY KEY, title text, j jsonb, n name, b bytea);
+SELECT shape_sync.validate_shape('guard', 'id = $268435455');
+SELECT shape_sync.validate_shape('guard', 'id = $268435456');
+SELECT shape_sync.validate_shape('guard', 'id = $3 OR id = $1', '{1,2}');
+SELECT shape_sync.validate_shape('guard', 'id = $0', '{1}');
+SELECT shape_sync.validate_shape('guard', 'id = $2', '{1,2}') ->> 'where' AS deparsed;
+
+-- Nothing is looked up outside pg_catalog.  Object identifier types name
+-- catalog objects in any schema: refused as casts, parameters and columns,
+-- and so are the functions that take or return them, whatever the arguments
+-- (to_tsvector(regconfig, ...) runs any configuration's parser and
+-- dictionaries, an extension's too).
+CREATE SCHEMA guard_s;
+CREATE TABLE guard_s.hidden (x int);
+CREATE COLLATION guard_s.coll (locale = 'C');
+CREATE COLLATION public.guard_coll (locale = 'C');
+CREATE TEXT SEARCH CONFIGURATION guard_s.cfg (COPY = pg_catalog.simple);
+SELECT shape_sync.validate_shape('guard', '''guard_s.hidden''::regclass IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''guard_s.nosuch''::regclass IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'id::oid = ''guard_s.hidden''::regclass');
+SELECT shape_sync.validate_shape('guard', 'regclass ''guard_s.hidden'' IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''{int4}''::regtype[] IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''x''::regproc IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''pg_catalog''::regnamespace IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''postgres''::regrole IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''english''::regconfig IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''simple''::regdictionary IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''"C"''::regcollation IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', '''+''::regoper IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'id::oid = $1::regclass', '{guard_s.hidden}');
+SELECT shape_sync.validate_shape('guard', 'to_tsvector(''guard_s.cfg'', title) @@ ''a''::tsquery');
+SELECT shape_sync.validate_shape('guard', 'to_tsvector(''english'', title) @@ ''a''::tsquery');
+SELECT shape_sync.validate_shape('guard', 'to_tsvector(3748, title) @@ ''a''::tsquery');
+SELECT shape_sync.validate_shape('guard', 'to_tsvector($1, title) @@ ''a''::tsquery', '{guard_s.cfg}');
+SELECT shape_sync.validate_shape('guard', 'pg_catalog.plainto_tsquery(''english'', title) IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'ts_lexize(''simple'', title) IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'pg_partition_root(id) IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'regtype(''int4'') IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'to_regclass(''guard_s.hidden'') = ''guard_s.hidden''');
+-- every function of pg_catalog that takes or returns such a type, by name
+CREATE FUNCTION pg_temp.guard_answer(w text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM shape_sync.validate_shape('guard', w);
+    RETURN 'accepted';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLERRM;
+END $$;
+WITH reg(t) AS (
+    SELECT oid FROM pg_type
+    WHERE typnamespace = 'pg_catalog'::regnamespace AND typname ~ '^_?reg'
+), named AS (
+    SELECT DISTINCT p.proname
+    FROM pg_proc p
+    WHERE p.pronamespace = 'pg_catalog'::regnamespace
+      AND (p.prorettype IN (SELECT t FROM reg) OR p.proargtypes::oid[] && ARRAY(SELECT t FROM reg))
+)
+SELECT count(*) > 40 AS many,
+       count(*) FILTER (WHERE pg_temp.guard_answer(format('%I() IS NULL', proname))
+                        <> proname || '() is not allowed in a shape''s where clause') AS not_refused
+FROM named;
+-- a column of such a type
+CREATE TABLE guard_reg (id int PRIMARY KEY, r regclass);
+SELECT shape_sync.validate_shape('guard_reg', 'r = ''guard_s.hidden''');
+SELECT shape_sync.validate_shape('guard_reg', 'r IS NULL');
+DROP TABLE guard_reg;
+-- the row type of a catalog holds such fields
+SELECT shape_sync.validate_shape('guard', 'NULL::pg_type IS NULL');
+-- Collations: qualified with another schema, refused before the lookup;
+-- unqualified, found in pg_catalog only.
+SELECT shape_sync.validate_shape('guard', 'title COLLATE guard_s.coll < ''b''');
+SELECT shape_sync.validate_shape('guard', 'title COLLATE guard_s.nosuch < ''b''');
+SELECT shape_sync.validate_shape('guard', 'title COLLATE public.guard_coll < ''b''');
+SELECT shape_sync.validate_shape('guard', 'title COLLATE guard_coll < ''b''');
+SELECT shape_sync.validate_shape('guard', 'title COLLATE pg_catalog."C" < ''b''') ->> 'where' AS deparsed;
+
+-- jsonpaths are not evaluated: their time can be exponential in their length.
+SELECT shape_sync.validate_shape('guard', 'j @? ''$.a''');
+SELECT shape_sync.validate_shape('guard', 'j @@ ''$.a == 1''');
+SELECT shape_sync.validate_shape('guard', 'jsonb_path_exists(j, ''$.a'')');
+SELECT shape_sync.validate_shape('guard', 'jsonb_path_match(j, ''$.a == 1'')');
+SELECT shape_sync.validate_shape('guard', 'jsonb_path_query_first(j, ''$.a'') IS NOT NULL');
+SELECT shape_sync.validate_shape('guard', 'j @? ANY(ARRAY[''$.a''::jsonpath])');
+-- a jsonpath made text evaluates nothing
+SELECT shape_sync.validate_shape('guard', '''$.a''::jsonpath::text = title') ->> 'where' AS deparsed;
+
+-- Constant patterns are compiled at validation, with their flags: an invalid
+-- one is the client's error now, not every snapshot's later.
+SELECT shape_sync.validate_shape('guard', 'title ~ ''(''');
+SELECT shape_sync.validate_shape('guard', 'title !~* ''[''');
+SELECT shape_sync.validate_shape('guard', 'n ~ ''a{2,1}''');
+SELECT shape_sync.validate_shape('guard', 'title SIMILAR TO ''(''');
+SELECT shape_sync.validate_shape('guard', 'title NOT SIMILAR TO ''a'' ESCAPE ''xy''');
+SELECT shape_sync.validate_shape('guard', 'title ~ ANY(ARRAY[''a'', ''(''])');
+SELECT shape_sync.validate_shape('guard', 'regexp_like(title, ''a'', ''z'')');
+SELECT shape_sync.validate_shape('guard', 'regexp_match(lower(title), ''(a'') IS NULL');
+SELECT shape_sync.validate_shape('guard', 'regexp_count(title, ''a'', 1, ''g'') > 0');
+SELECT shape_sync.validate_shape('guard', 'regexp_instr(title, ''a)'') > 0');
+SELECT shape_sync.validate_shape('guard', 'regexp_substr(title, ''*'') IS NULL');
+SELECT shape_sync.validate_shape('guard', 'regexp_split_to_array(title, ''('') IS NULL');
+SELECT shape_sync.validate_shape('guard', 'substring(title from ''('') = ''a''');
+SELECT shape_sync.validate_shape('guard', 'substring(title similar ''('' escape ''#'') = ''a''');
+SELECT shape_sync.validate_shape('guard', 'title ~ $1', '{(}');
+SELECT shape_sync.validate_shape('guard', 'title LIKE ''a\''');
+SELECT shape_sync.validate_shape('guard', 'title ILIKE ''%a\''');
+SELECT shape_sync.validate_shape('guard', 'b LIKE ''\x5c''::bytea');
+-- valid ones pass; a pattern that is a column cannot be compiled beforehand
+SELECT shape_sync.validate_shape('guard', 'title ~ ''^a.*b$'' AND title ~* ''x'' AND n !~ ''y''
+    AND title SIMILAR TO ''%(b|c)%'' AND regexp_match(title, ''x(y)'', ''i'') IS NULL
+    AND title LIKE ''a\%'' AND title NOT ILIKE ''%\\'' AND title ~ title') ->> 'where' AS deparsed;
+DROP TABLE guard;
+DROP COLLATION public.guard_coll;
+DROP SCHEMA guard_s CASCADE;

@@ -137,8 +137,9 @@ CREATE TABLE no_pk (z text, a integer, "B" text);
 INSERT INTO no_pk VALUES ('z1', 1, 'b1'), (NULL, 2, NULL), (NULL, NULL, NULL),
     ('x/y', 3, '_');
 SELECT m FROM shape_sync.encode_rows('no_pk') m ORDER BY m COLLATE "C";
--- Projected, the key still holds every column.
+-- The key holds every column, so a column list must name them all.
 SELECT m FROM shape_sync.encode_rows('no_pk', columns => 'a') m ORDER BY m COLLATE "C";
+SELECT m FROM shape_sync.encode_rows('no_pk', columns => 'a,z,"B"') m ORDER BY m COLLATE "C";
 -- Quoted names with capitals, spaces, commas and quotes.
 CREATE SCHEMA "My Schema";
 CREATE TABLE "My Schema"."my table, ""quoted""" (

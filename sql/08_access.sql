@@ -32,6 +32,21 @@ RESET ROLE;
 -- No privilege at all on the table.
 SET ROLE acc_none;
 SELECT shape_sync.validate_shape('acc', columns => 'id');
+-- Such a role learns that the table exists, and nothing more: the same
+-- answer whatever it asks, before anything about the table's columns, their
+-- types or its key is told.
+SELECT shape_sync.validate_shape('acc', columns => 'id,nosuch');
+SELECT shape_sync.validate_shape('acc', columns => 'title');
+SELECT shape_sync.validate_shape('acc', 'nosuch = 1');
+SELECT shape_sync.validate_shape('acc', 'title = 1');
+SELECT shape_sync.validate_shape('acc', 'id = $1', '{x}');
+RESET ROLE;
+-- Nor does a role learn the type of a column it may not SELECT from a where
+-- clause that reads it.
+SET ROLE acc_reader;
+SELECT shape_sync.validate_shape('acc', 'secret = 1', columns => 'id,title');
+SELECT shape_sync.validate_shape('acc', 'secret ~ ''(''', columns => 'id,title');
+SELECT shape_sync.validate_shape('acc', 'nosuch = 1', columns => 'id,title');
 RESET ROLE;
 
 -- Row-level security that applies to the role: refused, not filtered.

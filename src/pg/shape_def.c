@@ -21,24 +21,37 @@
  * so nothing resolves names again later.
  *
  * A client's clause must not be able to run anyone's code but PostgreSQL's,
- * nor to make much from little.  Before analysis (which reads literals
- * through their types' input functions), the raw tree is checked: names
- * outside pg_catalog, column references that are not plain columns, and
- * casts to types whose input runs a database user's or an extension's code
- * or pads (character(n), bit(n)) are refused.  After it: functions whose
- * output or time grows far beyond their input.  Folding goes one node at a
- * time and counts every constant it makes against
- * shape_sync.max_where_constant_size, within the worker's evaluation
- * deadline (eval_deadline.c); and what one row's evaluation holds, counted
- * in column values, is bounded (WHERE_MAX_VALUE_COST).
+ * nor to look up anything outside pg_catalog, nor to make much from
+ * little.  Before analysis (which reads literals through their types' input
+ * functions, and sizes an array by the largest $n), the raw tree is
+ * checked: a $n past the parameters given; names qualified with another
+ * schema (functions, operators, collations); column references that are
+ * not plain columns, or name a column the user may not SELECT; casts to
+ * types whose input runs a database user's or an extension's code, pads
+ * (character(n), bit(n)) or looks names up (the object identifier types,
+ * regclass, regconfig, ...), and calls of the functions that take or return
+ * the latter (to_tsvector(regconfig, ...)).  After it: functions whose
+ * output or time grows far beyond their input, jsonpaths (exponential).
+ * Folding goes one node at a time and counts every constant it makes
+ * against shape_sync.max_where_constant_size, within the worker's
+ * evaluation deadline (eval_deadline.c), and then compiles every constant
+ * pattern (regular expressions, LIKE) once, so that an invalid one is the
+ * client's error now; and what one row's evaluation holds, counted in
+ * column values, is bounded (WHERE_MAX_VALUE_COST).
  *
  * Validation runs as the current user (shape_sync.role in the worker, the
  * caller in SQL), and refuses what that user could not read with SELECT:
  * the schema without USAGE, the table or a column the shape reads (its
  * columns, key and where clause) without SELECT, and a table whose
  * row-level security applies to the user, because a shape is shared by all
- * its clients.  A table without REPLICA IDENTITY FULL is refused too,
- * unless shape_sync.manage_replica_identity lets the snapshot worker set it.
+ * its clients.  A user that may read nothing of the table is refused first,
+ * before anything else is checked, so that all it learns is that the table
+ * exists: no error about a column list, a where clause or the replica
+ * identity tells it the table's columns, their types or its settings.  A
+ * table without REPLICA IDENTITY FULL is refused, unless
+ * shape_sync.manage_replica_identity lets the snapshot worker set it.  A
+ * table without a primary key is keyed by all its columns, so a column list
+ * must name them all.
  *
  * Failures are ordinary ereport(ERROR)s, so the SQL function
  * validate_shape() reports them the PostgreSQL way.  The HTTP path catches
@@ -63,7 +76,9 @@
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_inherits.h"
+#include "catalog/pg_language.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_range.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -83,6 +98,7 @@
 #include "rewrite/rewriteManip.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/catcache.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/json.h"
@@ -110,6 +126,7 @@ const char *shape_def_error_field = NULL;
 char		shape_def_http_message[512];
 
 static void sdef_check_readable(Relation rel, const ShapeSpec *spec);
+static void sdef_check_may_read(Relation rel);
 
 /* Records the field and Electric's wording for the error about to be raised. */
 static void
@@ -502,16 +519,102 @@ sdef_refuse_foreign_function(void)
 			 errdetail("The where clause is also evaluated while decoding the WAL, where only built-in functions are safe.")));
 }
 
+static bool sdef_type_names(Oid typid);
+static bool sdef_function_names(HeapTuple proctup);
+static void sdef_refuse_naming_function(const char *name, int cursorpos);
+static void sdef_require_safe_type(Oid typid, int32 typmod, const char *what);
+
+/* check_functions_in_node: a function that takes or returns an object identifier type */
+static bool
+sdef_naming_function(Oid funcid, void *context)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	bool		found;
+
+	if (!HeapTupleIsValid(tup))
+		return false;
+	found = sdef_function_names(tup);
+	ReleaseSysCache(tup);
+	if (found)
+		*(Oid *) context = funcid;
+	return found;
+}
+
+/*
+ * check_functions_in_node: a function that evaluates a jsonpath (@?, @@,
+ * the jsonb_path_* family).  In lax mode a path wraps each scalar as an
+ * array, so '$[0,0][0,0]...' makes 2^k items from a path of 6k bytes, on
+ * every row of every change; no bound on it is known short of evaluating
+ * it, so jsonpaths are not evaluated at all.
+ */
+static bool
+sdef_jsonpath_function(Oid funcid, void *context)
+{
+	HeapTuple	tup;
+	bool		found = false;
+
+	if (funcid == F_JSONPATH_OUT || funcid == F_JSONPATH_SEND)
+		return false;			/* a jsonpath made text: nothing is evaluated */
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	for (int i = 0; i < ((Form_pg_proc) GETSTRUCT(tup))->pronargs && !found; i++)
+		found = ((Form_pg_proc) GETSTRUCT(tup))->proargtypes.values[i] == JSONPATHOID;
+	ReleaseSysCache(tup);
+	if (found)
+		*(Oid *) context = funcid;
+	return found;
+}
+
+/*
+ * How a client's clause calls `funcid` in `node`, to begin a sentence:
+ * "The operator @?" when an operator calls it, else "f()".
+ */
+static char *
+sdef_call_text(Node *node, Oid funcid)
+{
+	Oid			opno = InvalidOid;
+
+	if (IsA(node, OpExpr) || IsA(node, DistinctExpr) || IsA(node, NullIfExpr))
+		opno = ((OpExpr *) node)->opno;
+	else if (IsA(node, ScalarArrayOpExpr))
+		opno = ((ScalarArrayOpExpr *) node)->opno;
+	if (OidIsValid(opno) && get_opname(opno) != NULL)
+		return psprintf("The operator %s", get_opname(opno));
+	return psprintf("%s()", get_func_name(funcid));
+}
+
 /* Rejects what a row filter on decoded tuples cannot evaluate. */
 static bool
 sdef_check_node(Node *node, void *context)
 {
 	const char *unbounded = NULL;
+	Oid			funcid = InvalidOid;
 
 	if (node == NULL)
 		return false;
 	if (IsA(node, Var) && ((Var *) node)->varattno <= 0)
 		sdef_refuse_system_column(0);
+	/* (the raw tree's checks refuse these before analysis; this is in case) */
+	if (check_functions_in_node(node, sdef_naming_function, &funcid))
+		sdef_refuse_naming_function(get_func_name(funcid), 0);
+	if (!IsA(node, List) && !IsA(node, CaseWhen) && sdef_type_names(exprType(node)))
+		sdef_require_safe_type(exprType(node), -1, "an expression");
+	if (check_functions_in_node(node, sdef_jsonpath_function, &funcid))
+	{
+		char	   *what = sdef_call_text(node, funcid);
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "%s is not allowed in where clauses: evaluating a jsonpath can take time and memory exponential in its length",
+				 what);
+		sdef_failing("where", msg);
+		what[0] = pg_tolower((unsigned char) what[0]);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s is not allowed in a shape's where clause", what),
+				 errdetail("Evaluating a jsonpath can take time and memory exponential in its length (in lax mode, each step may double what it finds), and the clause runs on every change of the table.")));
+	}
 	if (check_functions_in_node(node, sdef_unbounded_function, &unbounded))
 	{
 		char		msg[256];
@@ -603,8 +706,41 @@ typedef enum SdefTypeProblem
 {
 	SDEF_TYPE_OK,
 	SDEF_TYPE_RUNS_CODE,		/* code of a database user or an extension */
-	SDEF_TYPE_PADS				/* character(n) or bit(n) beyond the limit */
+	SDEF_TYPE_PADS,				/* character(n) or bit(n) beyond the limit */
+	SDEF_TYPE_NAMES				/* an object identifier type: names the catalog */
 } SdefTypeProblem;
+
+/*
+ * The object identifier types (regclass, regconfig, ...): reading one from
+ * text looks a name up in the catalog, in any schema (a qualified name) or
+ * the session's path, and a value of one is a catalog object that the
+ * functions taking it act on (to_tsvector(regconfig, t) runs the parser and
+ * dictionaries of any text search configuration, an extension's included).
+ * A where clause names nothing outside pg_catalog, so these are refused
+ * wherever they would appear: casts, parameters, columns, and the
+ * functions that take or return them.
+ */
+static bool
+sdef_is_reg_type(Oid typid)
+{
+	switch (typid)
+	{
+		case REGPROCOID:
+		case REGPROCEDUREOID:
+		case REGOPEROID:
+		case REGOPERATOROID:
+		case REGCLASSOID:
+		case REGCOLLATIONOID:
+		case REGTYPEOID:
+		case REGROLEOID:
+		case REGNAMESPACEOID:
+		case REGCONFIGOID:
+		case REGDICTIONARYOID:
+			return true;
+		default:
+			return false;
+	}
+}
 
 /*
  * Whether reading a value of this type from text (with this typmod, -1 for
@@ -638,6 +774,8 @@ sdef_type_problem(Oid typid, int32 typmod, int depth)
 		case TYPTYPE_BASE:
 			if (IsTrueArrayType(t))
 				problem = sdef_type_problem(t->typelem, typmod, depth + 1);
+			else if (sdef_is_reg_type(typid))
+				problem = SDEF_TYPE_NAMES;
 			else if (t->typnamespace != PG_CATALOG_NAMESPACE ||
 					 typid >= FirstNormalObjectId || typid == XMLOID)
 				problem = SDEF_TYPE_RUNS_CODE;
@@ -666,6 +804,7 @@ sdef_type_problem(Oid typid, int32 typmod, int depth)
 				TupleDesc	desc = RelationGetDescr(rel);
 
 				problem = SDEF_TYPE_OK;
+				/* the row types of pg_type, pg_proc, ... have fields of those */
 				for (int i = 0; i < desc->natts && problem == SDEF_TYPE_OK; i++)
 					if (!TupleDescAttr(desc, i)->attisdropped)
 						problem = sdef_type_problem(TupleDescAttr(desc, i)->atttypid,
@@ -731,6 +870,19 @@ sdef_require_safe_type(Oid typid, int32 typmod, const char *what)
 		return;
 	if (problem == SDEF_TYPE_PADS)
 		sdef_refuse_padding(what, format_type_with_typemod(typid, typmod));
+	if (problem == SDEF_TYPE_NAMES)
+	{
+		snprintf(msg, sizeof(msg),
+				 "%c%s has type %s, which where clauses cannot use: its values name objects of the catalog, which are looked up by name",
+				 pg_toupper((unsigned char) what[0]), what + 1, format_type_be(typid));
+		sdef_failing("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s has type %s, which a shape's where clause cannot use", what,
+						format_type_be(typid)),
+				 errdetail("Its values name objects of the catalog (relations, types, functions, text search configurations, ...), looked up by name in any schema."),
+				 errhint("A where clause names nothing outside pg_catalog: object identifier types (regclass, regtype, regconfig, ...) are refused, directly or inside an array, a composite or a domain.")));
+	}
 	snprintf(msg, sizeof(msg),
 			 "%c%s has type %s, which where clauses cannot use: reading its values could run code of a database user or an extension",
 			 pg_toupper((unsigned char) what[0]), what + 1, format_type_be(typid));
@@ -743,17 +895,28 @@ sdef_require_safe_type(Oid typid, int32 typmod, const char *what)
 			 errhint("A where clause may use PostgreSQL's built-in types but xml, enums, domains without a CHECK constraint, and arrays, composites and ranges of these.")));
 }
 
+/* What the checks of the raw parse tree need. */
+typedef struct SdefRaw
+{
+	Relation	rel;
+	int			nparams;		/* the parameters given: $1 .. $nparams */
+	const char *privilege_field;	/* the field of a column the user may not read */
+} SdefRaw;
+
 /*
  * A column reference must name a column of the table, of a safe type: a
  * whole-row reference (the table's name, t.*) is a value of the table's
  * row type, and a literal compared with it would be read as that type; a
  * qualified name that is no column (t.f) is functional notation, f(t).
  * An unqualified unknown name is left to the parser, whose error suggests
- * the column meant.
+ * the column meant.  A column the user may not SELECT is refused here,
+ * before analysis could tell its type (an operator that does not exist for
+ * it, a literal it cannot read).
  */
 static void
-sdef_check_column_ref(ColumnRef *ref, Relation rel)
+sdef_check_column_ref(ColumnRef *ref, SdefRaw *raw)
 {
+	Relation	rel = raw->rel;
 	Node	   *last = llast(ref->fields);
 	const char *name = IsA(last, String) ? strVal(last) : NULL;
 	AttrNumber	attnum = name != NULL ? get_attnum(RelationGetRelid(rel), name) :
@@ -770,6 +933,21 @@ sdef_check_column_ref(ColumnRef *ref, Relation rel)
 				 errposition(ref->location + 1)));
 	if (attnum <= 0)
 		sdef_refuse_system_column(ref->location + 1);
+	if (pg_attribute_aclcheck(RelationGetRelid(rel), attnum, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+	{
+		const char *field;
+		char	   *problem = shape_read_problem(RelationGetRelid(rel), 1, &attnum, &field);
+
+		if (problem != NULL)
+		{
+			sdef_failing(raw->privilege_field, problem);
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("a shape cannot be served to role \"%s\"",
+							GetUserNameFromId(GetUserId(), false)),
+					 errdetail("%s.", problem)));
+		}
+	}
 	snprintf(what, sizeof(what), "column \"%s\"", name);
 	/* the column's own typmod pads nothing: stored values are read as they are */
 	sdef_require_safe_type(get_atttype(RelationGetRelid(rel), attnum), -1, what);
@@ -783,18 +961,125 @@ sdef_name_in_catalog(List *names)
 		strcmp(strVal(list_nth(names, list_length(names) - 2)), "pg_catalog") == 0;
 }
 
+/* Whether the type takes or makes values of an object identifier type. */
+static bool
+sdef_type_names(Oid typid)
+{
+	Oid			elem = get_element_type(typid);
+
+	return sdef_is_reg_type(typid) || (OidIsValid(elem) && sdef_is_reg_type(elem));
+}
+
+/* Whether the function takes or returns values of an object identifier type. */
+static bool
+sdef_function_names(HeapTuple proctup)
+{
+	Form_pg_proc proc = (Form_pg_proc) GETSTRUCT(proctup);
+
+	if (sdef_type_names(proc->prorettype))
+		return true;
+	for (int i = 0; i < proc->pronargs; i++)
+		if (sdef_type_names(proc->proargtypes.values[i]))
+			return true;
+	return false;
+}
+
+/* Refuses a function (or function-style cast) that names objects of the catalog. */
+static void
+sdef_refuse_naming_function(const char *name, int cursorpos)
+{
+	char		msg[256];
+
+	snprintf(msg, sizeof(msg),
+			 "%s() is not allowed in where clauses: it takes or returns objects of the catalog, which are looked up by name",
+			 name);
+	sdef_failing("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s() is not allowed in a shape's where clause", name),
+			 errdetail("It takes or returns a value of an object identifier type (regclass, regconfig, ...), which names an object of the catalog, in any schema."),
+			 errposition(cursorpos)));
+}
+
+/*
+ * Whether a call of `name` could name objects of the catalog: a function
+ * of pg_catalog of that name (of any arguments: which one is called is
+ * known only after analysis, whose coercions already look names up, as
+ * 'myschema.cfg' to to_tsvector's regconfig) that takes or returns an
+ * object identifier type, or such a type itself (regtype('x') is a cast).
+ */
+static bool
+sdef_call_names(const char *name)
+{
+	CatCList   *procs = SearchSysCacheList1(PROCNAMEARGSNSP, CStringGetDatum(name));
+	Oid			typid;
+	bool		found = false;
+
+	for (int i = 0; i < procs->n_members && !found; i++)
+	{
+		HeapTuple	tup = &procs->members[i]->tuple;
+
+		found = ((Form_pg_proc) GETSTRUCT(tup))->pronamespace == PG_CATALOG_NAMESPACE &&
+			sdef_function_names(tup);
+	}
+	ReleaseSysCacheList(procs);
+	typid = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum(name),
+							ObjectIdGetDatum(PG_CATALOG_NAMESPACE));
+	return found || (OidIsValid(typid) && sdef_type_names(typid));
+}
+
+/* Refuses $n beyond the parameters given, before the parser sizes anything by n. */
+static void
+sdef_check_param_ref(ParamRef *ref, int nparams)
+{
+	char		msg[128];
+
+	if (ref->number >= 1 && ref->number <= nparams)
+		return;
+	snprintf(msg, sizeof(msg), "Parameter $%d was not provided", ref->number);
+	sdef_failing("params", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_PARAMETER),
+			 errmsg("there is no value for parameter $%d", ref->number),
+			 ref->number >= 1 ?
+			 errhint("Pass the value as params[%d].", ref->number) : 0,
+			 errposition(ref->location + 1)));
+}
+
 /*
  * Checks of the raw parse tree, before it is analysed: analysis already
  * runs input functions (an unknown literal compared with a column, or
  * cast, is read as that type then), so what could run code outside
  * pg_catalog must be refused before.  Subqueries go here too, before they
- * could name anything.
+ * could name anything; names qualified with another schema (functions,
+ * operators, collations) and anything that would look an object up by
+ * name (object identifier types); and a $n past the parameters given:
+ * analysis would allocate an array of n parameter types (a gigabyte for
+ * $268435455) before anything else could refuse it.
  */
 static bool
-sdef_check_raw(Node *node, Relation rel)
+sdef_check_raw(Node *node, SdefRaw *raw)
 {
 	if (node == NULL)
 		return false;
+	if (IsA(node, ParamRef))
+		sdef_check_param_ref((ParamRef *) node, raw->nparams);
+	if (IsA(node, CollateClause) && !sdef_name_in_catalog(((CollateClause *) node)->collname))
+	{
+		sdef_failing("where", "Only collations of pg_catalog are allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("only collations of pg_catalog are allowed in a shape's where clause"),
+				 errposition(((CollateClause *) node)->location + 1)));
+	}
+	if (IsA(node, FuncCall) && sdef_name_in_catalog(((FuncCall *) node)->funcname))
+	{
+		FuncCall   *call = (FuncCall *) node;
+		const char *name = strVal(llast(call->funcname));
+
+		if (sdef_call_names(name))
+			sdef_refuse_naming_function(name, call->location + 1);
+	}
 	if (IsA(node, SubLink))
 	{
 		sdef_failing("where", "Subqueries are not allowed in where clauses");
@@ -824,8 +1109,8 @@ sdef_check_raw(Node *node, Relation rel)
 		}
 	}
 	if (IsA(node, ColumnRef))
-		sdef_check_column_ref((ColumnRef *) node, rel);
-	return raw_expression_tree_walker(node, sdef_check_raw, rel);
+		sdef_check_column_ref((ColumnRef *) node, raw);
+	return raw_expression_tree_walker(node, sdef_check_raw, raw);
 }
 
 /* Refuses constants of more than shape_sync.max_where_constant_size bytes in all. */
@@ -890,6 +1175,130 @@ sdef_too_slow(void)
 					"shape_sync.where_evaluation_timeout")));
 }
 
+typedef enum SdefPattern
+{
+	SDEF_PATTERN_NONE,
+	SDEF_PATTERN_REGEX,			/* compiled before anything is matched */
+	SDEF_PATTERN_LIKE			/* read as far as the value matches */
+} SdefPattern;
+
+/*
+ * Whether the function reads its second argument as a pattern: a regular
+ * expression (~, ~*, !~, !~*, SIMILAR TO, which becomes ~, substring(...
+ * from ...), the regexp_*() family), or a LIKE pattern (~~, ~~*, whose
+ * trailing escape character is an error).  Found by their C
+ * implementation, so that every operator and overload is.
+ */
+static SdefPattern
+sdef_pattern_function(Oid funcid)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	Form_pg_proc proc;
+	SdefPattern found = SDEF_PATTERN_NONE;
+
+	if (!HeapTupleIsValid(tup))
+		return SDEF_PATTERN_NONE;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (proc->prolang == INTERNALlanguageId && proc->pronamespace == PG_CATALOG_NAMESPACE &&
+		proc->pronargs >= 2 && !proc->proretset)
+	{
+		bool		isnull;
+		Datum		src = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &isnull);
+		char	   *name = isnull ? NULL : TextDatumGetCString(src);
+
+		if (name != NULL && strstr(name, "regex") != NULL)
+			found = SDEF_PATTERN_REGEX;
+		else if (name != NULL && strstr(name, "like") != NULL)
+			found = SDEF_PATTERN_LIKE;
+	}
+	ReleaseSysCache(tup);
+	return found;
+}
+
+/* Evaluates `call` (a copy) with its first argument replaced by `value`. */
+static void
+sdef_evaluate_on(Node *call, Node *value)
+{
+	List	   *args = IsA(call, FuncExpr) ? ((FuncExpr *) call)->args :
+		IsA(call, OpExpr) ? ((OpExpr *) call)->args : ((ScalarArrayOpExpr *) call)->args;
+
+	linitial(args) = value;
+	(void) eval_const_expressions(NULL, call);
+}
+
+/*
+ * Compiles the clause's constant patterns now: each call of a pattern
+ * function whose arguments but the first are constants is evaluated once,
+ * on an empty value, so that an invalid pattern ('(' as a regular
+ * expression, or an invalid flag) is the client's 400 here rather than an
+ * error of every snapshot and every change later.  The pattern is compiled
+ * as the clause will compile it (the same function, flags and collation),
+ * and PostgreSQL keeps it in its cache of compiled expressions.  A LIKE
+ * pattern is read only as far as the value matches it, so it is matched
+ * against itself too, which reads it to its end.
+ */
+static bool
+sdef_check_patterns(Node *node, void *context)
+{
+	List	   *args = NIL;
+	Oid			funcid = InvalidOid;
+
+	if (node == NULL)
+		return false;
+	if (IsA(node, FuncExpr))
+	{
+		args = ((FuncExpr *) node)->args;
+		funcid = ((FuncExpr *) node)->funcid;
+	}
+	else if (IsA(node, OpExpr))
+	{
+		args = ((OpExpr *) node)->args;
+		funcid = ((OpExpr *) node)->opfuncid;
+	}
+	else if (IsA(node, ScalarArrayOpExpr))
+	{
+		args = ((ScalarArrayOpExpr *) node)->args;
+		funcid = ((ScalarArrayOpExpr *) node)->opfuncid;
+	}
+	if (list_length(args) >= 2 && !IsA(linitial(args), Const))
+	{
+		bool		constant = true;
+		ListCell   *lc;
+		SdefPattern kind;
+
+		for_each_from(lc, args, 1)
+			constant = constant && IsA(lfirst(lc), Const);
+		kind = constant ? sdef_pattern_function(funcid) : SDEF_PATTERN_NONE;
+
+		if (kind != SDEF_PATTERN_NONE)
+		{
+			Node	   *subject = linitial(args);
+			Const	   *pattern = lsecond(args);
+			Oid			type = getBaseType(exprType(subject));
+			Oid			input;
+			Oid			ioparam;
+			int16		typlen;
+			bool		typbyval;
+
+			getTypeInputInfo(type, &input, &ioparam);
+			get_typlenbyval(type, &typlen, &typbyval);
+			sdef_evaluate_on(copyObject(node),
+							 (Node *) makeConst(type, -1, exprCollation(subject), typlen,
+												OidInputFunctionCall(input, "", ioparam, -1),
+												false, typbyval));
+			if (kind == SDEF_PATTERN_LIKE && IsA(node, OpExpr) &&
+				pattern->consttype == type && !pattern->constisnull)
+			{
+				Const	   *itself = copyObject(pattern);
+
+				itself->constcollid = exprCollation(subject);
+				sdef_evaluate_on(copyObject(node), (Node *) itself);
+			}
+		}
+	}
+	return expression_tree_walker(node, sdef_check_patterns, context);
+}
+
 static Node *
 sdef_fold(Node *expr)
 {
@@ -909,6 +1318,7 @@ sdef_fold(Node *expr)
 		folded = sdef_fold_mutator(expr, &made);
 		/* what is left to simplify evaluates nothing heavy */
 		folded = eval_const_expressions(NULL, folded);
+		(void) sdef_check_patterns(folded, NULL);
 	}
 	PG_CATCH();
 	{
@@ -1212,10 +1622,12 @@ sdef_where_error_callback(void *arg)
 /*
  * Parses and analyses the where clause against `rel` and binds the
  * parameters; returns the clause deparsed to SQL in *sql and as a node tree
- * (nodeToString) in *tree.
+ * (nodeToString) in *tree.  A column the clause reads that the user may not
+ * SELECT is refused with `privilege_field` as the request field.
  */
 static void
-sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree)
+sdef_where(const ShapeDefinition *def, Relation rel, const char *privilege_field,
+		   char **sql_out, char **tree)
 {
 	StringInfoData sql;
 	SelectStmt *select;
@@ -1223,6 +1635,7 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	ParseNamespaceItem *nsitem;
 	Node	   *expr;
 	SdefParams	params;
+	SdefRaw		raw;
 	ErrorContextCallback errcb;
 	SdefErrorContext errctx;
 
@@ -1256,7 +1669,10 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
 	nsitem = addRangeTableEntryForRelation(pstate, rel, AccessShareLock, NULL, false, false);
 	addNSItemToQuery(pstate, nsitem, false, true, true);
 
-	sdef_check_raw(select->whereClause, rel);
+	raw.rel = rel;
+	raw.nparams = def->nparams;
+	raw.privilege_field = privilege_field;
+	sdef_check_raw(select->whereClause, &raw);
 	expr = transformExpr(pstate, select->whereClause, EXPR_KIND_WHERE);
 	expr = coerce_to_boolean(pstate, expr, "WHERE");
 	assign_expr_collations(pstate, expr);
@@ -1323,14 +1739,15 @@ sdef_where(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree
  * session's path; see sdef_check_raw for qualified ones.
  */
 static void
-sdef_where_pinned(const ShapeDefinition *def, Relation rel, char **sql_out, char **tree)
+sdef_where_pinned(const ShapeDefinition *def, Relation rel, const char *privilege_field,
+				  char **sql_out, char **tree)
 {
 	int			nestlevel = NewGUCNestLevel();
 
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
 	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
-	sdef_where(def, rel, sql_out, tree);
+	sdef_where(def, rel, privilege_field, sql_out, tree);
 	AtEOXact_GUC(true, nestlevel);
 }
 
@@ -1351,7 +1768,7 @@ shape_def_subset_where(Relation rel, const char *where, char **params, int npara
 	def.where = (char *) where;
 	def.params = params;
 	def.nparams = nparams;
-	sdef_where_pinned(&def, rel, &sql, &tree);
+	sdef_where_pinned(&def, rel, "where", &sql, &tree);
 	return stringToNode(tree);
 }
 
@@ -1461,6 +1878,42 @@ sdef_columns(const ShapeDefinition *def, Relation rel, ShapeSpec *spec)
 		}
 		index_close(idx, AccessShareLock);
 	}
+	else
+	{
+		/*
+		 * No primary key: every column is part of each row's key (and of
+		 * key_change_to and key_change_from), so a list that leaves one out
+		 * would hide nothing.  It must name them all.
+		 */
+		TupleDesc	desc = RelationGetDescr(rel);
+
+		for (int i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+			bool		found = false;
+
+			if (att->attisdropped)
+				continue;
+			for (int j = 0; j < n; j++)
+				found = found || attnums[j] == att->attnum;
+			if (!found)
+				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+								 NameStr(att->attname));
+		}
+		if (missing.len > 0)
+		{
+			initStringInfo(&msg);
+			appendStringInfo(&msg,
+							 "The table has no primary key, so its rows are keyed by all their columns: the list of columns must include every column, missing: %s",
+							 missing.data);
+			sdef_failing("columns", msg.data);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a shape's columns must include every column of a table without a primary key"),
+					 errdetail("Missing: %s.", missing.data),
+					 errhint("Each row's key is made of all its columns when the table has no primary key, so the key would send the columns left out.")));
+		}
+	}
 	if (missing.len > 0)
 	{
 		initStringInfo(&msg);
@@ -1521,6 +1974,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 				 errhint("If the table name contains capitals or special characters you must quote it.")));
 	}
 	rel = table_open(relid, AccessShareLock);
+	sdef_check_may_read(rel);
 	if ((rel->rd_rel->relkind != RELKIND_RELATION &&
 		 rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(rel))
 	{
@@ -1562,7 +2016,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 	sdef_failing("table", NULL);
 	table_code_check(relid);
 	if (def->where != NULL && def->where[0] != '\0')
-		sdef_where_pinned(def, rel, &spec->where_sql, &spec->where_tree);
+		sdef_where_pinned(def, rel, "columns", &spec->where_sql, &spec->where_tree);
 	sdef_check_readable(rel, spec);
 	table_close(rel, NoLock);
 	shape_def_error_field = NULL;
@@ -1642,6 +2096,31 @@ shape_spec_read_problem(const ShapeSpec *spec, const char **field)
 	int			n = sdef_read_columns(spec, &attnums);
 
 	return shape_read_problem(spec->relid, n, attnums, field);
+}
+
+/*
+ * Refuses the shape, with 403, when the current user could read nothing of
+ * the table: no USAGE on its schema, SELECT on neither the table nor any of
+ * its columns, or row-level security that applies.  This comes before
+ * anything else is checked, so that such a user learns that the table
+ * exists and nothing more: not its kind, nor its replica identity, nor its
+ * columns' names and types (which the errors about a column list or a where
+ * clause would tell).
+ */
+static void
+sdef_check_may_read(Relation rel)
+{
+	const char *field = "table";
+	char	   *problem = shape_read_problem(RelationGetRelid(rel), 0, NULL, &field);
+
+	if (problem == NULL)
+		return;
+	sdef_failing("table", problem);
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("a shape cannot be served to role \"%s\"",
+					GetUserNameFromId(GetUserId(), false)),
+			 errdetail("%s.", problem)));
 }
 
 /* Refuses the shape, with 403, when the current user cannot read it. */

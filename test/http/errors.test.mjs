@@ -105,6 +105,23 @@ describe('errors', () => {
     )
   })
 
+  it('columns of a table without a primary key: every column, since each row is keyed by all', async () => {
+    const nopk = uniqueTable('errnopk')
+    await createTable([`CREATE TABLE public.${nopk} (a int4, b text, c text)`])
+    try {
+      const res = await fetchShape({ table: nopk, offset: '-1', columns: 'a,b' })
+      assertExactErrors(
+        res,
+        { columns: ['The table has no primary key, so its rows are keyed by all their columns: the list of columns must include every column, missing: c'] },
+        'columns=a,b',
+      )
+      const all = await fetchShape({ table: nopk, offset: '-1', columns: 'c,a,b' })
+      assert.equal(all.status, 200, all.text)
+    } finally {
+      await dropTable(nopk)
+    }
+  })
+
   it('columns with an unknown column', async () => {
     const res = await fetchShape({ table, offset: '-1', columns: 'id,invalid' })
     assertExactErrors(

@@ -541,6 +541,25 @@ describe('subset snapshots, raw HTTP: errors', () => {
     }
   })
 
+  it('a subset where is guarded as a shape\'s: $n past the params, object identifier types, jsonpaths, invalid constant patterns', async () => {
+    const cases = [
+      // refused before analysis, which would size an array by n: a gigabyte here
+      [{ where: 'id = $268435456' }, 'params', /^Parameter \$268435456 was not provided$/],
+      [{ where: 'id = $2', params: { 1: '1' } }, 'params', /^Parameter \$2 was not provided$/],
+      [{ where: `'pg_catalog.pg_class'::regclass IS NOT NULL` }, 'where', /has type regclass, which where clauses cannot use/],
+      [{ where: `to_tsvector('simple', v) IS NOT NULL` }, 'where', /^to_tsvector\(\) is not allowed in where clauses/],
+      [{ where: `to_jsonb(v) @? '$.a'` }, 'where', /^The operator @\? is not allowed in where clauses/],
+      [{ where: `v ~ '('` }, 'where', /^invalid regular expression: parentheses \(\) not balanced$/],
+      [{ where: `v SIMILAR TO '['` }, 'where', /^invalid regular expression/],
+    ]
+    for (const method of METHODS) {
+      for (const [subset, field, pattern] of cases) {
+        const label = `${method} ${JSON.stringify(subset)}`
+        assert.match(assertSubsetError(await subsetRequest(method, shape, subset), field, label), pattern, label)
+      }
+    }
+  })
+
   it('an order_by that is not plain column references, or names an unknown column', async () => {
     for (const method of METHODS) {
       for (const order_by of ['id; drop table x', 'lower(v)', '1', '(select 1)', 'id using <', 'nope', 'id, nope DESC']) {
