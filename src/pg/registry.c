@@ -68,7 +68,10 @@
  * one client address (an IPv6 /64) creates at most
  * shape_sync.max_new_shapes_per_client shapes a minute (503 with
  * retry-after past that), and the shapes it made are read once, so they
- * are the least recently read and go first.
+ * are the least recently read and go first.  Nor can a loop of invalid
+ * ones keep the main thread validating: a client whose definitions were
+ * refused that many times in the minute gets 503 before its next one is
+ * looked at.
  *
  * IDENTIFICATION
  *	  src/pg/registry.c
@@ -129,12 +132,13 @@ typedef struct RegistryEntry
 	int64		touched_us;		/* last_read_us as of its place on the list */
 } RegistryEntry;
 
-/* New shapes one client created in the current minute. */
+/* New shapes one client created, and definitions it had refused, in the current minute. */
 typedef struct RegistryClient
 {
 	uint64		key;			/* ShapeRequest.client_key; the hash key */
 	TimestampTz window_start;
 	int			created;
+	int			refused;
 } RegistryClient;
 
 /*
@@ -601,6 +605,41 @@ reg_log_evictions(TimestampTz now)
 
 /* -------------------------------------------------------- client limits */
 
+/* The request's client as of this minute, or NULL when none is counted. */
+static RegistryClient *
+reg_client(const ShapeRequest *req, bool enter)
+{
+	RegistryClient *c;
+	bool		found;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
+		return NULL;
+	if (enter)
+		c = compact_hash_enter(&reg_clients, &req->client_key, &found);
+	else
+	{
+		c = hash_search(reg_clients.htab, &req->client_key, HASH_FIND, NULL);
+		found = c != NULL;
+	}
+	if (c != NULL && (!found || TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS)))
+	{
+		c->window_start = now;
+		c->created = 0;
+		c->refused = 0;
+	}
+	return c;
+}
+
+/* When a client whose count `n` is at the limit may go on, in seconds. */
+static unsigned
+reg_client_retry_s(const RegistryClient *c)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	return (unsigned) Max(1, (CLIENT_WINDOW_MS - (now - c->window_start) / 1000) / 1000 + 1);
+}
+
 /*
  * Whether the request's client may create another shape this minute; if
  * not, *retry_s says when it may.
@@ -608,39 +647,47 @@ reg_log_evictions(TimestampTz now)
 static bool
 reg_client_may_create(const ShapeRequest *req, unsigned *retry_s)
 {
-	RegistryClient *c;
-	TimestampTz now;
+	RegistryClient *c = reg_client(req, false);
 
-	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
+	if (c == NULL || c->created < shape_sync_max_new_shapes_per_client)
 		return true;
-	c = hash_search(reg_clients.htab, &req->client_key, HASH_FIND, NULL);
-	if (c == NULL)
-		return true;
-	now = GetCurrentTimestamp();
-	if (TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
-		return true;
-	if (c->created < shape_sync_max_new_shapes_per_client)
-		return true;
-	*retry_s = (unsigned) Max(1, (CLIENT_WINDOW_MS - (now - c->window_start) / 1000) / 1000 + 1);
+	*retry_s = reg_client_retry_s(c);
 	return false;
 }
 
 static void
 reg_client_created(const ShapeRequest *req)
 {
-	RegistryClient *c;
-	bool		found;
-	TimestampTz now = GetCurrentTimestamp();
+	RegistryClient *c = reg_client(req, true);
 
-	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
-		return;
-	c = compact_hash_enter(&reg_clients, &req->client_key, &found);
-	if (!found || TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
-	{
-		c->window_start = now;
-		c->created = 0;
-	}
-	c->created++;
+	if (c != NULL)
+		c->created++;
+}
+
+/*
+ * A definition refused costs the main thread its validation, up to
+ * shape_sync.where_evaluation_timeout: a client whose definitions were
+ * refused as often as it may create shapes waits for the next minute
+ * before any more of its definitions is looked at (503 with retry-after).
+ */
+static bool
+reg_client_may_validate(const ShapeRequest *req, unsigned *retry_s)
+{
+	RegistryClient *c = reg_client(req, false);
+
+	if (c == NULL || c->refused < shape_sync_max_new_shapes_per_client)
+		return true;
+	*retry_s = reg_client_retry_s(c);
+	return false;
+}
+
+static void
+reg_client_refused(const ShapeRequest *req)
+{
+	RegistryClient *c = reg_client(req, true);
+
+	if (c != NULL)
+		c->refused++;
 }
 
 /* Forgets clients whose minute is over. */
@@ -910,6 +957,19 @@ registry_resolve(ShapeRequest *req)
 
 	shape_def_error_field = NULL;	/* what failed is this request's business */
 	shape_def_http_message[0] = '\0';
+	if (!reg_in_replay && (req->has_definition || !req->delete_shape))
+	{
+		unsigned	retry_s;
+
+		if (!reg_client_may_validate(req, &retry_s))
+		{
+			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+			req->result.retry_after_s = retry_s;
+			req->result.error_json = reg_malloc_string(psprintf("{\"message\":\"This client sent %d invalid shape definitions in the last minute, as many as \\\"shape_sync.max_new_shapes_per_client\\\" allows, please retry later\"}",
+																shape_sync_max_new_shapes_per_client));
+			return;
+		}
+	}
 	/* read before the catalog is: a change seen meanwhile moves it on */
 	req->result.catalog_epoch = atomic_load(&reg_table()->catalog_epoch);
 	BeginInternalSubTransaction(NULL);
@@ -965,7 +1025,12 @@ registry_resolve(ShapeRequest *req)
 		if (reg_in_replay)
 			reg_wait_for_replay = true; /* the current catalog may say otherwise */
 		else
+		{
 			reg_reject(req, edata);
+			if (req->result.status == SHAPE_RESOLVE_INVALID ||
+				req->result.status == SHAPE_RESOLVE_FORBIDDEN)
+				reg_client_refused(req);
+		}
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
