@@ -33,6 +33,7 @@
 #include "utils/guc.h"
 
 #include "access_policy.h"
+#include "client_address.h"
 #include "guc.h"
 
 int			shape_sync_port = 3000;
@@ -63,6 +64,7 @@ int			shape_sync_snapshot_wait_timeout = 45000;
 int			shape_sync_socket_send_buffer = 64;
 bool		shape_sync_insecure = false;
 char	   *shape_sync_cors_allowed_origins = NULL;
+char	   *shape_sync_trusted_proxies = NULL;
 char	   *shape_sync_role = NULL;
 bool		shape_sync_manage_replica_identity = false;
 int			shape_sync_max_where_length = 8192;
@@ -118,6 +120,17 @@ guc_check_origins(char **newval, void **extra, GucSource source)
 	char		err[256];
 
 	if (access_origins_valid(*newval, err, sizeof(err)))
+		return true;
+	GUC_check_errdetail("%s.", err);
+	return false;
+}
+
+static bool
+guc_check_trusted_proxies(char **newval, void **extra, GucSource source)
+{
+	char		err[256];
+
+	if (client_proxies_parse(*newval, NULL, err, sizeof(err)))
 		return true;
 	GUC_check_errdetail("%s.", err);
 	return false;
@@ -234,7 +247,7 @@ shape_sync_define_gucs(void)
 	DefineCustomIntVariable("shape_sync.max_new_shapes_per_client",
 							"Sets how many new shapes one client address may create per minute.",
 							"Further new shapes from it get 503 with retry-after until the minute is over. "
-							"IPv6 clients are counted by /64 prefix. 0 sets no limit.",
+							"IPv6 clients are counted by /64 prefix; behind shape_sync.trusted_proxies, by the address X-Forwarded-For names. 0 sets no limit.",
 							&shape_sync_max_new_shapes_per_client,
 							100, 0, 1000000,
 							PGC_SIGHUP, 0,
@@ -387,6 +400,14 @@ shape_sync_define_gucs(void)
 							   "*",
 							   PGC_SIGHUP, GUC_LIST_INPUT,
 							   guc_check_origins, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.trusted_proxies",
+							   "Sets the reverse proxies whose X-Forwarded-For header names the client.",
+							   "A comma-separated list of IPv4 and IPv6 addresses and CIDR ranges. The per-client limits count a request from one of them by the right-most X-Forwarded-For address that is not itself a trusted proxy; a forwarded request is never a loopback client. Other peers' X-Forwarded-For is ignored.",
+							   &shape_sync_trusted_proxies,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   guc_check_trusted_proxies, NULL, NULL);
 
 	DefineCustomStringVariable("shape_sync.role",
 							   "Sets the role whose privileges shapes are read with.",
