@@ -403,7 +403,7 @@ shape_sync_define_gucs(void)
 
 	DefineCustomStringVariable("shape_sync.trusted_proxies",
 							   "Sets the reverse proxies whose X-Forwarded-For header names the client.",
-							   "A comma-separated list of IPv4 and IPv6 addresses and CIDR ranges. The per-client limits count a request from one of them by the right-most X-Forwarded-For address that is not itself a trusted proxy; a forwarded request is never a loopback client. Other peers' X-Forwarded-For is ignored.",
+							   "A comma-separated list of IPv4 and IPv6 addresses and CIDR ranges. Per-client limits count their requests by the forwarded client, which is never a loopback client; other peers' X-Forwarded-For is ignored.",
 							   &shape_sync_trusted_proxies,
 							   "",
 							   PGC_SIGHUP, GUC_LIST_INPUT,
