@@ -14,9 +14,15 @@
  * ever run on the main thread.
  *
  * Routing is a handful of fixed paths; /v1/shape is served by
- * shape_serve.c.  Everything a request owns hangs off its ShapeConn, which
- * the completion callback frees on every ending: done, client abort, error
- * or daemon shutdown.
+ * shape_serve.c.  Who a shape or metrics request comes from is decided
+ * once, at its first call, under the access rules in force
+ * (access_policy.c, client_address.c): its TCP peer, or behind a trusted
+ * proxy the client X-Forwarded-For names.  The loopback-only rule and
+ * every per-client limit go by that; the connection's ConnTable slot, the
+ * shape_sync.connections view and the logs keep the TCP peer (one proxy
+ * connection carries the requests of many clients).  Everything a request
+ * owns hangs off its ShapeConn, which the completion callback frees on
+ * every ending: done, client abort, error or daemon shutdown.
  *
  * Every wait has a deadline.  A connection waiting for a request (from its
  * accept, or from the end of its previous response, until the request's
@@ -24,12 +30,13 @@
  * deadline, which the deadline thread enforces (deadline.c): libmicrohttpd's
  * own connection timeout is only an idle timeout, restarted by each byte,
  * so a client sending one byte a minute would hold a connection for good.
- * No route takes a request body, but libmicrohttpd reads one that a client
- * sends and hands it to http_access, which throws it away; so the deadline
- * ends only at the call that finds the whole request in, not at the first
- * call, when only the headers are.  A request that is answered at its first
- * call reads no body (libmicrohttpd closes the connection after the
- * answer), and its deadline ends there.
+ * Only a POST to /v1/shape takes a request body (a subset query's,
+ * subset_serve.c); libmicrohttpd reads one that a client sends to any
+ * other route and hands it to http_access, which throws it away; so the
+ * deadline ends only at the call that finds the whole request in, not at
+ * the first call, when only the headers are.  A request that is answered
+ * at its first call reads no body (libmicrohttpd closes the connection
+ * after the answer), and its deadline ends there.
  *
  * The connection limit (shape_sync.max_connections, as the worker's file
  * descriptors allow) is the size of the ConnTable.  libmicrohttpd is let

@@ -10,7 +10,9 @@
  * (subset__where_expr and subset__order_by_expr, the client's echoes, do
  * not count) or is a POST, whose JSON body holds the subset's fields.  The
  * body is kept as it comes, up to SUBSET_BODY_MAX bytes (413 past that),
- * and checked by the worker that runs the query, under PostgreSQL's JSON
+ * within SUBSET_BODIES_MAX for all bodies held and SUBSET_CLIENT_BODIES_MAX
+ * for one client's (503 past those; see subset_take_body), and checked by
+ * the worker that runs the query, under PostgreSQL's JSON
  * parser, like every other subset input (subset_query.c): nothing of the
  * subset is parsed on this thread.
  *
