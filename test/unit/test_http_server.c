@@ -756,7 +756,7 @@ TEST(subset_queries_over_a_clients_share)
 	uint64_t	me = fnv_hash_bytes(FNV_HASH_START, loopback, 4);
 
 	REQUIRE(server != NULL);
-	check_subset_cells_held(me ? me : 1 /* as shape_client_key makes it */ ,
+	check_subset_cells_held(me ? me : 1 /* as client_addr_key makes it */ ,
 							SUBSET_PER_CLIENT_MAX, "This client has 16 subset queries running");
 }
 
