@@ -42,3 +42,10 @@ SELECT set_config('shape_sync.max_shapes', '10', false);
 -- The settings are unchanged.
 SHOW shape_sync.chunk_bytes_threshold;
 SHOW shape_sync.max_shapes;
+
+-- shape_sync.trusted_proxies takes addresses and CIDR ranges, not names.
+ALTER SYSTEM SET shape_sync.trusted_proxies = '127.0.0.1, proxy.example';
+ALTER SYSTEM SET shape_sync.trusted_proxies = '10.0.0.1/8';
+ALTER SYSTEM SET shape_sync.trusted_proxies = '10.0.0.0/8', '2001:db8::/32';
+SELECT setting FROM pg_settings WHERE name = 'shape_sync.trusted_proxies';
+ALTER SYSTEM RESET shape_sync.trusted_proxies;

@@ -2,7 +2,8 @@
  *
  * access_policy.c
  *		Who may use the shape routes: the secret, loopback-only serving,
- *		the Host and Origin checks, and the CORS allow-list.
+ *		the Host and Origin checks, and the CORS allow-list; and who a
+ *		request comes from, behind the trusted proxies.
  *
  * This file runs on libmicrohttpd threads and must not call into
  * PostgreSQL.
@@ -30,6 +31,16 @@
  *	  <img> or a no-cors fetch of another site's page, which sends no
  *	  Origin) gets 403 too: it could not read the answer, but it could make
  *	  the server create shapes.
+ *	- Trusted proxies (shape_sync.trusted_proxies): a request from one of
+ *	  them that carries X-Forwarded-For is some other client's, forwarded,
+ *	  so it is never a loopback client, even when the proxy runs on this
+ *	  machine and even when the header names a loopback address: while
+ *	  loopback-only it gets 403.  A request of the proxy's own (without the
+ *	  header), and a request of any untrusted peer, is judged by its TCP
+ *	  peer alone, whatever X-Forwarded-For it carries.  The client the
+ *	  per-client limits count by is the one X-Forwarded-For names
+ *	  (client_address.c), or the proxy itself when the header cannot be
+ *	  read.
  *
  * Notes on synchronization
  * ------------------------
@@ -42,7 +53,7 @@
  *   list and is freed only by access_policy_destroy, after every HTTP
  *   thread has stopped.  A version is published only when the settings
  *   actually changed, so the list grows by one per reload that changes
- *   the secret, insecure or the origin list.
+ *   the secret, insecure, the origin list or the trusted proxies.
  *
  * IDENTIFICATION
  *	  src/net/access_policy.c
@@ -79,6 +90,7 @@ struct AccessRules
 	int			norigins;
 	char	  **origins;		/* lower case, no trailing "/" */
 	size_t	   *origin_lens;
+	ClientProxies proxies;		/* shape_sync.trusted_proxies */
 };
 
 /* ------------------------------------------------------------ addresses */
@@ -395,6 +407,7 @@ access_rules_free(AccessRules *rules)
 		free(rules->origins[i]);
 	free(rules->origins);
 	free(rules->origin_lens);
+	client_proxies_free(&rules->proxies);
 	free(rules);
 }
 
@@ -421,7 +434,8 @@ access_rules_build(const AccessSettings *settings, char *err, size_t errlen)
 		}
 		memcpy(rules->secret, settings->secret, rules->secret_len + 1);
 	}
-	if (!access_parse_origins(settings->cors_allowed_origins, rules, err, errlen))
+	if (!access_parse_origins(settings->cors_allowed_origins, rules, err, errlen) ||
+		!client_proxies_parse(settings->trusted_proxies, &rules->proxies, err, errlen))
 	{
 		access_rules_free(rules);
 		return NULL;
@@ -434,7 +448,8 @@ access_rules_equal(const AccessRules *a, const AccessRules *b)
 {
 	if (a->insecure != b->insecure || a->any_origin != b->any_origin ||
 		a->secret_len != b->secret_len || a->norigins != b->norigins ||
-		(a->secret_len > 0 && memcmp(a->secret, b->secret, a->secret_len) != 0))
+		(a->secret_len > 0 && memcmp(a->secret, b->secret, a->secret_len) != 0) ||
+		!client_proxies_equal(&a->proxies, &b->proxies))
 		return false;
 	for (int i = 0; i < a->norigins; i++)
 		if (strcmp(a->origins[i], b->origins[i]) != 0)
@@ -555,4 +570,46 @@ access_decide(const AccessRules *rules, const AccessRequest *req)
 	if (!access_origin_allowed(rules, req->origin, req->origin_len))
 		return ACCESS_ORIGIN_NOT_ALLOWED;
 	return ACCESS_ALLOWED;
+}
+
+/* --------------------------------------------------------------- clients */
+
+bool
+access_peer_is_trusted(const AccessRules *rules, const struct sockaddr *peer)
+{
+	ClientAddr	addr;
+
+	return rules->proxies.n > 0 && client_addr_from_sockaddr(peer, &addr) &&
+		client_proxies_contain(&rules->proxies, &addr);
+}
+
+void
+access_identify_client(const AccessRules *rules, const struct sockaddr *peer,
+					   const char *const *forwarded, const size_t *forwarded_lens,
+					   int nforwarded, AccessClient *client)
+{
+	ClientAddr	addr;
+	ClientAddr	named;
+
+	memset(client, 0, sizeof(*client));
+	if (!client_addr_from_sockaddr(peer, &addr))
+		return;					/* unknown: no per-client limit, not loopback */
+	client->key = client_addr_key(&addr);
+	client->loopback = access_sockaddr_is_loopback(peer);
+	if (nforwarded == 0 || !client_proxies_contain(&rules->proxies, &addr))
+		return;
+	client->forwarded = true;
+	client->loopback = false;
+	switch (client_walk_forwarded(&rules->proxies, forwarded, forwarded_lens, nforwarded,
+								  &named))
+	{
+		case CLIENT_FORWARD_FOUND:
+			client->key = client_addr_key(&named);
+			break;
+		case CLIENT_FORWARD_MALFORMED:
+			client->malformed = true;
+			break;
+		case CLIENT_FORWARD_NONE:
+			break;
+	}
 }

@@ -2,7 +2,8 @@
  *
  * access_policy.h
  *		Who may use the shape routes: the secret, loopback-only serving,
- *		the Host and Origin checks, and the CORS allow-list.
+ *		the Host and Origin checks, and the CORS allow-list; and who a
+ *		request comes from, behind the trusted proxies.
  *
  * See access_policy.c for the rules and the notes on synchronization.
  *
@@ -18,6 +19,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "client_address.h"
 
 struct sockaddr;
 
@@ -28,6 +32,8 @@ typedef struct AccessSettings
 	bool		insecure;		/* serve every address without a secret */
 	const char *cors_allowed_origins;	/* "*" (also NULL), or a comma-separated
 										 * list; "" allows no origin */
+	const char *trusted_proxies;	/* NULL or "": none; else a comma-separated
+									 * list of addresses and CIDR ranges */
 } AccessSettings;
 
 /* One immutable version of the rules; see access_policy.c. */
@@ -76,6 +82,30 @@ typedef struct AccessRequest
 } AccessRequest;
 
 extern AccessVerdict access_decide(const AccessRules *rules, const AccessRequest *req);
+
+/* Who a request comes from (access_identify_client). */
+typedef struct AccessClient
+{
+	bool		loopback;		/* AccessRequest.peer_loopback: the peer is
+								 * loopback, and not a trusted proxy that
+								 * forwards someone */
+	bool		forwarded;		/* a trusted proxy sent X-Forwarded-For */
+	bool		malformed;		/* ... which could not be read: the proxy is
+								 * the client */
+	uint64_t	key;			/* what the per-client limits count by (see
+								 * client_addr_key); 0: unknown */
+} AccessClient;
+
+/* Whether X-Forwarded-For from this peer is read at all. */
+extern bool access_peer_is_trusted(const AccessRules *rules, const struct sockaddr *peer);
+
+/*
+ * The client of a request from `peer`, with its X-Forwarded-For headers in
+ * the order they came (read only when the peer is a trusted proxy).
+ */
+extern void access_identify_client(const AccessRules *rules, const struct sockaddr *peer,
+								   const char *const *forwarded, const size_t *forwarded_lens,
+								   int nforwarded, AccessClient *client);
 
 /* Whether responses may carry access-control-allow-origin for `origin`. */
 extern bool access_origin_allowed(const AccessRules *rules, const char *origin,

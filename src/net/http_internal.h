@@ -32,6 +32,12 @@
 
 typedef struct ShapeConn ShapeConn;
 
+/* subset_serve.c: subset queries (GET subset__*, POST) */
+#define SUBSET_BODY_MAX		(256 * 1024)	/* bytes of a POST body */
+#define SUBSET_BODIES_MAX	(16 * 1024 * 1024)	/* ... of all held at once */
+#define SUBSET_CLIENT_BODIES_MAX (SUBSET_BODIES_MAX / 8)	/* ... of one client's */
+#define SUBSET_CLIENT_BUCKETS 1024	/* clients' shares, counted by hash */
+
 struct HttpServer
 {
 	struct MHD_Daemon *daemons[HTTP_MAX_DAEMONS];
@@ -47,6 +53,8 @@ struct HttpServer
 	SubsetResults *subsets;		/* in shared memory, or NULL */
 	_Atomic size_t post_bytes;	/* POST bodies held, all connections: at most
 								 * SUBSET_BODIES_MAX */
+	/* ... by client key, hashed: at most SUBSET_CLIENT_BODIES_MAX each */
+	_Atomic size_t post_client_bytes[SUBSET_CLIENT_BUCKETS];
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
 	SharedResponses shared;		/* a live response per shape slot */
@@ -137,6 +145,8 @@ struct ShapeConn
 	size_t		post_len;
 	bool		post_too_large; /* over SUBSET_BODY_MAX: 413 */
 	bool		post_over_budget;	/* SUBSET_BODIES_MAX reached: 503 */
+	bool		post_over_share;	/* SUBSET_CLIENT_BODIES_MAX reached: 503 */
+	uint64_t	client_key;		/* who the request is from (AccessClient.key) */
 	ShapeQuery	query;
 	ShapeRequest request;		/* hand-off to the main thread */
 	char	   *def_key;		/* resolved_shape_key of the definition */
@@ -241,12 +251,9 @@ extern enum MHD_Result shape_respond_error(ShapeConn *sc, unsigned status,
 										   const char *body, int retry_after);
 extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
 extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
-extern uint64_t shape_client_key(struct MHD_Connection *connection);
 extern uint64_t shape_body_measure(ShapeConn *sc);
 
-/* subset_serve.c: subset queries (GET subset__*, POST) */
-#define SUBSET_BODY_MAX		(256 * 1024)	/* bytes of a POST body */
-#define SUBSET_BODIES_MAX	(16 * 1024 * 1024)	/* ... of all held at once */
+/* subset_serve.c */
 extern bool subset_is_requested(const ShapeConn *sc);
 extern void subset_take_body(ShapeConn *sc, const char *data, size_t size);
 extern bool subset_start(ShapeConn *sc, enum MHD_Result *answered);

@@ -14,9 +14,15 @@
  * ever run on the main thread.
  *
  * Routing is a handful of fixed paths; /v1/shape is served by
- * shape_serve.c.  Everything a request owns hangs off its ShapeConn, which
- * the completion callback frees on every ending: done, client abort, error
- * or daemon shutdown.
+ * shape_serve.c.  Who a shape or metrics request comes from is decided
+ * once, at its first call, under the access rules in force
+ * (access_policy.c, client_address.c): its TCP peer, or behind a trusted
+ * proxy the client X-Forwarded-For names.  The loopback-only rule and
+ * every per-client limit go by that; the connection's ConnTable slot, the
+ * shape_sync.connections view and the logs keep the TCP peer (one proxy
+ * connection carries the requests of many clients).  Everything a request
+ * owns hangs off its ShapeConn, which the completion callback frees on
+ * every ending: done, client abort, error or daemon shutdown.
  *
  * Every wait has a deadline.  A connection waiting for a request (from its
  * accept, or from the end of its previous response, until the request's
@@ -24,12 +30,13 @@
  * deadline, which the deadline thread enforces (deadline.c): libmicrohttpd's
  * own connection timeout is only an idle timeout, restarted by each byte,
  * so a client sending one byte a minute would hold a connection for good.
- * No route takes a request body, but libmicrohttpd reads one that a client
- * sends and hands it to http_access, which throws it away; so the deadline
- * ends only at the call that finds the whole request in, not at the first
- * call, when only the headers are.  A request that is answered at its first
- * call reads no body (libmicrohttpd closes the connection after the
- * answer), and its deadline ends there.
+ * Only a POST to /v1/shape takes a request body (a subset query's,
+ * subset_serve.c); libmicrohttpd reads one that a client sends to any
+ * other route and hands it to http_access, which throws it away; so the
+ * deadline ends only at the call that finds the whole request in, not at
+ * the first call, when only the headers are.  A request that is answered
+ * at its first call reads no body (libmicrohttpd closes the connection
+ * after the answer), and its deadline ends there.
  *
  * The connection limit (shape_sync.max_connections, as the worker's file
  * descriptors allow) is the size of the ConnTable.  libmicrohttpd is let
@@ -84,6 +91,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -540,16 +548,55 @@ http_header_n(struct MHD_Connection *connection, enum MHD_ValueKind kind,
 	return value;
 }
 
-/* Gathers what access_decide looks at and asks it. */
-static AccessVerdict
-http_check_access(HttpServer *server, struct MHD_Connection *connection,
-				  const AccessRules *rules, bool needs_secret)
+/* The X-Forwarded-For headers of a request, in the order they came. */
+typedef struct HttpForwarded
+{
+	int			n;				/* past CLIENT_FORWARD_HEADERS_MAX: too many */
+	const char *values[CLIENT_FORWARD_HEADERS_MAX + 1];
+	size_t		lens[CLIENT_FORWARD_HEADERS_MAX + 1];
+} HttpForwarded;
+
+static enum MHD_Result
+http_collect_forwarded(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+					   const char *value, size_t value_size)
+{
+	HttpForwarded *f = cls;
+
+	if (key_size != 15 || strncasecmp(key, "X-Forwarded-For", 15) != 0)
+		return MHD_YES;
+	f->values[f->n] = value ? value : "";
+	f->lens[f->n] = value ? value_size : 0;
+	f->n++;
+	return f->n <= CLIENT_FORWARD_HEADERS_MAX ? MHD_YES : MHD_NO;
+}
+
+/*
+ * Who the request comes from (access_identify_client): its TCP peer, or
+ * the client X-Forwarded-For names when the peer is a trusted proxy.  The
+ * headers are looked at only then.
+ */
+static void
+http_identify_client(struct MHD_Connection *connection, const AccessRules *rules,
+					 AccessClient *client)
 {
 	const union MHD_ConnectionInfo *addr =
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *peer = addr != NULL ? addr->client_addr : NULL;
+	HttpForwarded f = {0};
+
+	if (access_peer_is_trusted(rules, peer))
+		MHD_get_connection_values_n(connection, MHD_HEADER_KIND, http_collect_forwarded, &f);
+	access_identify_client(rules, peer, f.values, f.lens, f.n, client);
+}
+
+/* Gathers what access_decide looks at and asks it. */
+static AccessVerdict
+http_check_access(HttpServer *server, struct MHD_Connection *connection,
+				  const AccessRules *rules, const AccessClient *client, bool needs_secret)
+{
 	AccessRequest req = {0};
 
-	req.peer_loopback = addr != NULL && access_sockaddr_is_loopback(addr->client_addr);
+	req.peer_loopback = client->loopback;
 	req.host = http_header_n(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST, &req.host_len);
 	req.origin = http_header_n(connection, MHD_HEADER_KIND, "Origin", &req.origin_len);
 	req.fetch_site = http_header_n(connection, MHD_HEADER_KIND, "Sec-Fetch-Site",
@@ -658,6 +705,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	bool		is_options = strcmp(method, MHD_HTTP_METHOD_OPTIONS) == 0;
 	bool		is_post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
 	const AccessRules *rules;
+	AccessClient client;
 	AccessVerdict verdict;
 	ShapeConn  *sc;
 
@@ -700,10 +748,16 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 								 "{\"message\":\"Invalid request\",\"errors\":{\"query\":"
 								 "[\"The request has too many query parameters\"]}}", false);
 	rules = access_policy_rules(&server->access);
+	if (route != ROUTE_METRICS && route != ROUTE_SHAPE)
+	{
+		*con_cls = &http_plain_request;
+		return MHD_YES;
+	}
+	http_identify_client(connection, rules, &client);
 	if (route == ROUTE_METRICS)
 	{
 		/* the same rules as shapes: the secret when one is set */
-		verdict = http_check_access(server, connection, rules, true);
+		verdict = http_check_access(server, connection, rules, &client, true);
 		if (verdict != ACCESS_ALLOWED)
 			return http_respond_refused(server, connection, rules, verdict);
 	}
@@ -714,7 +768,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	}
 
 	/* every method on the shape route, the preflight without the secret */
-	verdict = http_check_access(server, connection, rules, !is_options);
+	verdict = http_check_access(server, connection, rules, &client, !is_options);
 	if (verdict != ACCESS_ALLOWED)
 		return http_respond_refused(server, connection, rules, verdict);
 
@@ -737,6 +791,7 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	sc->head_only = is_head;
 	sc->delete_shape = is_delete;
 	sc->post = is_post;
+	sc->client_key = client.key;
 	sc->request.owner = sc;
 	sc->request.result.slot = SHAPE_NO_SLOT;
 	*con_cls = sc;

@@ -103,7 +103,9 @@ struct ShapeRequest
 	char	   *handle;			/* DELETE: the handle given, or NULL */
 	SubsetRequest *subset;		/* a subset query, or NULL */
 	uint64_t	client_key;		/* who asks: its address (IPv6: its /64),
-								 * hashed; 0 when unknown */
+								 * hashed, or the one X-Forwarded-For names
+								 * behind a trusted proxy (client_address.c);
+								 * 0 when unknown */
 	bool		holds_initial;	/* admitted as initial (shape_serve.c) */
 	int64_t		first_try_ms;	/* main thread: when it first tried; 0 before */
 	ShapeResolution result;		/* written by the main thread before done() */

@@ -71,13 +71,11 @@
 
 #include "http_internal.h"
 
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "fnv_hash.h"
 #include "json_text.h"
 #include "thread_log.h"
 
@@ -891,48 +889,6 @@ shape_respond_or_wait(ShapeConn *sc)
  * a new shape without holding an `initial` slot is refused before the
  * shape is made when none is free (registry.c).
  */
-/*
- * Who a request comes from, for the limit on new shapes per client: a hash
- * of the peer's IPv4 address, or of its IPv6 /64 (one host can take a whole
- * /64), never 0.
- */
-uint64_t
-shape_client_key(struct MHD_Connection *connection)
-{
-	const union MHD_ConnectionInfo *info =
-		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	const unsigned char *bytes;
-	size_t		len;
-	uint64_t	h;
-
-	if (info == NULL || info->client_addr == NULL)
-		return 0;
-	if (info->client_addr->sa_family == AF_INET)
-	{
-		bytes = (const unsigned char *) &((const struct sockaddr_in *) info->client_addr)->sin_addr;
-		len = 4;
-	}
-	else if (info->client_addr->sa_family == AF_INET6)
-	{
-		const struct in6_addr *a = &((const struct sockaddr_in6 *) info->client_addr)->sin6_addr;
-
-		if (IN6_IS_ADDR_V4MAPPED(a))
-		{
-			bytes = a->s6_addr + 12;
-			len = 4;
-		}
-		else
-		{
-			bytes = a->s6_addr;
-			len = 8;
-		}
-	}
-	else
-		return 0;
-	h = fnv_hash_bytes(FNV_HASH_START, bytes, len);
-	return h ? h : 1;
-}
-
 static bool
 shape_admit(ShapeConn *sc)
 {
@@ -1080,7 +1036,7 @@ shape_start(ShapeConn *sc)
 	sc->request.has_definition = sc->query.has_table;
 	sc->request.delete_shape = sc->delete_shape;
 	sc->request.handle = sc->delete_shape ? sc->query.handle : NULL;
-	sc->request.client_key = shape_client_key(sc->connection);
+	sc->request.client_key = sc->client_key;
 	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
 	memset(&sc->query.def, 0, sizeof(sc->query.def));
 	if (!sc->delete_shape && sc->request.subset == NULL)

@@ -10,7 +10,9 @@
  * (subset__where_expr and subset__order_by_expr, the client's echoes, do
  * not count) or is a POST, whose JSON body holds the subset's fields.  The
  * body is kept as it comes, up to SUBSET_BODY_MAX bytes (413 past that),
- * and checked by the worker that runs the query, under PostgreSQL's JSON
+ * within SUBSET_BODIES_MAX for all bodies held and SUBSET_CLIENT_BODIES_MAX
+ * for one client's (503 past those; see subset_take_body), and checked by
+ * the worker that runs the query, under PostgreSQL's JSON
  * parser, like every other subset input (subset_query.c): nothing of the
  * subset is parsed on this thread.
  *
@@ -18,10 +20,11 @@
  * admitted, then resolved by the main thread, which checks its handle (409)
  * and keeps it until a snapshot worker has run the query (subset_jobs.c).
  * Before that it claims a cell for the answer (subset_results.c): when all
- * SUBSET_RESULTS_MAX are in use, or its client holds SUBSET_PER_CLIENT_MAX
- * of them, it gets 503 with retry-after, so that any number of subset
- * requests costs a bounded number of queries at a time, and one client
- * cannot take them all.
+ * SUBSET_RESULTS_MAX are in use, or its client (ShapeConn.client_key: its
+ * address, or the one a trusted proxy forwards for) holds
+ * SUBSET_PER_CLIENT_MAX of them, it gets 503 with retry-after, so that any
+ * number of subset requests costs a bounded number of queries at a time,
+ * and one client cannot take them all.
  * The answer is sent from the cell's log like a shape's chunk, piece by
  * piece (shape_body_response): `{"metadata":` record 0 `,"data":[` rows
  * `]}`.  The cell is let go of when the connection is done with the
@@ -59,11 +62,42 @@ subset_is_requested(const ShapeConn *sc)
 	return sc->post || sc->query.subset;
 }
 
-/* Lets go of the body held so far, and of its share of the budget. */
+/*
+ * The counter of the request's client's share of the bodies, or NULL for a
+ * client not known (no share then, only the server's budget).  Clients are
+ * counted in SUBSET_CLIENT_BUCKETS buckets by their key: two clients that
+ * fall in one bucket share one share, which takes no more than a fixed
+ * table and one step per piece of body, however many clients there are.
+ */
+static _Atomic size_t *
+subset_client_bytes(ShapeConn *sc)
+{
+	uint64_t	key = sc->client_key;
+
+	if (key == 0)
+		return NULL;
+	return &sc->server->post_client_bytes[(key ^ (key >> 32)) % SUBSET_CLIENT_BUCKETS];
+}
+
+/* Gives `n` bytes back to the server's budget and to the client's share. */
+static void
+subset_uncharge(ShapeConn *sc, size_t n)
+{
+	_Atomic size_t *mine = subset_client_bytes(sc);
+
+	atomic_fetch_sub_explicit(&sc->server->post_bytes, n, memory_order_relaxed);
+	if (mine != NULL)
+		atomic_fetch_sub_explicit(mine, n, memory_order_relaxed);
+}
+
+/*
+ * Lets go of the body held so far, and of what it was charged; post_len is
+ * what is charged, so this gives it back once however often it runs.
+ */
 static void
 subset_drop_body(ShapeConn *sc)
 {
-	atomic_fetch_sub_explicit(&sc->server->post_bytes, sc->post_len, memory_order_relaxed);
+	subset_uncharge(sc, sc->post_len);
 	free(sc->post_body);
 	sc->post_body = NULL;
 	sc->post_len = 0;
@@ -71,17 +105,22 @@ subset_drop_body(ShapeConn *sc)
 
 /*
  * POST: the body, piece by piece, up to SUBSET_BODY_MAX bytes, while the
- * bodies of all connections stay within SUBSET_BODIES_MAX (requests are
- * admitted only once their body is in, so this bounds what bodies held
- * before admission take).  Past either, the rest is read and dropped, and
- * the request answers 413 or 503.
+ * bodies of all connections stay within SUBSET_BODIES_MAX and those of the
+ * request's client (its address, or the one a trusted proxy forwards for)
+ * within SUBSET_CLIENT_BODIES_MAX, so that one client's unfinished bodies
+ * leave the rest of the budget to others.  Requests are admitted only once
+ * their body is in, so this bounds what bodies held before admission take.
+ * Past any of them, the rest is read and dropped, and the request answers
+ * 413 or 503.  What a body is charged is given back at the end of its
+ * request, however it ended (subset_conn_free).
  */
 void
 subset_take_body(ShapeConn *sc, const char *data, size_t size)
 {
+	_Atomic size_t *mine = subset_client_bytes(sc);
 	char	   *grown;
 
-	if (!sc->post || sc->post_too_large || sc->post_over_budget)
+	if (!sc->post || sc->post_too_large || sc->post_over_budget || sc->post_over_share)
 		return;
 	if (sc->post_len + size > SUBSET_BODY_MAX)
 	{
@@ -89,10 +128,21 @@ subset_take_body(ShapeConn *sc, const char *data, size_t size)
 		subset_drop_body(sc);
 		return;
 	}
-	if (atomic_fetch_add_explicit(&sc->server->post_bytes, size, memory_order_relaxed) + size >
-		SUBSET_BODIES_MAX)
+	/* charged to both first, so that racing pieces never pass either bound */
+	atomic_fetch_add_explicit(&sc->server->post_bytes, size, memory_order_relaxed);
+	if (mine != NULL)
+		atomic_fetch_add_explicit(mine, size, memory_order_relaxed);
+	if (mine != NULL &&
+		atomic_load_explicit(mine, memory_order_relaxed) > SUBSET_CLIENT_BODIES_MAX)
 	{
-		atomic_fetch_sub_explicit(&sc->server->post_bytes, size, memory_order_relaxed);
+		subset_uncharge(sc, size);
+		sc->post_over_share = true;
+		subset_drop_body(sc);
+		return;
+	}
+	if (atomic_load_explicit(&sc->server->post_bytes, memory_order_relaxed) > SUBSET_BODIES_MAX)
+	{
+		subset_uncharge(sc, size);
 		sc->post_over_budget = true;
 		subset_drop_body(sc);
 		return;
@@ -100,7 +150,7 @@ subset_take_body(ShapeConn *sc, const char *data, size_t size)
 	grown = realloc(sc->post_body, sc->post_len + size + 1);
 	if (grown == NULL)
 	{
-		atomic_fetch_sub_explicit(&sc->server->post_bytes, size, memory_order_relaxed);
+		subset_uncharge(sc, size);
 		sc->post_over_budget = true;	/* cannot hold it now */
 		subset_drop_body(sc);
 		return;
@@ -127,6 +177,17 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 	{
 		*answered = shape_respond_error(sc, MHD_HTTP_CONTENT_TOO_LARGE,
 										"{\"error\":\"Request body too large\"}", 0);
+		return false;
+	}
+	if (sc->post_over_share)
+	{
+		char		body[224];
+
+		snprintf(body, sizeof(body),
+				 "{\"message\":\"This client is sending as many request bodies as one client may at once "
+				 "(%d bytes of the server's %d), please retry\"}",
+				 SUBSET_CLIENT_BODIES_MAX, SUBSET_BODIES_MAX);
+		*answered = shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, body, 1);
 		return false;
 	}
 	if (sc->post_over_budget)
@@ -160,7 +221,7 @@ subset_start(ShapeConn *sc, enum MHD_Result *answered)
 	sc->request.subset = in;
 	in->cell = -1;
 	cell = sc->server->subsets ?
-		subset_claim(sc->server->subsets, shape_client_key(sc->connection), &ticket) :
+		subset_claim(sc->server->subsets, sc->client_key, &ticket) :
 		SUBSET_CLAIM_FULL;
 	if (cell < 0)
 	{

@@ -34,6 +34,7 @@
 #include "utils/varlena.h"
 
 #include "access_policy.h"
+#include "client_address.h"
 #include "guc.h"
 
 int			shape_sync_port = 3000;
@@ -64,6 +65,7 @@ int			shape_sync_snapshot_wait_timeout = 45000;
 int			shape_sync_socket_send_buffer = 64;
 bool		shape_sync_insecure = false;
 char	   *shape_sync_cors_allowed_origins = NULL;
+char	   *shape_sync_trusted_proxies = NULL;
 char	   *shape_sync_role = NULL;
 bool		shape_sync_manage_replica_identity = false;
 int			shape_sync_max_where_length = 8192;
@@ -139,6 +141,17 @@ guc_check_role_list(char **newval, void **extra, GucSource source)
 	if (!ok)
 		GUC_check_errdetail("List syntax is invalid.");
 	return ok;
+}
+
+static bool
+guc_check_trusted_proxies(char **newval, void **extra, GucSource source)
+{
+	char		err[256];
+
+	if (client_proxies_parse(*newval, NULL, err, sizeof(err)))
+		return true;
+	GUC_check_errdetail("%s.", err);
+	return false;
 }
 
 /* 0, or a growth worth a rewrite */
@@ -252,7 +265,7 @@ shape_sync_define_gucs(void)
 	DefineCustomIntVariable("shape_sync.max_new_shapes_per_client",
 							"Sets how many new shapes one client address may create per minute.",
 							"Further new shapes from it get 503 with retry-after until the minute is over. "
-							"IPv6 clients are counted by /64 prefix. 0 sets no limit.",
+							"IPv6 clients are counted by /64 prefix; behind shape_sync.trusted_proxies, by the address X-Forwarded-For names. 0 sets no limit.",
 							&shape_sync_max_new_shapes_per_client,
 							100, 0, 1000000,
 							PGC_SIGHUP, 0,
@@ -405,6 +418,14 @@ shape_sync_define_gucs(void)
 							   "*",
 							   PGC_SIGHUP, GUC_LIST_INPUT,
 							   guc_check_origins, NULL, NULL);
+
+	DefineCustomStringVariable("shape_sync.trusted_proxies",
+							   "Sets the reverse proxies whose X-Forwarded-For header names the client.",
+							   "A comma-separated list of IPv4 and IPv6 addresses and CIDR ranges. Per-client limits count their requests by the forwarded client, which is never a loopback client; other peers' X-Forwarded-For is ignored.",
+							   &shape_sync_trusted_proxies,
+							   "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   guc_check_trusted_proxies, NULL, NULL);
 
 	DefineCustomStringVariable("shape_sync.role",
 							   "Sets the role whose privileges shapes are read with.",

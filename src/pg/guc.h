@@ -39,6 +39,7 @@ extern int	shape_sync_snapshot_wait_timeout;	/* ms; 0: none */
 extern int	shape_sync_socket_send_buffer;	/* kB */
 extern bool shape_sync_insecure;
 extern char *shape_sync_cors_allowed_origins;
+extern char *shape_sync_trusted_proxies;
 extern char *shape_sync_role;
 extern bool shape_sync_manage_replica_identity;
 extern int	shape_sync_max_where_length;	/* bytes */

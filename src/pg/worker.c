@@ -102,6 +102,7 @@ worker_runtime_settings(void)
 	settings.access.secret = shape_sync_secret();
 	settings.access.insecure = shape_sync_insecure;
 	settings.access.cors_allowed_origins = shape_sync_cors_allowed_origins;
+	settings.access.trusted_proxies = shape_sync_trusted_proxies;
 	admission_set_limits(&shape_sync_shared->admission,
 						 (uint32) shape_sync_max_concurrent_initial,
 						 (uint32) shape_sync_max_concurrent_existing);

@@ -25,7 +25,8 @@
  *
  * Claims start where the last one left off, so that a claim costs one step
  * while cells are free, and at most SUBSET_RESULTS_MAX when all are taken.
- * One client (an address, or an IPv6 /64) holds at most
+ * One client (an address, an IPv6 /64, or behind a trusted proxy the
+ * client it forwards for: ShapeRequest.client_key) holds at most
  * SUBSET_PER_CLIENT_MAX cells, counted over the cells (a fixed bound) at
  * each claim, so that one client's subsets leave cells for others.  The
  * count is a snapshot: claims racing from one client may pass it by a

@@ -21,7 +21,10 @@
 
 /* Subset queries in flight at once; one more is answered 503. */
 #define SUBSET_RESULTS_MAX		64
-/* ... of them for one client (its address, an IPv6 /64): the rest stay for others */
+/*
+ * ... of them for one client (its address, an IPv6 /64, or the one a trusted
+ * proxy forwards for): the rest stay for others
+ */
 #define SUBSET_PER_CLIENT_MAX	16
 
 /* subset_claim's answers besides a cell */

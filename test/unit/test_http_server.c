@@ -14,6 +14,7 @@
 #include <sched.h>
 
 #include "http_internal.h"			/* HttpServer.over_limit */
+#include "client_address.h"
 #include "fnv_hash.h"
 #include "json_text.h"
 #include "thread_log.h"
@@ -25,6 +26,8 @@
 /* ------------------------------------------------------------ fixture */
 
 static _Atomic int resolutions;
+/* the client key of the last request resolved */
+static _Atomic uint64_t last_client_key;
 /* the "reused" shape: refused (403) now, or answered as during a replay */
 static _Atomic bool reused_forbidden;
 static _Atomic bool reused_in_replay;
@@ -114,6 +117,7 @@ resolve(ShapeRequest *req)
 	int			which = -1;
 
 	atomic_fetch_add(&resolutions, 1);
+	atomic_store(&last_client_key, req->client_key);
 	if (req->delete_shape)
 	{
 		/* the registry would retire the shape; here it only answers */
@@ -752,7 +756,7 @@ TEST(subset_queries_over_a_clients_share)
 	uint64_t	me = fnv_hash_bytes(FNV_HASH_START, loopback, 4);
 
 	REQUIRE(server != NULL);
-	check_subset_cells_held(me ? me : 1 /* as shape_client_key makes it */ ,
+	check_subset_cells_held(me ? me : 1 /* as client_addr_key makes it */ ,
 							SUBSET_PER_CLIENT_MAX, "This client has 16 subset queries running");
 }
 
@@ -1347,6 +1351,185 @@ request_on(HcConn *c, const char *target, HcResponse *r)
 	memset(r, 0, sizeof(*r));
 	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", target);
 	return hc_send(c, req, strlen(req)) && hc_read_response(c, false, r);
+}
+
+/* ------------------------------------------- clients behind a proxy */
+
+static void
+use_trusted_proxies(const char *secret, const char *proxies)
+{
+	HttpRuntimeSettings s = {.cache_max_age = 5, .cache_stale_age = 300,
+		.long_poll_timeout_ms = LONG_POLL_MS, .allow_shape_deletion = true,
+		.access = {.secret = secret, .cors_allowed_origins = "*", .trusted_proxies = proxies}};
+	char		err[256];
+
+	if (http_server_apply_settings(server, &s, err, sizeof(err)) != 0)
+		FAIL("apply_settings: %s", err);
+}
+
+static uint64_t
+key_of(const char *text)
+{
+	ClientAddr	a;
+
+	if (!client_addr_parse_forwarded(text, strlen(text), &a))
+		FAIL("bad test address %s", text);
+	return client_addr_key(&a);
+}
+
+/* The client key the main thread got for a new request with these headers. */
+static uint64_t
+client_key_of(const char *headers)
+{
+	HcResponse	r;
+
+	atomic_store(&last_client_key, 0);
+	if (!request("GET", "/v1/shape?table=items&offset=-1&secret=k", headers, &r))
+	{
+		FAIL("request: %s", r.error);
+		hc_response_free(&r);
+		return 0;
+	}
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	return atomic_load(&last_client_key);
+}
+
+/*
+ * Behind a trusted proxy (the test's 127.0.0.1), every per-client limit
+ * counts the client X-Forwarded-For names; from any other peer the header
+ * changes nothing.
+ */
+TEST(clients_behind_a_trusted_proxy)
+{
+	REQUIRE(server != NULL);
+	use_trusted_proxies("k", "127.0.0.1");
+	CHECK_EQ(client_key_of("X-Forwarded-For: 203.0.113.7\r\n"), key_of("203.0.113.7"));
+	CHECK_EQ(client_key_of("X-Forwarded-For: 198.51.100.1, 203.0.113.8\r\n"), key_of("203.0.113.8"));
+	/* the proxy on the right steps over itself; headers are one list */
+	CHECK_EQ(client_key_of("X-Forwarded-For: 203.0.113.9\r\nx-forwarded-for: 127.0.0.1\r\n"),
+			 key_of("203.0.113.9"));
+	CHECK_EQ(client_key_of("X-Forwarded-For: [2001:db8:1:2::5]:443\r\n"), key_of("2001:db8:1:2::"));
+	/* a header it cannot read: the proxy itself */
+	CHECK_EQ(client_key_of("X-Forwarded-For: unknown\r\n"), key_of("127.0.0.1"));
+	/* the proxy's own request */
+	CHECK_EQ(client_key_of(NULL), key_of("127.0.0.1"));
+
+	/* loopback-only (no secret): a forwarded client is not a loopback client */
+	use_trusted_proxies(NULL, "127.0.0.1");
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1",
+					   "X-Forwarded-For: 127.0.0.1\r\n"), 403);
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1", NULL), 200);
+
+	/* not trusted: the header is ignored, for the limits and for loopback-only */
+	use_trusted_proxies(NULL, "192.0.2.1, 2001:db8::/32");
+	CHECK_EQ(status_of("GET", "/v1/shape?table=items&offset=-1",
+					   "X-Forwarded-For: 203.0.113.7\r\n"), 200);
+	use_trusted_proxies("k", "192.0.2.1, 2001:db8::/32");
+	CHECK_EQ(client_key_of("X-Forwarded-For: 203.0.113.7\r\n"), key_of("127.0.0.1"));
+	use_trusted_proxies("k", NULL);
+	CHECK_EQ(client_key_of("X-Forwarded-For: 203.0.113.7\r\n"), key_of("127.0.0.1"));
+	use_access(NULL, false, "*");
+}
+
+/* A POST of a small body from the client `xff` names, through the trusted proxy. */
+static bool
+post_from(const char *xff, HcResponse *r)
+{
+	HcConn		c;
+	char		head[512];
+	bool		ok;
+
+	memset(r, 0, sizeof(*r));
+	if (!hc_open(&c, port, TIMEOUT_S))
+	{
+		snprintf(r->error, sizeof(r->error), "connect failed: %s", strerror(errno));
+		return false;
+	}
+	snprintf(head, sizeof(head),
+			 "POST /v1/shape?table=items&offset=-1&secret=k HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			 "Connection: close\r\nX-Forwarded-For: %s\r\n"
+			 "Content-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"where\":\"x\"}",
+			 xff);
+	ok = hc_send(&c, head, strlen(head)) && hc_read_response(&c, false, r);
+	hc_close(&c);
+	return ok;
+}
+
+static bool
+post_bytes_reach(size_t want)
+{
+	for (int i = 0; i < 500 && atomic_load(&server->post_bytes) != want; i++)
+		usleep(10 * 1000);
+	return atomic_load(&server->post_bytes) == want;
+}
+
+/*
+ * One client's unfinished POST bodies take at most its share of the bodies'
+ * budget: past it, that client gets 503 naming the limit, others do not,
+ * and the share comes back when its connections go.
+ */
+TEST(post_bodies_are_charged_per_client)
+{
+	enum
+	{
+		NHELD = SUBSET_CLIENT_BODIES_MAX / SUBSET_BODY_MAX
+	};
+	HcConn		held[NHELD];
+	char	   *body;
+	char		head[512];
+	HcResponse	r;
+	size_t		total = 0;
+
+	REQUIRE(server != NULL);
+	REQUIRE(NHELD >= 1 && NHELD * SUBSET_BODY_MAX == SUBSET_CLIENT_BODIES_MAX);
+	use_trusted_proxies("k", "127.0.0.1");
+	body = malloc(SUBSET_BODY_MAX);
+	REQUIRE(body != NULL);
+	memset(body, ' ', SUBSET_BODY_MAX);
+	/* bodies one byte short of complete, from 203.0.113.7, that stop there */
+	snprintf(head, sizeof(head),
+			 "POST /v1/shape?table=items&offset=-1&secret=k HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			 "X-Forwarded-For: 203.0.113.7\r\n"
+			 "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n", SUBSET_BODY_MAX);
+	for (int i = 0; i < NHELD; i++)
+	{
+		REQUIRE(hc_open(&held[i], port, TIMEOUT_S));
+		CHECK(hc_send(&held[i], head, strlen(head)) &&
+			  hc_send(&held[i], body, SUBSET_BODY_MAX - 1));
+		total += SUBSET_BODY_MAX - 1;
+	}
+	CHECK(post_bytes_reach(total));
+
+	/* the same client: over its share, 503 with retry-after, naming the limit */
+	REQUIRE_RESPONSE(post_from("203.0.113.7", &r), &r);
+	CHECK_EQ(r.status, 503);
+	CHECK_HEADER(&r, "retry-after", "1");
+	CHECK(strstr(r.body, "as many request bodies as one client may at once") != NULL);
+	CHECK(strstr(r.body, "2097152 bytes of the server's 16777216") != NULL);
+	hc_response_free(&r);
+	/* an IPv4 client through the same proxy is another client */
+	REQUIRE_RESPONSE(post_from("198.51.100.1", &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK(post_bytes_reach(total));	/* the refused and the served gave theirs back */
+
+	/* the held bodies go with their connections; the share is whole again */
+	for (int i = 0; i < NHELD; i++)
+		hc_close(&held[i]);
+	CHECK(post_bytes_reach(0));
+	for (int i = 0; i < SUBSET_CLIENT_BUCKETS; i++)
+		if (atomic_load(&server->post_client_bytes[i]) != 0)
+		{
+			FAIL("bucket %d still holds %zu bytes", i, atomic_load(&server->post_client_bytes[i]));
+			break;
+		}
+	REQUIRE_RESPONSE(post_from("203.0.113.7", &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	free(body);
+	CHECK(subset_cells_free_soon());
+	use_access(NULL, false, "*");
 }
 
 /*
