@@ -263,8 +263,8 @@ shape_sync_define_gucs(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.max_new_shapes_per_client",
-							"Sets how many new shapes one client address may create per minute.",
-							"Further new shapes from it get 503 with retry-after until the minute is over. "
+							"Sets how many new shapes, and how many refused definitions, one client address may have per minute.",
+							"Past either, its further definitions get 503 with retry-after until the minute is over. "
 							"IPv6 clients are counted by /64 prefix; behind shape_sync.trusted_proxies, by the address X-Forwarded-For names. 0 sets no limit.",
 							&shape_sync_max_new_shapes_per_client,
 							100, 0, 1000000,
