@@ -74,6 +74,7 @@ int			shape_sync_snapshot_statement_timeout = 300000;
 int			shape_sync_where_evaluation_timeout = 1000;
 int			shape_sync_decoder_lag_warning = 10000;
 char	   *shape_sync_trusted_owners = NULL;
+int			shape_sync_subset_columns = SUBSET_COLUMNS_SHAPE;
 int			shape_sync_subset_statement_timeout = 10000;
 
 static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
@@ -163,6 +164,12 @@ guc_check_compaction_factor(double *newval, void **extra, GucSource source)
 	GUC_check_errdetail("\"shape_sync.compaction_factor\" must be 0 (off) or at least 1.1.");
 	return false;
 }
+
+static const struct config_enum_entry guc_subset_columns_options[] = {
+	{"shape", SUBSET_COLUMNS_SHAPE, false},
+	{"table", SUBSET_COLUMNS_TABLE, false},
+	{NULL, 0, false}
+};
 
 static const struct config_enum_entry guc_shape_eviction_options[] = {
 	{"lru", SHAPE_EVICTION_LRU, false},
@@ -474,6 +481,14 @@ shape_sync_define_gucs(void)
 							10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("shape_sync.subset_columns",
+							 "Sets which columns a subset query's where clause and order_by may read.",
+							 "shape: the shape's own columns, so that a subset cannot probe a column the shape hides; table: any column of the table that shape_sync.role may read.",
+							 &shape_sync_subset_columns,
+							 SUBSET_COLUMNS_SHAPE, guc_subset_columns_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("shape_sync.trusted_owners",
 							   "Lists the roles whose functions may run while a shape's table is read.",

@@ -48,7 +48,14 @@ extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
 extern int	shape_sync_where_evaluation_timeout;	/* ms; 0: none */
 extern int	shape_sync_decoder_lag_warning; /* ms; 0: never warn */
 extern char *shape_sync_trusted_owners;
+extern int	shape_sync_subset_columns;	/* SUBSET_COLUMNS_* */
 extern int	shape_sync_subset_statement_timeout;	/* ms; 0: none */
+
+typedef enum SubsetColumns
+{
+	SUBSET_COLUMNS_SHAPE,		/* a subset's clauses read the shape's columns */
+	SUBSET_COLUMNS_TABLE		/* ... any the role may read */
+} SubsetColumns;
 
 typedef enum ShapeEviction
 {

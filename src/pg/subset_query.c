@@ -16,8 +16,10 @@
  * the ORDER BY list of "SELECT 1 ORDER BY <order_by>", of which only plain
  * column names with ASC/DESC and NULLS FIRST/LAST are accepted (a sort
  * expression would run a client's code on every row), of types whose
- * ordering is PostgreSQL's own (subset_builtin_ordering).  With
- * queryable_columns, the where clause and order_by may name only those.
+ * ordering is PostgreSQL's own (subset_builtin_ordering).  The where
+ * clause and order_by may read only the shape's own columns (unless
+ * shape_sync.subset_columns = table), and with queryable_columns only
+ * those.
  *
  * The query is the shape's snapshot query (snapshot_scan) with the subset's
  * where clause ANDed in, its ORDER BY, LIMIT and OFFSET, in a REPEATABLE
@@ -544,6 +546,38 @@ subset_check_queryable(Relation rel, const SubsetInputs *in, const char *field,
 								others.data));
 }
 
+/*
+ * A subset's clauses read only the shape's columns (its key is among
+ * them), so that a where clause or an ordering cannot be an oracle on a
+ * column the shape hides, unless shape_sync.subset_columns = table.
+ */
+static void
+subset_check_shape_columns(Relation rel, const SubsetInputs *in, const char *field,
+						   Bitmapset *read)
+{
+	StringInfoData others;
+	int			x = -1;
+
+	if (in->spec.ncolumns == 0 || shape_sync_subset_columns == SUBSET_COLUMNS_TABLE)
+		return;
+	initStringInfo(&others);
+	while ((x = bms_next_member(read, x)) >= 0)
+	{
+		AttrNumber	attnum = x + FirstLowInvalidHeapAttributeNumber;
+		bool		in_shape = false;
+
+		for (int i = 0; i < in->spec.ncolumns; i++)
+			in_shape = in_shape || in->spec.columns[i] == attnum;
+		if (!in_shape)
+			appendStringInfo(&others, "%s%s", others.len ? ", " : "",
+							 get_attname(RelationGetRelid(rel), attnum, false));
+	}
+	if (others.len > 0)
+		subset_invalid(field,
+					   psprintf("The following columns are not in the shape's columns: %s",
+								others.data));
+}
+
 /* The columns `read` (offsets of FirstLowInvalidHeapAttributeNumber) are the role's to SELECT. */
 static void
 subset_check_readable(Oid relid, Bitmapset *read, const char *field)
@@ -663,6 +697,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 		subset.where = shape_def_subset_where(rel, parsed.where, parsed.params, parsed.nparams);
 		shape_def_error_field = NULL;
 		pull_varattnos(subset.where, 1, &where_read);
+		subset_check_shape_columns(rel, in, "where", where_read);
 		subset_check_queryable(rel, in, "where", where_read);
 	}
 	if (parsed.order_by != NULL && parsed.order_by[0] != '\0')
@@ -674,6 +709,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 		for (int i = 0; i < subset.norder; i++)
 			sorted = bms_add_member(sorted,
 									subset.order[i].attnum - FirstLowInvalidHeapAttributeNumber);
+		subset_check_shape_columns(rel, in, "order_by", sorted);
 		subset_check_queryable(rel, in, "order_by", sorted);
 	}
 
