@@ -367,11 +367,12 @@ _cluster_indent() {
 	while IFS= read -r line; do printf '    %s\n' "$line"; done <<<"$1"
 }
 
-# _cluster_crash_record DIR [DEAD]: runs the crash check on DIR's logs; DEAD: the postmaster
-# was found dead (a finding unless a marker is left). Reports on stderr and in
-# $SHAPE_SYNC_CRASH_REPORT, with a copy of the log next to it.
+# _cluster_crash_record DIR [DEAD] [WHO]: runs the crash check on DIR's logs; DEAD: the
+# postmaster was found dead (a finding unless a marker is left); WHO: the script that started
+# the cluster (default: this one). Reports on stderr and in $SHAPE_SYNC_CRASH_REPORT, with a
+# copy of the log next to it.
 _cluster_crash_record() {
-	local dir=$1 dead=${2:-} log out left findings keep
+	local dir=$1 dead=${2:-} who=${3:-$0} log out left findings keep
 	for log in "$dir/postgres.log" "$dir/standby.log"; do
 		[[ -f $log ]] || continue
 		out=$(_cluster_crash_scan "$log") || true
@@ -387,7 +388,7 @@ _cluster_crash_record() {
 			keep=$(dirname "$SHAPE_SYNC_CRASH_REPORT")/crash-$(basename "$dir")-$(basename "$log")
 			cp "$log" "$keep" 2>/dev/null || keep="(could not copy it)"
 			{
-				printf '== %s (cluster of %s; the log is kept as %s)\n' "$log" "${0##*/}" "$keep"
+				printf '== %s (cluster of %s; the log is kept as %s)\n' "$log" "${who##*/}" "$keep"
 				_cluster_indent "$findings"
 			} >>"$SHAPE_SYNC_CRASH_REPORT"
 		fi
@@ -407,7 +408,7 @@ cluster_crash_check_leftovers() {
 		elif [[ -f $dir/data/postmaster.pid ]]; then
 			dead="the postmaster is gone and its postmaster.pid is still there: it died without a shutdown"
 		fi
-		_cluster_crash_record "$dir" "$dead"
+		_cluster_crash_record "$dir" "$dead" "$who"
 	done <"$list"
 }
 
