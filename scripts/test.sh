@@ -10,13 +10,22 @@
 #        tap          pg_prove test/tap/*.sql              in a fresh database tap_tests
 #        http         node --test test/http/               with the cluster's env exported
 #        integration  every executable test/integration/*.sh, one test each
-#   4. stop the cluster; the last line printed is "N passed, M failed".
+#        fuzz         test/fuzz/run.sh: a seeded, bounded HTTP fuzz (test/fuzz/http_fuzz.mjs) of a
+#                     cluster of its own; its seed is printed (SHAPE_SYNC_FUZZ_SEED repeats it)
+#   4. stop the cluster, then stage crash-check: the server log of every cluster any stage
+#      started (this script's, each integration script's, the fuzz's, standbys too) must show no
+#      process killed by a signal and no restart that no test asked for (cluster_expect_crash);
+#      see "The crash check" in scripts/lib/cluster.sh. The last line printed is
+#      "N passed, M failed".
 #
 # Exits non-zero when anything failed or when no test ran. Logs land in log/ (git-ignored):
-# one per stage, plus postgres.log, the server log of the run.
+# one per stage, plus postgres.log, the server log of the run, crash-check.txt (what the crash
+# check found) with a copy of each such server log (crash-*.log), and fuzz/ (the requests the
+# fuzz failed on, and its server log when it failed).
 #
 # Environment: PG_CONFIG (which PostgreSQL), SHAPE_SYNC_SKIP_APT=1 (see install-deps.sh),
-# SHAPE_SYNC_EXTRA_CONF (extra postgresql.conf lines, see scripts/lib/cluster.sh).
+# SHAPE_SYNC_EXTRA_CONF (extra postgresql.conf lines, see scripts/lib/cluster.sh),
+# SHAPE_SYNC_FUZZ_SEED and SHAPE_SYNC_FUZZ_REQUESTS (see test/fuzz/http_fuzz.mjs).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -114,6 +123,8 @@ BUILD_OK=1
 make clean || BUILD_OK=0
 rm -rf "$LOG_DIR"
 mkdir -p "$LOG_DIR"
+# every cluster_start and cluster_stop of the run, in this process and its children, reports here
+export SHAPE_SYNC_CRASH_REPORT=$LOG_DIR/crash-check.txt
 if ((BUILD_OK)) && ! run_logged "$LOG_DIR/build.log" 900 make; then
 	BUILD_OK=0
 fi
@@ -308,6 +319,32 @@ elif cluster_needed integration; then
 	record integration "$p" "$f"
 fi
 
+# --- g. HTTP fuzz -----------------------------------------------------------------------------
+
+say "stage fuzz: test/fuzz/run.sh"
+if [[ ! -x test/fuzz/run.sh ]]; then
+	skip fuzz "no executable test/fuzz/run.sh"
+elif ((!BUILD_OK)); then
+	skip fuzz "the build failed"
+else
+	rc=0
+	SHAPE_SYNC_FUZZ_OUT=$LOG_DIR/fuzz run_logged "$LOG_DIR/fuzz.log" 600 test/fuzz/run.sh || rc=$?
+	line=$(last_match '^fuzz: seed ' "$LOG_DIR/fuzz.log")
+	if [[ $line =~ ^fuzz:\ seed\ ([0-9]+),\ ([0-9]+)\ requests,\ ([0-9]+)\ failures ]]; then
+		s=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} f=${BASH_REMATCH[3]}
+		if ((rc != 0 && f == 0)); then
+			f=1
+		fi
+		note="seed $s, $n requests"
+		if ((f > 0)); then
+			note+="; SHAPE_SYNC_FUZZ_SEED=$s repeats it, see log/fuzz.log"
+		fi
+		record fuzz "$((f > 0 ? 0 : 1))" "$f" "$note"
+	else
+		record fuzz 0 1 "no 'fuzz: seed S, N requests, F failures' line; run.sh exited $rc"
+	fi
+fi
+
 # --- teardown and summary -------------------------------------------------------------------
 
 if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
@@ -318,6 +355,20 @@ if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
 	fi
 fi
 cluster_stop
+
+# --- h. the crash check of every server log -------------------------------------------------
+
+say "stage crash-check: the server logs of every cluster of the run"
+cluster_crash_check_leftovers
+clusters=$(wc -l <"$SHAPE_SYNC_CRASH_REPORT.clusters" 2>/dev/null || echo 0)
+if [[ -s $SHAPE_SYNC_CRASH_REPORT ]]; then
+	cat "$SHAPE_SYNC_CRASH_REPORT"
+	record crash-check 0 "$(grep -c '^== ' "$SHAPE_SYNC_CRASH_REPORT")" \
+		"a process killed by a signal or an unasked-for restart, see log/crash-check.txt"
+else
+	echo "no crash and no restart in the logs of $clusters clusters"
+	record crash-check 1 0 "$clusters clusters"
+fi
 
 say "summary"
 printf '%s\n' "${SUMMARY[@]}"

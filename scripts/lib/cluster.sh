@@ -16,6 +16,9 @@
 #                                   # start it again; cluster_stop stops it too
 #   cluster_sync_standby_create NAME  # cluster_standby_create, then synchronous_standby_names =
 #                                   # 'NAME' and a wait (30 s at most) until it is the sync one
+#   cluster_expect_crash [REASON]   # before a test kills a server process on purpose: the crash
+#                                   # check lets the next crash of the cluster pass (see below)
+#   cluster_crash_check LOG...      # prints the crashes a server log shows; fails when any
 #
 # The cluster lives in a fresh temp dir under /tmp: data in DIR/data, server log in
 # DIR/postgres.log, the Unix socket in DIR itself (listen_addresses='' so PostgreSQL opens no
@@ -41,6 +44,35 @@
 #                              tests create tables as they go and let the worker set
 #                              REPLICA IDENTITY FULL; the demo uses off, the server's default)
 #   PG_CONFIG / PG_BINDIR      which PostgreSQL to use (default: pg_config on PATH)
+#   SHAPE_SYNC_CRASH_REPORT    a file for the crash check of a whole test run (scripts/test.sh
+#                              exports it), read by cluster_start and cluster_stop: see below
+#
+# The crash check. A server process that dies by a signal (or exits with a code other than 0
+# or 1) makes the postmaster restart the whole instance; the tests see at most a few refused
+# connections, so the server log is the place to look. cluster_crash_check LOG... prints, for
+# each log, the lines (FILE:LINE: text) that show
+#   - a process "(PID n) was terminated by signal" / "by exception" / "exited with exit code"
+#     2 or more (with the DETAIL line that follows, which names what it was running), and
+#   - an instance restart: "terminating any other active server processes",
+#     "all server processes terminated; reinitializing",
+# and fails when there is any. cluster_expect_crash appends a marker line to the cluster's log
+# (shape_sync-test: expect-crash: REASON): each marker lets exactly one crash after it pass,
+# with the restart lines that follow it up to "database system is ready to accept connections"
+# (or "is shut down"); a second crash, or any crash with no marker left, is still reported.
+# The lines are matched after "[PID] LOG:  ", so this file sets log_line_prefix to PostgreSQL's
+# default, '%m [%p] ', whatever SHAPE_SYNC_EXTRA_CONF says.
+#
+# cluster_stop runs the check on the cluster's log and its standby's, after the server stopped
+# (so a crash while shutting down counts) and before it deletes the temp dir. It also counts as a
+# crash a postmaster found dead with its postmaster.pid still there (unless a marker is left
+# unused). (Not a fast shutdown that times out: PostgreSQL 15 itself does when the request
+# comes while it recovers from a crash, which the check reports anyway.) What it finds goes to stderr and,
+# with SHAPE_SYNC_CRASH_REPORT set, is appended to that file (a "== LOG" line, then the lines),
+# with a copy of each such log next to it (crash-<dir>-postgres.log). cluster_start appends its
+# temp dir to SHAPE_SYNC_CRASH_REPORT.clusters, so that cluster_crash_check_leftovers (run by
+# scripts/test.sh at the end) checks the logs of clusters that no cluster_stop removed, still
+# running or not. cluster_stop never fails because of a crash: the test run does (stage
+# crash-check of scripts/test.sh).
 
 SHAPE_SYNC_PG_OS_USER=${SHAPE_SYNC_PG_OS_USER:-shapesync}
 
@@ -89,10 +121,11 @@ cluster_free_port() {
 	return 1
 }
 
+# _cluster_postmaster_alive [DATA]: the postmaster of DATA (default $SHAPE_SYNC_PGDATA) runs
 _cluster_postmaster_alive() {
-	local pid
-	[[ -r $SHAPE_SYNC_PGDATA/postmaster.pid ]] || return 1
-	pid=$(head -n 1 "$SHAPE_SYNC_PGDATA/postmaster.pid" 2>/dev/null) || return 1
+	local data=${1:-$SHAPE_SYNC_PGDATA} pid
+	[[ -r $data/postmaster.pid ]] || return 1
+	pid=$(head -n 1 "$data/postmaster.pid" 2>/dev/null) || return 1
 	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null
 }
 
@@ -129,6 +162,9 @@ cluster_start() {
 	# (Every step checks its status: callers run this in `if`, where set -e does not apply.)
 	dir=$(mktemp -d /tmp/shape_sync.XXXXXXXX) || return 1
 	_SHAPE_SYNC_CLUSTER_DIR=$dir  # not exported: a child may run a cluster of its own
+	if [[ -n ${SHAPE_SYNC_CRASH_REPORT:-} ]]; then
+		printf '%s\t%s\n' "$dir" "$0" >>"$SHAPE_SYNC_CRASH_REPORT.clusters" || return 1
+	fi
 	export SHAPE_SYNC_PG_BINDIR=$bindir
 	chmod 755 "$dir" || return 1
 	if [[ $(id -u) -eq 0 ]]; then
@@ -190,6 +226,8 @@ cluster_start() {
 				printf '%s\n' "$line"
 			done <<<"$SHAPE_SYNC_EXTRA_CONF"
 		fi
+		# last: the crash check reads lines in this form
+		printf "log_line_prefix = '%%m [%%p] '\n"
 	} | _cluster_as_pg tee -a "$data/postgresql.conf" >/dev/null || return 1
 
 	_cluster_say "starting PostgreSQL in $dir (socket port $pgport, HTTP port $http_port)"
@@ -280,14 +318,110 @@ cluster_standby_stop() {
 		stop >/dev/null
 }
 
+# --- the crash check (see the header) ---
+
+# _cluster_crash_scan LOG: the lines of LOG that show a crash or a restart no marker allows, as
+# "LINE: text", then "left N": the markers no crash used. Exits 1 when it printed a finding.
+_cluster_crash_scan() {
+	awk '
+	BEGIN { allow = 0; episode = 0; found = 0; detail = 0 }
+	detail && /\] DETAIL:  / { print FNR ": " $0; detail = 0; next }
+	{ detail = 0 }
+	/^shape_sync-test: expect-crash/ { allow++; next }
+	/\[[0-9]+\] LOG:  ([0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]: )?[A-Za-z ]+( "[^"]*")? \(PID [0-9]+\) (was terminated by (signal|exception)|exited with exit code ([2-9]|[1-9][0-9]+))/ {
+		if (allow > 0 && !episode) { allow--; episode = 1; next }
+		print FNR ": " $0; found = 1; detail = 1; next
+	}
+	/\[[0-9]+\] LOG:  ([0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]: )?(terminating any other active server processes|all server processes terminated; reinitializing)/ {
+		if (episode) next
+		print FNR ": " $0; found = 1; next
+	}
+	/\[[0-9]+\] LOG:  ([0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z][0-9A-Z]: )?database system is (ready to accept|shut down)/ { episode = 0 }
+	END { print "left " allow; exit found }
+	' "$1"
+}
+
+# cluster_crash_check LOG...: prints FILE:LINE: text for each crash or unasked-for restart the
+# logs show (a missing LOG is skipped); fails when there is any.
+cluster_crash_check() {
+	local log out rc=0
+	for log in "$@"; do
+		[[ -f $log ]] || continue
+		if ! out=$(_cluster_crash_scan "$log"); then
+			sed '$d' <<<"$out" | sed "s|^|$log:|"
+			rc=1
+		fi
+	done
+	return "$rc"
+}
+
+# cluster_expect_crash [REASON]: the next crash of the running cluster (one process dying by a
+# signal, and the restart that follows) is a test's own doing, not a finding.
+cluster_expect_crash() {
+	[[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]] || { _cluster_say "no cluster running"; return 1; }
+	printf 'shape_sync-test: expect-crash: %s\n' "${*:-(no reason given)}" >>"$SHAPE_SYNC_LOG"
+}
+
+_cluster_indent() {
+	local line
+	while IFS= read -r line; do printf '    %s\n' "$line"; done <<<"$1"
+}
+
+# _cluster_crash_record DIR [DEAD] [WHO]: runs the crash check on DIR's logs; DEAD: the
+# postmaster was found dead (a finding unless a marker is left); WHO: the script that started
+# the cluster (default: this one). Reports on stderr and in $SHAPE_SYNC_CRASH_REPORT, with a
+# copy of the log next to it.
+_cluster_crash_record() {
+	local dir=$1 dead=${2:-} who=${3:-$0} log out left findings keep
+	for log in "$dir/postgres.log" "$dir/standby.log"; do
+		[[ -f $log ]] || continue
+		out=$(_cluster_crash_scan "$log") || true
+		left=${out##*left }
+		findings=$(sed '$d' <<<"$out")
+		if [[ $log == */postgres.log && -n $dead ]] && ((left == 0)); then
+			findings+=${findings:+$'\n'}"(after the test) $dead"
+		fi
+		[[ -n $findings ]] || continue
+		_cluster_say "CRASH CHECK: $log shows a crash or a restart that no test asked for:"
+		_cluster_indent "$findings" >&2
+		if [[ -n ${SHAPE_SYNC_CRASH_REPORT:-} ]]; then
+			keep=$(dirname "$SHAPE_SYNC_CRASH_REPORT")/crash-$(basename "$dir")-$(basename "$log")
+			cp "$log" "$keep" 2>/dev/null || keep="(could not copy it)"
+			{
+				printf '== %s (cluster of %s; the log is kept as %s)\n' "$log" "${who##*/}" "$keep"
+				_cluster_indent "$findings"
+			} >>"$SHAPE_SYNC_CRASH_REPORT"
+		fi
+	done
+}
+
+# cluster_crash_check_leftovers: the crash check of every cluster started under this
+# SHAPE_SYNC_CRASH_REPORT whose temp dir no cluster_stop removed (its server may still run).
+cluster_crash_check_leftovers() {
+	local list=${SHAPE_SYNC_CRASH_REPORT:-}.clusters dir who dead
+	[[ -n ${SHAPE_SYNC_CRASH_REPORT:-} && -f $list ]] || return 0
+	while IFS=$'\t' read -r dir who; do
+		[[ -d $dir && $dir != "${_SHAPE_SYNC_CLUSTER_DIR:-}" ]] || continue
+		dead=
+		if _cluster_postmaster_alive "$dir/data"; then
+			_cluster_say "the cluster in $dir (started by $who) was never stopped and still runs"
+		elif [[ -f $dir/data/postmaster.pid ]]; then
+			dead="the postmaster is gone and its postmaster.pid is still there: it died without a shutdown"
+		fi
+		_cluster_crash_record "$dir" "$dead" "$who"
+	done <"$list"
+}
+
 cluster_stop() {
-	local dir=${_SHAPE_SYNC_CLUSTER_DIR:-} pid
+	local dir=${_SHAPE_SYNC_CLUSTER_DIR:-} pid dead=''
 	[[ -n $dir ]] || return 0
 	if [[ -f $dir/standby/postmaster.pid ]]; then
 		_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/standby" -m immediate -w -t 30 stop \
 			>/dev/null 2>&1 || true
 	fi
-	if [[ -f $dir/data/postmaster.pid ]]; then
+	if [[ -f $dir/data/postmaster.pid ]] && ! _cluster_postmaster_alive "$dir/data"; then
+		dead="the postmaster is gone and its postmaster.pid is still there: it died without a shutdown"
+	elif [[ -f $dir/data/postmaster.pid ]]; then
 		if ! _cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop \
 			>/dev/null 2>&1; then
 			_cluster_say "fast shutdown failed; stopping immediately"
@@ -299,6 +433,7 @@ cluster_stop() {
 			fi
 		fi
 	fi
+	_cluster_crash_record "$dir" "$dead"
 	rm -rf "$dir"
 	unset _SHAPE_SYNC_CLUSTER_DIR SHAPE_SYNC_PGDATA SHAPE_SYNC_LOG SHAPE_SYNC_URL SHAPE_SYNC_HTTP_PORT
 	unset SHAPE_SYNC_STANDBY_PGDATA SHAPE_SYNC_STANDBY_PORT
