@@ -557,6 +557,35 @@ typedef struct HttpForwarded
 } HttpForwarded;
 
 static enum MHD_Result
+http_count_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+				  const char *value, size_t value_size)
+{
+	*(size_t *) cls += key_size + value_size + 4;	/* "key: value\r\n" */
+	(void) kind;
+	(void) key;
+	(void) value;
+	return MHD_YES;
+}
+
+/*
+ * The text of a request's target and headers.  libmicrohttpd keeps it, and
+ * builds the response's headers, in the connection's memory, and closes
+ * the connection without a word when they do not fit: past a third of
+ * shape_sync.connection_memory a shape request is answered 431 instead
+ * (libmicrohttpd 0.9.75 holds about twice a request's text while it reads
+ * it; at 10 kB, 4.6 kB of request was closed unanswered, 5 kB got
+ * libmicrohttpd's own 431).
+ */
+static size_t
+http_request_text_bytes(struct MHD_Connection *connection, const ConnSlot *slot)
+{
+	size_t		bytes = slot != NULL ? slot->target_len : 0;
+
+	(void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND, http_count_header, &bytes);
+	return bytes;
+}
+
+static enum MHD_Result
 http_collect_forwarded(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
 					   const char *value, size_t value_size)
 {
@@ -777,6 +806,18 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	{
 		*con_cls = &http_plain_request;
 		return MHD_YES;
+	}
+	if (http_request_text_bytes(connection, slot) > server->connection_memory / 3)
+	{
+		char		body[300];
+
+		/* its answer's headers might not fit beside it: said now, not a silent close */
+		snprintf(body, sizeof(body),
+				 "{\"message\":\"The request's target and headers take more than %zu bytes, "
+				 "which leaves too little of shape_sync.connection_memory (%zu kB) for the "
+				 "response's headers; send fewer headers, or the database operator can raise it\"}",
+				 server->connection_memory / 3, server->connection_memory / 1024);
+		return http_respond_json(connection, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, body, true);
 	}
 	sc = calloc(1, sizeof(ShapeConn));
 	if (sc == NULL)

@@ -982,6 +982,13 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 					 REPLICA_IDENTITY_LOCK_TIMEOUT_MS);
 			return 503;
 	}
+	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
+	{
+		/* the where clause failed on a row (a division by zero, a value it cannot cast) */
+		snprintf(message, len, "The shape's where clause failed on a row of the table: %s",
+				 edata->message);
+		return 400;
+	}
 	snprintf(message, len, "The shape's snapshot failed: %s", edata->message);
 	return 500;
 }

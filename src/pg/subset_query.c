@@ -807,6 +807,15 @@ subset_failure(const ErrorData *edata, int64 elapsed_ms, StringInfo body)
 			appendStringInfoChar(body, '}');
 			return 400;
 	}
+	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
+	{
+		/* the where clause failed on a row (a division by zero, a value it cannot cast) */
+		appendStringInfoString(body, "\"Invalid request\",\"errors\":{\"subset\":{\"where\":[");
+		escape_json(body, psprintf("The where clause failed on a row of the table: %s",
+								   edata->message));
+		appendStringInfoString(body, "]}}}");
+		return 400;
+	}
 	escape_json(body, psprintf("The subset query failed: %s", edata->message));
 	appendStringInfoChar(body, '}');
 	return 500;

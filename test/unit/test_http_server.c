@@ -1685,6 +1685,45 @@ check_hidden_query_closes(const char *query)
 	free(req);
 }
 
+/*
+ * regression (found by the HTTP fuzz): a request whose headers fit in the
+ * connection's memory but left no room for the response's headers was
+ * closed without an answer; past a third of it, it gets a 431 that names
+ * shape_sync.connection_memory
+ */
+TEST(large_request_headers_get_431)
+{
+	char	   *req = malloc(CONNECTION_MEMORY + 1024);
+	size_t		cookie;
+	HcResponse	r;
+
+	REQUIRE(server != NULL && req != NULL);
+	for (cookie = CONNECTION_MEMORY / 3; cookie <= CONNECTION_MEMORY * 2 / 5; cookie += 128)
+	{
+		size_t		n = (size_t) sprintf(req, "GET /v1/shape?table=items&offset=-1 HTTP/1.1\r\n"
+										 "Host: 127.0.0.1\r\nConnection: close\r\nCookie: ");
+
+		memset(req + n, 'c', cookie);
+		sprintf(req + n + cookie, "\r\n\r\n");
+		REQUIRE_RESPONSE(request_raw(req, &r), &r);
+		CHECK_EQ(r.status, 431);
+		CHECK(strstr(r.body, "shape_sync.connection_memory") != NULL);
+		hc_response_free(&r);
+	}
+	/* a kilobyte of cookie is answered as usual */
+	{
+		size_t		n = (size_t) sprintf(req, "GET /v1/shape?table=items&offset=-1 HTTP/1.1\r\n"
+										 "Host: 127.0.0.1\r\nConnection: close\r\nCookie: ");
+
+		memset(req + n, 'c', 1024);
+		sprintf(req + n + 1024, "\r\n\r\n");
+		REQUIRE_RESPONSE(request_raw(req, &r), &r);
+		CHECK(r.status != 431);
+		hc_response_free(&r);
+	}
+	free(req);
+}
+
 /* regression: thousands of params[n] left the connection hanging until the client gave up */
 TEST(oversized_targets_get_answers)
 {
