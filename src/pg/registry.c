@@ -71,7 +71,7 @@
  * are the least recently read and go first.  Nor can a loop of invalid
  * ones keep the main thread validating: a client whose definitions were
  * refused that many times in the minute gets 503 before its next one is
- * looked at.
+ * looked at, unless that one validated lately (its shapes stay in reach).
  *
  * IDENTIFICATION
  *	  src/pg/registry.c
@@ -681,6 +681,52 @@ reg_client_may_validate(const ShapeRequest *req, unsigned *retry_s)
 	return false;
 }
 
+/*
+ * Definitions that validated lately, as hashes of their text, in a table
+ * of fixed size (a newer one takes an older one's place): a client over
+ * its refusals still reaches the shapes it had, whose definitions are
+ * here, at the cost of one hash.
+ */
+#define REG_VALID_DEFINITIONS	4096
+static uint64 reg_valid_definitions[REG_VALID_DEFINITIONS];
+
+static uint64
+reg_definition_hash(const ShapeDefinition *def)
+{
+	uint64		h = 0x9e3779b97f4a7c15ULL;
+	const char *parts[3] = {def->schema, def->table, def->where};
+
+#define REG_MIX(p, n) (h = hash_bytes_extended((const unsigned char *) (p), (int) (n), h))
+	for (int i = 0; i < 3; i++)
+		REG_MIX(parts[i] ? parts[i] : "\001", parts[i] ? strlen(parts[i]) + 1 : 1);
+	for (int i = 0; i < def->nparams; i++)
+		REG_MIX(def->params[i] ? def->params[i] : "\001",
+				def->params[i] ? strlen(def->params[i]) + 1 : 1);
+	REG_MIX("\002", 1);
+	for (int i = 0; i < def->ncolumns; i++)
+		REG_MIX(def->columns[i] ? def->columns[i] : "", def->columns[i] ? strlen(def->columns[i]) + 1 : 1);
+	REG_MIX(&def->replica_full, sizeof(def->replica_full));
+	REG_MIX(&def->changes_only, sizeof(def->changes_only));
+#undef REG_MIX
+	return h | 1;				/* 0 marks an empty place */
+}
+
+static bool
+reg_definition_valid_lately(const ShapeDefinition *def)
+{
+	uint64		h = reg_definition_hash(def);
+
+	return reg_valid_definitions[h % REG_VALID_DEFINITIONS] == h;
+}
+
+static void
+reg_definition_validated(const ShapeDefinition *def)
+{
+	uint64		h = reg_definition_hash(def);
+
+	reg_valid_definitions[h % REG_VALID_DEFINITIONS] = h;
+}
+
 static void
 reg_client_refused(const ShapeRequest *req)
 {
@@ -961,7 +1007,8 @@ registry_resolve(ShapeRequest *req)
 	{
 		unsigned	retry_s;
 
-		if (!reg_client_may_validate(req, &retry_s))
+		if (!reg_client_may_validate(req, &retry_s) &&
+			!(req->has_definition && reg_definition_valid_lately(&req->def)))
 		{
 			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
 			req->result.retry_after_s = retry_s;
@@ -981,7 +1028,11 @@ registry_resolve(ShapeRequest *req)
 		/* an error leaves the role with the subtransaction */
 		shape_role_become(shape_role_resolve(), &saved);
 		if (req->has_definition || !req->delete_shape)
+		{
 			shape_def_validate(&req->def, &spec, true);
+			if (!reg_in_replay)
+				reg_definition_validated(&req->def);
+		}
 		if (req->delete_shape)
 			reg_delete(req, req->has_definition ? &spec : NULL);
 		else

@@ -463,7 +463,24 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	}
 	/* what planning evaluates of the table's own code runs as its owner (table_code.c) */
 	table_code_plan_as_owner(spec->relid, &planner_user);
+	/*
+	 * Estimating selectivity runs the clause's operators on the column's
+	 * statistics (every most common value and histogram bound): planning
+	 * is one evaluation, within the same deadline as a row.
+	 */
+	eval_deadline_watch();
+	snap_watching++;
+	eval_deadline_begin();
 	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
+	if (unlikely(eval_deadline_end()))
+	{
+		snap_row_too_slow = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("the where clause took too long while the query was planned")));
+	}
+	snap_watching--;
+	eval_deadline_unwatch();
 	table_code_restore(&planner_user);
 
 	qd = CreateQueryDesc(plan, "shape_sync snapshot", GetActiveSnapshot(), InvalidSnapshot,
@@ -1079,12 +1096,11 @@ snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 	problem = shape_role_usable() != role ?
 		pstrdup("\"shape_sync.role\" changed or cannot be used") :
 		shape_spec_read_problem(spec, &field);
-	if (problem == NULL)
-		problem = table_code_problem(spec->relid);
 	if (problem != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("a shape of table %s cannot be served: %s", relation, problem)));
+	table_code_check(spec->relid);
 }
 
 /*

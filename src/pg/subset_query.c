@@ -894,7 +894,10 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 		 * The answer is made before the transaction is aborted: what it
 		 * quotes (subset_message, subset_body, a where clause's position)
 		 * was allocated in that transaction, and is gone once it aborts.
+		 * Until the abort the failed work may still hold LWLocks: this
+		 * formats text only, with interrupts held, and looks nothing up.
 		 */
+		HOLD_INTERRUPTS();
 		initStringInfo(&body);
 		if (snapshot_deadline_caught())
 		{
@@ -907,6 +910,7 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 		subset_field = NULL;
 		subset_message = NULL;
 		subset_body = NULL;
+		RESUME_INTERRUPTS();
 		snapshot_worker_recover();
 		if (status >= 500)
 			ereport(status == 500 ? LOG : DEBUG1,

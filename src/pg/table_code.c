@@ -48,7 +48,6 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/relation.h"
 #include "access/table.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_constraint.h"
@@ -63,11 +62,11 @@
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/builtins.h"
+#include "utils/catcache.h"
 #include "utils/regproc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
-#include "utils/typcache.h"
 #include "utils/varlena.h"
 
 #include "guc.h"
@@ -83,6 +82,7 @@ typedef struct TableCodeWalk
 	Oid			untrusted_owner;
 	const char *untrusted_in;	/* and what it belongs to */
 	int			depth;
+	bool		too_deep;		/* a type nested past TABLE_CODE_MAX_TYPE_DEPTH */
 } TableCodeWalk;
 
 static void tc_check_type(TableCodeWalk *w, Oid typid);
@@ -161,157 +161,182 @@ tc_check_expression(TableCodeWalk *w, Node *expr, const char *object)
 
 /* The nodeToString text of a catalog column, walked; NULL is nothing. */
 static void
-tc_check_catalog_text(TableCodeWalk *w, int cacheid, HeapTuple tuple, AttrNumber attnum,
-					  const char *object)
+tc_check_text_datum(TableCodeWalk *w, Datum value, bool isnull, const char *object)
 {
-	bool		isnull;
-	Datum		d = SysCacheGetAttr(cacheid, tuple, attnum, &isnull);
-
 	if (!isnull)
-		tc_check_expression(w, stringToNode(TextDatumGetCString(d)), object);
+		tc_check_expression(w, stringToNode(TextDatumGetCString(value)), object);
+}
+
+/*
+ * Each row of catalog `catid` whose `keycol` is `key` (found through
+ * `indexid`): its expression in `exprcol` is walked, named by `name`.
+ */
+typedef const char *(*TableCodeRowName) (HeapTuple tuple, const char *relname);
+
+static void
+tc_check_catalog_rows(TableCodeWalk *w, Oid catid, Oid indexid, AttrNumber keycol, Oid key,
+					  AttrNumber exprcol, TableCodeRowName name, const char *relname)
+{
+	Relation	catalog = table_open(catid, AccessShareLock);
+	ScanKeyData scankey;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+
+	ScanKeyInit(&scankey, keycol, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key));
+	scan = systable_beginscan(catalog, indexid, true, NULL, 1, &scankey);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)) && !OidIsValid(w->untrusted))
+	{
+		bool		isnull;
+		Datum		expr = heap_getattr(tuple, exprcol, RelationGetDescr(catalog), &isnull);
+
+		if (!isnull)
+			tc_check_text_datum(w, expr, false, name(tuple, relname));
+	}
+	systable_endscan(scan);
+	table_close(catalog, AccessShareLock);
+}
+
+static const char *
+tc_index_name(HeapTuple tuple, const char *relname)
+{
+	return psprintf("index %s",
+					quote_identifier(get_rel_name(((Form_pg_index) GETSTRUCT(tuple))->indexrelid)));
+}
+
+static const char *
+tc_statistics_name(HeapTuple tuple, const char *relname)
+{
+	return psprintf("statistics object %s",
+					quote_identifier(NameStr(((Form_pg_statistic_ext) GETSTRUCT(tuple))->stxname)));
+}
+
+static const char *
+tc_constraint_name(HeapTuple tuple, const char *relname)
+{
+	Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tuple);
+
+	if (OidIsValid(con->contypid))
+		return psprintf("a constraint of domain %s", format_type_be(con->contypid));
+	return psprintf("constraint %s of %s", quote_identifier(NameStr(con->conname)), relname);
+}
+
+/* The types of the columns of relation `relid` (a table, or a composite type's). */
+static void
+tc_check_column_types(TableCodeWalk *w, Oid relid, const char *relname)
+{
+	CatCList   *attrs = SearchSysCacheList1(ATTNUM, ObjectIdGetDatum(relid));
+
+	for (int i = 0; i < attrs->n_members && !OidIsValid(w->untrusted); i++)
+	{
+		Form_pg_attribute att = (Form_pg_attribute) GETSTRUCT(&attrs->members[i]->tuple);
+
+		if (att->attnum <= 0 || att->attisdropped)
+			continue;
+		if (relname != NULL)
+			w->object = psprintf("column %s of %s", quote_identifier(NameStr(att->attname)),
+								 relname);
+		tc_check_type(w, att->atttypid);
+	}
+	ReleaseSysCacheList(attrs);
 }
 
 /*
  * A column's type: a domain's CHECK constraints and the type it is over,
- * an array's element, a range's subtype, a composite's fields.
+ * an array's element, a range's subtype, a composite's fields.  Deeper
+ * than TABLE_CODE_MAX_TYPE_DEPTH is refused, not skipped.
  */
 static void
 tc_check_type(TableCodeWalk *w, Oid typid)
 {
+	HeapTuple	tuple;
+	Form_pg_type typ;
 	char		typtype;
+	Oid			base;
+	Oid			typrelid;
+	Oid			element;
 
-	if (OidIsValid(w->untrusted) || w->depth >= TABLE_CODE_MAX_TYPE_DEPTH)
+	if (OidIsValid(w->untrusted) || w->too_deep || !OidIsValid(typid))
 		return;
+	if (w->depth >= TABLE_CODE_MAX_TYPE_DEPTH)
+	{
+		w->too_deep = true;
+		return;
+	}
+	tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
+	if (!HeapTupleIsValid(tuple))
+		return;					/* dropped meanwhile */
+	typ = (Form_pg_type) GETSTRUCT(tuple);
+	typtype = typ->typtype;
+	base = typ->typbasetype;
+	typrelid = typ->typrelid;
+	element = IsTrueArrayType(typ) ? typ->typelem : InvalidOid;
+	ReleaseSysCache(tuple);
+
 	w->depth++;
-	typtype = get_typtype(typid);
 	if (typtype == TYPTYPE_DOMAIN)
 	{
 		/*
 		 * From the catalog, not the type cache: loading a domain's
 		 * constraints there simplifies them, which calls their functions.
 		 */
-		Relation	conrel = table_open(ConstraintRelationId, AccessShareLock);
-		ScanKeyData key;
-		SysScanDesc scan;
-		HeapTuple	tuple;
 		const char *saved = w->object;
 
-		w->object = psprintf("a constraint of domain %s", format_type_be(typid));
-		ScanKeyInit(&key, Anum_pg_constraint_contypid, BTEqualStrategyNumber, F_OIDEQ,
-					ObjectIdGetDatum(typid));
-		scan = systable_beginscan(conrel, ConstraintTypidIndexId, true, NULL, 1, &key);
-		while (HeapTupleIsValid(tuple = systable_getnext(scan)) && !OidIsValid(w->untrusted))
-		{
-			bool		isnull;
-			Datum		bin = heap_getattr(tuple, Anum_pg_constraint_conbin,
-										   RelationGetDescr(conrel), &isnull);
-
-			if (!isnull)
-				(void) tc_walker(stringToNode(TextDatumGetCString(bin)), w);
-		}
-		systable_endscan(scan);
-		table_close(conrel, AccessShareLock);
+		tc_check_catalog_rows(w, ConstraintRelationId, ConstraintTypidIndexId,
+							  Anum_pg_constraint_contypid, typid, Anum_pg_constraint_conbin,
+							  tc_constraint_name, NULL);
 		w->object = saved;
-		/* the domain it is over, and its constraints */
-		tuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(typid));
-		if (HeapTupleIsValid(tuple))
-		{
-			Oid			base = ((Form_pg_type) GETSTRUCT(tuple))->typbasetype;
-
-			ReleaseSysCache(tuple);
-			tc_check_type(w, base);
-		}
+		tc_check_type(w, base);
 	}
-	else if (typtype == TYPTYPE_COMPOSITE)
-	{
-		Relation	rel = relation_open(get_typ_typrelid(typid), AccessShareLock);
-		TupleDesc	desc = RelationGetDescr(rel);
-
-		for (int i = 0; i < desc->natts; i++)
-			if (!TupleDescAttr(desc, i)->attisdropped)
-				tc_check_type(w, TupleDescAttr(desc, i)->atttypid);
-		relation_close(rel, AccessShareLock);
-	}
+	else if (typtype == TYPTYPE_COMPOSITE && OidIsValid(typrelid))
+		tc_check_column_types(w, typrelid, NULL);
 	else if (typtype == TYPTYPE_RANGE)
 		tc_check_type(w, get_range_subtype(typid));
 	else if (typtype == TYPTYPE_MULTIRANGE)
 		tc_check_type(w, get_multirange_range(typid));
-	else if (OidIsValid(get_element_type(typid)))
-		tc_check_type(w, get_element_type(typid));
+	else if (OidIsValid(element))
+		tc_check_type(w, element);
 	w->depth--;
 }
 
-/* One relation: everything the header lists that it carries itself. */
+/*
+ * One relation: everything the header lists that it carries itself, read
+ * from the catalog alone.  No lock is taken: the worker's main thread
+ * validates shapes and must never wait for a lock another session holds
+ * on a partition; the catalog, read under the catalog snapshot, says what
+ * the next lock of the table would show.
+ */
 static void
-tc_check_relation(TableCodeWalk *w, Relation rel)
+tc_check_relation(TableCodeWalk *w, Oid relid, char relkind)
 {
-	const char *name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												  RelationGetRelationName(rel));
-	TupleDesc	desc = RelationGetDescr(rel);
-	List	   *oids;
-	ListCell   *lc;
+	const char *name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+												  get_rel_name(relid));
 
-	/* indexes: their expressions and predicates */
-	oids = RelationGetIndexList(rel);
-	foreach(lc, oids)
+	tc_check_catalog_rows(w, IndexRelationId, IndexIndrelidIndexId, Anum_pg_index_indrelid,
+						  relid, Anum_pg_index_indexprs, tc_index_name, name);
+	tc_check_catalog_rows(w, IndexRelationId, IndexIndrelidIndexId, Anum_pg_index_indrelid,
+						  relid, Anum_pg_index_indpred, tc_index_name, name);
+	tc_check_catalog_rows(w, StatisticExtRelationId, StatisticExtRelidIndexId,
+						  Anum_pg_statistic_ext_stxrelid, relid, Anum_pg_statistic_ext_stxexprs,
+						  tc_statistics_name, name);
+	tc_check_catalog_rows(w, ConstraintRelationId, ConstraintRelidTypidNameIndexId,
+						  Anum_pg_constraint_conrelid, relid, Anum_pg_constraint_conbin,
+						  tc_constraint_name, name);
+	if (relkind == RELKIND_PARTITIONED_TABLE && !OidIsValid(w->untrusted))
 	{
-		Oid			indexoid = lfirst_oid(lc);
-		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(indexoid));
-		char	   *object;
-
-		if (!HeapTupleIsValid(tuple))
-			continue;			/* dropped meanwhile */
-		object = psprintf("index %s", quote_identifier(get_rel_name(indexoid)));
-		tc_check_catalog_text(w, INDEXRELID, tuple, Anum_pg_index_indexprs, object);
-		tc_check_catalog_text(w, INDEXRELID, tuple, Anum_pg_index_indpred, object);
-		ReleaseSysCache(tuple);
-	}
-
-	/* extended statistics on expressions */
-	oids = RelationGetStatExtList(rel);
-	foreach(lc, oids)
-	{
-		Oid			statoid = lfirst_oid(lc);
-		HeapTuple	tuple = SearchSysCache1(STATEXTOID, ObjectIdGetDatum(statoid));
-
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		tc_check_catalog_text(w, STATEXTOID, tuple, Anum_pg_statistic_ext_stxexprs,
-							  psprintf("statistics object %s",
-									   quote_identifier(NameStr(((Form_pg_statistic_ext) GETSTRUCT(tuple))->stxname))));
-		ReleaseSysCache(tuple);
-	}
-
-	/* the partition key */
-	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
-	{
-		HeapTuple	tuple = SearchSysCache1(PARTRELID, ObjectIdGetDatum(RelationGetRelid(rel)));
+		HeapTuple	tuple = SearchSysCache1(PARTRELID, ObjectIdGetDatum(relid));
 
 		if (HeapTupleIsValid(tuple))
 		{
-			tc_check_catalog_text(w, PARTRELID, tuple, Anum_pg_partitioned_table_partexprs,
-								  psprintf("the partition key of %s", name));
+			bool		isnull;
+			Datum		exprs = SysCacheGetAttr(PARTRELID, tuple,
+												Anum_pg_partitioned_table_partexprs, &isnull);
+
+			tc_check_text_datum(w, exprs, isnull, psprintf("the partition key of %s", name));
 			ReleaseSysCache(tuple);
 		}
 	}
-
-	/* CHECK constraints */
-	if (desc->constr != NULL)
-		for (int i = 0; i < desc->constr->num_check; i++)
-			tc_check_expression(w, stringToNode(desc->constr->check[i].ccbin),
-								psprintf("constraint %s of %s",
-										 quote_identifier(desc->constr->check[i].ccname), name));
-
-	/* the columns' types */
-	for (int i = 0; i < desc->natts && !OidIsValid(w->untrusted); i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped)
-			continue;
-		w->object = psprintf("column %s of %s", quote_identifier(NameStr(att->attname)), name);
-		tc_check_type(w, att->atttypid);
-	}
+	if (!OidIsValid(w->untrusted))
+		tc_check_column_types(w, relid, name);
 }
 
 char *
@@ -324,23 +349,18 @@ table_code_problem(Oid relid)
 	memset(&w, 0, sizeof(w));
 	/* a partitioned table's partitions are read, and planned, with it */
 	rels = get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE ?
-		find_all_inheritors(relid, AccessShareLock, NULL) : list_make1_oid(relid);
+		find_all_inheritors(relid, NoLock, NULL) : list_make1_oid(relid);
 	foreach(lc, rels)
 	{
-		Relation	rel = try_relation_open(lfirst_oid(lc), AccessShareLock);
+		Oid			rel = lfirst_oid(lc);
+		char		relkind = get_rel_relkind(rel);
 
-		if (rel == NULL)
+		if (relkind == RELKIND_FOREIGN_TABLE)
+			return psprintf("its partition %s is a foreign table, read through a foreign-data wrapper",
+							quote_identifier(get_rel_name(rel)));
+		if (relkind == '\0')
 			continue;			/* detached and dropped meanwhile */
-		if (rel->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
-		{
-			char	   *problem = psprintf("its partition %s is a foreign table, read through a foreign-data wrapper",
-										   quote_identifier(RelationGetRelationName(rel)));
-
-			relation_close(rel, AccessShareLock);
-			return problem;
-		}
-		tc_check_relation(&w, rel);
-		relation_close(rel, AccessShareLock);
+		tc_check_relation(&w, rel, relkind);
 		if (OidIsValid(w.untrusted))
 		{
 			const char *owner = GetUserNameFromId(w.untrusted_owner, true);
@@ -349,6 +369,9 @@ table_code_problem(Oid relid)
 							w.untrusted_in, format_procedure(w.untrusted),
 							owner ? owner : "?");
 		}
+		if (w.too_deep)
+			return psprintf("a column type of %s nests domains, arrays, ranges or composites more than %d deep",
+							quote_identifier(get_rel_name(rel)), TABLE_CODE_MAX_TYPE_DEPTH);
 	}
 	return NULL;
 }
@@ -361,11 +384,11 @@ table_code_check(Oid relid)
 	if (problem != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("table %s cannot be served: %s",
+				 errmsg("table %s cannot be served: it carries code of a role that is not trusted to run while it is read",
 						quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-												   get_rel_name(relid)),
-						problem),
-				 errhint("A superuser may list the function's owner in \"shape_sync.trusted_owners\".")));
+												   get_rel_name(relid))),
+				 errdetail("%s.", problem),
+				 errhint("A superuser may list the function's owner in \"shape_sync.trusted_owners\"; shape_sync.validate_shape() shows this detail.")));
 }
 
 void

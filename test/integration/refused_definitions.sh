@@ -4,7 +4,8 @@
 # cost the main thread its validation (up to shape_sync.where_evaluation_timeout), and no
 # per-client limit counted it.  Now a client whose definitions were refused
 # shape_sync.max_new_shapes_per_client times in the minute gets 503 with retry-after before
-# any more are looked at; other clients, and its shapes already resolved, are served.
+# any more are looked at; other clients, and the shapes it had (their definitions validated
+# lately), are served.
 # Before: the 4th and later invalid definitions all got 400, each validated anew.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -37,6 +38,8 @@ retry=$(header retry-after "$work/h")
 check "with a retry-after of at most a minute" test "${retry:-0}" -ge 1 -a "${retry:-0}" -le 61
 expect_match "naming the limit" 'invalid shape definitions.*max_new_shapes_per_client' "$(cat "$work/b")"
 expect_eq "a valid new definition of that client waits too" 503 "$(get 127.0.0.1 'id <= 6')"
+expect_eq "its shape made before is still served" 200 "$(get 127.0.0.1 'id <= 5' "&offset=-1")"
+expect_eq "under the same handle" "$handle" "$(header electric-handle "$work/h")"
 expect_eq "another client is served" 200 "$(get 127.0.0.2 'id <= 7')"
 expect_eq "and gets its own 400s" 400 "$(get 127.0.0.2 'nosuch = 1')"
 finish
