@@ -18,6 +18,23 @@
  * hold none, and a segment that cannot be had answers 503, never an error
  * of the main thread.
  *
+ * A job waits, too, while its shape's own snapshot is being taken: the
+ * subset's snapshot must be no older than the shape's.  The shape's log
+ * holds exactly the transactions its snapshot does not see, and the
+ * client reads that log from the offset its subset request was sent at,
+ * dropping the changes the subset's snapshot already saw (the official
+ * client's snapshot tracker).  A transaction the subset does not see was
+ * not committed when the subset's snapshot was taken, so not when the
+ * shape's was, taken before: its changes are in the log.  Were the
+ * subset's snapshot the older, a transaction committed between the two
+ * would be in neither.  This happens: a shape's first snapshot of a table
+ * sets REPLICA IDENTITY FULL, which waits for the lock of a transaction
+ * writing to it, while the subset query runs at once; the subset answered
+ * the row as it was, the writer committed, the shape's snapshot saw the
+ * commit and its log never carried it.  A shape whose snapshot failed
+ * answers its waiting subsets 503, as a dropped one does: their retry gets
+ * the failure the registry keeps for a while.
+ *
  * The worker leaves the answer in the request's SubsetResults cell
  * (subset_results.c) and wakes this thread, which hands the request back
  * to its HTTP thread; that thread sends what the cell holds.  A request
@@ -220,11 +237,46 @@ subset_definition(SubsetJobEntry *e, Oid *role)
 }
 
 /*
+ * Where a waiting job's shape is: its own snapshot still being taken (the
+ * job waits, see the header), failed, or taken (or the shape gone, which
+ * subset_definition answers).
+ */
+typedef enum SubsetShapeWait
+{
+	SUBSET_SHAPE_TAKEN,
+	SUBSET_SHAPE_SNAPSHOTTING,
+	SUBSET_SHAPE_FAILED
+} SubsetShapeWait;
+
+static SubsetShapeWait
+subset_shape_wait(const SubsetJobEntry *e)
+{
+	const ShapeSpec *spec;
+	const char *fingerprint;
+	Oid			role;
+
+	if (!registry_shape(e->req->result.slot, e->req->result.generation, &spec, &fingerprint,
+						&role))
+		return SUBSET_SHAPE_TAKEN;
+	switch (shape_table_state(shape_sync_shared->table, e->req->result.slot))
+	{
+		case SHAPE_SNAPSHOTTING:
+			return SUBSET_SHAPE_SNAPSHOTTING;
+		case SHAPE_FAILED:
+			return SUBSET_SHAPE_FAILED;
+		default:
+			return SUBSET_SHAPE_TAKEN;
+	}
+}
+
+/*
  * Queues waiting jobs, oldest first, while fewer than
  * shape_sync.max_snapshot_workers jobs sit in the pool's queue (shape
  * snapshots count too: registry.c queues those first), and while subset
  * jobs, queued or running, leave at least one of the pool's workers to
- * shape snapshots: subsets never starve new shapes.
+ * shape snapshots: subsets never starve new shapes.  A job whose shape is
+ * still taking its snapshot stays on the list, in its place, and those
+ * behind it go on (see the header).
  */
 void
 subset_jobs_launch(void)
@@ -232,46 +284,66 @@ subset_jobs_launch(void)
 	SnapshotJobs *jobs = &shape_sync_shared->snapshot_jobs;
 	int			share = Max(shape_sync_max_snapshot_workers - 1, 1);
 	bool		pushed = false;
+	bool		full = false;
+	int			waiting = subset_waiting_len;
+	int			kept = 0;
 
-	while (subset_waiting_len > 0 && subset_in_pool < share &&
-		   snapshot_jobs_queued(jobs) < (uint32) shape_sync_max_snapshot_workers)
+	for (int i = 0; i < waiting; i++)
 	{
-		int			cell = subset_waiting[subset_waiting_head];
+		int			cell = subset_waiting[(subset_waiting_head + i) % SUBSET_RESULTS_MAX];
 		SubsetJobEntry *e = &subset_entries[cell];
 		SnapshotJob job;
 		Oid			role;
 
-		if (e->in_use && e->req != NULL && !e->queued)
+		if (!e->in_use || e->req == NULL || e->queued)
+			continue;			/* answered meanwhile: off the list */
+		if (full || subset_in_pool >= share ||
+			snapshot_jobs_queued(jobs) >= (uint32) shape_sync_max_snapshot_workers)
 		{
-			e->definition = subset_definition(e, &role);
-			if (e->definition == NULL)
-			{
-				subset_waiting_head = (subset_waiting_head + 1) % SUBSET_RESULTS_MAX;
-				subset_waiting_len--;
+			full = true;
+			subset_waiting[(subset_waiting_head + kept++) % SUBSET_RESULTS_MAX] = cell;
+			continue;
+		}
+		switch (subset_shape_wait(e))
+		{
+			case SUBSET_SHAPE_SNAPSHOTTING:
+				subset_waiting[(subset_waiting_head + kept++) % SUBSET_RESULTS_MAX] = cell;
+				continue;
+			case SUBSET_SHAPE_FAILED:
+				/* as a dropped shape: the retry gets the failure the registry keeps */
+				subset_answer(e, "The shape's snapshot failed, please retry");
 				subset_forget(cell);
 				continue;
-			}
-			job.slot = SUBSET_JOB_SLOT_BIT | (uint32) cell;
-			job.generation = e->ticket;
-			job.role = (uint32) role;
-			job.definition = (uint32) dsm_segment_handle(e->definition);
-			job.flags = 0;
-			/* the job holds the cell from now on, until its worker is done */
-			subset_hold_for_job(subset_results(), cell);
-			if (!snapshot_jobs_push(jobs, &job))
-			{
-				subset_release(subset_results(), shape_sync_shared->table->arena, cell);
-				dsm_detach(e->definition);
-				e->definition = NULL;
-				break;			/* full: a worker is still reading a cell */
-			}
-			e->queued = true;
-			subset_in_pool++;
-			pushed = true;
+			case SUBSET_SHAPE_TAKEN:
+				break;
 		}
-		subset_waiting_head = (subset_waiting_head + 1) % SUBSET_RESULTS_MAX;
-		subset_waiting_len--;
+		e->definition = subset_definition(e, &role);
+		if (e->definition == NULL)
+		{
+			subset_forget(cell);
+			continue;
+		}
+		job.slot = SUBSET_JOB_SLOT_BIT | (uint32) cell;
+		job.generation = e->ticket;
+		job.role = (uint32) role;
+		job.definition = (uint32) dsm_segment_handle(e->definition);
+		job.flags = 0;
+		/* the job holds the cell from now on, until its worker is done */
+		subset_hold_for_job(subset_results(), cell);
+		if (!snapshot_jobs_push(jobs, &job))
+		{
+			subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+			dsm_detach(e->definition);
+			e->definition = NULL;
+			full = true;		/* a worker is still reading a cell */
+			subset_waiting[(subset_waiting_head + kept++) % SUBSET_RESULTS_MAX] = cell;
+			continue;
+		}
+		e->queued = true;
+		subset_in_pool++;
+		pushed = true;
 	}
+	subset_waiting_len = kept;
 	if (pushed)
 		snapshot_pool_staff();
 }
