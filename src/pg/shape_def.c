@@ -1052,7 +1052,7 @@ sdef_check_param_ref(ParamRef *ref, int nparams)
  * cast, is read as that type then), so what could run code outside
  * pg_catalog must be refused before.  Subqueries go here too, before they
  * could name anything; names qualified with another schema (functions,
- * operators, collations) and anything that would look an object up by
+ * operators, collations, types) and anything that would look an object up by
  * name (object identifier types); and a $n past the parameters given:
  * analysis would allocate an array of n parameter types (a gigabyte for
  * $268435455) before anything else could refuse it.
@@ -1090,6 +1090,14 @@ sdef_check_raw(Node *node, SdefRaw *raw)
 	if ((IsA(node, FuncCall) && !sdef_name_in_catalog(((FuncCall *) node)->funcname)) ||
 		(IsA(node, A_Expr) && !sdef_name_in_catalog(((A_Expr *) node)->name)))
 		sdef_refuse_foreign_function();
+	if (IsA(node, TypeCast) && !sdef_name_in_catalog(((TypeCast *) node)->typeName->names))
+	{
+		sdef_failing("where", "Only types of pg_catalog are allowed in where clauses");
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("only types of pg_catalog are allowed in a shape's where clause"),
+				 errposition(((TypeCast *) node)->location + 1)));
+	}
 	if (IsA(node, TypeCast))
 	{
 		TypeName   *name = ((TypeCast *) node)->typeName;

@@ -56,6 +56,8 @@ export function hostileCorpus({ table: T, port, suffix: sfx }) {
     ['to_tsvector with a configuration OID', shape(`where=${encodeURIComponent("to_tsvector(3748, title) @@ 'a'::tsquery")}`), 400, /to_tsvector\(\) is not allowed/],
     ['websearch_to_tsquery', shape(`where=${encodeURIComponent("websearch_to_tsquery('simple', title) IS NOT NULL")}`), 400, /websearch_to_tsquery\(\) is not allowed/],
     ['pg_partition_root', shape(`where=${encodeURIComponent('pg_partition_root(id) IS NOT NULL')}`), 400, /pg_partition_root\(\) is not allowed/],
+    ['a qualified type of another schema', shape(`where=${encodeURIComponent("title::public.nosuch IS NOT NULL")}`), 400, /"where":\["Only types of pg_catalog are allowed in where clauses"\]/],
+    ['a qualified type of another schema in an array cast', shape(`where=${encodeURIComponent("'{}'::information_schema.sql_identifier[] IS NOT NULL")}`), 400, /Only types of pg_catalog/],
     ['a qualified collation of another schema', shape(`where=${encodeURIComponent("title COLLATE public.nosuch < 'b'")}`), 400, /"where":\["Only collations of pg_catalog are allowed in where clauses"\]/],
     // a constant pattern is compiled at validation: 400 now, not a 500 and a WARNING per snapshot
     ['an invalid regular expression', shape(`where=${encodeURIComponent("title ~ '('")}`), 400, /"where":\["invalid regular expression: parentheses \(\) not balanced"\]/],
