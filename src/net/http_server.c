@@ -548,12 +548,18 @@ http_header_n(struct MHD_Connection *connection, enum MHD_ValueKind kind,
 	return value;
 }
 
-/* The X-Forwarded-For headers of a request, in the order they came. */
+/*
+ * The last CLIENT_FORWARD_HEADERS_MAX X-Forwarded-For headers of a request,
+ * in a ring: header i (counted from 0, in the order they came) is at
+ * i % CLIENT_FORWARD_HEADERS_MAX.  The walk reads no more than those, from
+ * the right, so the headers a client sends before its proxy's cost nothing.
+ */
 typedef struct HttpForwarded
 {
-	int			n;				/* past CLIENT_FORWARD_HEADERS_MAX: too many */
-	const char *values[CLIENT_FORWARD_HEADERS_MAX + 1];
-	size_t		lens[CLIENT_FORWARD_HEADERS_MAX + 1];
+	int			n;				/* headers seen, less a multiple of
+								 * CLIENT_FORWARD_HEADERS_MAX once past it */
+	const char *values[CLIENT_FORWARD_HEADERS_MAX];
+	size_t		lens[CLIENT_FORWARD_HEADERS_MAX];
 } HttpForwarded;
 
 static enum MHD_Result
@@ -593,10 +599,12 @@ http_collect_forwarded(void *cls, enum MHD_ValueKind kind, const char *key, size
 
 	if (key_size != 15 || strncasecmp(key, "X-Forwarded-For", 15) != 0)
 		return MHD_YES;
-	f->values[f->n] = value ? value : "";
-	f->lens[f->n] = value ? value_size : 0;
+	f->values[f->n % CLIENT_FORWARD_HEADERS_MAX] = value ? value : "";
+	f->lens[f->n % CLIENT_FORWARD_HEADERS_MAX] = value ? value_size : 0;
 	f->n++;
-	return f->n <= CLIENT_FORWARD_HEADERS_MAX ? MHD_YES : MHD_NO;
+	if (f->n == 2 * CLIENT_FORWARD_HEADERS_MAX)
+		f->n -= CLIENT_FORWARD_HEADERS_MAX; /* the same slots, and still "more" */
+	return MHD_YES;
 }
 
 /*
@@ -612,10 +620,22 @@ http_identify_client(struct MHD_Connection *connection, const AccessRules *rules
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	const struct sockaddr *peer = addr != NULL ? addr->client_addr : NULL;
 	HttpForwarded f = {0};
+	const char *values[CLIENT_FORWARD_HEADERS_MAX];
+	size_t		lens[CLIENT_FORWARD_HEADERS_MAX];
+	int			kept;
 
 	if (access_peer_is_trusted(rules, peer))
 		MHD_get_connection_values_n(connection, MHD_HEADER_KIND, http_collect_forwarded, &f);
-	access_identify_client(rules, peer, f.values, f.lens, f.n, client);
+	/* the ring in order: the oldest kept is the next one it would overwrite */
+	kept = f.n < CLIENT_FORWARD_HEADERS_MAX ? f.n : CLIENT_FORWARD_HEADERS_MAX;
+	for (int i = 0; i < kept; i++)
+	{
+		int			at = (f.n - kept + i) % CLIENT_FORWARD_HEADERS_MAX;
+
+		values[i] = f.values[at];
+		lens[i] = f.lens[at];
+	}
+	access_identify_client(rules, peer, values, lens, kept, f.n > kept, client);
 }
 
 /* Gathers what access_decide looks at and asks it. */

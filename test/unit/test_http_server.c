@@ -1414,6 +1414,26 @@ TEST(clients_behind_a_trusted_proxy)
 	CHECK_EQ(client_key_of("X-Forwarded-For: unknown\r\n"), key_of("127.0.0.1"));
 	/* the proxy's own request */
 	CHECK_EQ(client_key_of(NULL), key_of("127.0.0.1"));
+	/*
+	 * 10 headers, the proxy's own (HAProxy adds one rather than append) last:
+	 * the client it names, not the proxy; the client's 9 change nothing
+	 */
+	{
+		char		many[1024];
+		size_t		used = 0;
+
+		for (int i = 0; i < 9; i++)
+			used += (size_t) snprintf(many + used, sizeof(many) - used,
+									  "X-Forwarded-For: 198.51.100.%d\r\n", i + 1);
+		snprintf(many + used, sizeof(many) - used, "X-Forwarded-For: 203.0.113.10\r\n");
+		CHECK_EQ(client_key_of(many), key_of("203.0.113.10"));
+		/* the client in the first, the proxy in the 9 after: it is not read */
+		used = (size_t) snprintf(many, sizeof(many), "X-Forwarded-For: 203.0.113.11\r\n");
+		for (int i = 0; i < 9; i++)
+			used += (size_t) snprintf(many + used, sizeof(many) - used,
+									  "X-Forwarded-For: 127.0.0.1\r\n");
+		CHECK_EQ(client_key_of(many), key_of("127.0.0.1"));
+	}
 
 	/* loopback-only (no secret): a forwarded client is not a loopback client */
 	use_trusted_proxies(NULL, "127.0.0.1");
