@@ -92,6 +92,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1255,6 +1257,35 @@ http_server_abort_start(HttpServer *server)
 	http_server_free(server);
 }
 
+/*
+ * 64 random bits, drawn once per server (the seed of the bodies' client
+ * buckets, subset_client_bucket): from getrandom(2), or /dev/urandom, or
+ * at worst the clock, the process id and an address.
+ */
+static uint64_t
+http_random_seed(const void *salt)
+{
+	uint64_t	seed = 0;
+	struct timespec ts;
+	int			fd;
+
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t) sizeof(seed))
+		return seed;
+	fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+	{
+		ssize_t		got = read(fd, &seed, sizeof(seed));
+
+		close(fd);
+		if (got == (ssize_t) sizeof(seed))
+			return seed;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	seed = ((uint64_t) ts.tv_sec * UINT64_C(1000000000) + (uint64_t) ts.tv_nsec) ^
+		((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) salt;
+	return seed;
+}
+
 HttpServer *
 http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *settings,
 				  char *err, size_t errlen)
@@ -1292,6 +1323,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
 	server->subsets = options->subsets;
+	server->post_client_seed = http_random_seed(server);
 	/* see http_request_begins: what a connection's memory pool can parse */
 	if (options->connection_memory < HTTP_MIN_CONNECTION_MEMORY)
 	{
