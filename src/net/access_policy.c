@@ -586,7 +586,7 @@ access_peer_is_trusted(const AccessRules *rules, const struct sockaddr *peer)
 void
 access_identify_client(const AccessRules *rules, const struct sockaddr *peer,
 					   const char *const *forwarded, const size_t *forwarded_lens,
-					   int nforwarded, AccessClient *client)
+					   int nforwarded, bool earlier_forwarded, AccessClient *client)
 {
 	ClientAddr	addr;
 	ClientAddr	named;
@@ -596,12 +596,13 @@ access_identify_client(const AccessRules *rules, const struct sockaddr *peer,
 		return;					/* unknown: no per-client limit, not loopback */
 	client->key = client_addr_key(&addr);
 	client->loopback = access_sockaddr_is_loopback(peer);
-	if (nforwarded == 0 || !client_proxies_contain(&rules->proxies, &addr))
+	if ((nforwarded == 0 && !earlier_forwarded) ||
+		!client_proxies_contain(&rules->proxies, &addr))
 		return;
 	client->forwarded = true;
 	client->loopback = false;
 	switch (client_walk_forwarded(&rules->proxies, forwarded, forwarded_lens, nforwarded,
-								  &named))
+								  earlier_forwarded, &named))
 	{
 		case CLIENT_FORWARD_FOUND:
 			client->key = client_addr_key(&named);

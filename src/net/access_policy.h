@@ -101,11 +101,14 @@ extern bool access_peer_is_trusted(const AccessRules *rules, const struct sockad
 
 /*
  * The client of a request from `peer`, with its X-Forwarded-For headers in
- * the order they came (read only when the peer is a trusted proxy).
+ * the order they came, or the last of them with `earlier_forwarded` true
+ * when the ones before were left out (read only when the peer is a
+ * trusted proxy; see client_walk_forwarded).
  */
 extern void access_identify_client(const AccessRules *rules, const struct sockaddr *peer,
 								   const char *const *forwarded, const size_t *forwarded_lens,
-								   int nforwarded, AccessClient *client);
+								   int nforwarded, bool earlier_forwarded,
+								   AccessClient *client);
 
 /* Whether responses may carry access-control-allow-origin for `origin`. */
 extern bool access_origin_allowed(const AccessRules *rules, const char *origin,

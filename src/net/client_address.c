@@ -23,15 +23,24 @@
  * the client said about itself and is never read.  When every entry is a
  * trusted proxy, the left-most is the client.  Empty entries are skipped
  * (RFC 9110's list syntax).  An entry the walk reaches that is not an
- * address (a name, "unknown", garbage), more than CLIENT_FORWARD_HOPS_MAX
- * entries before the client, or more than CLIENT_FORWARD_HEADERS_MAX
- * headers make the header malformed: the caller then counts the request
- * against the proxy itself.  Only X-Forwarded-For is read, not Forwarded
- * (RFC 7239).
+ * address (a name, "unknown", garbage), or more than
+ * CLIENT_FORWARD_HOPS_MAX entries before the client, make the header
+ * malformed: the caller then counts the request against the proxy itself.
+ * Only X-Forwarded-For is read, not Forwarded (RFC 7239).
  *
- * The work per request is bounded: at most CLIENT_FORWARD_HOPS_MAX entries
- * of at most ENTRY_MAX bytes, found from the right with memrchr, each
- * matched against at most CLIENT_PROXIES_MAX ranges.
+ * Only the last CLIENT_FORWARD_HEADERS_MAX headers are read (the server
+ * keeps only those, http_collect_forwarded): a proxy that adds a header
+ * of its own rather than appending to the client's (HAProxy's way) puts
+ * the one that counts last, and the headers the client sent before it,
+ * however many, are never reached.  A walk that would need a header
+ * before those (every entry of the last CLIENT_FORWARD_HEADERS_MAX is a
+ * trusted proxy, or empty, and there are earlier ones) is malformed: the
+ * client is in a header not read.
+ *
+ * The work per request is bounded: at most CLIENT_FORWARD_HEADERS_MAX
+ * headers and CLIENT_FORWARD_HOPS_MAX entries of at most ENTRY_MAX bytes,
+ * found from the right with memrchr, each matched against at most
+ * CLIENT_PROXIES_MAX ranges.
  *
  * IDENTIFICATION
  *	  src/net/client_address.c
@@ -363,14 +372,18 @@ client_proxies_contain(const ClientProxies *proxies, const ClientAddr *addr)
 
 ClientForward
 client_walk_forwarded(const ClientProxies *proxies, const char *const *values,
-					  const size_t *lens, int nvalues, ClientAddr *client)
+					  const size_t *lens, int nvalues, bool earlier, ClientAddr *client)
 {
 	int			hops = 0;
 	bool		any = false;
+	int			first = 0;		/* the left-most header the walk may read */
 
 	if (nvalues > CLIENT_FORWARD_HEADERS_MAX)
-		return CLIENT_FORWARD_MALFORMED;
-	for (int v = nvalues - 1; v >= 0; v--)
+	{
+		first = nvalues - CLIENT_FORWARD_HEADERS_MAX;
+		earlier = true;
+	}
+	for (int v = nvalues - 1; v >= first; v--)
 	{
 		const char *start = values[v];
 		const char *end = start + lens[v];
@@ -397,5 +410,8 @@ client_walk_forwarded(const ClientProxies *proxies, const char *const *values,
 				return CLIENT_FORWARD_FOUND;
 		}
 	}
+	/* the client is further left, in a header not read */
+	if (earlier)
+		return CLIENT_FORWARD_MALFORMED;
 	return any ? CLIENT_FORWARD_FOUND : CLIENT_FORWARD_NONE;
 }

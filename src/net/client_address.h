@@ -27,7 +27,10 @@ struct sockaddr;
 /* X-Forwarded-For entries a walk looks at, at most (from the right). */
 #define CLIENT_FORWARD_HOPS_MAX	32
 
-/* X-Forwarded-For headers a request may carry (more: malformed). */
+/*
+ * X-Forwarded-For headers a walk reads, at most: the last ones of the
+ * request (a walk that needs an earlier one is malformed).
+ */
 #define CLIENT_FORWARD_HEADERS_MAX 8
 
 /* An address: IPv6, or IPv4 as ::ffff:a.b.c.d. */
@@ -81,17 +84,22 @@ typedef enum ClientForward
 	CLIENT_FORWARD_NONE,		/* no entry at all */
 	CLIENT_FORWARD_FOUND,		/* *client is the address the walk found */
 	CLIENT_FORWARD_MALFORMED	/* an entry it reached is not an address, or
-								 * too many entries, or too many headers */
+								 * too many entries, or the client is in a
+								 * header it does not read */
 } ClientForward;
 
 /*
  * Walks X-Forwarded-For from the right: `values` are the request's
- * headers in the order they came (their entries read as one list),
- * `proxies` the trusted ones.  The client is the right-most entry that is
- * not a trusted proxy, or the left-most when all are.
+ * headers in the order they came (their entries read as one list), or
+ * the last of them with `earlier` true when the ones before were left
+ * out; `proxies` the trusted ones.  The client is the right-most entry
+ * that is not a trusted proxy, or the left-most when all are.  Only the
+ * last CLIENT_FORWARD_HEADERS_MAX of `values` are read: when every entry
+ * of those is a trusted proxy (or empty) and there are headers before
+ * them, in `values` or left out, the answer is MALFORMED.
  */
 extern ClientForward client_walk_forwarded(const ClientProxies *proxies,
 										   const char *const *values, const size_t *lens,
-										   int nvalues, ClientAddr *client);
+										   int nvalues, bool earlier, ClientAddr *client);
 
 #endif							/* CLIENT_ADDRESS_H */

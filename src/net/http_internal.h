@@ -55,6 +55,8 @@ struct HttpServer
 								 * SUBSET_BODIES_MAX */
 	/* ... by client key, hashed: at most SUBSET_CLIENT_BODIES_MAX each */
 	_Atomic size_t post_client_bytes[SUBSET_CLIENT_BUCKETS];
+	uint64_t	post_client_seed;	/* random, set at start: keys the buckets
+									 * (subset_client_bucket) */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
 	SharedResponses shared;		/* a live response per shape slot */
@@ -255,6 +257,7 @@ extern uint64_t shape_body_measure(ShapeConn *sc);
 
 /* subset_serve.c */
 extern bool subset_is_requested(const ShapeConn *sc);
+extern unsigned subset_client_bucket(uint64_t seed, uint64_t key);
 extern void subset_take_body(ShapeConn *sc, const char *data, size_t size);
 extern bool subset_start(ShapeConn *sc, enum MHD_Result *answered);
 extern enum MHD_Result subset_respond(ShapeConn *sc);

@@ -92,6 +92,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -568,12 +570,18 @@ http_header_n(struct MHD_Connection *connection, enum MHD_ValueKind kind,
 	return value;
 }
 
-/* The X-Forwarded-For headers of a request, in the order they came. */
+/*
+ * The last CLIENT_FORWARD_HEADERS_MAX X-Forwarded-For headers of a request,
+ * in a ring: header i (counted from 0, in the order they came) is at
+ * i % CLIENT_FORWARD_HEADERS_MAX.  The walk reads no more than those, from
+ * the right, so the headers a client sends before its proxy's cost nothing.
+ */
 typedef struct HttpForwarded
 {
-	int			n;				/* past CLIENT_FORWARD_HEADERS_MAX: too many */
-	const char *values[CLIENT_FORWARD_HEADERS_MAX + 1];
-	size_t		lens[CLIENT_FORWARD_HEADERS_MAX + 1];
+	int			n;				/* headers seen, less a multiple of
+								 * CLIENT_FORWARD_HEADERS_MAX once past it */
+	const char *values[CLIENT_FORWARD_HEADERS_MAX];
+	size_t		lens[CLIENT_FORWARD_HEADERS_MAX];
 } HttpForwarded;
 
 static enum MHD_Result
@@ -617,10 +625,12 @@ http_collect_forwarded(void *cls, enum MHD_ValueKind kind, const char *key, size
 
 	if (key_size != 15 || strncasecmp(key, "X-Forwarded-For", 15) != 0)
 		return MHD_YES;
-	f->values[f->n] = value ? value : "";
-	f->lens[f->n] = value ? value_size : 0;
+	f->values[f->n % CLIENT_FORWARD_HEADERS_MAX] = value ? value : "";
+	f->lens[f->n % CLIENT_FORWARD_HEADERS_MAX] = value ? value_size : 0;
 	f->n++;
-	return f->n <= CLIENT_FORWARD_HEADERS_MAX ? MHD_YES : MHD_NO;
+	if (f->n == 2 * CLIENT_FORWARD_HEADERS_MAX)
+		f->n -= CLIENT_FORWARD_HEADERS_MAX; /* the same slots, and still "more" */
+	return MHD_YES;
 }
 
 /*
@@ -636,10 +646,22 @@ http_identify_client(struct MHD_Connection *connection, const AccessRules *rules
 		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	const struct sockaddr *peer = addr != NULL ? addr->client_addr : NULL;
 	HttpForwarded f = {0};
+	const char *values[CLIENT_FORWARD_HEADERS_MAX];
+	size_t		lens[CLIENT_FORWARD_HEADERS_MAX];
+	int			kept;
 
 	if (access_peer_is_trusted(rules, peer))
 		MHD_get_connection_values_n(connection, MHD_HEADER_KIND, http_collect_forwarded, &f);
-	access_identify_client(rules, peer, f.values, f.lens, f.n, client);
+	/* the ring in order: the oldest kept is the next one it would overwrite */
+	kept = f.n < CLIENT_FORWARD_HEADERS_MAX ? f.n : CLIENT_FORWARD_HEADERS_MAX;
+	for (int i = 0; i < kept; i++)
+	{
+		int			at = (f.n - kept + i) % CLIENT_FORWARD_HEADERS_MAX;
+
+		values[i] = f.values[at];
+		lens[i] = f.lens[at];
+	}
+	access_identify_client(rules, peer, values, lens, kept, f.n > kept, client);
 }
 
 /* Gathers what access_decide looks at and asks it. */
@@ -1259,6 +1281,35 @@ http_server_abort_start(HttpServer *server)
 	http_server_free(server);
 }
 
+/*
+ * 64 random bits, drawn once per server (the seed of the bodies' client
+ * buckets, subset_client_bucket): from getrandom(2), or /dev/urandom, or
+ * at worst the clock, the process id and an address.
+ */
+static uint64_t
+http_random_seed(const void *salt)
+{
+	uint64_t	seed = 0;
+	struct timespec ts;
+	int			fd;
+
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t) sizeof(seed))
+		return seed;
+	fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0)
+	{
+		ssize_t		got = read(fd, &seed, sizeof(seed));
+
+		close(fd);
+		if (got == (ssize_t) sizeof(seed))
+			return seed;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	seed = ((uint64_t) ts.tv_sec * UINT64_C(1000000000) + (uint64_t) ts.tv_nsec) ^
+		((uint64_t) getpid() << 32) ^ (uint64_t) (uintptr_t) salt;
+	return seed;
+}
+
 HttpServer *
 http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *settings,
 				  char *err, size_t errlen)
@@ -1296,6 +1347,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 	server->socket_send_buffer = options->socket_send_buffer;
 	server->admission = options->admission;
 	server->subsets = options->subsets;
+	server->post_client_seed = http_random_seed(server);
 	/* see http_request_begins: what a connection's memory pool can parse */
 	if (options->connection_memory < HTTP_MIN_CONNECTION_MEMORY)
 	{

@@ -62,12 +62,40 @@ subset_is_requested(const ShapeConn *sc)
 	return sc->post || sc->query.subset;
 }
 
+/* splitmix64's finalizer: every bit of x moves about half the bits out */
+static uint64_t
+subset_mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= UINT64_C(0xbf58476d1ce4e5b9);
+	x ^= x >> 27;
+	x *= UINT64_C(0x94d049bb133111eb);
+	x ^= x >> 31;
+	return x;
+}
+
+/*
+ * The bucket of a client key under a server's seed.  The key is a plain
+ * hash of the client's address (client_addr_key), which anyone can
+ * compute; with the bucket keyed by a seed the client does not know, one
+ * who holds many /64s cannot pick those that land in another client's
+ * bucket.  Not a cryptographic keyed hash, only one whose buckets cannot
+ * be told without the seed.
+ */
+unsigned
+subset_client_bucket(uint64_t seed, uint64_t key)
+{
+	return (unsigned) (subset_mix64(subset_mix64(key ^ seed) + seed) % SUBSET_CLIENT_BUCKETS);
+}
+
 /*
  * The counter of the request's client's share of the bodies, or NULL for a
  * client not known (no share then, only the server's budget).  Clients are
- * counted in SUBSET_CLIENT_BUCKETS buckets by their key: two clients that
- * fall in one bucket share one share, which takes no more than a fixed
- * table and one step per piece of body, however many clients there are.
+ * counted in SUBSET_CLIENT_BUCKETS buckets by their key, mixed with a seed
+ * the server draws at random when it starts (subset_client_bucket): two
+ * clients that fall in one bucket share one share, which takes no more
+ * than a fixed table and one step per piece of body, however many clients
+ * there are, and which clients share one cannot be chosen from outside.
  */
 static _Atomic size_t *
 subset_client_bytes(ShapeConn *sc)
@@ -76,7 +104,8 @@ subset_client_bytes(ShapeConn *sc)
 
 	if (key == 0)
 		return NULL;
-	return &sc->server->post_client_bytes[(key ^ (key >> 32)) % SUBSET_CLIENT_BUCKETS];
+	return &sc->server->post_client_bytes[subset_client_bucket(sc->server->post_client_seed,
+																key)];
 }
 
 /* Gives `n` bytes back to the server's budget and to the client's share. */

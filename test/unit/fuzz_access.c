@@ -100,7 +100,10 @@ fuzz_forwarded(const AccessRules *r, const char *xff, size_t xff_len)
 			n++;
 			start = i + 1;
 		}
-	/* every entry alone, and the right-most one that is not empty */
+	/*
+	 * every entry alone, and the right-most one that is not empty among the
+	 * headers the walk reads (the last CLIENT_FORWARD_HEADERS_MAX)
+	 */
 	for (int v = 0; v < n; v++)
 	{
 		size_t		s = 0;
@@ -116,7 +119,7 @@ fuzz_forwarded(const AccessRules *r, const char *xff, size_t xff_len)
 					blank &= e[k] == ' ' || e[k] == '\t';
 				if (client_addr_parse_forwarded(e, elen, &a))
 					FUZZ_ASSERT(forwarded_chars_only(e, elen));
-				if (!blank)
+				if (!blank && v >= n - CLIENT_FORWARD_HEADERS_MAX)
 				{
 					have_last = true;
 					last_ok = client_addr_parse_forwarded(e, elen, &last);
@@ -124,15 +127,25 @@ fuzz_forwarded(const AccessRules *r, const char *xff, size_t xff_len)
 				s = i + 1;
 			}
 	}
-	f = client_walk_forwarded(&none, values, lens, n, &a);
-	if (n > CLIENT_FORWARD_HEADERS_MAX)
-		FUZZ_ASSERT(f == CLIENT_FORWARD_MALFORMED);
-	else if (!have_last)
-		FUZZ_ASSERT(f == CLIENT_FORWARD_NONE);
+	f = client_walk_forwarded(&none, values, lens, n, false, &a);
+	if (!have_last)
+		FUZZ_ASSERT(f == (n > CLIENT_FORWARD_HEADERS_MAX ? CLIENT_FORWARD_MALFORMED :
+						  CLIENT_FORWARD_NONE));
 	else if (last_ok)
 		FUZZ_ASSERT(f == CLIENT_FORWARD_FOUND && memcmp(a.b, last.b, 16) == 0);
 	else
 		FUZZ_ASSERT(f == CLIENT_FORWARD_MALFORMED);
+	/* the last ones alone, the earlier left out (as the server hands them over) */
+	if (n > CLIENT_FORWARD_HEADERS_MAX)
+	{
+		int			skip = n - CLIENT_FORWARD_HEADERS_MAX;
+		ClientAddr	b;
+
+		FUZZ_ASSERT(client_walk_forwarded(&none, values + skip, lens + skip,
+										  CLIENT_FORWARD_HEADERS_MAX, true, &b) == f);
+		if (f == CLIENT_FORWARD_FOUND)
+			FUZZ_ASSERT(memcmp(a.b, b.b, 16) == 0);
+	}
 
 	for (int p = 0; p <= 1; p++)
 	{
@@ -142,7 +155,7 @@ fuzz_forwarded(const AccessRules *r, const char *xff, size_t xff_len)
 
 		inet_pton(AF_INET, p ? "127.0.0.1" : "198.51.100.1", &sa.sin_addr);
 		client_addr_from_sockaddr((struct sockaddr *) &sa, &peer);
-		access_identify_client(r, (struct sockaddr *) &sa, values, lens, n, &c);
+		access_identify_client(r, (struct sockaddr *) &sa, values, lens, n, false, &c);
 		FUZZ_ASSERT(c.key != 0);
 		if (!access_peer_is_trusted(r, (struct sockaddr *) &sa))
 		{

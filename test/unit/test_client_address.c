@@ -50,7 +50,7 @@ walk1(const ClientProxies *p, const char *header, char *who, size_t who_len)
 {
 	ClientAddr	a;
 	size_t		len = strlen(header);
-	ClientForward f = client_walk_forwarded(p, &header, &len, 1, &a);
+	ClientForward f = client_walk_forwarded(p, &header, &len, 1, false, &a);
 
 	who[0] = '\0';
 	if (f == CLIENT_FORWARD_FOUND)
@@ -272,31 +272,107 @@ TEST(several_headers_are_one_list)
 	values[1] = "10.0.0.1, 10.0.0.2";
 	for (int i = 0; i < 2; i++)
 		lens[i] = strlen(values[i]);
-	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, &a), CLIENT_FORWARD_FOUND);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, false, &a), CLIENT_FORWARD_FOUND);
 	CHECK(same_addr(&a, "203.0.113.7"));
 	/* the last header's right-most entry comes first */
 	values[0] = "198.51.100.1";
 	values[1] = "203.0.113.7, 10.0.0.2";
 	lens[0] = strlen(values[0]);
 	lens[1] = strlen(values[1]);
-	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, &a), CLIENT_FORWARD_FOUND);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, false, &a), CLIENT_FORWARD_FOUND);
 	CHECK(same_addr(&a, "203.0.113.7"));
 	/* an empty header in between */
 	values[0] = "198.51.100.1";
 	values[1] = "";
 	lens[1] = 0;
-	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, &a), CLIENT_FORWARD_FOUND);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 2, false, &a), CLIENT_FORWARD_FOUND);
 	CHECK(same_addr(&a, "198.51.100.1"));
-	/* too many headers */
+	/* more headers than are read: the last ones name the client */
 	for (int i = 0; i <= CLIENT_FORWARD_HEADERS_MAX; i++)
 	{
 		values[i] = "203.0.113.7";
 		lens[i] = strlen(values[i]);
 	}
-	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX, &a),
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX, false, &a),
 			 CLIENT_FORWARD_FOUND);
-	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX + 1, &a),
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX + 1, false, &a),
+			 CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "203.0.113.7"));
+	client_proxies_free(&p);
+}
+
+/*
+ * A proxy that adds a header of its own rather than appending to the
+ * client's (HAProxy's way): the headers a client sent come first, and as
+ * many of them as it likes change nothing.  Only the last
+ * CLIENT_FORWARD_HEADERS_MAX headers are read; a walk that would need an
+ * earlier one is malformed.
+ */
+TEST(many_headers_only_the_last_are_read)
+{
+	ClientProxies p = proxies_of("10.0.0.0/8");
+	const char *values[12];
+	size_t		lens[12];
+	ClientAddr	a;
+
+	/* (a) 12 headers, the last names an untrusted client: that client */
+	for (int i = 0; i < 11; i++)
+		values[i] = "198.51.100.66";
+	values[11] = "203.0.113.7";
+	for (int i = 0; i < 12; i++)
+		lens[i] = strlen(values[i]);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 12, false, &a), CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "203.0.113.7"));
+	/* ... and behind two proxies, each in a header of its own */
+	values[10] = "203.0.113.8";
+	values[11] = "10.0.0.1";
+	for (int i = 10; i < 12; i++)
+		lens[i] = strlen(values[i]);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 12, false, &a), CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "203.0.113.8"));
+	/* the same, handed over as the last 8 with earlier ones left out */
+	CHECK_EQ(client_walk_forwarded(&p, values + 4, lens + 4, CLIENT_FORWARD_HEADERS_MAX, true, &a),
+			 CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "203.0.113.8"));
+
+	/* (b) 12 headers of trusted entries only: the client is in one not read */
+	for (int i = 0; i < 12; i++)
+	{
+		values[i] = "10.0.0.1, 10.0.0.2";
+		lens[i] = strlen(values[i]);
+	}
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 12, false, &a), CLIENT_FORWARD_MALFORMED);
+	CHECK_EQ(client_walk_forwarded(&p, values + 4, lens + 4, CLIENT_FORWARD_HEADERS_MAX, true, &a),
 			 CLIENT_FORWARD_MALFORMED);
+	/* the 9th from the right would be needed: malformed, though it names a client */
+	values[3] = "203.0.113.9";
+	lens[3] = strlen(values[3]);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 12, false, &a), CLIENT_FORWARD_MALFORMED);
+	/* ... and blank headers read as far as that too */
+	for (int i = 4; i < 12; i++)
+	{
+		values[i] = " ";
+		lens[i] = 1;
+	}
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, 12, false, &a), CLIENT_FORWARD_MALFORMED);
+	CHECK_EQ(client_walk_forwarded(&p, values + 4, lens + 4, CLIENT_FORWARD_HEADERS_MAX, true, &a),
+			 CLIENT_FORWARD_MALFORMED);
+
+	/* (c) exactly 8 of trusted entries, nothing before: the left-most, as ever */
+	for (int i = 0; i < CLIENT_FORWARD_HEADERS_MAX; i++)
+	{
+		values[i] = i == 0 ? "10.0.0.9, 10.0.0.2" : "10.0.0.1";
+		lens[i] = strlen(values[i]);
+	}
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX, false, &a),
+			 CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "10.0.0.9"));
+	/* ... and exactly 8 whose first names a client */
+	values[0] = "203.0.113.7, 10.0.0.2";
+	lens[0] = strlen(values[0]);
+	CHECK_EQ(client_walk_forwarded(&p, values, lens, CLIENT_FORWARD_HEADERS_MAX, false, &a),
+			 CLIENT_FORWARD_FOUND);
+	CHECK(same_addr(&a, "203.0.113.7"));
 	client_proxies_free(&p);
 }
 
@@ -361,7 +437,7 @@ identify(const AccessRules *r, const char *peer, const char *xff)
 	size_t		len = xff ? strlen(xff) : 0;
 	AccessClient c;
 
-	access_identify_client(r, (struct sockaddr *) &sa, &xff, &len, xff ? 1 : 0, &c);
+	access_identify_client(r, (struct sockaddr *) &sa, &xff, &len, xff ? 1 : 0, false, &c);
 	return c;
 }
 
@@ -438,13 +514,13 @@ TEST(forwarded_clients_behind_trusted_proxies)
 
 		r = rules_trusting("2001:db8:ffff::/48");
 		inet_pton(AF_INET6, "2001:db8:ffff::1", &sa6.sin6_addr);
-		access_identify_client(r, (struct sockaddr *) &sa6, &xff, &len, 1, &c);
+		access_identify_client(r, (struct sockaddr *) &sa6, &xff, &len, 1, false, &c);
 		CHECK(c.forwarded);
 		CHECK_EQ(c.key, key_of("2001:db8:5:6::1"));
 		/* a v4-mapped peer of a dual-stack socket matches its IPv4 range */
 		r = rules_trusting("192.0.2.0/24");
 		inet_pton(AF_INET6, "::ffff:192.0.2.10", &sa6.sin6_addr);
-		access_identify_client(r, (struct sockaddr *) &sa6, &xff, &len, 1, &c);
+		access_identify_client(r, (struct sockaddr *) &sa6, &xff, &len, 1, false, &c);
 		CHECK(c.forwarded);
 		CHECK_EQ(c.key, key_of("2001:db8:5:6::1"));
 	}

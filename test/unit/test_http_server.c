@@ -1414,6 +1414,26 @@ TEST(clients_behind_a_trusted_proxy)
 	CHECK_EQ(client_key_of("X-Forwarded-For: unknown\r\n"), key_of("127.0.0.1"));
 	/* the proxy's own request */
 	CHECK_EQ(client_key_of(NULL), key_of("127.0.0.1"));
+	/*
+	 * 10 headers, the proxy's own (HAProxy adds one rather than append) last:
+	 * the client it names, not the proxy; the client's 9 change nothing
+	 */
+	{
+		char		many[1024];
+		size_t		used = 0;
+
+		for (int i = 0; i < 9; i++)
+			used += (size_t) snprintf(many + used, sizeof(many) - used,
+									  "X-Forwarded-For: 198.51.100.%d\r\n", i + 1);
+		snprintf(many + used, sizeof(many) - used, "X-Forwarded-For: 203.0.113.10\r\n");
+		CHECK_EQ(client_key_of(many), key_of("203.0.113.10"));
+		/* the client in the first, the proxy in the 9 after: it is not read */
+		used = (size_t) snprintf(many, sizeof(many), "X-Forwarded-For: 203.0.113.11\r\n");
+		for (int i = 0; i < 9; i++)
+			used += (size_t) snprintf(many + used, sizeof(many) - used,
+									  "X-Forwarded-For: 127.0.0.1\r\n");
+		CHECK_EQ(client_key_of(many), key_of("127.0.0.1"));
+	}
 
 	/* loopback-only (no secret): a forwarded client is not a loopback client */
 	use_trusted_proxies(NULL, "127.0.0.1");
@@ -1508,8 +1528,20 @@ TEST(post_bodies_are_charged_per_client)
 	CHECK(strstr(r.body, "as many request bodies as one client may at once") != NULL);
 	CHECK(strstr(r.body, "2097152 bytes of the server's 16777216") != NULL);
 	hc_response_free(&r);
-	/* an IPv4 client through the same proxy is another client */
-	REQUIRE_RESPONSE(post_from("198.51.100.1", &r), &r);
+	/*
+	 * an IPv4 client through the same proxy is another client (one whose
+	 * bucket differs under this server's seed: 1 in SUBSET_CLIENT_BUCKETS
+	 * share the first one's)
+	 */
+	{
+		unsigned	mine = subset_client_bucket(server->post_client_seed, key_of("203.0.113.7"));
+		char		other[32] = "198.51.100.1";
+
+		for (int i = 1; i < 250 &&
+			 subset_client_bucket(server->post_client_seed, key_of(other)) == mine; i++)
+			snprintf(other, sizeof(other), "198.51.100.%d", i + 1);
+		REQUIRE_RESPONSE(post_from(other, &r), &r);
+	}
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
 	CHECK(post_bytes_reach(total));	/* the refused and the served gave theirs back */
@@ -1530,6 +1562,64 @@ TEST(post_bodies_are_charged_per_client)
 	free(body);
 	CHECK(subset_cells_free_soon());
 	use_access(NULL, false, "*");
+}
+
+/*
+ * The bucket of a client's share of the bodies is keyed by the server's
+ * seed: a client that picks its addresses (many /64s) cannot aim them at
+ * another client's bucket without knowing it.  For a fixed key, other seeds
+ * give other buckets; keys that share a bucket under one seed do not under
+ * most others; a seed and a key always give the same bucket.
+ */
+TEST(client_buckets_are_seeded)
+{
+	const uint64_t k1 = key_of("203.0.113.7");
+	uint64_t	k2 = 0;
+	int			moved = 0;
+	int			apart = 0;
+
+	for (uint64_t seed = 1; seed <= 100; seed++)
+	{
+		unsigned	b = subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k1);
+
+		CHECK(b < SUBSET_CLIENT_BUCKETS);
+		CHECK_EQ(b, subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k1));
+		if (b != subset_client_bucket(0, k1))
+			moved++;
+	}
+	CHECK(moved >= 90);
+	/* a key that shares k1's bucket under seed 0: apart under most others */
+	for (uint64_t k = 1; k < 1000000 && k2 == 0; k++)
+		if (k != k1 && subset_client_bucket(0, k) == subset_client_bucket(0, k1))
+			k2 = k;
+	REQUIRE(k2 != 0);
+	for (uint64_t seed = 1; seed <= 100; seed++)
+		if (subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k1) !=
+			subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k2))
+			apart++;
+	CHECK(apart >= 90);
+	/*
+	 * keys that the unseeded fold of before (key ^ key >> 32), or a key
+	 * xor'd with the seed, keep in one bucket under every seed
+	 */
+	{
+		static const uint64_t flips[] = {0x100000001ULL, (uint64_t) 1 << 20,
+		(uint64_t) 1 << 63};
+
+		for (int i = 0; i < 3; i++)
+		{
+			const uint64_t k3 = k1 ^ flips[i];
+
+			CHECK_EQ((k1 ^ (k1 >> 32)) % SUBSET_CLIENT_BUCKETS,
+					 (k3 ^ (k3 >> 32)) % SUBSET_CLIENT_BUCKETS);
+			apart = 0;
+			for (uint64_t seed = 1; seed <= 100; seed++)
+				if (subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k1) !=
+					subset_client_bucket(seed * 0x9e3779b97f4a7c15ULL, k3))
+					apart++;
+			CHECK(apart >= 90);
+		}
+	}
 }
 
 /*
