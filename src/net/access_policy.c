@@ -329,22 +329,11 @@ access_parse_origins(const char *list, AccessRules *rules, char *err, size_t err
 	int			n = 0;
 	int			cap = 0;
 	bool		star = false;
+	const char *start;
+	const char *end;
 
-	while (*p)
+	while (setting_list_next(&p, &start, &end))
 	{
-		const char *start;
-		const char *end;
-
-		while (*p == ' ' || *p == '\t' || *p == ',')
-			p++;
-		if (*p == '\0')
-			break;
-		start = p;
-		while (*p && *p != ',')
-			p++;
-		end = p;
-		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
-			end--;
 		if (end - start == 1 && *start == '*')
 		{
 			star = true;

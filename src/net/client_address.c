@@ -282,33 +282,45 @@ client_parse_net(const char *s, size_t len, ClientNet *net, char *err, size_t er
 }
 
 bool
+setting_list_next(const char **cursor, const char **start, const char **end)
+{
+	const char *p = *cursor;
+
+	while (*p == ' ' || *p == '\t' || *p == ',')
+		p++;
+	if (*p == '\0')
+	{
+		*cursor = p;
+		return false;
+	}
+	*start = p;
+	while (*p && *p != ',')
+		p++;
+	*end = p;
+	while (*end > *start && ((*end)[-1] == ' ' || (*end)[-1] == '\t'))
+		(*end)--;
+	*cursor = p;
+	return true;
+}
+
+bool
 client_proxies_parse(const char *list, ClientProxies *out, char *err, size_t errlen)
 {
 	const char *p = list ? list : "";
 	ClientNet  *nets = NULL;
 	int			n = 0;
+	const char *start;
+	const char *end;
 
 	if (out != NULL)
 	{
 		out->n = 0;
 		out->nets = NULL;
 	}
-	while (*p)
+	while (setting_list_next(&p, &start, &end))
 	{
-		const char *start;
-		const char *end;
 		ClientNet	net;
 
-		while (*p == ' ' || *p == '\t' || *p == ',')
-			p++;
-		if (*p == '\0')
-			break;
-		start = p;
-		while (*p && *p != ',')
-			p++;
-		end = p;
-		while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
-			end--;
 		if (!client_parse_net(start, (size_t) (end - start), &net, err, errlen))
 		{
 			free(nets);

@@ -58,6 +58,12 @@ typedef struct ClientProxies
  * IPv6.  With `out` NULL, only checks.  Returns false with a message in
  * err (and nothing to free).
  */
+/*
+ * The next item of a comma-separated setting, between *start and *end
+ * with blanks trimmed; false past the last.  *cursor moves on.
+ */
+extern bool setting_list_next(const char **cursor, const char **start, const char **end);
+
 extern bool client_proxies_parse(const char *list, ClientProxies *out,
 								 char *err, size_t errlen);
 extern void client_proxies_free(ClientProxies *proxies);

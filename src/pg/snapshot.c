@@ -57,6 +57,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "executor/execExpr.h"
 #include "executor/executor.h"
@@ -71,6 +72,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "postmaster/interrupt.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/ipc.h"
@@ -383,6 +385,33 @@ snapshot_deadline_caught(void)
 	return expired;
 }
 
+/*
+ * Takes the locks planning would: the partitions' and every index's.  A
+ * wait for another session's lock is the statement timeout's business,
+ * not the where clause's deadline, which brackets planning.
+ */
+static void
+snap_lock_for_planning(Oid relid)
+{
+	List	   *rels = get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE ?
+		find_all_inheritors(relid, AccessShareLock, NULL) : list_make1_oid(relid);
+	ListCell   *lc;
+
+	foreach(lc, rels)
+	{
+		Relation	rel = try_table_open(lfirst_oid(lc), AccessShareLock);
+		List	   *indexes;
+		ListCell   *ic;
+
+		if (rel == NULL)
+			continue;			/* detached and dropped meanwhile */
+		indexes = RelationGetIndexList(rel);
+		foreach(ic, indexes)
+			LockRelationOid(lfirst_oid(ic), AccessShareLock);
+		table_close(rel, NoLock);
+	}
+}
+
 void
 snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit emit, void *arg)
 {
@@ -398,7 +427,7 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	ListCell   *lc;
 	PlannedStmt *plan;
 	QueryDesc  *qd;
-	TableCodeSaved planner_user;
+	ShapeRoleSaved planner_user;
 
 	snap_refuse_row_security(rel, false);
 
@@ -461,8 +490,9 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 		if (((RangeTblEntry *) lfirst(lc))->securityQuals != NIL)
 			snap_refuse_row_security(rel, true);
 	}
+	snap_lock_for_planning(spec->relid);
 	/* what planning evaluates of the table's own code runs as its owner (table_code.c) */
-	table_code_plan_as_owner(spec->relid, &planner_user);
+	shape_role_become(table_code_owner(spec->relid), &planner_user);
 	/*
 	 * Estimating selectivity runs the clause's operators on the column's
 	 * statistics (every most common value and histogram bound): planning
@@ -481,7 +511,7 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	}
 	snap_watching--;
 	eval_deadline_unwatch();
-	table_code_restore(&planner_user);
+	shape_role_restore(&planner_user);
 
 	qd = CreateQueryDesc(plan, "shape_sync snapshot", GetActiveSnapshot(), InvalidSnapshot,
 						 &receiver.pub, NULL, NULL, 0);

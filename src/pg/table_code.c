@@ -27,8 +27,8 @@
  *	   so an object added after the shape was made is caught by the next
  *	   read.  Foreign-table partitions are refused outright.
  *
- *	2. Planning runs as the table's owner, in a security-restricted
- *	   operation (table_code_plan_as), as PostgreSQL runs index expressions
+ *	2. Planning runs as the table's owner (table_code_owner), in a
+ *	   security-restricted operation, as PostgreSQL runs index expressions
  *	   in VACUUM, ANALYZE and CREATE INDEX.  What an object created between
  *	   the check and the plan could do is then what its owner could do
  *	   anyway.  The executor runs as shape_sync.role: its privilege checks
@@ -391,8 +391,8 @@ table_code_check(Oid relid)
 				 errhint("A superuser may list the function's owner in \"shape_sync.trusted_owners\"; shape_sync.validate_shape() shows this detail.")));
 }
 
-void
-table_code_plan_as_owner(Oid relid, TableCodeSaved *saved)
+Oid
+table_code_owner(Oid relid)
 {
 	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	Oid			owner;
@@ -401,13 +401,5 @@ table_code_plan_as_owner(Oid relid, TableCodeSaved *saved)
 		elog(ERROR, "cache lookup failed for relation %u", relid);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
-	GetUserIdAndSecContext(&saved->user, &saved->context);
-	SetUserIdAndSecContext(owner, saved->context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-}
-
-void
-table_code_restore(const TableCodeSaved *saved)
-{
-	SetUserIdAndSecContext(saved->user, saved->context);
+	return owner;
 }

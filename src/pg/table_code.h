@@ -14,21 +14,13 @@
 
 #include "postgres.h"
 
-/* What table_code_plan_as_owner replaced, for table_code_restore. */
-typedef struct TableCodeSaved
-{
-	Oid			user;
-	int			context;
-} TableCodeSaved;
-
 /* Why the table's attached code may not run while it is read, or NULL. */
 extern char *table_code_problem(Oid relid);
 
 /* table_code_problem as an ERROR (ERRCODE_INSUFFICIENT_PRIVILEGE). */
 extern void table_code_check(Oid relid);
 
-/* Acts as the table's owner, in a security-restricted operation, to plan. */
-extern void table_code_plan_as_owner(Oid relid, TableCodeSaved *saved);
-extern void table_code_restore(const TableCodeSaved *saved);
+/* The table's owner, whom its planning runs as (snapshot.c, shape_role_become). */
+extern Oid	table_code_owner(Oid relid);
 
 #endif							/* TABLE_CODE_H */
