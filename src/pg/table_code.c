@@ -169,13 +169,15 @@ tc_check_text_datum(TableCodeWalk *w, Datum value, bool isnull, const char *obje
 
 /*
  * Each row of catalog `catid` whose `keycol` is `key` (found through
- * `indexid`): its expression in `exprcol` is walked, named by `name`.
+ * `indexid`): its expressions in `exprcol` and `exprcol2` (if valid) are
+ * walked, named by `name`.
  */
 typedef const char *(*TableCodeRowName) (HeapTuple tuple, const char *relname);
 
 static void
 tc_check_catalog_rows(TableCodeWalk *w, Oid catid, Oid indexid, AttrNumber keycol, Oid key,
-					  AttrNumber exprcol, TableCodeRowName name, const char *relname)
+					  AttrNumber exprcol, AttrNumber exprcol2, TableCodeRowName name,
+					  const char *relname)
 {
 	Relation	catalog = table_open(catid, AccessShareLock);
 	ScanKeyData scankey;
@@ -186,11 +188,16 @@ tc_check_catalog_rows(TableCodeWalk *w, Oid catid, Oid indexid, AttrNumber keyco
 	scan = systable_beginscan(catalog, indexid, true, NULL, 1, &scankey);
 	while (HeapTupleIsValid(tuple = systable_getnext(scan)) && !OidIsValid(w->untrusted))
 	{
-		bool		isnull;
-		Datum		expr = heap_getattr(tuple, exprcol, RelationGetDescr(catalog), &isnull);
+		AttrNumber	cols[2] = {exprcol, exprcol2};
 
-		if (!isnull)
-			tc_check_text_datum(w, expr, false, name(tuple, relname));
+		for (int i = 0; i < 2 && AttributeNumberIsValid(cols[i]); i++)
+		{
+			bool		isnull;
+			Datum		expr = heap_getattr(tuple, cols[i], RelationGetDescr(catalog), &isnull);
+
+			if (!isnull)
+				tc_check_text_datum(w, expr, false, name(tuple, relname));
+		}
 	}
 	systable_endscan(scan);
 	table_close(catalog, AccessShareLock);
@@ -283,7 +290,7 @@ tc_check_type(TableCodeWalk *w, Oid typid)
 
 		tc_check_catalog_rows(w, ConstraintRelationId, ConstraintTypidIndexId,
 							  Anum_pg_constraint_contypid, typid, Anum_pg_constraint_conbin,
-							  tc_constraint_name, NULL);
+							  InvalidAttrNumber, tc_constraint_name, NULL);
 		w->object = saved;
 		tc_check_type(w, base);
 	}
@@ -312,15 +319,13 @@ tc_check_relation(TableCodeWalk *w, Oid relid, char relkind)
 												  get_rel_name(relid));
 
 	tc_check_catalog_rows(w, IndexRelationId, IndexIndrelidIndexId, Anum_pg_index_indrelid,
-						  relid, Anum_pg_index_indexprs, tc_index_name, name);
-	tc_check_catalog_rows(w, IndexRelationId, IndexIndrelidIndexId, Anum_pg_index_indrelid,
-						  relid, Anum_pg_index_indpred, tc_index_name, name);
+						  relid, Anum_pg_index_indexprs, Anum_pg_index_indpred, tc_index_name, name);
 	tc_check_catalog_rows(w, StatisticExtRelationId, StatisticExtRelidIndexId,
 						  Anum_pg_statistic_ext_stxrelid, relid, Anum_pg_statistic_ext_stxexprs,
-						  tc_statistics_name, name);
+						  InvalidAttrNumber, tc_statistics_name, name);
 	tc_check_catalog_rows(w, ConstraintRelationId, ConstraintRelidTypidNameIndexId,
 						  Anum_pg_constraint_conrelid, relid, Anum_pg_constraint_conbin,
-						  tc_constraint_name, name);
+						  InvalidAttrNumber, tc_constraint_name, name);
 	if (relkind == RELKIND_PARTITIONED_TABLE && !OidIsValid(w->untrusted))
 	{
 		HeapTuple	tuple = SearchSysCache1(PARTRELID, ObjectIdGetDatum(relid));
