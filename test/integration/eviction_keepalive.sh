@@ -19,7 +19,6 @@ ALTER TABLE t REPLICA IDENTITY FULL;
 INSERT INTO t SELECT g, chr(96 + g) FROM generate_series(1, 8) g;
 SQL
 port=${SHAPE_SYNC_URL##*:}
-uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
 base="$SHAPE_SYNC_URL/v1/shape?table=t"
 # new WHERE: makes the shape of `where WHERE`, read to its end; prints its handle
 new() {

@@ -17,7 +17,6 @@ ALTER TABLE big REPLICA IDENTITY FULL;
 INSERT INTO big SELECT g, repeat(md5(g::text), 32) FROM generate_series(1, 1000) g;
 SQL
 url="$SHAPE_SYNC_URL/v1/shape?table=big"
-uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
 # make_shape NAME WHERE: requests a shape (where "id <> K" is about 1.1 MB of log); the status
 # in $code, its handle and offset in $NAME_h and $NAME_o
 make_shape() {

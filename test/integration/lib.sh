@@ -204,3 +204,16 @@ stall_ms() {
 	grep -Eo "closed a stalled serve of shape $1 to [^ ]*:$2: a write made no progress for [0-9]+ ms" \
 		"$SHAPE_SYNC_LOG" | grep -Eo '[0-9]+ ms$' | grep -Eo '[0-9]+' | tail -n 1 || echo 0
 }
+
+# uri TEXT: TEXT percent-encoded for a query string.
+uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
+
+# The worker's memory, from the dumps pg_log_backend_memory_contexts($worker) writes to the
+# server log ($worker: its PID).  context_bytes NAME: the newest dump's bytes of one context
+# ("Grand total" for the whole worker); dumps: how many dumps the log holds; dumped N: at least N.
+context_bytes() {
+	grep "\[$worker\] LOG: .*$1: [0-9]* \(bytes\|total\)" "$SHAPE_SYNC_LOG" | tail -n 1 |
+		sed "s/.*$1: \([0-9]*\) .*/\1/"
+}
+dumps() { grep -c "\[$worker\] LOG:  Grand total" "$SHAPE_SYNC_LOG" || true; }
+dumped() { (($(dumps) >= $1)); }

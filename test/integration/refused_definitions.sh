@@ -18,7 +18,6 @@ ALTER TABLE t REPLICA IDENTITY FULL;
 INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g;
 SQL
 base="http://127.0.0.1:${SHAPE_SYNC_URL##*:}/v1/shape?table=t"
-uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
 # get FROM WHERE [QUERY]: status of a request from address FROM; headers in $work/h, body in $work/b
 get() {
 	curl -s --interface "$1" -D "$work/h" -o "$work/b" -w '%{http_code}' \

@@ -43,13 +43,6 @@ for t in threads: t.join()
 sys.exit("; ".join(failed[:5]) if failed else 0)
 PY
 
-# the newest dump's bytes of one context ("Grand total" for the whole worker)
-context_bytes() {
-	grep "\[$worker\] LOG: .*$1: [0-9]* \(bytes\|total\)" "$SHAPE_SYNC_LOG" | tail -n 1 |
-		sed "s/.*$1: \([0-9]*\) .*/\1/"
-}
-dumps() { grep -c "\[$worker\] LOG:  Grand total" "$SHAPE_SYNC_LOG" || true; }
-dumped() { (($(dumps) >= $1)); }
 
 declare -a registry total
 for round in 1 2 3; do
