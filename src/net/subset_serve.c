@@ -35,6 +35,16 @@
  * it skips no change, and changes that the subset already holds are told
  * apart by the snapshot's visibility (the client's snapshot tracker).
  *
+ * Notes on synchronization: the body budgets (HttpServer.post_bytes, and
+ * post_client_bytes, a bucket per client key) are added to and taken from
+ * by every HTTP thread with relaxed atomics.  A connection's own charge,
+ * post_len, belongs to the thread that runs it: it adds a piece to both
+ * counters, then reads them, and refuses past either bound, so threads
+ * that charge at once may both be refused but never both admitted by more
+ * than a piece each; subset_drop_body takes exactly post_len back, once,
+ * from the same bucket (the key and the seed do not change).  No order
+ * with other memory is needed: the counters guard nothing but themselves.
+ *
  * IDENTIFICATION
  *	  src/net/subset_serve.c
  *

@@ -631,7 +631,7 @@ reg_client(const ShapeRequest *req, bool enter)
 	return c;
 }
 
-/* When a client whose count `n` is at the limit may go on, in seconds. */
+/* When a client at one of its limits may go on: the end of its minute, in seconds. */
 static unsigned
 reg_client_retry_s(const RegistryClient *c)
 {
