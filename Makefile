@@ -1,12 +1,14 @@
 # shape_sync: PGXS build.
 #
-# src/pg/   PostgreSQL side (compiled with the server headers)
-# src/net/  HTTP threads    (compiled WITHOUT the server headers)
-# src/shm/  shared contract (compiled WITHOUT the server headers)
+# src/pg/        PostgreSQL side (compiled with the server headers)
+# src/net/       HTTP threads    (libmicrohttpd, WITHOUT the server headers)
+# src/contract/  what both share (neither the server's nor libmicrohttpd's headers)
 #
-# The thread-side directories get their own compile rule below that drops
-# PostgreSQL's include path, so an accidental #include "postgres.h" there
-# fails the build instead of compiling into a thread.
+# Each floor has its own compile rule with only the include paths it may
+# use, so an accidental #include "postgres.h" in a thread-side file, or a
+# contract file reaching for the HTTP side, fails the build.  The one
+# arrow from pg/ into net/ (starting the server, net/http_server.h) is
+# checked by scripts/check-layout.sh.
 
 EXTENSION    = shape_sync
 EXTVERSION   = 0.1.0
@@ -15,8 +17,8 @@ PGFILEDESC   = "shape_sync - ElectricSQL-compatible shape sync over HTTP"
 
 PG_SRCS      = $(sort $(wildcard src/pg/*.c))
 NET_SRCS     = $(sort $(wildcard src/net/*.c))
-SHM_SRCS     = $(sort $(wildcard src/shm/*.c))
-OBJS         = $(PG_SRCS:.c=.o) $(NET_SRCS:.c=.o) $(SHM_SRCS:.c=.o)
+CONTRACT_SRCS = $(sort $(wildcard src/contract/*.c))
+OBJS         = $(PG_SRCS:.c=.o) $(NET_SRCS:.c=.o) $(CONTRACT_SRCS:.c=.o)
 
 DATA         = $(wildcard shape_sync--*.sql)
 
@@ -25,7 +27,7 @@ MHD_LIBS    := $(shell pkg-config --libs libmicrohttpd)
 
 WARN_FLAGS   = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CFLAGS    = $(WARN_FLAGS)
-PG_CPPFLAGS  = -I$(srcdir)/src/shm -I$(srcdir)/src/net -I$(srcdir)/src/pg $(MHD_CFLAGS)
+PG_CPPFLAGS  = -I$(srcdir)/src/contract -I$(srcdir)/src/pg -I$(srcdir)/src/net
 SHLIB_LINK   = $(MHD_LIBS) -lpthread
 
 REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -42,15 +44,14 @@ PG_CONFIG   ?= pg_config
 PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# Thread-side objects: plain C11, pthreads and libmicrohttpd only.
-THREAD_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden $(WARN_FLAGS) \
-				-I$(srcdir)/src/shm -I$(srcdir)/src/net $(MHD_CFLAGS)
+# Thread-side objects: plain C11 and pthreads; net/ adds libmicrohttpd.
+THREAD_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden $(WARN_FLAGS)
 
 src/net/%.o: src/net/%.c
-	$(CC) $(THREAD_CFLAGS) -c -o $@ $<
+	$(CC) $(THREAD_CFLAGS) -I$(srcdir)/src/contract -I$(srcdir)/src/net $(MHD_CFLAGS) -c -o $@ $<
 
-src/shm/%.o: src/shm/%.c
-	$(CC) $(THREAD_CFLAGS) -c -o $@ $<
+src/contract/%.o: src/contract/%.c
+	$(CC) $(THREAD_CFLAGS) -I$(srcdir)/src/contract -c -o $@ $<
 
 $(OBJS): $(wildcard src/*/*.h)
 

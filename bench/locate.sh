@@ -15,8 +15,8 @@ TAIL_MB=${TAIL_MB:-10}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-cc -O2 -Wall -Wextra -Werror -I"$root/src/shm" "$here/locate_bench.c" \
-	"$root/src/shm/shape_log.c" "$root/src/shm/log_offset.c" -o "$out/locate_bench"
+cc -O2 -Wall -Wextra -Werror -I"$root/src/contract" "$here/locate_bench.c" \
+	"$root/src/contract/shape_log.c" "$root/src/contract/log_offset.c" -o "$out/locate_bench"
 "$out/locate_bench" "$RUNS" "$TAIL_MB" >"$out/runs.txt"
 
 python3 - "$out" "$RUNS" "$here" "$TAIL_MB" <<'PY'

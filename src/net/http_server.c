@@ -1569,3 +1569,15 @@ http_server_stop(HttpServer *server)
 		MHD_stop_daemon(server->daemons[i]);
 	http_server_free(server);
 }
+
+bool
+http_settings_origins_valid(const char *origins, char *err, size_t errlen)
+{
+	return access_origins_valid(origins, err, errlen);
+}
+
+bool
+http_settings_proxies_valid(const char *proxies, char *err, size_t errlen)
+{
+	return client_proxies_parse(proxies, NULL, err, errlen);
+}

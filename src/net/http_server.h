@@ -110,4 +110,11 @@ extern void http_server_wake_shape(HttpServer *server, uint32_t slot);
 /* Resumes every parked connection (the shape table changed wholesale). */
 extern void http_server_wake_all(HttpServer *server);
 
+/*
+ * The syntax checks of settings the server reads, for the settings' check
+ * hooks: true, or false with the reason in err.
+ */
+extern bool http_settings_origins_valid(const char *origins, char *err, size_t errlen);
+extern bool http_settings_proxies_valid(const char *proxies, char *err, size_t errlen);
+
 #endif							/* HTTP_SERVER_H */

@@ -33,8 +33,7 @@
 #include "utils/guc.h"
 #include "utils/varlena.h"
 
-#include "access_policy.h"
-#include "client_address.h"
+#include "http_server.h"
 #include "guc.h"
 
 int			shape_sync_port = 3000;
@@ -123,7 +122,7 @@ guc_check_origins(char **newval, void **extra, GucSource source)
 {
 	char		err[256];
 
-	if (access_origins_valid(*newval, err, sizeof(err)))
+	if (http_settings_origins_valid(*newval, err, sizeof(err)))
 		return true;
 	GUC_check_errdetail("%s.", err);
 	return false;
@@ -149,7 +148,7 @@ guc_check_trusted_proxies(char **newval, void **extra, GucSource source)
 {
 	char		err[256];
 
-	if (client_proxies_parse(*newval, NULL, err, sizeof(err)))
+	if (http_settings_proxies_valid(*newval, err, sizeof(err)))
 		return true;
 	GUC_check_errdetail("%s.", err);
 	return false;

@@ -11,7 +11,7 @@
 #ifndef REGISTRY_H
 #define REGISTRY_H
 
-#include "request_queue.h"
+#include "shape_request.h"
 #include "shape_def.h"
 #include "server_metrics.h"
 

@@ -20,7 +20,7 @@
 #include "nodes/pg_list.h"
 #include "utils/relcache.h"
 
-#include "request_queue.h"
+#include "shape_request.h"
 
 /* One column a shape sends. */
 typedef struct ShapeColumn

@@ -15,7 +15,7 @@
  *	            sql_api.c
  *	 src/net/   the HTTP threads, which never call PostgreSQL, and the
  *	            request queue through which they ask the main thread
- *	 src/shm/   shared memory both sides read: shape table, shape logs,
+ *	 src/contract/   shared memory both sides read: shape table, shape logs,
  *	            admission slots, offsets
  *
  * IDENTIFICATION

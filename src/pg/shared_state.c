@@ -4,9 +4,9 @@
  *		shape_sync's shared memory: sizing, creation, attaching.
  *
  * One ShmemInitStruct region holds, in order: ShapeSyncShared, the
- * metrics (src/shm/server_metrics.c), the connections' activity
- * (src/shm/conn_activity.c), the shape table (src/shm/shape_table.c) and
- * the log arena (src/shm/shape_log.c), sized by shape_sync.http_threads,
+ * metrics (src/contract/server_metrics.c), the connections' activity
+ * (src/contract/conn_activity.c), the shape table (src/contract/shape_table.c) and
+ * the log arena (src/contract/shape_log.c), sized by shape_sync.http_threads,
  * max_worker_processes, shape_sync.max_connections, shape_sync.max_shapes
  * and shape_sync.log_memory.  The region is
  * mapped at the same address in every process of the cluster (they all

@@ -11,7 +11,7 @@
 #ifndef SUBSET_JOBS_H
 #define SUBSET_JOBS_H
 
-#include "request_queue.h"
+#include "shape_request.h"
 
 /*
  * A resolved request: true when it is a subset query now queued here (its

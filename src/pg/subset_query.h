@@ -16,7 +16,7 @@
 
 #include "storage/dsm.h"
 
-#include "request_queue.h"
+#include "shape_request.h"
 #include "shape_def.h"
 #include "snapshot_jobs.h"
 

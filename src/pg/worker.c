@@ -45,7 +45,6 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "access_policy.h"
 #include "decoder.h"
 #include "eval_deadline.h"
 #include "guc.h"

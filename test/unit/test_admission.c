@@ -1,6 +1,6 @@
 /*
  * test_admission.c
- *		Admission slots per request kind (src/shm/admission.c): limits,
+ *		Admission slots per request kind (src/contract/admission.c): limits,
  *		rejections, promotion, limit changes, and exact counts under
  *		concurrent acquire/release.
  */

@@ -1,6 +1,6 @@
 /*
  * test_log_offset.c
- *		Parsing, formatting and ordering of shape log offsets (src/shm/log_offset.c).
+ *		Parsing, formatting and ordering of shape log offsets (src/contract/log_offset.c).
  */
 #include "unit.h"
 

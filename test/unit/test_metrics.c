@@ -1,5 +1,5 @@
 /*
- * test_metrics.c: striped metrics (src/shm/metrics.c).
+ * test_metrics.c: striped metrics (src/contract/metrics.c).
  *
  * Totals are exact after many threads wrote at once, more threads than
  * stripes included (the shared overflow stripe); a histogram read while

@@ -1,7 +1,7 @@
 /*
  * test_request_queue.c
  *		The FIFO + eventfd that hands shape requests to the main thread
- *		(src/net/request_queue.c).
+ *		(src/contract/request_queue.c).
  */
 #include "unit.h"
 

@@ -1,6 +1,6 @@
 /*
  * test_shape_log.c
- *		The per-shape log in a block arena (src/shm/shape_log.c): appends,
+ *		The per-shape log in a block arena (src/contract/shape_log.c): appends,
  *		chunks, publication, lookups, arena exhaustion and release, and a
  *		concurrent writer with lock-free readers (the case TSan checks).
  */

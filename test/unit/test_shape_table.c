@@ -1,7 +1,7 @@
 /*
  * test_shape_table.c
  *		Slots, pins, generations, dirty marks and handles
- *		(src/shm/shape_table.c).
+ *		(src/contract/shape_table.c).
  */
 #include "unit.h"
 

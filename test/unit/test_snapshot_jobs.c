@@ -1,7 +1,7 @@
 /*
  * test_snapshot_jobs.c
  *		The snapshot job queue and the pool's worker entries
- *		(src/shm/snapshot_jobs.c): order, full and empty rings, laps, every
+ *		(src/contract/snapshot_jobs.c): order, full and empty rings, laps, every
  *		job taken exactly once by racing consumers while the producer
  *		refills, and worker entries claimed, found by job and released.
  */

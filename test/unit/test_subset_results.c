@@ -1,7 +1,7 @@
 /*
  * test_subset_results.c
  *		The cells subset queries leave their answers in
- *		(src/shm/subset_results.c): claims up to the limit, tickets, a
+ *		(src/contract/subset_results.c): claims up to the limit, tickets, a
  *		finished answer read whole, the last of the two holders freeing the
  *		cell and its log blocks whichever lets go last, and many threads
  *		playing request and job at once (run under TSan too).

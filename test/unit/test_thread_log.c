@@ -1,7 +1,7 @@
 /*
  * test_thread_log.c
  *		The ring of log lines threads hand to the main thread
- *		(src/net/thread_log.c).
+ *		(src/contract/thread_log.c).
  */
 #define _GNU_SOURCE
 #include "unit.h"

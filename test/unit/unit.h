@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * unit.h
- *		A tiny unit-test framework for the thread-side code (src/shm, src/net).
+ *		A tiny unit-test framework for the thread-side code (src/contract, src/net).
  *
  * Each test file defines tests with TEST(name) { ... } and ends with
  * UNIT_MAIN().  The runner executes every test in definition order and

@@ -1,5 +1,5 @@
 /*
- * unit_metrics.h: the server's metrics (src/shm/server_metrics.c) in a
+ * unit_metrics.h: the server's metrics (src/contract/server_metrics.c) in a
  * test process, in plain memory, and what tests read of them.
  *
  * unit_metrics_fresh() sets them up once per process and resets them each

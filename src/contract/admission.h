@@ -7,7 +7,7 @@
  * (server_metrics.c).
  *
  * IDENTIFICATION
- *	  src/shm/admission.h
+ *	  src/contract/admission.h
  *
  *-------------------------------------------------------------------------
  */

@@ -6,7 +6,7 @@
  * See shape_log.c for the layout and the notes on synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/shape_log.h
+ *	  src/contract/shape_log.h
  *
  *-------------------------------------------------------------------------
  */

@@ -78,7 +78,7 @@
  * until the caller publishes and swaps it (shape_table_swap_log).
  *
  * IDENTIFICATION
- *	  src/shm/log_compact.c
+ *	  src/contract/log_compact.c
  *
  *-------------------------------------------------------------------------
  */

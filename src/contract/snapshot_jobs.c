@@ -50,7 +50,7 @@
  *   starts another worker).
  *
  * IDENTIFICATION
- *	  src/shm/snapshot_jobs.c
+ *	  src/contract/snapshot_jobs.c
  *
  *-------------------------------------------------------------------------
  */

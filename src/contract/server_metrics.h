@@ -6,7 +6,7 @@
  * See server_metrics.c for the design and the notes on synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/server_metrics.h
+ *	  src/contract/server_metrics.h
  *
  *-------------------------------------------------------------------------
  */

@@ -9,7 +9,7 @@
  * side, when they enter a shape log.
  *
  * IDENTIFICATION
- *	  src/net/json_text.c
+ *	  src/contract/json_text.c
  *
  *-------------------------------------------------------------------------
  */

@@ -4,7 +4,7 @@
  *		A growable text buffer with JSON string escaping.
  *
  * IDENTIFICATION
- *	  src/net/json_text.h
+ *	  src/contract/json_text.h
  *
  *-------------------------------------------------------------------------
  */

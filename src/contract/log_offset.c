@@ -10,7 +10,7 @@
  * Plain C; used by the HTTP threads and the PostgreSQL side alike.
  *
  * IDENTIFICATION
- *	  src/shm/log_offset.c
+ *	  src/contract/log_offset.c
  *
  *-------------------------------------------------------------------------
  */

@@ -37,7 +37,7 @@
  *   the refusing thread's own stripe: a refusal writes no shared line.
  *
  * IDENTIFICATION
- *	  src/shm/admission.c
+ *	  src/contract/admission.c
  *
  *-------------------------------------------------------------------------
  */

@@ -60,7 +60,7 @@
  *   added only while the request's is held.
  *
  * IDENTIFICATION
- *	  src/shm/subset_results.c
+ *	  src/contract/subset_results.c
  *
  *-------------------------------------------------------------------------
  */

@@ -12,7 +12,7 @@
  * include it.
  *
  * IDENTIFICATION
- *	  src/shm/log_offset.h
+ *	  src/contract/log_offset.h
  *
  *-------------------------------------------------------------------------
  */

@@ -90,7 +90,7 @@
  *   a worker re-raises it while it still waits.
  *
  * IDENTIFICATION
- *	  src/shm/shape_table.c
+ *	  src/contract/shape_table.c
  *
  *-------------------------------------------------------------------------
  */

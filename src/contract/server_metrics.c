@@ -38,7 +38,7 @@
  *   do: each value is a relaxed load, consistent on its own.
  *
  * IDENTIFICATION
- *	  src/shm/server_metrics.c
+ *	  src/contract/server_metrics.c
  *
  *-------------------------------------------------------------------------
  */

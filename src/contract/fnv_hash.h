@@ -7,7 +7,7 @@
  * A header only, for threads and PostgreSQL processes alike.
  *
  * IDENTIFICATION
- *	  src/shm/fnv_hash.h
+ *	  src/contract/fnv_hash.h
  *
  *-------------------------------------------------------------------------
  */

@@ -6,7 +6,7 @@
  * See conn_activity.c for the design and the notes on synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/conn_activity.h
+ *	  src/contract/conn_activity.h
  *
  *-------------------------------------------------------------------------
  */

@@ -6,7 +6,7 @@
  * See subset_results.c for the lifecycle and the notes on synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/subset_results.h
+ *	  src/contract/subset_results.h
  *
  *-------------------------------------------------------------------------
  */

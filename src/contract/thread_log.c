@@ -17,7 +17,7 @@
  *   so elog() never runs with the mutex held.
  *
  * IDENTIFICATION
- *	  src/net/thread_log.c
+ *	  src/contract/thread_log.c
  *
  *-------------------------------------------------------------------------
  */

@@ -80,7 +80,7 @@
  *   happens-before its next one.
  *
  * IDENTIFICATION
- *	  src/shm/shape_log.c
+ *	  src/contract/shape_log.c
  *
  *-------------------------------------------------------------------------
  */

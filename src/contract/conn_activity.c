@@ -38,7 +38,7 @@
  *   threads serving different connections never write the same line.
  *
  * IDENTIFICATION
- *	  src/shm/conn_activity.c
+ *	  src/contract/conn_activity.c
  *
  *-------------------------------------------------------------------------
  */

@@ -6,7 +6,7 @@
  * See log_compact.c for what is kept and why every offset stays valid.
  *
  * IDENTIFICATION
- *	  src/shm/log_compact.h
+ *	  src/contract/log_compact.h
  *
  *-------------------------------------------------------------------------
  */

@@ -4,7 +4,7 @@
  *		Log lines from threads, handed to the main thread for elog().
  *
  * IDENTIFICATION
- *	  src/net/thread_log.h
+ *	  src/contract/thread_log.h
  *
  *-------------------------------------------------------------------------
  */

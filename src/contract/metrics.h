@@ -6,7 +6,7 @@
  * See metrics.c for the layout and the notes on synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/metrics.h
+ *	  src/contract/metrics.h
  *
  *-------------------------------------------------------------------------
  */

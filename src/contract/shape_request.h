@@ -1,23 +1,22 @@
 /*-------------------------------------------------------------------------
  *
- * request_queue.h
- *		Shape requests that HTTP threads hand to the worker's main thread.
+ * shape_request.h
+ *		What an HTTP thread asks of the main thread, and the answer.
  *
- * Resolving a shape definition needs the catalog, which only the main
- * thread may touch.  An HTTP thread fills a ShapeRequest, suspends its
- * connection and pushes the request; the main thread resolves it, fills in
- * the result and calls `done`, which resumes the connection.  Neither side
- * ever waits for the other.
+ * The hand-off between the floors: an HTTP thread writes a ShapeRequest
+ * (a shape definition, a DELETE, or a subset query) and queues it
+ * (request_queue.h); the main thread writes its ShapeResolution and calls
+ * `done`.  Strings are malloc'd so that either side may free them without
+ * PostgreSQL's memory contexts.
  *
  * IDENTIFICATION
- *	  src/net/request_queue.h
+ *	  src/contract/shape_request.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef REQUEST_QUEUE_H
-#define REQUEST_QUEUE_H
+#ifndef SHAPE_REQUEST_H
+#define SHAPE_REQUEST_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -113,23 +112,9 @@ struct ShapeRequest
 	void	   *owner;			/* the HTTP side's context */
 };
 
-typedef struct RequestQueue
-{
-	pthread_mutex_t lock;
-	ShapeRequest *head;			/* FIFO, guarded by lock */
-	ShapeRequest *tail;
-	int			wake_fd;		/* eventfd the main thread waits on */
-	bool		closed;			/* guarded by lock: push refuses once set */
-} RequestQueue;
-
-extern int	request_queue_init(RequestQueue *queue);
-extern void request_queue_destroy(RequestQueue *queue);
-extern bool request_queue_push(RequestQueue *queue, ShapeRequest *req);
-extern ShapeRequest *request_queue_take_all(RequestQueue *queue);
-extern ShapeRequest *request_queue_close(RequestQueue *queue);
-
 extern void shape_definition_free(ShapeDefinition *def);
 extern void shape_resolution_free(ShapeResolution *res);
 extern void subset_request_free(SubsetRequest *subset);
 
-#endif							/* REQUEST_QUEUE_H */
+
+#endif							/* SHAPE_REQUEST_H */

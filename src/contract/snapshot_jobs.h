@@ -5,7 +5,7 @@
  *		shared memory.
  *
  * IDENTIFICATION
- *	  src/shm/snapshot_jobs.h
+ *	  src/contract/snapshot_jobs.h
  *
  *-------------------------------------------------------------------------
  */

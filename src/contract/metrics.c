@@ -63,7 +63,7 @@
  * threads.
  *
  * IDENTIFICATION
- *	  src/shm/metrics.c
+ *	  src/contract/metrics.c
  *
  *-------------------------------------------------------------------------
  */

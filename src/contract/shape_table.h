@@ -7,7 +7,7 @@
  * synchronization.
  *
  * IDENTIFICATION
- *	  src/shm/shape_table.h
+ *	  src/contract/shape_table.h
  *
  *-------------------------------------------------------------------------
  */
