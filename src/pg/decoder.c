@@ -40,11 +40,11 @@
  * being decoded is cached with its new TOAST table, which the change's
  * snapshot cannot open, or with column types its tuples do not have.  So,
  * like pg_logical_slot_get_changes(), the worker empties those caches
- * whenever it goes from one way to the other: decoder_use_current_catalog,
- * and before a transaction record (the plugin has no streaming callbacks,
+ * whenever it goes from one way to the other (catalog_use.c): before the
+ * worker reads the current catalog, and before a transaction record (the plugin has no streaming callbacks,
  * so only replaying a commit reads the catalog); only at a switch.  The
  * cache callbacks of shape_stream.c ignore these resets
- * (decoder_resetting_caches): nothing changed.
+ * (catalog_use_resetting_caches): nothing changed.
  *
  * A (re)started worker holds no shape (shared memory is rebuilt), so the
  * WAL written since the slot's confirmed position concerns nobody: it is
@@ -99,6 +99,7 @@
 #include "utils/memutils.h"
 #include "utils/varlena.h"
 
+#include "catalog_use.h"
 #include "decoder.h"
 #include "eval_deadline.h"
 #include "guc.h"
@@ -125,47 +126,6 @@ static TimestampTz dec_lag_warned_at = 0;
 #define DECODER_LAG_LOG_INTERVAL_MS	60000
 
 static TransactionId dec_commit_still_running(XLogReaderState *reader);
-
-/* which snapshots the entries of the caches were built under (see the header) */
-typedef enum DecoderCatalogUse
-{
-	DECODER_CATALOG_CURRENT,
-	DECODER_CATALOG_HISTORIC,
-} DecoderCatalogUse;
-
-static DecoderCatalogUse dec_catalog_use = DECODER_CATALOG_CURRENT;
-bool		decoder_resetting_caches = false;
-
-/* Empties the relation and catalog caches for the other use of the catalog. */
-static void
-dec_switch_catalog_use(DecoderCatalogUse use)
-{
-	if (dec_catalog_use == use)
-		return;
-	/* inside a transaction a reset would rebuild entries and read messages */
-	Assert(!IsTransactionState());
-	decoder_resetting_caches = true;
-	PG_TRY();
-	{
-		InvalidateSystemCaches();
-	}
-	PG_FINALLY();
-	{
-		decoder_resetting_caches = false;
-	}
-	PG_END_TRY();
-	dec_catalog_use = use;
-}
-
-/*
- * Called by the worker before it reads the catalog as it is now (a
- * transaction of its own), after decoding read it as it was.
- */
-void
-decoder_use_current_catalog(void)
-{
-	dec_switch_catalog_use(DECODER_CATALOG_CURRENT);
-}
 
 bool
 decoder_is_worker_context(struct LogicalDecodingContext *ctx)
@@ -616,7 +576,7 @@ decoder_step(void)
 			break;
 		}
 		if (XLogRecGetRmid(dec_ctx->reader) == RM_XACT_ID)
-			dec_switch_catalog_use(DECODER_CATALOG_HISTORIC);
+			catalog_use_historic();
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
 		if (shape_stream_recheck_pending())

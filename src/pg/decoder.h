@@ -33,10 +33,6 @@ extern void decoder_stop(void);
 extern void decoder_abandon(void);
 extern bool decoder_skipping(void);
 extern bool decoder_is_worker_context(struct LogicalDecodingContext *ctx);
-extern void decoder_use_current_catalog(void);
 extern void decoder_note_commit(XLogRecPtr end_lsn, TimestampTz commit_time);
-
-/* true while the decoder empties the caches on purpose: nothing changed */
-extern bool decoder_resetting_caches;
 
 #endif							/* SHAPE_SYNC_DECODER_H */

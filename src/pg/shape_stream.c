@@ -106,13 +106,12 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "decoder.h"
+#include "catalog_use.h"
 #include "equality_index.h"
 #include "eval_deadline.h"
 #include "partition_route.h"
 #include "guc.h"
 #include "log_compact.h"
-#include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
 #include "server_metrics.h"
@@ -323,7 +322,7 @@ ss_relcache_callback(Datum arg, Oid relid)
 {
 	if (ss_streams == NULL)
 		return;
-	if (decoder_resetting_caches)
+	if (catalog_use_resetting_caches)
 	{
 		/*
 		 * Nothing changed, but the tuple descriptors are built again: a
@@ -355,7 +354,7 @@ ss_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 	ShapeTable *table;
 
 	if (ss_streams == NULL || ss_relids == NULL || hash_get_num_entries(ss_relids) == 0 ||
-		decoder_resetting_caches)
+		catalog_use_resetting_caches)
 		return;
 	shape_stream_catalog_changed();	/* roles, memberships and schemas are few */
 	if (cacheid == AUTHMEMROLEMEM || hashvalue == 0)
@@ -886,7 +885,7 @@ ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
 /*
  * The shape cannot be served as defined: it fails, with `message` for its
  * clients (400), and the registry remembers the failure for a while, so
- * the same definition is not made again at once (registry_maintain).
+ * the same definition is not made again at once (the registry).
  */
 static void
 ss_fail_later(ShapeStream *s, const char *message)
@@ -2051,7 +2050,7 @@ shape_stream_maintain_during_replay(void)
 }
 
 void
-shape_stream_maintain(void)
+shape_stream_maintain(ShapeStreamRotate rotate)
 {
 	ShapeTable *table;
 	List	   *changed;
@@ -2080,7 +2079,7 @@ shape_stream_maintain(void)
 					changed = list_append_unique_oid(changed, ss_streams[i].relid);
 			ss_all_changed = false;
 		}
-		decoder_use_current_catalog();
+		catalog_use_current();
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
@@ -2110,7 +2109,7 @@ shape_stream_maintain(void)
 			ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
 			if (s->in_use && s->rotate)
-				registry_rotate(s->slot, s->rotate_cause);
+				rotate(s->slot, s->rotate_cause);
 		}
 		list_free(rotating);
 	}

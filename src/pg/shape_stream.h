@@ -33,11 +33,15 @@ extern void shape_stream_change(Relation rel, ReorderBufferChange *change);
 extern void shape_stream_truncate(int nrelations, Relation *relations);
 extern void shape_stream_commit(void);
 
+/* How the stream has a shape rotated: the registry's registry_rotate. */
+typedef void (*ShapeStreamRotate) (uint32 slot, SmRotationCause cause);
+
 /*
  * Main loop, outside transactions: hands finished snapshots over to the
- * stream, and rotates shapes whose table was truncated, dropped or altered.
+ * stream, and has shapes rotated whose table was truncated, dropped or
+ * altered.
  */
-extern void shape_stream_maintain(void);
+extern void shape_stream_maintain(ShapeStreamRotate rotate);
 extern void shape_stream_maintain_during_replay(void);
 
 /* Check every shape's table and privileges at the next maintain. */

@@ -45,6 +45,7 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "catalog_use.h"
 #include "decoder.h"
 #include "eval_deadline.h"
 #include "guc.h"
@@ -169,7 +170,7 @@ worker_check_role(void)
 	static char *reported = NULL;
 	char	   *problem;
 
-	decoder_use_current_catalog();
+	catalog_use_current();
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	problem = shape_role_problem();
@@ -279,7 +280,7 @@ worker_resolve_requests(void)
 	if (list == NULL)
 		return false;
 	pgstat_report_activity(STATE_RUNNING, "resolving shape requests");
-	decoder_use_current_catalog();
+	catalog_use_current();
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -497,7 +498,7 @@ shape_sync_worker_main(Datum arg)
 		registry_maintain();
 		subset_jobs_reap();
 		subset_jobs_launch();
-		shape_stream_maintain();
+		shape_stream_maintain(registry_rotate);
 		more_wal = decoder_step();
 		more_prefault = log_prefault_step(nfired == 0 && !resolved && !more_wal);
 		worker_wake_changed_shapes();
