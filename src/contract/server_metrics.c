@@ -218,7 +218,8 @@ server_metrics_size(uint32_t nstripes)
  */
 int
 server_metrics_attach(void *mem, bool create, uint32_t nstripes, ShapeTable *shapes,
-					  Admission *admission, DecoderStatus *decoder)
+					  _Atomic uint32_t *admission_in_use, _Atomic uint32_t *admission_limit,
+					  DecoderStatus *decoder)
 {
 	if (server_metrics.layout.base == NULL &&
 		metrics_layout_init(&server_metrics.layout, server_metric_defs, SM_COUNT) != 0)
@@ -226,7 +227,8 @@ server_metrics_attach(void *mem, bool create, uint32_t nstripes, ShapeTable *sha
 	server_metrics.area = create ? metrics_init(mem, &server_metrics.layout, nstripes)
 		: metrics_attach(mem);
 	server_metrics.shapes = shapes;
-	server_metrics.admission = admission;
+	server_metrics.admission_in_use = admission_in_use;
+	server_metrics.admission_limit = admission_limit;
 	server_metrics.decoder = decoder;
 	return 0;
 }
@@ -355,11 +357,11 @@ sm_sample(void *ctx, uint32_t metric, uint32_t series, double *value)
 			return true;
 		case SM_ADMISSION_IN_USE:
 		case SM_ADMISSION_LIMIT:
-			if (sm->admission == NULL)
+			if (sm->admission_in_use == NULL)
 				return false;
 			*value = (double) atomic_load_explicit(metric == SM_ADMISSION_IN_USE ?
-												   &sm->admission->in_use[series] :
-												   &sm->admission->limit[series],
+												   &sm->admission_in_use[series] :
+												   &sm->admission_limit[series],
 												   memory_order_relaxed);
 			return true;
 		case SM_DECODER_LAG_BYTES:

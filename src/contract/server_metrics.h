@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "admission.h"
 #include "metrics.h"
 #include "shape_table.h"
 
@@ -142,7 +141,8 @@ typedef struct ServerMetrics
 	Metrics    *area;			/* NULL: metrics are off (some unit tests) */
 	MetricsLayout layout;
 	ShapeTable *shapes;			/* for the sampled gauges; may be NULL */
-	Admission  *admission;
+	_Atomic uint32_t *admission_in_use; /* admission.c's levels, by kind; */
+	_Atomic uint32_t *admission_limit;	/* may be NULL */
 	DecoderStatus *decoder;
 } ServerMetrics;
 
@@ -151,8 +151,8 @@ extern _Thread_local MetricsStripe sm_stripe;
 
 extern size_t server_metrics_size(uint32_t nstripes);
 extern int	server_metrics_attach(void *mem, bool create, uint32_t nstripes,
-								  ShapeTable *shapes, Admission *admission,
-								  DecoderStatus *decoder);
+								  ShapeTable *shapes, _Atomic uint32_t *admission_in_use,
+								  _Atomic uint32_t *admission_limit, DecoderStatus *decoder);
 extern void server_metrics_detach_process(void);
 extern void sm_claim_stripe(void);
 

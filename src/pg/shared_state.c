@@ -117,7 +117,8 @@ sstate_shmem_startup(void)
 													(uint32) shape_sync_max_shapes,
 													arena);
 		if (server_metrics_attach(metrics_mem, true, stripes, shape_sync_shared->table,
-								  &shape_sync_shared->admission,
+								  shape_sync_shared->admission.in_use,
+								  shape_sync_shared->admission.limit,
 								  &shape_sync_shared->decoder) != 0)
 			ereport(FATAL,
 					(errcode(ERRCODE_OUT_OF_MEMORY),

@@ -23,7 +23,7 @@ unit_metrics_fresh(void)
 	{
 		mem = calloc(1, server_metrics_size(UNIT_METRIC_STRIPES));
 		if (mem == NULL ||
-			server_metrics_attach(mem, true, UNIT_METRIC_STRIPES, NULL, NULL, NULL) != 0)
+			server_metrics_attach(mem, true, UNIT_METRIC_STRIPES, NULL, NULL, NULL, NULL) != 0)
 			abort();
 	}
 	server_metrics_reset();
