@@ -15,7 +15,8 @@ EXTVERSION   = 0.1.0
 MODULE_big   = shape_sync
 PGFILEDESC   = "shape_sync - ElectricSQL-compatible shape sync over HTTP"
 
-PG_SRCS      = $(sort $(wildcard src/pg/*.c))
+PG_DIRS      = src/pg $(sort $(patsubst %/,%,$(dir $(wildcard src/pg/*/*.c))))
+PG_SRCS      = $(sort $(wildcard $(addsuffix /*.c,$(PG_DIRS))))
 NET_SRCS     = $(sort $(wildcard src/net/*.c))
 CONTRACT_SRCS = $(sort $(wildcard src/contract/*.c))
 OBJS         = $(PG_SRCS:.c=.o) $(NET_SRCS:.c=.o) $(CONTRACT_SRCS:.c=.o)
@@ -27,7 +28,7 @@ MHD_LIBS    := $(shell pkg-config --libs libmicrohttpd)
 
 WARN_FLAGS   = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 PG_CFLAGS    = $(WARN_FLAGS)
-PG_CPPFLAGS  = -I$(srcdir)/src/contract -I$(srcdir)/src/pg -I$(srcdir)/src/net
+PG_CPPFLAGS  = -I$(srcdir)/src/contract $(addprefix -I$(srcdir)/,$(PG_DIRS)) -I$(srcdir)/src/net
 SHLIB_LINK   = $(MHD_LIBS) -lpthread
 
 REGRESS      = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
@@ -53,7 +54,7 @@ src/net/%.o: src/net/%.c
 src/contract/%.o: src/contract/%.c
 	$(CC) $(THREAD_CFLAGS) -I$(srcdir)/src/contract -c -o $@ $<
 
-$(OBJS): $(wildcard src/*/*.h)
+$(OBJS): $(wildcard src/*/*.h src/pg/*/*.h)
 
 .PHONY: unit-test
 unit-test:

@@ -7,7 +7,8 @@
 #   - src/net/ includes nothing from src/pg/;
 #   - src/pg/ includes from src/net/ only net/http_server.h, which starts the server;
 #   - no include circle between modules: a module is a file's stem (registry.c and
-#     registry.h are one), and an edge a -> b means a file of a includes b's header.
+#     registry.h are one; foo_internal.h, what foo's files share, is part of foo), and
+#     an edge a -> b means a file of a includes b's header.
 #
 # Prints each violation and exits 1 if there is any; prints the module graph's
 # edges with --graph.  Run by scripts/test.sh (stage "layout").
@@ -31,7 +32,9 @@ def floor(path):
     return parts[1]
 
 def module(path):
-    return os.path.splitext(path)[0]
+    # foo_internal.h holds what foo's own files share: it is part of foo
+    stem = os.path.splitext(path)[0]
+    return stem[:-len('_internal')] if stem.endswith('_internal') else stem
 
 problems = []
 edges = defaultdict(set)
