@@ -36,9 +36,9 @@ shape_definition_free(ShapeDefinition *def)
 void
 shape_resolution_free(ShapeResolution *res)
 {
-	free(res->error_json);
+	refusal_free(&res->refusal);
 	free(res->schema_json);
-	res->error_json = res->schema_json = NULL;
+	res->schema_json = NULL;
 }
 
 /* Frees the inputs; the cell is the connection's to let go of (shape_conn_free). */

@@ -7,7 +7,8 @@
  * (a shape definition, a DELETE, or a subset query) and queues it
  * (request_queue.h); the main thread writes its ShapeResolution and calls
  * `done`.  Strings are malloc'd so that either side may free them without
- * PostgreSQL's memory contexts.
+ * PostgreSQL's memory contexts.  A refused request carries the reason and
+ * its facts (refusal.h), never an HTTP answer: the HTTP side renders it.
  *
  * IDENTIFICATION
  *	  src/contract/shape_request.h
@@ -20,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "refusal.h"
 #include "shape_table.h"
 
 /* A shape definition as the client wrote it; strings are malloc'd. */
@@ -39,26 +41,19 @@ typedef struct ShapeDefinition
 typedef enum ShapeResolveStatus
 {
 	SHAPE_RESOLVE_OK = 0,
-	SHAPE_RESOLVE_INVALID,		/* 400: `error_json` holds the body */
-	SHAPE_RESOLVE_FORBIDDEN,	/* 403: shape_sync.role may not read it;
-								 * `error_json` holds the body */
-	SHAPE_RESOLVE_UNAVAILABLE,	/* 503: `error_json` holds the body */
-	SHAPE_RESOLVE_FAILED,		/* the shape's snapshot failed just now:
-								 * `error_status` and `error_json` */
-	SHAPE_RESOLVE_DELETED,		/* DELETE: the shape is gone (202) */
-	SHAPE_RESOLVE_NOT_FOUND		/* DELETE: no such shape (404) */
+	SHAPE_RESOLVE_REFUSED,		/* `refusal` says why */
+	SHAPE_RESOLVE_UNAVAILABLE,	/* never resolved: the queue refused it or
+								 * closed (set by the HTTP side) */
+	SHAPE_RESOLVE_DELETED		/* DELETE: the shape is gone */
 } ShapeResolveStatus;
 
 /* The main thread's answer. */
 typedef struct ShapeResolution
 {
 	ShapeResolveStatus status;
-	char	   *error_json;		/* malloc'd, for errors */
-	unsigned	error_status;	/* HTTP status, for SHAPE_RESOLVE_FAILED */
+	Refusal		refusal;		/* SHAPE_RESOLVE_REFUSED: reason and facts,
+								 * malloc'd */
 	bool		retry;			/* a lock was busy: the main thread tries again */
-	unsigned	retry_after_s;	/* for 503: the retry-after to send; 0: 5 s */
-	bool		initial_full;	/* 503: a new shape, and no initial admission
-								 * slot for its snapshot's wait */
 	char	   *schema_json;	/* malloc'd electric-schema, on success */
 	bool		reusable;		/* on success: made under the current catalog,
 								 * so the connection may keep it */

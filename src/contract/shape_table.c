@@ -22,8 +22,11 @@
  *   The descriptive fields (handle, relation, where_preview, columns,
  *   relid, flags, created_at_us) are written by the main thread while the slot is FREE
  *   and unpinned, before the release store that leaves FREE; readers read
- *   them only after an acquire load of a non-FREE state.  `error` is
- *   written by the snapshot worker before its release store of FAILED.
+ *   them only after an acquire load of a non-FREE state.  `error_reason`
+ *   and `error` are written by whoever fails the shape (its snapshot
+ *   worker, or the main thread for a shape it can no longer serve) before
+ *   its release store of FAILED, and read only after an acquire load of
+ *   FAILED.
  * - A snapshot worker leaves SNAPSHOTTING only by CAS
  *   (shape_table_transition) and retiring is a CAS loop too, so a worker
  *   that finishes as its shape is retired can never make it READY again.
@@ -182,6 +185,7 @@ shape_table_claim(ShapeTable *table)
 		atomic_store_explicit(&s->published_us, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->changes, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->route_attnum, 0, memory_order_relaxed);
+		s->error_reason = 0;
 		s->error[0] = '\0';
 		/* version 0 is served; version 1 is free (both were released) */
 		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);

@@ -33,7 +33,7 @@ typedef enum ShapeState
 	SHAPE_FREE = 0,				/* unused; may be claimed by the main thread */
 	SHAPE_SNAPSHOTTING,			/* the snapshot worker writes the log */
 	SHAPE_READY,				/* snapshot done; the log is complete */
-	SHAPE_FAILED,				/* the snapshot failed; `error` says why */
+	SHAPE_FAILED,				/* failed; `error_reason` and `error` say why */
 	SHAPE_RETIRED				/* dropped; blocks go back at the last unpin */
 } ShapeState;
 
@@ -69,8 +69,10 @@ typedef struct ShapeSlot
 	_Atomic int64_t snapshot_ms;
 	uint64_t	snapshot_lsn;	/* WAL insert position once the snapshot was
 								 * taken; stored before the state is READY */
-	uint32_t	error_status;	/* HTTP status for FAILED (409: rotate it) */
-	char		error[SHAPE_ERROR_LEN];	/* valid once state is FAILED */
+	uint32_t	error_reason;	/* RefusalReason, once state is FAILED: a
+								 * REFUSAL_SNAPSHOT_* (REFUSAL_MUST_REFETCH:
+								 * rotate it) */
+	char		error[SHAPE_ERROR_LEN];	/* ... and its sentence, plain text */
 
 	/*
 	 * Two versions of the log: `log_current` names the one served; the

@@ -41,9 +41,9 @@
  * - The job's hold is added (relaxed: the request's hold keeps the cell
  *   alive) before the job is queued; the queue's release/acquire pair
  *   hands the cell to the worker.
- * - The worker writes the log and `status`, then stores `done` = ticket
+ * - The worker writes the log and `outcome`, then stores `done` = ticket
  *   with release; readers load `done` with acquire before they read
- *   `status` or the log, which is then complete and never written again
+ *   `outcome` or the log, which are then complete and never written again
  *   until the cell is freed.
  * - `client` is written by the claimer after its CAS and reset by the
  *   last holder, both relaxed: the per-client count reads it as a hint.
@@ -137,22 +137,28 @@ subset_abandoned(SubsetResults *r, int cell, uint32_t ticket)
 }
 
 void
-subset_finish(SubsetResults *r, int cell, uint32_t ticket, uint32_t status)
+subset_finish(SubsetResults *r, int cell, uint32_t ticket, const SubsetOutcome *outcome)
 {
 	SubsetCell *c = &r->cells[cell];
 
-	c->status = status;
+	if (outcome != NULL)
+	{
+		c->outcome = *outcome;
+		c->outcome.field[SUBSET_FIELD_LEN - 1] = '\0';
+	}
+	else
+		memset(&c->outcome, 0, sizeof(c->outcome));
 	atomic_store_explicit(&c->done, ticket, memory_order_release);
 }
 
 bool
-subset_finished(SubsetResults *r, int cell, uint32_t ticket, uint32_t *status)
+subset_finished(SubsetResults *r, int cell, uint32_t ticket, SubsetOutcome *outcome)
 {
 	SubsetCell *c = &r->cells[cell];
 
 	if (atomic_load_explicit(&c->done, memory_order_acquire) != ticket)
 		return false;
-	*status = c->status;
+	*outcome = c->outcome;
 	return true;
 }
 
@@ -186,7 +192,7 @@ subset_release(SubsetResults *r, ShapeLogArena *arena, int cell)
 			atomic_store_explicit(&c->done, 0, memory_order_relaxed);
 			atomic_store_explicit(&c->abandoned, 0, memory_order_relaxed);
 			atomic_store_explicit(&c->client, 0, memory_order_relaxed);
-			c->status = 0;
+			memset(&c->outcome, 0, sizeof(c->outcome));
 			/* no one else holds it: refs is ours to store */
 			atomic_store_explicit(&c->refs, 0, memory_order_release);
 			return;

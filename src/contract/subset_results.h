@@ -37,6 +37,21 @@
  */
 #define SUBSET_JOB_SLOT_BIT		0x80000000u
 
+/*
+ * How a subset query ended, beside its log: nothing (the rows), or a
+ * refusal's reason and the facts that fit here (refusal.h); the refusal's
+ * text, when it has one, is the log's record 0.
+ */
+#define SUBSET_FIELD_LEN		32
+
+typedef struct SubsetOutcome
+{
+	uint32_t	reason;			/* RefusalReason; REFUSAL_NONE: the rows */
+	uint32_t	paging;			/* Refusal.paging */
+	int64_t		number;			/* Refusal.number */
+	char		field[SUBSET_FIELD_LEN];	/* Refusal.field, or "" */
+} SubsetOutcome;
+
 typedef struct SubsetCell
 {
 	_Atomic uint32_t refs;		/* 0: free; the request's, and the job's */
@@ -44,10 +59,11 @@ typedef struct SubsetCell
 	_Atomic uint32_t done;		/* the ticket the worker finished, or 0 */
 	_Atomic uint32_t abandoned; /* a ticket nobody waits for any more, or 0 */
 	_Atomic uint64_t client;	/* who claimed it (ShapeRequest.client_key), or 0 */
-	uint32_t	status;			/* HTTP status of the answer, set before `done` */
+	SubsetOutcome outcome;		/* set before `done` */
 	/*
 	 * The answer, written by the job before `done`: record 0 is the
-	 * metadata object (200) or the error body; rows follow (200).
+	 * metadata object, then the rows; or, for a refusal with a text, that
+	 * text alone.
 	 */
 	ShapeLog	log;
 } SubsetCell;
@@ -70,8 +86,12 @@ extern int	subset_claim(SubsetResults *r, uint64_t client, uint32_t *ticket);
 /* Main thread, before it queues the job: the job holds the cell too. */
 extern void subset_hold_for_job(SubsetResults *r, int cell);
 
-/* The job: the answer is in the cell's log; the cell is still held. */
-extern void subset_finish(SubsetResults *r, int cell, uint32_t ticket, uint32_t status);
+/*
+ * The job: the answer is in the cell's log, and `outcome` says what it is
+ * (NULL: the rows); the cell is still held.
+ */
+extern void subset_finish(SubsetResults *r, int cell, uint32_t ticket,
+						  const SubsetOutcome *outcome);
 
 /* Main thread: nobody waits for this use's answer; the job may stop. */
 extern void subset_abandon_job(SubsetResults *r, int cell, uint32_t ticket);
@@ -79,8 +99,9 @@ extern void subset_abandon_job(SubsetResults *r, int cell, uint32_t ticket);
 /* The job: whether its answer is still wanted. */
 extern bool subset_abandoned(SubsetResults *r, int cell, uint32_t ticket);
 
-/* Whether the job of this use finished; its status then. */
-extern bool subset_finished(SubsetResults *r, int cell, uint32_t ticket, uint32_t *status);
+/* Whether the job of this use finished; its outcome then. */
+extern bool subset_finished(SubsetResults *r, int cell, uint32_t ticket,
+							SubsetOutcome *outcome);
 
 /* For a caller that no longer holds the cell: the job of this use let go of it. */
 extern bool subset_job_gone(SubsetResults *r, int cell, uint32_t ticket);

@@ -252,6 +252,7 @@ extern enum MHD_Result http_respond_json(struct MHD_Connection *connection,
 extern enum MHD_Result shape_respond_error(ShapeConn *sc, unsigned status,
 										   const char *body, int retry_after);
 extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
+extern enum MHD_Result shape_respond_refusal(ShapeConn *sc, const Refusal *refusal);
 extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
 extern uint64_t shape_body_measure(ShapeConn *sc);
 

@@ -77,6 +77,7 @@
 #include <time.h>
 
 #include "json_text.h"
+#include "refusal_render.h"
 #include "thread_log.h"
 
 /*
@@ -132,6 +133,25 @@ shape_respond_error(ShapeConn *sc, unsigned status, const char *body, int retry_
 	http_add_cors_headers(response, sc->connection);
 	ret = http_queue(sc->connection, status, response, strlen(body));
 	MHD_destroy_response(response);
+	return ret;
+}
+
+/*
+ * A refusal, as refusal_render.c renders it; the refusal stays the
+ * caller's.
+ */
+enum MHD_Result
+shape_respond_refusal(ShapeConn *sc, const Refusal *refusal)
+{
+	RefusalAnswer answer;
+	enum MHD_Result ret;
+
+	if (!refusal_render(refusal, &answer))
+		return MHD_NO;			/* out of memory: close */
+	if (answer.must_refetch)
+		return shape_respond_must_refetch(sc, NULL);
+	ret = shape_respond_error(sc, answer.status, answer.body, (int) answer.retry_after_s);
+	free(answer.body);
 	return ret;
 }
 
@@ -846,18 +866,17 @@ shape_respond_or_wait(ShapeConn *sc)
 		/* the check under the list's lock saw something else: go on with it */
 	}
 
-	if (c.state == SHAPE_RETIRED ||
-		(c.state == SHAPE_FAILED && slot->error_status == MHD_HTTP_CONFLICT))
+	if (c.state == SHAPE_RETIRED)
 		return shape_respond_must_refetch(sc, NULL);	/* 409: rotated, see snapshot.c */
 	if (c.state == SHAPE_FAILED)
 	{
-		char	   *body = json_message_body("message", slot->error);
-		unsigned	status = slot->error_status ? slot->error_status : 500;
-		enum MHD_Result ret;
+		/* the slot is pinned: its error fields stay as the failure left them */
+		Refusal		failed = {0};
 
-		ret = shape_respond_error(sc, status, body, 10);
-		free(body);
-		return ret;
+		failed.reason = slot->error_reason ? (RefusalReason) slot->error_reason :
+			REFUSAL_SNAPSHOT_FAILED;
+		failed.text = slot->error; /* borrowed: never freed */
+		return shape_respond_refusal(sc, &failed);	/* REFUSAL_MUST_REFETCH: 409 */
 	}
 	switch (c.decision)
 	{
@@ -910,23 +929,25 @@ shape_admit(ShapeConn *sc)
 	return true;
 }
 
-/* 503 concurrent_request_limit_exceeded, as Electric answers it. */
+/*
+ * 503 concurrent_request_limit_exceeded for sc->rejected_kind, with its
+ * limit as it stands and a retry-after of 5 to 10 s, drawn so that refused
+ * clients do not all come back at once.
+ */
 static enum MHD_Result
 shape_respond_over_limit(ShapeConn *sc)
 {
 	static _Thread_local unsigned seed;
-	char		body[256];
-	unsigned	limit = atomic_load(&sc->server->admission->limit[sc->rejected_kind]);
+	Refusal		over = {0};
 
 	if (seed == 0)
 		seed = (unsigned) http_monotonic_us() | 1;
 	seed = seed * 1103515245u + 12345u;
-	snprintf(body, sizeof(body),
-			 "{\"code\":\"concurrent_request_limit_exceeded\",\"message\":"
-			 "\"Concurrent %s request limit exceeded (limit: %u), please retry\"}",
-			 admission_kind_name(sc->rejected_kind), limit);
-	return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, body,
-							   5 + (int) ((seed >> 16) % 6));
+	over.reason = REFUSAL_CONCURRENT_LIMIT;
+	over.field = (char *) admission_kind_name(sc->rejected_kind);	/* borrowed */
+	over.number = atomic_load(&sc->server->admission->limit[sc->rejected_kind]);
+	over.retry_after_s = 5 + (seed >> 16) % 6;
+	return shape_respond_refusal(sc, &over);
 }
 
 /* ------------------------------------------------------------ the phases */
@@ -1067,27 +1088,22 @@ shape_after_resolve(ShapeConn *sc)
 		resolved_shape_free(&sc->server->conns.slots[sc->conn_slot].resolved);
 	switch (res->status)
 	{
-		case SHAPE_RESOLVE_INVALID:
-			return shape_respond_error(sc, MHD_HTTP_BAD_REQUEST, res->error_json, 0);
-		case SHAPE_RESOLVE_FORBIDDEN:
-			return shape_respond_error(sc, MHD_HTTP_FORBIDDEN, res->error_json, 0);
-		case SHAPE_RESOLVE_UNAVAILABLE:
-			if (res->initial_full)
+		case SHAPE_RESOLVE_REFUSED:
+			if (res->refusal.reason == REFUSAL_CONCURRENT_LIMIT)
 			{
+				/* a new shape's snapshot would wait over the initial limit */
 				sc->rejected_kind = ADMISSION_INITIAL;
 				return shape_respond_over_limit(sc);
 			}
-			if (res->error_json != NULL)
-				return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE, res->error_json,
-										   res->retry_after_s ? res->retry_after_s : 5);
-			return shape_respond_unavailable(sc, "the server is not ready, please retry", 5);
-		case SHAPE_RESOLVE_FAILED:
-			return shape_respond_error(sc, res->error_status, res->error_json, 10);
+			return shape_respond_refusal(sc, &res->refusal);
+		case SHAPE_RESOLVE_UNAVAILABLE:
+			{
+				Refusal		not_ready = {.reason = REFUSAL_NOT_READY};
+
+				return shape_respond_refusal(sc, &not_ready);
+			}
 		case SHAPE_RESOLVE_DELETED:
 			return shape_respond_deleted(sc);
-		case SHAPE_RESOLVE_NOT_FOUND:
-			return shape_respond_error(sc, MHD_HTTP_NOT_FOUND,
-									   "{\"message\":\"No existing shape found\"}", 0);
 		case SHAPE_RESOLVE_OK:
 			break;
 	}

@@ -27,8 +27,10 @@
  * and one client cannot take them all.
  * The answer is sent from the cell's log like a shape's chunk, piece by
  * piece (shape_body_response): `{"metadata":` record 0 `,"data":[` rows
- * `]}`.  The cell is let go of when the connection is done with the
- * request, however it ended.
+ * `]}`.  A query that failed leaves a refusal in the cell instead (its
+ * reason and facts, its text as record 0), which refusal_render.c turns
+ * into the answer.  The cell is let go of when the connection is done with
+ * the request, however it ended.
  *
  * electric-offset is the offset the request was sent at (for offset=now,
  * the log's end before the query ran): a client that moves its stream to
@@ -321,12 +323,12 @@ subset_respond(ShapeConn *sc)
 	SlogRecordHeader first;
 	char	   *head = NULL;
 	char		offset_text[LOG_OFFSET_TEXT_LEN];
-	uint32_t	status;
+	SubsetOutcome outcome;
 	uint64_t	size;
 	struct MHD_Response *response;
 	enum MHD_Result ret;
 
-	if (!subset_finished(server->subsets, in->cell, in->ticket, &status))
+	if (!subset_finished(server->subsets, in->cell, in->ticket, &outcome))
 		return shape_respond_error(sc, MHD_HTTP_SERVICE_UNAVAILABLE,
 								   "{\"message\":\"The subset query did not finish, please retry\"}", 5);
 	slog_read_published(log, &pub);
@@ -342,17 +344,17 @@ subset_respond(ShapeConn *sc)
 					  head + sizeof(subset_metadata_open) - 1, first.len);
 		head[sizeof(subset_metadata_open) - 1 + first.len] = '\0';
 	}
-	if (status != MHD_HTTP_OK)
+	if (outcome.reason != REFUSAL_NONE)
 	{
-		/* record 0 is the error body */
-		const char *body = head ? head + sizeof(subset_metadata_open) - 1 :
-			"{\"message\":\"The subset query failed\"}";
+		/* record 0, when there is one, is the refusal's text */
+		Refusal		refused = {0};
 
-		if (status == MHD_HTTP_CONFLICT)
-			ret = shape_respond_must_refetch(sc, NULL);
-		else
-			ret = shape_respond_error(sc, status, body,
-									  status == MHD_HTTP_SERVICE_UNAVAILABLE ? 5 : 0);
+		refused.reason = (RefusalReason) outcome.reason;
+		refused.field = outcome.field[0] ? outcome.field : NULL;	/* borrowed */
+		refused.text = head ? head + sizeof(subset_metadata_open) - 1 : NULL;	/* borrowed */
+		refused.number = outcome.number;
+		refused.paging = outcome.paging;
+		ret = shape_respond_refusal(sc, &refused);
 		free(head);
 		return ret;
 	}

@@ -7,7 +7,9 @@
  * definition (shape_def.c), and either finds the shape that has the same
  * identity or creates one, with a fresh handle, and queues its snapshot.
  * Identical definitions therefore share one handle, and handles are never
- * reused (shape_table_new_handle).
+ * reused (shape_table_new_handle).  A request refused here gets a reason
+ * and its facts (refusal.h), never an HTTP answer: the HTTP side renders
+ * it (refusal_render.c), and the statuses named below are what it sends.
  *
  * The map lives in the main worker's memory, one entry per shape slot,
  * found by the hash of its identity (reg_by_identity).
@@ -91,7 +93,6 @@
 #include "storage/dsm.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
@@ -164,8 +165,8 @@ typedef struct RegistryFailure
 {
 	uint64		identity_hash;
 	char	   *identity;
-	unsigned	status;			/* HTTP status */
-	char	   *body;			/* JSON error body */
+	RefusalReason reason;		/* a REFUSAL_SNAPSHOT_* */
+	char	   *text;			/* ShapeSlot.error as it was */
 	TimestampTz failed_at;
 } RegistryFailure;
 
@@ -361,65 +362,47 @@ reg_malloc_string(const char *s)
 	return copy;
 }
 
-/* {"message":"Invalid request","errors":{"<field>":["<message>"]}} */
-static char *
-reg_error_json(const char *field, const char *message)
+/*
+ * Refuses the request: the reason and its facts (refusal.h) go back to
+ * the HTTP side, which renders the answer.  Strings are copied.
+ */
+static Refusal *
+reg_refuse(ShapeRequest *req, RefusalReason reason, const char *field, const char *text)
 {
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoString(&buf, "{\"message\":\"Invalid request\",\"errors\":{");
-	escape_json(&buf, field);
-	appendStringInfoString(&buf, ":[");
-	escape_json(&buf, message);
-	appendStringInfoString(&buf, "]}}");
-	return buf.data;
+	req->result.status = SHAPE_RESOLVE_REFUSED;
+	if (!refusal_set(&req->result.refusal, reason, field, text))
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return &req->result.refusal;
 }
 
-/* Turns a caught validation error into the response the client gets. */
+/* Turns a caught validation error into the refusal the client gets. */
 static void
 reg_reject(ShapeRequest *req, ErrorData *edata)
 {
 	const char *field = shape_def_error_field;
-	char	   *message;
 
 	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
 	{
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		appendStringInfoString(&buf, "{\"message\":\"Forbidden\",\"errors\":{");
-		escape_json(&buf, field ? field : "table");
-		appendStringInfoString(&buf, ":[");
-		escape_json(&buf, shape_def_http_message[0] && field ? shape_def_http_message :
-					edata->message);
-		appendStringInfoString(&buf, "]}}");
-		req->result.status = SHAPE_RESOLVE_FORBIDDEN;
-		req->result.error_json = reg_malloc_string(buf.data);
+		/* no field: the table */
+		reg_refuse(req, REFUSAL_FORBIDDEN, field,
+				   shape_def_http_message[0] && field ? shape_def_http_message :
+				   edata->message);
 		return;
 	}
 	if (field == NULL)
 	{
-		StringInfoData buf;
-
 		/* a table another session holds locked: worth another try soon */
 		req->result.retry = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
-
-		initStringInfo(&buf);
-		appendStringInfoString(&buf, "{\"message\":");
-		escape_json(&buf, edata->message ? edata->message : "internal error");
-		appendStringInfoChar(&buf, '}');
-		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-		req->result.error_json = reg_malloc_string(buf.data);
+		reg_refuse(req, REFUSAL_NOT_RESOLVED, NULL, edata->message);
 		/* a shape_sync.role that cannot be used is logged once, by the worker */
 		if (!req->result.retry && edata->sqlerrcode != ERRCODE_CONFIG_FILE_ERROR)
 			ereport(LOG,
 					(errmsg("shape_sync could not resolve a shape: %s", edata->message)));
 		return;
 	}
-	message = shape_def_error_message(field, edata);
-	req->result.status = SHAPE_RESOLVE_INVALID;
-	req->result.error_json = reg_malloc_string(reg_error_json(field, message));
+	reg_refuse(req, REFUSAL_INVALID, field, shape_def_error_message(field, edata));
 }
 
 static int32
@@ -869,9 +852,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 
 		if (f->identity_hash == hash && strcmp(f->identity, identity) == 0)
 		{
-			req->result.status = SHAPE_RESOLVE_FAILED;
-			req->result.error_status = f->status;
-			req->result.error_json = reg_malloc_string(f->body);
+			reg_refuse(req, f->reason, NULL, f->text);
 			return;
 		}
 	}
@@ -887,10 +868,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 	}
 	if (slot < 0 && decoder_skipping())
 	{
-		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-		req->result.retry_after_s = 1;
-		req->result.error_json = reg_malloc_string(
-			"{\"message\":\"The server is skipping the WAL written before it started, please retry\"}");
+		reg_refuse(req, REFUSAL_SKIPPING_WAL, NULL, NULL);
 		return;
 	}
 	if (slot < 0)
@@ -899,20 +877,17 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 
 		if (!reg_client_may_create(req, &retry_s))
 		{
-			char	   *msg = psprintf("{\"message\":\"This client created %d new shapes in the last minute, as many as \\\"shape_sync.max_new_shapes_per_client\\\" allows, please retry later\"}",
-									   shape_sync_max_new_shapes_per_client);
+			Refusal    *r = reg_refuse(req, REFUSAL_CLIENT_NEW_SHAPES, NULL, NULL);
 
-			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-			req->result.retry_after_s = retry_s;
-			req->result.error_json = reg_malloc_string(msg);
+			r->number = shape_sync_max_new_shapes_per_client;
+			r->retry_after_s = retry_s;
 			return;
 		}
 		if (!req->holds_initial &&
 			!admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL))
 		{
 			/* its request would wait for the snapshot, over the initial limit */
-			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-			req->result.initial_full = true;
+			reg_refuse(req, REFUSAL_CONCURRENT_LIMIT, NULL, NULL);
 			return;
 		}
 		slot = reg_create(spec, identity, hash);
@@ -923,11 +898,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 		reg_touch((uint32) slot);
 	if (slot < 0)
 	{
-		char	   *msg = psprintf("{\"message\":\"The server holds as many shapes as \\\"shape_sync.max_shapes\\\" (%d) allows, all in use, please retry later\"}",
-								   shape_sync_max_shapes);
-
-		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-		req->result.error_json = reg_malloc_string(msg);
+		reg_refuse(req, REFUSAL_SHAPES_FULL, NULL, NULL)->number = shape_sync_max_shapes;
 		return;
 	}
 	e = &reg_entries[slot];
@@ -969,17 +940,13 @@ reg_delete(ShapeRequest *req, const ShapeSpec *spec)
 	if (spec != NULL && req->handle != NULL && by_definition != by_handle &&
 		(by_definition >= 0 || by_handle >= 0))
 	{
-		req->result.status = SHAPE_RESOLVE_INVALID;
-		req->result.error_json = reg_malloc_string(
-			"{\"message\":\"The specified shape definition and handle do not match. "
-			"Please ensure the shape definition is correct or omit the shape handle "
-			"from the request to obtain a new one.\"}");
+		reg_refuse(req, REFUSAL_HANDLE_MISMATCH, NULL, NULL);
 		return;
 	}
 	slot = spec != NULL ? by_definition : by_handle;
 	if (slot < 0)
 	{
-		req->result.status = SHAPE_RESOLVE_NOT_FOUND;
+		reg_refuse(req, REFUSAL_NO_SUCH_SHAPE, NULL, NULL);
 		return;
 	}
 	ereport(LOG,
@@ -1010,10 +977,10 @@ registry_resolve(ShapeRequest *req)
 		if (!reg_client_may_validate(req, &retry_s) &&
 			!(req->has_definition && reg_definition_valid_lately(&req->def)))
 		{
-			req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-			req->result.retry_after_s = retry_s;
-			req->result.error_json = reg_malloc_string(psprintf("{\"message\":\"This client sent %d invalid shape definitions in the last minute, as many as \\\"shape_sync.max_new_shapes_per_client\\\" allows, please retry later\"}",
-																shape_sync_max_new_shapes_per_client));
+			Refusal    *r = reg_refuse(req, REFUSAL_CLIENT_REFUSED, NULL, NULL);
+
+			r->number = shape_sync_max_new_shapes_per_client;
+			r->retry_after_s = retry_s;
 			return;
 		}
 	}
@@ -1078,8 +1045,8 @@ registry_resolve(ShapeRequest *req)
 		else
 		{
 			reg_reject(req, edata);
-			if (req->result.status == SHAPE_RESOLVE_INVALID ||
-				req->result.status == SHAPE_RESOLVE_FORBIDDEN)
+			if (req->result.refusal.reason == REFUSAL_INVALID ||
+				req->result.refusal.reason == REFUSAL_FORBIDDEN)
 				reg_client_refused(req);
 		}
 		FreeErrorData(edata);
@@ -1123,16 +1090,11 @@ reg_remember_failure(uint32 slot, TimestampTz now)
 	RegistryEntry *e = &reg_entries[slot];
 	MemoryContext old = MemoryContextSwitchTo(reg_context);
 	RegistryFailure *f = palloc(sizeof(RegistryFailure));
-	StringInfoData body;
 
-	initStringInfo(&body);
-	appendStringInfoString(&body, "{\"message\":");
-	escape_json(&body, s->error);
-	appendStringInfoChar(&body, '}');
 	f->identity_hash = e->identity_hash;
 	f->identity = pstrdup(e->identity);
-	f->status = s->error_status ? s->error_status : 500;
-	f->body = body.data;
+	f->reason = s->error_reason ? (RefusalReason) s->error_reason : REFUSAL_SNAPSHOT_FAILED;
+	f->text = pstrdup(s->error);
 	f->failed_at = now;
 	reg_failures = lappend(reg_failures, f);
 	MemoryContextSwitchTo(old);
@@ -1211,7 +1173,7 @@ reg_reap_snapshots(TimestampTz now)
 		}
 		if (state == SHAPE_FAILED)
 		{
-			if (table->slots[i].error_status == 409)
+			if (table->slots[i].error_reason == REFUSAL_MUST_REFETCH)
 			{
 				/* its table changed before the snapshot: a new shape, not an error */
 				ereport(LOG,
@@ -1294,7 +1256,7 @@ registry_maintain(void)
 		if (TimestampDifferenceExceeds(f->failed_at, now, FAILED_SHAPE_RETENTION_MS))
 		{
 			pfree(f->identity);
-			pfree(f->body);
+			pfree(f->text);
 			pfree(f);
 			reg_failures = foreach_delete_current(reg_failures, lc);
 		}

@@ -729,13 +729,13 @@ snapshot_pool_cancel_all(void)
 /* ---------------------------------------------------------------- worker */
 
 static void
-snap_fail(SnapshotWriter *w, uint32 status, const char *message)
+snap_fail(SnapshotWriter *w, RefusalReason reason, const char *message)
 {
 	ShapeSlot  *slot = w->slot;
 
 	if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
 		return;
-	slot->error_status = status;
+	slot->error_reason = reason;
 	strlcpy(slot->error, message, sizeof(slot->error));
 	if (!shape_table_transition(w->table, w->slot_index, SHAPE_SNAPSHOTTING, SHAPE_FAILED))
 		return;					/* retired meanwhile */
@@ -971,18 +971,20 @@ snap_on_exit(int code, Datum arg)
 	subset_abandon();
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
-	snap_fail(w, 500, "The snapshot worker stopped before the snapshot was complete, please retry");
+	snap_fail(w, REFUSAL_SNAPSHOT_FAILED, "The snapshot worker stopped before the snapshot was complete, please retry");
 	shape_table_unpin(table, snap_slot);
 	snap_slot = SHAPE_NO_SLOT;
 	shape_sync_wake_worker();
 }
 
 /*
- * What the shape's clients are told of a failed snapshot: an HTTP status
- * and a message.  What a client can change (a narrower shape) is a 400,
- * what it may not read a 403, what may pass (memory, a busy table) a 503.
+ * What the shape's clients are told of a failed snapshot: a reason
+ * (refusal.h) and a sentence.  What a client can change (a narrower shape)
+ * is invalid, what it may not read forbidden, what may pass (memory, a busy
+ * table) unavailable; a table changed since the shape was made means the
+ * shape is made again (must-refetch).
  */
-static uint32
+static RefusalReason
 snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len)
 {
 	if (edata->sqlerrcode == ERRCODE_INVALID_TABLE_DEFINITION)
@@ -990,18 +992,18 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 		/* snapshot_check_shape: the table changed since the shape was made */
 		/* not an error of the definition: its clients start over (409) */
 		snprintf(message, len, "%s", edata->message);
-		return 409;
+		return REFUSAL_MUST_REFETCH;
 	}
 	switch (edata->sqlerrcode)
 	{
 		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
 			snprintf(message, len, "%s: %s %s", edata->message,
 					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
-			return 400;
+			return REFUSAL_SNAPSHOT_INVALID;
 		case ERRCODE_OUT_OF_MEMORY:
 			snprintf(message, len, "%s: %s %s", edata->message,
 					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
-			return 503;
+			return REFUSAL_SNAPSHOT_UNAVAILABLE;
 		case ERRCODE_QUERY_CANCELED:
 			if (shape_sync_snapshot_statement_timeout > 0 &&
 				elapsed_ms >= shape_sync_snapshot_statement_timeout)
@@ -1009,35 +1011,35 @@ snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len
 				snprintf(message, len,
 						 "The shape's snapshot took longer than the %d ms that shape_sync.snapshot_statement_timeout allows; narrow the shape with a where clause",
 						 shape_sync_snapshot_statement_timeout);
-				return 400;
+				return REFUSAL_SNAPSHOT_INVALID;
 			}
 			snprintf(message, len, "The shape's snapshot was cancelled, please retry");
-			return 503;
+			return REFUSAL_SNAPSHOT_UNAVAILABLE;
 		case ERRCODE_INSUFFICIENT_PRIVILEGE:
 			snprintf(message, len, "Forbidden: %s", edata->message);
-			return 403;
+			return REFUSAL_SNAPSHOT_FORBIDDEN;
 		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
 			snprintf(message, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
-			return 400;
+			return REFUSAL_SNAPSHOT_INVALID;
 		case ERRCODE_T_R_SERIALIZATION_FAILURE:
 			snprintf(message, len, "The shape's snapshot could not be taken: %s, please retry",
 					 edata->message);
-			return 503;
+			return REFUSAL_SNAPSHOT_UNAVAILABLE;
 		case ERRCODE_LOCK_NOT_AVAILABLE:
 			snprintf(message, len,
 					 "The table is in use: REPLICA IDENTITY FULL could not be set within %d ms, please retry",
 					 REPLICA_IDENTITY_LOCK_TIMEOUT_MS);
-			return 503;
+			return REFUSAL_SNAPSHOT_UNAVAILABLE;
 	}
 	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
 	{
 		/* the where clause failed on a row (a division by zero, a value it cannot cast) */
 		snprintf(message, len, "The shape's where clause failed on a row of the table: %s",
 				 edata->message);
-		return 400;
+		return REFUSAL_SNAPSHOT_INVALID;
 	}
 	snprintf(message, len, "The shape's snapshot failed: %s", edata->message);
-	return 500;
+	return REFUSAL_SNAPSHOT_FAILED;
 }
 
 /* pg_current_snapshot()::text: the active snapshot, its xids widened to xid8 */
@@ -1301,8 +1303,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 	{
 		ErrorData  *edata;
 		char		message[SHAPE_ERROR_LEN];
-		uint32		status;
-
+		RefusalReason reason;
 		bool		too_slow;
 
 		MemoryContextSwitchTo(job_context);
@@ -1324,7 +1325,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 
 			if (too_slow)
 			{
-				status = 400;
+				reason = REFUSAL_SNAPSHOT_INVALID;
 				snprintf(message, sizeof(message),
 						 "The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one row",
 						 shape_sync_where_evaluation_timeout);
@@ -1340,13 +1341,13 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 				 * shape is made again at once, by its clients (409),
 				 * not remembered as failed.
 				 */
-				status = 409;
+				reason = REFUSAL_MUST_REFETCH;
 				snprintf(message, sizeof(message),
 						 "The shape's snapshot was interrupted, please retry");
 			}
 			else
-				status = snap_failure(edata, elapsed_ms, message, sizeof(message));
-			snap_fail(&snap_writer, status, message);
+				reason = snap_failure(edata, elapsed_ms, message, sizeof(message));
+			snap_fail(&snap_writer, reason, message);
 			sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
 			sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
 			/* the main thread logs the shape's failure; the cause, here */

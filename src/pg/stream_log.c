@@ -122,7 +122,7 @@ ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
 
 /*
  * The shape cannot be served as defined: it fails, with `message` for its
- * clients (400), and the registry remembers the failure for a while, so
+ * clients (invalid, refusal.h), and the registry remembers the failure for a while, so
  * the same definition is not made again at once (the registry).
  */
 void
@@ -134,7 +134,7 @@ ss_fail_later(ShapeStream *s, const char *message)
 	ss_rotate_later(s, SM_ROTATION_FAILED, message);
 	if (!s->ready)
 		return;					/* the snapshot worker has the slot's state */
-	slot->error_status = 400;
+	slot->error_reason = REFUSAL_SNAPSHOT_INVALID;
 	strlcpy(slot->error, message, sizeof(slot->error));
 	shape_table_set_state(table, s->slot, SHAPE_FAILED);
 	shape_table_mark_dirty(table, s->slot);

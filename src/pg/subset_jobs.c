@@ -92,24 +92,23 @@ subset_results(void)
 	return &shape_sync_shared->subsets;
 }
 
-/* The request gets its answer: the cell's, or a 503 written here. */
+/*
+ * The request gets its answer: the cell's (REFUSAL_NONE), or a refusal
+ * for `reason` (503s all, see refusal_render.c).
+ */
 static void
-subset_answer(SubsetJobEntry *e, const char *unavailable)
+subset_answer(SubsetJobEntry *e, RefusalReason reason)
 {
 	ShapeRequest *req = e->req;
 
 	if (req == NULL)
 		return;
 	e->req = NULL;
-	if (unavailable != NULL)
+	if (reason != REFUSAL_NONE)
 	{
-		char	   *body = psprintf("{\"message\":\"%s\"}", unavailable);
-
 		shape_resolution_free(&req->result);
-		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
-		req->result.retry_after_s = 5;
-		req->result.error_json = strdup(body);
-		pfree(body);
+		req->result.status = SHAPE_RESOLVE_REFUSED;
+		req->result.refusal.reason = reason;
 	}
 	req->done(req);
 }
@@ -209,7 +208,7 @@ subset_definition(SubsetJobEntry *e, Oid *role)
 
 	if (!registry_shape(req->result.slot, req->result.generation, &spec, &fingerprint, role))
 	{
-		subset_answer(e, "The shape was dropped, please retry");
+		subset_answer(e, REFUSAL_SUBSET_SHAPE_DROPPED);
 		return NULL;
 	}
 	PG_TRY();
@@ -232,7 +231,7 @@ subset_definition(SubsetJobEntry *e, Oid *role)
 	}
 	PG_END_TRY();
 	if (seg == NULL)
-		subset_answer(e, "The server cannot take another subset query now, please retry");
+		subset_answer(e, REFUSAL_SUBSET_BUSY);
 	return seg;
 }
 
@@ -311,7 +310,7 @@ subset_jobs_launch(void)
 				continue;
 			case SUBSET_SHAPE_FAILED:
 				/* as a dropped shape: the retry gets the failure the registry keeps */
-				subset_answer(e, "The shape's snapshot failed, please retry");
+				subset_answer(e, REFUSAL_SUBSET_SHAPE_FAILED);
 				subset_forget(cell);
 				continue;
 			case SUBSET_SHAPE_TAKEN:
@@ -364,13 +363,13 @@ subset_jobs_reap(void)
 	for (int cell = 0; cell < SUBSET_RESULTS_MAX; cell++)
 	{
 		SubsetJobEntry *e = &subset_entries[cell];
-		uint32		status;
+		SubsetOutcome outcome;
 
 		if (!e->in_use)
 			continue;
-		if (e->queued && e->req != NULL && subset_finished(results, cell, e->ticket, &status))
+		if (e->queued && e->req != NULL && subset_finished(results, cell, e->ticket, &outcome))
 		{
-			subset_answer(e, NULL);
+			subset_answer(e, REFUSAL_NONE);
 			subset_forget(cell);
 			continue;
 		}
@@ -383,7 +382,7 @@ subset_jobs_reap(void)
 		}
 		if (e->req == NULL || e->deadline == 0 || now < e->deadline)
 			continue;
-		subset_answer(e, "The subset query did not finish within shape_sync.snapshot_wait_timeout, please retry");
+		subset_answer(e, REFUSAL_SUBSET_WAIT_TIMEOUT);
 		if (!e->queued)
 		{
 			subset_unwait(cell);
@@ -410,7 +409,7 @@ subset_jobs_stop(void)
 
 		if (!e->in_use)
 			continue;
-		subset_answer(e, "The server is shutting down, please retry");
+		subset_answer(e, REFUSAL_SUBSET_SHUTDOWN);
 		if (e->queued)
 			subset_abandon_job(subset_results(), cell, e->ticket);
 		subset_forget(cell);

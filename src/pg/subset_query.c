@@ -31,8 +31,9 @@
  * snapshot_mark, and the WAL insert position read after the snapshot was
  * taken, which is past the commit of every transaction it sees), then one
  * record per row, each carrying the snapshot_mark in its headers.  A
- * failure leaves the error body in record 0 and its HTTP status in the
- * cell instead.  An answer never makes a shape give up its memory: past an
+ * failure leaves a refusal in the cell instead (refusal.h: its reason and
+ * facts in the cell, its text, if any, as record 0), which the HTTP side
+ * renders.  An answer never makes a shape give up its memory: past an
  * eighth of shape_sync.log_memory it fails (400, narrow the subset), and
  * with the memory full it fails to be retried (503).
  *
@@ -56,7 +57,6 @@
 #include "pgstat.h"
 #include "storage/dsm.h"
 #include "utils/builtins.h"
-#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
@@ -118,7 +118,9 @@ typedef struct SubsetParsed
 /* While checking, which field a failure belongs to, and what to tell. */
 static const char *subset_field = NULL;
 static const char *subset_message = NULL;	/* NULL: the error's own message */
-static char *subset_body = NULL;	/* a whole error body, when set */
+static uint32 subset_paging = 0;	/* REFUSAL_PAGING_*: what limit, offset
+									 * or order_by got wrong */
+static bool subset_not_object = false;	/* the POST body is no JSON object */
 
 /* The cell this worker writes (snapshot.c's exit callback finishes it). */
 static int	subset_cell = -1;
@@ -342,33 +344,29 @@ static void
 subset_check_paging(const char *limit, const char *offset, const char *order_by,
 					SubsetParsed *out)
 {
-	StringInfoData errors;
+	uint32		paging = 0;
 
-	initStringInfo(&errors);
 	out->limit = -1;
 	out->offset = 0;
 	if (limit != NULL)
 	{
 		if (!subset_integer(limit, &out->limit))
-			appendStringInfoString(&errors, ",\"limit\":[\"is invalid\"]");
+			paging |= REFUSAL_PAGING_LIMIT_INVALID;
 		else if (out->limit <= 0)
-			appendStringInfoString(&errors, ",\"limit\":[\"must be greater than 0\"]");
+			paging |= REFUSAL_PAGING_LIMIT_NOT_POSITIVE;
 	}
 	if (offset != NULL)
 	{
 		if (!subset_integer(offset, &out->offset))
-			appendStringInfoString(&errors, ",\"offset\":[\"is invalid\"]");
+			paging |= REFUSAL_PAGING_OFFSET_INVALID;
 		else if (out->offset < 0)
-			appendStringInfoString(&errors,
-								   ",\"offset\":[\"must be greater than or equal to 0\"]");
+			paging |= REFUSAL_PAGING_OFFSET_NEGATIVE;
 	}
 	if ((limit != NULL || offset != NULL) && (order_by == NULL || order_by[0] == '\0'))
-		appendStringInfoString(&errors,
-							   ",\"order_by\":[\"order_by is required when limit or offset is present\"]");
-	if (errors.len == 0)
+		paging |= REFUSAL_PAGING_NO_ORDER_BY;
+	if (paging == 0)
 		return;
-	subset_body = psprintf("{\"message\":\"Invalid request\",\"errors\":{\"subset\":{%s}}}",
-						   errors.data + 1);
+	subset_paging = paging;
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid subset limit, offset or order_by")));
@@ -411,7 +409,7 @@ subset_read_body(const char *body, SubsetParsed *out)
 	subset_field = NULL;
 	if (!JB_ROOT_IS_OBJECT(jb) || JB_ROOT_IS_SCALAR(jb))
 	{
-		subset_body = pstrdup("{\"error\":\"Request body must be a JSON object\"}");
+		subset_not_object = true;
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("a subset request's body must be a JSON object")));
@@ -731,119 +729,107 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 }
 
 /*
- * The status and body a failed subset query answers.  Called in the
- * PG_CATCH before the abort: the strings it reads live in the transaction.
+ * Why a failed subset query is refused (refusal.h), its facts in *out and
+ * its text returned (palloc'd, or NULL).  Called in the PG_CATCH before
+ * the abort: the strings it reads live in the transaction.
  */
-static uint32
-subset_failure(const ErrorData *edata, int64 elapsed_ms, StringInfo body)
+static const char *
+subset_failure(const ErrorData *edata, int64 elapsed_ms, SubsetOutcome *out)
 {
 	const char *field = subset_field ? subset_field : shape_def_error_field;
 
-	if (subset_body != NULL)
+	memset(out, 0, sizeof(*out));
+	if (field != NULL)
+		strlcpy(out->field, field, sizeof(out->field));
+	if (subset_paging != 0)
 	{
-		appendStringInfoString(body, subset_body);
-		return 400;
+		out->reason = REFUSAL_SUBSET_PAGING;
+		out->paging = subset_paging;
+		return NULL;
+	}
+	if (subset_not_object)
+	{
+		out->reason = REFUSAL_BODY_NOT_OBJECT;
+		return NULL;
 	}
 	if (field != NULL && strcmp(field, "body") == 0)
 	{
-		appendStringInfoString(body, "{\"error\":\"Invalid JSON in request body\",\"details\":");
-		escape_json(body, edata->message);
-		appendStringInfoChar(body, '}');
-		return 400;
-	}
-	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE && field == NULL)
-	{
-		/* the shape itself may not be read now (snapshot_check_shape) */
-		appendStringInfoString(body, "{\"message\":\"Forbidden\",\"errors\":{\"table\":[");
-		escape_json(body, edata->message);
-		appendStringInfoString(body, "]}}");
-		return 403;
+		out->reason = REFUSAL_BODY_INVALID;
+		return pstrdup(edata->message);
 	}
 	if (edata->sqlerrcode == ERRCODE_INSUFFICIENT_PRIVILEGE)
 	{
-		appendStringInfoString(body, "{\"message\":\"Forbidden\",\"errors\":{\"subset\":{");
-		escape_json(body, field);
-		appendStringInfoString(body, ":[");
-		escape_json(body, edata->message);
-		appendStringInfoString(body, "]}}}");
-		return 403;
+		/* with no field: the shape itself may not be read now (snapshot_check_shape) */
+		out->reason = field == NULL ? REFUSAL_SUBSET_SHAPE_FORBIDDEN : REFUSAL_SUBSET_FORBIDDEN;
+		return pstrdup(edata->message);
 	}
 	if (field != NULL)
 	{
-		appendStringInfoString(body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":{");
-		escape_json(body, field);
-		appendStringInfoString(body, ":[");
-		escape_json(body, subset_message ? subset_message :
-					shape_def_error_message(field, edata));
-		appendStringInfoString(body, "]}}}");
-		return 400;
+		out->reason = REFUSAL_SUBSET_INVALID;
+		return pstrdup(subset_message ? subset_message : shape_def_error_message(field, edata));
 	}
-	appendStringInfoString(body, "{\"message\":");
 	switch (edata->sqlerrcode)
 	{
 		case ERRCODE_INVALID_TABLE_DEFINITION:
-			escape_json(body, "The shape's table changed, please refetch the shape");
-			appendStringInfoChar(body, '}');
-			return 409;
+			/* the shape's table changed: its clients refetch it */
+			out->reason = REFUSAL_MUST_REFETCH;
+			return NULL;
 		case ERRCODE_QUERY_CANCELED:
 			if (shape_sync_subset_statement_timeout > 0 &&
 				elapsed_ms >= shape_sync_subset_statement_timeout)
 			{
-				appendStringInfo(body, "\"The subset query took longer than the %d ms that shape_sync.subset_statement_timeout allows; narrow it with a where clause or a limit\"}",
-								 shape_sync_subset_statement_timeout);
-				return 400;
+				out->reason = REFUSAL_SUBSET_TIMEOUT;
+				out->number = shape_sync_subset_statement_timeout;
+				return NULL;
 			}
-			escape_json(body, "The subset query was cancelled, please retry");
-			appendStringInfoChar(body, '}');
-			return 503;
+			out->reason = REFUSAL_SUBSET_CANCELLED;
+			return NULL;
 		case ERRCODE_OUT_OF_MEMORY:
 		case ERRCODE_T_R_SERIALIZATION_FAILURE:
-			escape_json(body, psprintf("%s, please retry", edata->message));
-			appendStringInfoChar(body, '}');
-			return 503;
+			out->reason = REFUSAL_SUBSET_RETRY;
+			return pstrdup(edata->message);
 		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
-			escape_json(body, psprintf("%s; narrow it with a where clause or a limit",
-									   edata->message));
-			appendStringInfoChar(body, '}');
-			return 400;
+			out->reason = REFUSAL_SUBSET_TOO_LARGE;
+			return pstrdup(edata->message);
 	}
 	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
 	{
 		/* the where clause failed on a row (a division by zero, a value it cannot cast) */
-		appendStringInfoString(body, "\"Invalid request\",\"errors\":{\"subset\":{\"where\":[");
-		escape_json(body, psprintf("The where clause failed on a row of the table: %s",
-								   edata->message));
-		appendStringInfoString(body, "]}}}");
-		return 400;
+		out->reason = REFUSAL_SUBSET_ROW_FAILED;
+		return pstrdup(edata->message);
 	}
-	escape_json(body, psprintf("The subset query failed: %s", edata->message));
-	appendStringInfoChar(body, '}');
-	return 500;
+	out->reason = REFUSAL_SUBSET_FAILED;
+	return pstrdup(edata->message);
 }
 
 /* The cell's answer is complete: tell the main thread, let go of the cell. */
 static void
-subset_complete(SubsetWriter *w, uint32 status)
+subset_complete(SubsetWriter *w, const SubsetOutcome *outcome)
 {
 	SubsetResults *results = &shape_sync_shared->subsets;
 	LogOffset	last = {0, w->records > 0 ? w->records - 1 : 0};
 
 	slog_publish(w->log, last, SLOG_SNAPSHOT_DONE);
-	subset_finish(results, subset_cell, subset_ticket, status);
+	subset_finish(results, subset_cell, subset_ticket, outcome);
 	subset_release(results, w->table->arena, subset_cell);
 	subset_cell = -1;
 	shape_sync_wake_worker();
 }
 
-/* The error body replaces whatever rows were written. */
+/*
+ * A refusal replaces whatever rows were written: its text, if it has one,
+ * is record 0.
+ */
 static void
-subset_write_error(SubsetWriter *w, const char *body)
+subset_write_refusal(SubsetWriter *w, const char *text)
 {
 	slog_release(w->table->arena, w->log);
 	w->records = 0;
-	/* an error body is small; if even it does not fit, the HTTP side has one */
+	if (text == NULL)
+		return;
+	/* a text is small; if even it does not fit, the answer says less */
 	(void) slog_append(w->table->arena, w->log, (LogOffset) {0, 0}, SLOG_RECORD_CHANGE,
-					   body, (uint32) strlen(body));
+					   text, (uint32) strlen(text));
 	w->records = w->log->write_pos > 0 ? 1 : 0;
 }
 
@@ -861,7 +847,8 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 	subset_ticket = job->generation;
 	subset_field = NULL;
 	subset_message = NULL;
-	subset_body = NULL;
+	subset_paging = 0;
+	subset_not_object = false;
 	shape_def_error_field = NULL;
 	shape_def_http_message[0] = '\0';
 	memset(&w, 0, sizeof(w));
@@ -872,7 +859,9 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 	if (atomic_load(&results->cells[cell].refs) == 1 ||
 		subset_abandoned(results, cell, job->generation))
 	{
-		subset_complete(&w, 503);
+		SubsetOutcome unanswered = {.reason = REFUSAL_SUBSET_UNANSWERED};
+
+		subset_complete(&w, &unanswered);
 		return;
 	}
 
@@ -884,46 +873,52 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		StringInfoData body;
-		uint32		status;
+		SubsetOutcome outcome;
+		const char *text;
 
 		MemoryContextSwitchTo(job_context);
 		edata = CopyErrorData();
 
 		/*
-		 * The answer is made before the transaction is aborted: what it
-		 * quotes (subset_message, subset_body, a where clause's position)
-		 * was allocated in that transaction, and is gone once it aborts.
-		 * Until the abort the failed work may still hold LWLocks: this
-		 * formats text only, with interrupts held, and looks nothing up.
+		 * The refusal is made before the transaction is aborted: what it
+		 * quotes (subset_message, a where clause's position) was allocated
+		 * in that transaction, and is gone once it aborts.  Until the abort
+		 * the failed work may still hold LWLocks: this copies text only,
+		 * with interrupts held, and looks nothing up.
 		 */
 		HOLD_INTERRUPTS();
-		initStringInfo(&body);
 		if (snapshot_deadline_caught())
 		{
-			appendStringInfo(&body, "{\"message\":\"Invalid request\",\"errors\":{\"subset\":{\"where\":[\"The where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one row\"]}}}",
-							 shape_sync_where_evaluation_timeout);
-			status = 400;
+			memset(&outcome, 0, sizeof(outcome));
+			outcome.reason = REFUSAL_SUBSET_ROW_TOO_SLOW;
+			outcome.number = shape_sync_where_evaluation_timeout;
+			text = NULL;
 		}
 		else
-			status = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &body);
+			text = subset_failure(edata, (GetCurrentTimestamp() - started) / 1000, &outcome);
 		subset_field = NULL;
 		subset_message = NULL;
-		subset_body = NULL;
+		subset_paging = 0;
+		subset_not_object = false;
 		RESUME_INTERRUPTS();
 		snapshot_worker_recover();
-		if (status >= 500)
-			ereport(status == 500 ? LOG : DEBUG1,
+		if (outcome.reason == REFUSAL_SUBSET_FAILED)
+			ereport(LOG,
 					(errmsg("a subset query failed: %s", edata->message),
 					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
-		subset_write_error(&w, body.data);
+		else if (outcome.reason == REFUSAL_SUBSET_CANCELLED ||
+				 outcome.reason == REFUSAL_SUBSET_RETRY)
+			ereport(DEBUG1,
+					(errmsg("a subset query failed: %s", edata->message),
+					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
+		subset_write_refusal(&w, text);
 		shape_def_error_field = NULL;
-		subset_complete(&w, status);
+		subset_complete(&w, &outcome);
 		pgstat_report_activity(STATE_IDLE, NULL);
 		return;
 	}
 	PG_END_TRY();
-	subset_complete(&w, 200);
+	subset_complete(&w, NULL);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -931,6 +926,7 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 void
 subset_abandon(void)
 {
+	SubsetOutcome stopped = {.reason = REFUSAL_SUBSET_WORKER_STOPPED};
 	SubsetWriter w;
 
 	if (subset_cell < 0)
@@ -938,6 +934,6 @@ subset_abandon(void)
 	memset(&w, 0, sizeof(w));
 	w.table = shape_sync_shared->table;
 	w.log = &shape_sync_shared->subsets.cells[subset_cell].log;
-	subset_write_error(&w, "{\"message\":\"The snapshot worker stopped before the subset query was complete, please retry\"}");
-	subset_complete(&w, 503);
+	subset_write_refusal(&w, NULL);
+	subset_complete(&w, &stopped);
 }
