@@ -266,6 +266,15 @@ shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation)
 	return true;
 }
 
+int64_t
+shape_table_unix_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /*
  * A request read the shape without the main thread (resolved_shapes.c):
  * last_read_us, which eviction consults, moves on.  Stored only when a

@@ -119,6 +119,9 @@ extern void shape_table_retire(ShapeTable *table, uint32_t slot);
 extern bool shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation);
 extern void shape_table_unpin(ShapeTable *table, uint32_t slot);
 extern void shape_table_note_read(ShapeTable *table, uint32_t slot);
+
+/* The clock of created_at_us and last_read_us: Unix epoch, microseconds. */
+extern int64_t shape_table_unix_us(void);
 extern ShapeState shape_table_state(const ShapeTable *table, uint32_t slot);
 extern void shape_table_set_state(ShapeTable *table, uint32_t slot, ShapeState state);
 extern bool shape_table_transition(ShapeTable *table, uint32_t slot, ShapeState from,

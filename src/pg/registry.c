@@ -14,12 +14,12 @@
  * The map lives in the main worker's memory, one entry per shape slot,
  * found by the hash of its identity (reg_by_identity).
  *
- * Snapshots are queued in FIFO order for the pool of snapshot workers
- * (snapshot_jobs.c, snapshot.c), at most shape_sync.max_snapshot_workers
- * jobs waiting at a time, and as many taken at once.  A worker that ends
- * without finishing its shape fails it.  A
- * failed shape is retired at once, so its memory goes back to the arena as
- * soon as its last reader lets go, but the failure is remembered for
+ * A new shape's snapshot goes to the snapshot pool (snapshot_pool.c),
+ * which tells the registry when it ended: the stream of a READY shape
+ * takes its log over (shape_stream_snapshot_done).  A worker that ends
+ * without finishing its shape fails it.  A failed shape is retired at
+ * once, so its memory goes back to the arena as soon as its last reader
+ * lets go, but the failure is remembered for
  * FAILED_SHAPE_RETENTION: clients asking for the same definition meanwhile
  * get the error at once instead of starting another doomed snapshot.
  *
@@ -47,33 +47,13 @@
  * made so skips the transaction being replayed: its snapshot, taken
  * later, sees it.
  *
- * Eviction.  Entries sit on a list in the order they were last read (every
- * request for a shape resolves here, and moves it to the head).  A shape is
- * in active use while its snapshot runs or a request holds it (a parked
- * live request, an SSE stream, a response being sent: its pins);
- * every other shape may be evicted (rotated: its clients get 409
- * must-refetch and its log memory goes back to the arena once its last
- * reader lets go).  Three things evict, always from the least recently
- * read end, moving shapes in active use to the head as they pass, so that
- * each walk costs what it evicts plus what it passes once:
- *	- a shape not read for shape_sync.shape_idle_timeout (checked each second);
- *	- a new shape finding shape_sync.max_shapes reached;
- *	- the arena's free memory falling under a reserve (a sixteenth of it),
- *	  or a snapshot worker asking for blocks (ShapeTable.blocks_wanted), so
- *	  that a growing log rarely finds the arena full (and is then rotated
- *	  itself, never a bystander).
- * With shape_sync.shape_eviction = none only idle shapes go, and a full
- * server refuses new shapes with 503.  A new shape is refused only when
- * every held shape is in active use.
+ * Eviction: every shape it resolves counts as read (shape_eviction.c
+ * keeps them in that order and evicts the least recently read).
  *
- * A loop of distinct where clauses cannot evict everyone else's shapes:
- * one client address (an IPv6 /64) creates at most
- * shape_sync.max_new_shapes_per_client shapes a minute (503 with
- * retry-after past that), and the shapes it made are read once, so they
- * are the least recently read and go first.  Nor can a loop of invalid
- * ones keep the main thread validating: a client whose definitions were
- * refused that many times in the minute gets 503 before its next one is
- * looked at, unless that one validated lately (its shapes stay in reach).
+ * A loop of distinct where clauses cannot evict everyone else's shapes,
+ * nor a loop of invalid ones keep the main thread validating: each client
+ * is held to limits a minute (client_limits.c), and the shapes it made are
+ * read once, so they are the least recently read and go first.
  *
  * IDENTIFICATION
  *	  src/pg/registry.c
@@ -82,22 +62,17 @@
  */
 #include "postgres.h"
 
-#include <signal.h>
 #include <stdatomic.h>
 
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "postmaster/bgworker.h"
-#include "storage/dsm.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
-#include "utils/timestamp.h"
 
+#include "client_limits.h"
 #include "compact_hash.h"
 #include "decoder.h"
 #include "guc.h"
@@ -105,9 +80,10 @@
 #include "registry.h"
 #include "shape_def.h"
 #include "shape_role.h"
+#include "shape_eviction.h"
 #include "shape_stream.h"
 #include "shared_state.h"
-#include "snapshot.h"
+#include "snapshot_pool.h"
 
 #define FAILED_SHAPE_RETENTION_MS	10000
 
@@ -126,21 +102,7 @@ typedef struct RegistryEntry
 	char	   *fingerprint;	/* shape_definition_fingerprint, for its snapshot */
 	Oid			role;			/* read as this role */
 	bool		manage_replica_identity;	/* the snapshot may set it */
-	bool		launched;		/* its snapshot job was queued */
-	dsm_segment *definition;	/* for the snapshot worker, until it is done */
-	int32		lru_newer;		/* the entry read after this one, or -1 */
-	int32		lru_older;		/* ... before it, or -1 */
-	int64		touched_us;		/* last_read_us as of its place on the list */
 } RegistryEntry;
-
-/* New shapes one client created, and definitions it had refused, in the current minute. */
-typedef struct RegistryClient
-{
-	uint64		key;			/* ShapeRequest.client_key; the hash key */
-	TimestampTz window_start;
-	int			created;
-	int			refused;
-} RegistryClient;
 
 /*
  * The entries whose identities have one hash (almost always one), oldest
@@ -178,87 +140,14 @@ static uint32 reg_creating = SHAPE_NO_SLOT;	/* slot claimed, not yet published *
 static bool reg_in_replay = false;	/* resolving during a replay (see the header) */
 static bool reg_wait_for_replay = false;	/* ... and this request must wait */
 static MemoryContext reg_context;
-static List *reg_waiting = NIL;	/* int list: slots whose snapshot waits to
-								 * be queued, oldest first */
-static List *reg_launched = NIL;	/* int list: slots whose snapshot job was
-									 * queued and is not known to be done */
-static int32 reg_lru_newest = -1;
-static int32 reg_lru_oldest = -1;
-static CompactHash reg_clients;	/* RegistryClient by key */
 static CompactHash reg_by_identity; /* RegistryIdentity by identity hash */
 static CompactHash reg_by_handle;	/* RegistryHandle by handle */
-static TimestampTz reg_last_idle_sweep;
-static TimestampTz reg_last_clients_sweep;
-static TimestampTz reg_evictions_logged_at;
-static TimestampTz reg_room_retry_at;	/* reg_make_room found nothing to evict */
-static uint64 reg_evictions_unlogged;	/* for room, since the last LOG */
 
-#define CLIENT_WINDOW_MS		60000
-#define EVICTION_LOG_EVERY_MS	60000
 
 static ShapeTable *
 reg_table(void)
 {
 	return shape_sync_shared->table;
-}
-
-/* ------------------------------------------------------- recency list */
-
-static void
-reg_lru_unlink(uint32 slot)
-{
-	RegistryEntry *e = &reg_entries[slot];
-
-	if (e->lru_newer >= 0)
-		reg_entries[e->lru_newer].lru_older = e->lru_older;
-	else if (reg_lru_newest == (int32) slot)
-		reg_lru_newest = e->lru_older;
-	if (e->lru_older >= 0)
-		reg_entries[e->lru_older].lru_newer = e->lru_newer;
-	else if (reg_lru_oldest == (int32) slot)
-		reg_lru_oldest = e->lru_newer;
-	e->lru_newer = e->lru_older = -1;
-}
-
-static int64
-reg_unix_us(void)
-{
-	return GetCurrentTimestamp() +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
-}
-
-/* The shape was just read (or made): it moves to the newest end. */
-static void
-reg_touch(uint32 slot)
-{
-	RegistryEntry *e = &reg_entries[slot];
-
-	if (reg_lru_newest != (int32) slot)
-	{
-		reg_lru_unlink(slot);
-		e->lru_older = reg_lru_newest;
-		if (reg_lru_newest >= 0)
-			reg_entries[reg_lru_newest].lru_newer = (int32) slot;
-		reg_lru_newest = (int32) slot;
-		if (reg_lru_oldest < 0)
-			reg_lru_oldest = (int32) slot;
-	}
-	e->touched_us = reg_unix_us();
-	atomic_store_explicit(&reg_table()->slots[slot].last_read_us, e->touched_us,
-						  memory_order_relaxed);
-}
-
-/*
- * Whether the shape was read since it took its place on the list: requests
- * on a connection that resolved it before are served without this thread
- * (resolved_shapes.c) and note the read in the slot only.  Eviction moves
- * such a shape to the newest end, as if this thread had seen the read.
- */
-static bool
-reg_read_since_touched(uint32 slot)
-{
-	return atomic_load_explicit(&reg_table()->slots[slot].last_read_us, memory_order_relaxed) >
-		reg_entries[slot].touched_us;
 }
 
 /* Frees an entry's memory; the slot itself is retired by the caller. */
@@ -267,7 +156,7 @@ reg_forget(uint32 slot)
 {
 	RegistryEntry *e = &reg_entries[slot];
 
-	reg_lru_unlink(slot);
+	eviction_forget(slot);
 	shape_stream_remove(slot);
 	if (e->in_use)
 	{
@@ -293,12 +182,10 @@ reg_forget(uint32 slot)
 		compact_hash_shrink(&reg_by_handle);
 		compact_hash_shrink(&reg_by_identity);
 	}
-	if (e->definition)
-		dsm_detach(e->definition);
+	snapshot_pool_forget(slot);
 	if (e->context)
 		MemoryContextDelete(e->context);
 	memset(e, 0, sizeof(*e));
-	e->lru_newer = e->lru_older = -1;
 	e->identity_next = -1;
 }
 
@@ -312,12 +199,10 @@ registry_start(void)
 										ALLOCSET_DEFAULT_SIZES);
 	reg_entries = MemoryContextAllocZero(reg_context,
 										 sizeof(RegistryEntry) * table->nslots);
-	reg_lru_newest = reg_lru_oldest = -1;
+	client_limits_start(reg_context);
+	eviction_start(table->nslots, reg_context, registry_rotate);
 	ctl.keysize = sizeof(uint64);
-	ctl.entrysize = sizeof(RegistryClient);
 	ctl.hcxt = reg_context;
-	compact_hash_create(&reg_clients, "shape_sync clients", 256, &ctl,
-						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	ctl.entrysize = sizeof(RegistryIdentity);
 	compact_hash_create(&reg_by_identity, "shape_sync shape identities", 1024, &ctl,
 						HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
@@ -329,11 +214,10 @@ registry_start(void)
 	{
 		ShapeState	state = shape_table_state(table, i);
 
-		reg_entries[i].lru_newer = reg_entries[i].lru_older = -1;
 		if (state != SHAPE_FREE && state != SHAPE_RETIRED)
 			shape_table_retire(table, i);
 	}
-	snapshot_pool_cancel_all();	/* the snapshots of those shapes */
+	snapshot_pool_start(table->nslots);	/* cancels the snapshots of those shapes */
 }
 
 void
@@ -342,10 +226,11 @@ registry_stop(void)
 	/* shapes stay in shared memory; the next start retires them */
 	reg_entries = NULL;
 	reg_failures = NIL;
-	reg_clients.htab = NULL;
+	client_limits_stop();
+	eviction_stop();
 	reg_by_identity.htab = NULL;
 	reg_by_handle.htab = NULL;
-	reg_waiting = reg_launched = NIL;
+	snapshot_pool_stop();
 }
 
 /* ------------------------------------------------------------ resolving */
@@ -434,305 +319,6 @@ reg_copy_spec(ShapeSpec *dst, const ShapeSpec *src)
 	dst->where_tree = src->where_tree ? pstrdup(src->where_tree) : NULL;
 }
 
-/* ------------------------------------------------------------ eviction */
-
-/*
- * Whether a shape is in active use: its snapshot runs, or a request holds
- * it (parked live requests, SSE streams and responses being sent all do).
- */
-static bool
-reg_in_active_use(uint32 slot)
-{
-	ShapeTable *table = reg_table();
-
-	if (shape_table_state(table, slot) == SHAPE_SNAPSHOTTING)
-		return true;
-	return (atomic_load_explicit(&table->slots[slot].pins, memory_order_relaxed) &
-			~SHAPE_PIN_RETIRED) > 0;
-}
-
-static void
-reg_evict(uint32 slot, SmEvictionCause cause, const char *why)
-{
-	ShapeSlot  *s = &reg_table()->slots[slot];
-
-	ereport(DEBUG1,
-			(errmsg_internal("shape %s on %s evicted: %s", s->handle, s->relation, why)));
-	if (cause != SM_EVICTION_IDLE)
-		reg_evictions_unlogged++;	/* for room */
-	sm_add(SM_EVICTIONS, cause, 1);
-	registry_rotate(slot, SM_ROTATION_EVICTED);
-}
-
-/*
- * Evicts the least recently read shape not in active use; those in active
- * use that it passes count as read now, and those read on an HTTP thread
- * since they took their place (reg_read_since_touched) take their place
- * anew, at the newest end, where the walk comes to them again.  Returns
- * the log blocks the victim held (they return to the arena at its last
- * unpin), or -1 if every shape is in active use.
- */
-static int64
-reg_evict_oldest(SmEvictionCause cause, const char *why)
-{
-	int32		slot = reg_lru_oldest;
-	uint32		passes = 2 * reg_table()->nslots;	/* those read meanwhile come round again */
-
-	while (slot >= 0 && passes-- > 0)
-	{
-		int32		newer = reg_entries[slot].lru_newer;
-
-		if (!reg_in_active_use((uint32) slot) && !reg_read_since_touched((uint32) slot))
-		{
-			int64		blocks = shape_table_log_blocks(reg_table(), (uint32) slot);
-
-			reg_evict((uint32) slot, cause, why);
-			return blocks;
-		}
-		reg_touch((uint32) slot);
-		slot = newer;
-	}
-	return -1;
-}
-
-/* Drops the shapes nobody read for shape_sync.shape_idle_timeout. */
-static void
-reg_evict_idle(void)
-{
-	ShapeTable *table = reg_table();
-	int64		cutoff = reg_unix_us() - (int64) shape_sync_shape_idle_timeout * USECS_PER_SEC;
-	int32		slot = reg_lru_oldest;
-	uint32		passes = table->nslots;
-
-	while (slot >= 0 && passes-- > 0)
-	{
-		int32		newer = reg_entries[slot].lru_newer;
-
-		if (reg_read_since_touched((uint32) slot))
-		{
-			reg_touch((uint32) slot);	/* read on another thread meanwhile */
-			slot = newer;
-			continue;
-		}
-		if (atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) >= cutoff)
-			break;
-		if (reg_in_active_use((uint32) slot))
-			reg_touch((uint32) slot);
-		else
-			reg_evict((uint32) slot, SM_EVICTION_IDLE, "not read for shape_sync.shape_idle_timeout");
-		slot = newer;
-	}
-}
-
-/*
- * Keeps a reserve of free log memory, and gives a waiting snapshot what it
- * asks for, by evicting the least recently read shapes.
- */
-static void
-reg_make_room(void)
-{
-	ShapeTable *table = reg_table();
-	ShapeLogArena *arena = table->arena;
-	uint32		reserve = Max(arena->nblocks / 16, 4);
-	uint32		wanted = atomic_load_explicit(&table->blocks_wanted, memory_order_acquire);
-	int64		free_blocks = slog_arena_free_blocks(arena);
-	int64		target;
-
-	if (free_blocks >= reserve && (wanted == 0 || free_blocks >= wanted + reserve / 2))
-	{
-		if (wanted != 0)
-			atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
-		return;
-	}
-	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU ||
-		(wanted == 0 && GetCurrentTimestamp() < reg_room_retry_at))
-	{
-		atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
-		return;
-	}
-	/* evict until what the victims hold would reach the target */
-	target = Max((int64) reserve * 2, (int64) wanted + reserve);
-	while (free_blocks < target)
-	{
-		int64		freed = reg_evict_oldest(SM_EVICTION_LOG_MEMORY,
-											 "the shape log memory (\"shape_sync.log_memory\") is nearly full");
-
-		if (freed < 0)
-		{
-			/* all in use: a walk of every shape, not again for a second */
-			reg_room_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
-			break;
-		}
-		free_blocks += freed;
-	}
-	atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
-}
-
-/* Says, once a minute at most, how many shapes were evicted to make room. */
-static void
-reg_log_evictions(TimestampTz now)
-{
-	if (reg_evictions_unlogged == 0 ||
-		!TimestampDifferenceExceeds(reg_evictions_logged_at, now, EVICTION_LOG_EVERY_MS))
-		return;
-	ereport(LOG,
-			(errmsg_plural("shape_sync evicted %llu least recently read shape to make room for others",
-						   "shape_sync evicted %llu least recently read shapes to make room for others",
-						   reg_evictions_unlogged, (unsigned long long) reg_evictions_unlogged),
-			 errdetail("\"shape_sync.max_shapes\" (%d) or \"shape_sync.log_memory\" (%d MB) was reached; their clients refetch.",
-					   shape_sync_max_shapes, shape_sync_log_memory),
-			 errhint("Consider increasing them if evicted shapes are asked for again.")));
-	reg_evictions_unlogged = 0;
-	reg_evictions_logged_at = now;
-}
-
-/* -------------------------------------------------------- client limits */
-
-/* The request's client as of this minute, or NULL when none is counted. */
-static RegistryClient *
-reg_client(const ShapeRequest *req, bool enter)
-{
-	RegistryClient *c;
-	bool		found;
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (shape_sync_max_new_shapes_per_client == 0 || req->client_key == 0)
-		return NULL;
-	if (enter)
-		c = compact_hash_enter(&reg_clients, &req->client_key, &found);
-	else
-	{
-		c = hash_search(reg_clients.htab, &req->client_key, HASH_FIND, NULL);
-		found = c != NULL;
-	}
-	if (c != NULL && (!found || TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS)))
-	{
-		c->window_start = now;
-		c->created = 0;
-		c->refused = 0;
-	}
-	return c;
-}
-
-/* When a client at one of its limits may go on: the end of its minute, in seconds. */
-static unsigned
-reg_client_retry_s(const RegistryClient *c)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	return (unsigned) Max(1, (CLIENT_WINDOW_MS - (now - c->window_start) / 1000) / 1000 + 1);
-}
-
-/*
- * Whether the request's client may create another shape this minute; if
- * not, *retry_s says when it may.
- */
-static bool
-reg_client_may_create(const ShapeRequest *req, unsigned *retry_s)
-{
-	RegistryClient *c = reg_client(req, false);
-
-	if (c == NULL || c->created < shape_sync_max_new_shapes_per_client)
-		return true;
-	*retry_s = reg_client_retry_s(c);
-	return false;
-}
-
-static void
-reg_client_created(const ShapeRequest *req)
-{
-	RegistryClient *c = reg_client(req, true);
-
-	if (c != NULL)
-		c->created++;
-}
-
-/*
- * A definition refused costs the main thread its validation, up to
- * shape_sync.where_evaluation_timeout: a client whose definitions were
- * refused as often as it may create shapes waits for the next minute
- * before any more of its definitions is looked at (503 with retry-after).
- */
-static bool
-reg_client_may_validate(const ShapeRequest *req, unsigned *retry_s)
-{
-	RegistryClient *c = reg_client(req, false);
-
-	if (c == NULL || c->refused < shape_sync_max_new_shapes_per_client)
-		return true;
-	*retry_s = reg_client_retry_s(c);
-	return false;
-}
-
-/*
- * Definitions that validated lately, as hashes of their text, in a table
- * of fixed size (a newer one takes an older one's place): a client over
- * its refusals still reaches the shapes it had, whose definitions are
- * here, at the cost of one hash.
- */
-#define REG_VALID_DEFINITIONS	4096
-static uint64 reg_valid_definitions[REG_VALID_DEFINITIONS];
-
-static uint64
-reg_definition_hash(const ShapeDefinition *def)
-{
-	uint64		h = 0x9e3779b97f4a7c15ULL;
-	const char *parts[3] = {def->schema, def->table, def->where};
-
-#define REG_MIX(p, n) (h = hash_bytes_extended((const unsigned char *) (p), (int) (n), h))
-	for (int i = 0; i < 3; i++)
-		REG_MIX(parts[i] ? parts[i] : "\001", parts[i] ? strlen(parts[i]) + 1 : 1);
-	for (int i = 0; i < def->nparams; i++)
-		REG_MIX(def->params[i] ? def->params[i] : "\001",
-				def->params[i] ? strlen(def->params[i]) + 1 : 1);
-	REG_MIX("\002", 1);
-	for (int i = 0; i < def->ncolumns; i++)
-		REG_MIX(def->columns[i] ? def->columns[i] : "", def->columns[i] ? strlen(def->columns[i]) + 1 : 1);
-	REG_MIX(&def->replica_full, sizeof(def->replica_full));
-	REG_MIX(&def->changes_only, sizeof(def->changes_only));
-#undef REG_MIX
-	return h | 1;				/* 0 marks an empty place */
-}
-
-static bool
-reg_definition_valid_lately(const ShapeDefinition *def)
-{
-	uint64		h = reg_definition_hash(def);
-
-	return reg_valid_definitions[h % REG_VALID_DEFINITIONS] == h;
-}
-
-static void
-reg_definition_validated(const ShapeDefinition *def)
-{
-	uint64		h = reg_definition_hash(def);
-
-	reg_valid_definitions[h % REG_VALID_DEFINITIONS] = h;
-}
-
-static void
-reg_client_refused(const ShapeRequest *req)
-{
-	RegistryClient *c = reg_client(req, true);
-
-	if (c != NULL)
-		c->refused++;
-}
-
-/* Forgets clients whose minute is over. */
-static void
-reg_clients_sweep(TimestampTz now)
-{
-	HASH_SEQ_STATUS seq;
-	RegistryClient *c;
-
-	hash_seq_init(&seq, reg_clients.htab);
-	while ((c = hash_seq_search(&seq)) != NULL)
-		if (TimestampDifferenceExceeds(c->window_start, now, CLIENT_WINDOW_MS))
-			hash_search(reg_clients.htab, &c->key, HASH_REMOVE, NULL);
-	compact_hash_shrink(&reg_clients);
-}
-
 /* The columns a shape sends, "a,b,c" as quoted identifiers, cut to fit. */
 static void
 reg_columns_preview(const ShapeRelation *rel, char *out, size_t len)
@@ -766,7 +352,7 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	for (int tries = 0; slot == SHAPE_NO_SLOT && tries < 8 &&
 		 shape_sync_shape_eviction == SHAPE_EVICTION_LRU; tries++)
 	{
-		if (reg_evict_oldest(SM_EVICTION_MAX_SHAPES, "\"shape_sync.max_shapes\" was reached") < 0)
+		if (eviction_evict_oldest(SM_EVICTION_MAX_SHAPES, "\"shape_sync.max_shapes\" was reached") < 0)
 			break;
 		slot = shape_table_claim(table);
 	}
@@ -807,13 +393,14 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 		*link = (int32) slot;
 		e->identity_next = -1;
 	}
-	reg_waiting = lappend_int(reg_waiting, (int) slot);
+	snapshot_pool_queue(slot, e->generation, e->role, e->manage_replica_identity, &e->spec,
+						e->fingerprint);
 	MemoryContextSwitchTo(old);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
 	if (reg_in_replay)
 		shape_stream_check_when_replayed(slot);
 
-	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), reg_unix_us(),
+	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(),
 						   s->handle);
 	{
 		RegistryHandle *h = compact_hash_enter(&reg_by_handle, s->handle, NULL);
@@ -826,8 +413,8 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	reg_columns_preview(rel, s->columns, sizeof(s->columns));
 	s->relid = spec->relid;
 	s->flags = spec->flags;
-	s->created_at_us = reg_unix_us();
-	reg_touch(slot);
+	s->created_at_us = shape_table_unix_us();
+	eviction_touch(slot);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
 	reg_creating = SHAPE_NO_SLOT;
 	ereport(DEBUG1,
@@ -875,7 +462,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 	{
 		unsigned	retry_s;
 
-		if (!reg_client_may_create(req, &retry_s))
+		if (!client_may_create(req, &retry_s))
 		{
 			Refusal    *r = reg_refuse(req, REFUSAL_CLIENT_NEW_SHAPES, NULL, NULL);
 
@@ -892,10 +479,10 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 		}
 		slot = reg_create(spec, identity, hash);
 		if (slot >= 0)
-			reg_client_created(req);
+			client_created(req);
 	}
 	else
-		reg_touch((uint32) slot);
+		eviction_touch((uint32) slot);
 	if (slot < 0)
 	{
 		reg_refuse(req, REFUSAL_SHAPES_FULL, NULL, NULL)->number = shape_sync_max_shapes;
@@ -974,8 +561,8 @@ registry_resolve(ShapeRequest *req)
 	{
 		unsigned	retry_s;
 
-		if (!reg_client_may_validate(req, &retry_s) &&
-			!(req->has_definition && reg_definition_valid_lately(&req->def)))
+		if (!client_may_validate(req, &retry_s) &&
+			!(req->has_definition && client_definition_valid_lately(&req->def)))
 		{
 			Refusal    *r = reg_refuse(req, REFUSAL_CLIENT_REFUSED, NULL, NULL);
 
@@ -998,7 +585,7 @@ registry_resolve(ShapeRequest *req)
 		{
 			shape_def_validate(&req->def, &spec, true);
 			if (!reg_in_replay)
-				reg_definition_validated(&req->def);
+				client_definition_validated(&req->def);
 		}
 		if (req->delete_shape)
 			reg_delete(req, req->has_definition ? &spec : NULL);
@@ -1047,7 +634,7 @@ registry_resolve(ShapeRequest *req)
 			reg_reject(req, edata);
 			if (req->result.refusal.reason == REFUSAL_INVALID ||
 				req->result.refusal.reason == REFUSAL_FORBIDDEN)
-				reg_client_refused(req);
+				client_refused(req);
 		}
 		FreeErrorData(edata);
 	}
@@ -1119,7 +706,7 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 	if (reg_entries == NULL || !reg_entries[slot].in_use)
 		return;
 	generation = reg_entries[slot].generation;
-	snapshotting = reg_entries[slot].launched &&
+	snapshotting = snapshot_pool_launched(slot) &&
 		shape_table_state(table, slot) == SHAPE_SNAPSHOTTING;
 	reg_forget(slot);
 	shape_table_retire(table, slot);
@@ -1137,103 +724,40 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 }
 
 /*
- * Notices finished and failed snapshots: lets go of their definitions, and
- * retires failed shapes (a worker that exits in the middle of a snapshot
- * fails its shape first: snapshot.c).
+ * A snapshot ended (snapshot_pool_reap): a READY shape's stream takes its
+ * log over; a FAILED shape is remembered, or rotated when its table
+ * changed before the snapshot.
  */
 static void
-reg_reap_snapshots(TimestampTz now)
+reg_snapshot_ended(uint32 slot, ShapeState state, const SnapshotVisibility *visibility)
 {
 	ShapeTable *table = reg_table();
-	List	   *launched = reg_launched;
-	ListCell   *lc;
 
-	reg_launched = NIL;
-	foreach(lc, launched)
+	if (!reg_entries[slot].in_use)
+		return;
+	if (state == SHAPE_READY && visibility != NULL)
+		shape_stream_snapshot_done(slot, visibility);
+	else if (state == SHAPE_READY)
 	{
-		uint32		i = (uint32) lfirst_int(lc);
-		RegistryEntry *e = &reg_entries[i];
-		ShapeState	state;
-
-		if (!e->in_use || !e->launched)
-			continue;			/* gone (a slot taken again is listed again) */
-		state = shape_table_state(table, i);
-		if (state == SHAPE_SNAPSHOTTING)
-		{
-			MemoryContext old = MemoryContextSwitchTo(reg_context);
-
-			reg_launched = lappend_int(reg_launched, (int) i);
-			MemoryContextSwitchTo(old);
-			continue;
-		}
-		if (e->definition != NULL)
-		{
-			dsm_detach(e->definition);
-			e->definition = NULL;
-		}
-		if (state == SHAPE_FAILED)
-		{
-			if (table->slots[i].error_reason == REFUSAL_MUST_REFETCH)
-			{
-				/* its table changed before the snapshot: a new shape, not an error */
-				ereport(LOG,
-						(errmsg("shape %s will be rotated: %s", table->slots[i].handle,
-								table->slots[i].error)));
-				registry_rotate(i, SM_ROTATION_SNAPSHOT_CONFLICT);
-			}
-			else
-				reg_remember_failure(i, now);
-		}
+		/* cannot happen: a worker stores the visibility before READY */
+		ereport(LOG,
+				(errmsg("shape %s will be rotated: its snapshot left no visibility",
+						table->slots[slot].handle)));
+		registry_rotate(slot, SM_ROTATION_SNAPSHOT_CONFLICT);
 	}
-	list_free(launched);
-}
-
-/*
- * Queues the snapshots of new shapes, oldest first, while fewer than
- * shape_sync.max_snapshot_workers jobs wait (each holds a DSM segment),
- * and staffs them (snapshot.c).
- */
-static void
-reg_launch_snapshots(void)
-{
-	ShapeTable *table = reg_table();
-	SnapshotJobs *jobs = &shape_sync_shared->snapshot_jobs;
-
-	while (reg_waiting != NIL &&
-		   snapshot_jobs_queued(jobs) < (uint32) shape_sync_max_snapshot_workers)
+	else if (state == SHAPE_FAILED)
 	{
-		uint32		slot = (uint32) linitial_int(reg_waiting);
-		RegistryEntry *e = &reg_entries[slot];
-		SnapshotJob job;
-		MemoryContext old;
-
-		if (!e->in_use || e->launched || shape_table_state(table, slot) != SHAPE_SNAPSHOTTING)
+		if (table->slots[slot].error_reason == REFUSAL_MUST_REFETCH)
 		{
-			reg_waiting = list_delete_first(reg_waiting);
-			continue;			/* gone, or queued under an earlier entry */
+			/* its table changed before the snapshot: a new shape, not an error */
+			ereport(LOG,
+					(errmsg("shape %s will be rotated: %s", table->slots[slot].handle,
+							table->slots[slot].error)));
+			registry_rotate(slot, SM_ROTATION_SNAPSHOT_CONFLICT);
 		}
-		old = MemoryContextSwitchTo(reg_context);
-		e->definition = snapshot_definition_create(&e->spec, e->fingerprint,
-												   shape_sync_chunk_bytes_threshold);
-		MemoryContextSwitchTo(old);
-		job.slot = slot;
-		job.generation = e->generation;
-		job.role = (uint32) e->role;
-		job.definition = (uint32) dsm_segment_handle(e->definition);
-		job.flags = e->manage_replica_identity ? SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY : 0;
-		if (!snapshot_jobs_push(jobs, &job))
-		{
-			dsm_detach(e->definition);
-			e->definition = NULL;
-			break;				/* full: a worker is still reading a cell */
-		}
-		e->launched = true;
-		reg_waiting = list_delete_first(reg_waiting);
-		old = MemoryContextSwitchTo(reg_context);
-		reg_launched = lappend_int(reg_launched, (int) slot);
-		MemoryContextSwitchTo(old);
+		else
+			reg_remember_failure(slot, GetCurrentTimestamp());
 	}
-	snapshot_pool_staff();
 }
 
 /*
@@ -1246,7 +770,7 @@ registry_maintain(void)
 	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
 
-	reg_reap_snapshots(now);
+	snapshot_pool_reap(reg_snapshot_ended);
 
 	/* forget failures older than the retention */
 	foreach(lc, reg_failures)
@@ -1262,20 +786,9 @@ registry_maintain(void)
 		}
 	}
 
-	if (shape_sync_shape_idle_timeout > 0 &&
-		TimestampDifferenceExceeds(reg_last_idle_sweep, now, 1000))
-	{
-		reg_evict_idle();
-		reg_last_idle_sweep = now;
-	}
-	if (TimestampDifferenceExceeds(reg_last_clients_sweep, now, CLIENT_WINDOW_MS))
-	{
-		reg_clients_sweep(now);
-		reg_last_clients_sweep = now;
-	}
-	reg_make_room();
-	reg_log_evictions(now);
-	reg_launch_snapshots();
+	client_limits_maintain(now);
+	eviction_maintain(now, false);
+	snapshot_pool_launch();
 }
 
 /*
@@ -1289,10 +802,9 @@ registry_maintain_during_replay(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	reg_reap_snapshots(now);
-	reg_make_room();
-	reg_log_evictions(now);
-	reg_launch_snapshots();
+	snapshot_pool_reap(reg_snapshot_ended);
+	eviction_maintain(now, true);
+	snapshot_pool_launch();
 }
 
 /*

@@ -17,6 +17,7 @@
 #include "utils/rel.h"
 
 #include "shape_def.h"
+#include "snapshot_definition.h"
 
 /* Registry hooks: a shape's stream lives as long as the shape. */
 extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec,
@@ -24,6 +25,12 @@ extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *sp
 extern void shape_stream_check_when_replayed(uint32 slot);
 extern void shape_stream_catalog_changed(void);
 extern void shape_stream_remove(uint32 slot);
+
+/*
+ * The shape's snapshot is READY, and saw what `visibility` says: the
+ * stream takes the log over at the next maintain (stream_log.c).
+ */
+extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
 
 /* Decoding callbacks; main thread, inside the decoding transaction. */
 extern bool shape_stream_wants(Oid relid);
@@ -37,8 +44,8 @@ extern void shape_stream_commit(void);
 typedef void (*ShapeStreamRotate) (uint32 slot, SmRotationCause cause);
 
 /*
- * Main loop, outside transactions: hands finished snapshots over to the
- * stream, and has shapes rotated whose table was truncated, dropped or
+ * Main loop, outside transactions: the streams of finished snapshots take
+ * their logs over, and shapes are rotated whose table was truncated, dropped or
  * altered.
  */
 extern void shape_stream_maintain(ShapeStreamRotate rotate);

@@ -63,13 +63,11 @@ typedef struct ShapeStream
 	Oid		   *used_types;		/* their types when the shape was made */
 	char	   *schema_json;	/* to notice a changed table */
 
-	bool		ready;			/* snapshot done: this stream writes the log */
+	bool		snapshot_done;	/* READY, with snap_visibility set */
+	bool		ready;			/* taken over: this stream writes the log */
 	bool		filtering;		/* commits before snap_lsn: drop those visible */
 	uint64		snap_lsn;		/* commits from here on are not in the snapshot */
-	uint64		snap_xmin;
-	uint64		snap_xmax;
-	int			snap_nxip;
-	uint64	   *snap_xip;
+	SnapshotVisibility *snap_visibility;	/* what the snapshot saw */
 	List	   *pending;		/* PendingTxn *, until ready */
 	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
 	LogOffset	last;			/* the log's last offset */

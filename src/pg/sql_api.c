@@ -38,7 +38,7 @@
 #include "row_encoder.h"
 #include "shape_def.h"
 #include "shared_state.h"
-#include "snapshot.h"
+#include "snapshot_query.h"
 
 PG_FUNCTION_INFO_V1(shape_sync_validate_shape);
 PG_FUNCTION_INFO_V1(shape_sync_encode_rows);

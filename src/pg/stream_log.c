@@ -5,9 +5,9 @@
  *
  * Stitching.  While a shape's snapshot is being written (by the snapshot
  * worker, the log's writer until then), its transactions are kept in
- * memory.  When the snapshot is done, the stream reads the snapshot's
- * xmin, xmax and xip list from its snapshot-end message, drops the
- * transactions the snapshot already saw, and appends the others; from
+ * memory.  When the snapshot is done, the stream gets the snapshot's
+ * xmin, xmax and xip list (shape_stream_snapshot_done, from the job's
+ * segment: snapshot_definition.c), drops the transactions the snapshot already saw, and appends the others; from
  * then on it writes the log itself, still dropping transactions visible
  * to the snapshot until a commit at or past the WAL insert position read
  * just after the snapshot was taken (commit order is not visibility
@@ -56,50 +56,31 @@ ss_full_xid(TransactionId xid)
 static bool
 ss_visible(ShapeStream *s, TransactionId xid)
 {
+	const SnapshotVisibility *vis = s->snap_visibility;
 	uint64		full = ss_full_xid(xid);
 
-	if (full < s->snap_xmin)
+	if (full < vis->xmin)
 		return true;
-	if (full >= s->snap_xmax)
+	if (full >= vis->xmax)
 		return false;
-	for (int i = 0; i < s->snap_nxip; i++)
-		if (s->snap_xip[i] == full)
+	for (int i = 0; i < vis->nxip; i++)
+		if (vis->xip[i] == full)
 			return false;
 	return true;
 }
 
-/* Reads "xmin", "xmax" and "xip_list" from the snapshot-end message. */
-static void
-ss_parse_snapshot_end(ShapeStream *s, const char *json)
+void
+shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility)
 {
-	const char *p;
-	MemoryContext old = MemoryContextSwitchTo(s->context);
+	ShapeStream *s;
+	Size		size = offsetof(SnapshotVisibility, xip) + sizeof(uint64) * visibility->nxip;
 
-	p = strstr(json, "\"xmin\":\"");
-	s->snap_xmin = p ? strtou64(p + 8, NULL, 10) : 0;
-	p = strstr(json, "\"xmax\":\"");
-	s->snap_xmax = p ? strtou64(p + 8, NULL, 10) : 0;
-	p = strstr(json, "\"xip_list\":[");
-	s->snap_nxip = 0;
-	s->snap_xip = NULL;
-	if (p)
-	{
-		int			cap = 16;
-
-		s->snap_xip = palloc(sizeof(uint64) * cap);
-		for (p += 12; *p && *p != ']'; p++)
-		{
-			if (*p != '"')
-				continue;
-			if (s->snap_nxip == cap)
-			{
-				cap *= 2;
-				s->snap_xip = repalloc(s->snap_xip, sizeof(uint64) * cap);
-			}
-			s->snap_xip[s->snap_nxip++] = strtou64(p + 1, (char **) &p, 10);
-		}
-	}
-	MemoryContextSwitchTo(old);
+	if (ss_streams == NULL || !ss_streams[slot].in_use || ss_streams[slot].ready)
+		return;
+	s = &ss_streams[slot];
+	s->snap_visibility = MemoryContextAlloc(s->context, size);
+	memcpy(s->snap_visibility, visibility, size);
+	s->snapshot_done = true;
 }
 
 /* ------------------------------------------------------------ appending */
@@ -296,35 +277,9 @@ ss_take_over(ShapeStream *s)
 	ShapeTable *table = ss_table();
 	ShapeLog   *log = shape_table_log(table, s->slot);
 	SlogPublished pub;
-	SlogRange	range;
-	SlogRecordHeader hdr;
-	char	   *snapshot_end;
-	uint64		pos;
-	uint64		last_pos = 0;
 	ListCell   *lc;
 
-	/* the snapshot-end message is the last record of the last chunk */
 	slog_read_published(log, &pub);
-	if (pub.chunk_count > 1)
-	{
-		LogOffset	before_last = {0, pub.chunk_count - 2};
-
-		slog_locate(table->arena, log, &pub, before_last, &range);
-	}
-	else
-		slog_locate(table->arena, log, &pub, LOG_OFFSET_BEFORE_ALL, &range);
-	for (pos = range.start; pos < range.end; pos += slog_record_span(hdr.len))
-	{
-		slog_read_header(table->arena, log, pos, &hdr);
-		if (hdr.kind == SLOG_RECORD_CONTROL)
-			last_pos = pos;
-	}
-	slog_read_header(table->arena, log, last_pos, &hdr);
-	snapshot_end = palloc(hdr.len + 1);
-	slog_copy_out(table->arena, log, last_pos + sizeof(hdr), snapshot_end, hdr.len);
-	snapshot_end[hdr.len] = '\0';
-	ss_parse_snapshot_end(s, snapshot_end);
-	pfree(snapshot_end);
 	s->snap_lsn = table->slots[s->slot].snapshot_lsn;
 
 	s->ready = true;

@@ -167,8 +167,8 @@ ss_take_over_done(bool replaying)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
-		if (s->in_use && !s->ready && !s->rotate && !(replaying && s->touched) &&
-			shape_table_state(table, s->slot) == SHAPE_READY)
+		if (s->in_use && s->snapshot_done && !s->ready && !s->rotate &&
+			!(replaying && s->touched) && shape_table_state(table, s->slot) == SHAPE_READY)
 		{
 			ss_take_over(s);
 			ss_snapshotting = foreach_delete_current(ss_snapshotting, lc);

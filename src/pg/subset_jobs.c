@@ -65,7 +65,7 @@
 #include "guc.h"
 #include "registry.h"
 #include "shared_state.h"
-#include "snapshot.h"
+#include "snapshot_pool.h"
 #include "subset_jobs.h"
 #include "subset_query.h"
 

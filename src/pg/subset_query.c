@@ -67,7 +67,7 @@
 #include "guc.h"
 #include "row_encoder.h"
 #include "shared_state.h"
-#include "snapshot.h"
+#include "snapshot_query.h"
 #include "subset_query.h"
 
 /* The client's inputs, in the order the definition segment holds them. */

@@ -1,21 +1,20 @@
 /*-------------------------------------------------------------------------
  *
- * snapshot.h
- *		Initial snapshots of shapes, taken by a pool of background workers.
+ * snapshot_query.h
+ *		A snapshot's transaction and query: what a shape's snapshot and a
+ *		subset query share.
  *
  * IDENTIFICATION
- *	  src/pg/snapshot.h
+ *	  src/pg/snapshot_query.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef SHAPE_SYNC_SNAPSHOT_H
-#define SHAPE_SYNC_SNAPSHOT_H
+#ifndef SHAPE_SYNC_SNAPSHOT_QUERY_H
+#define SHAPE_SYNC_SNAPSHOT_QUERY_H
 
 #include "postgres.h"
 
 #include "lib/stringinfo.h"
-#include "postmaster/bgworker.h"
-#include "storage/dsm.h"
 
 #include "shape_def.h"
 #include "shape_role.h"
@@ -53,7 +52,7 @@ extern void snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset,
 extern char *snapshot_current_text(void);
 extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
 
-/* A snapshot's transaction, and what it checks of its shape (snapshot.c). */
+/* A snapshot's transaction, and what it checks of its shape. */
 extern char *snapshot_begin(Oid role, const char *activity, int timeout_ms,
 							ShapeRoleSaved *saved, uint64 *insert_lsn);
 extern void snapshot_end(const ShapeRoleSaved *saved);
@@ -66,25 +65,14 @@ extern bool snapshot_deadline_caught(void);
 extern void snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 								 const char *relation);
 
+/*
+ * A shape is shared by all its clients: refuses a table whose row-level
+ * security applies to the current role (with `force`, whatever the catalog
+ * says).
+ */
+extern void snapshot_refuse_row_security(const ShapeRelation *rel, bool force);
+
 /* After an error in a job: what a backend's error recovery does. */
 extern void snapshot_worker_recover(void);
 
-/*
- * The shape's definition in a new DSM segment, for the worker that takes
- * its snapshot: the caller keeps the segment until the shape is no longer
- * SNAPSHOTTING, and puts its handle in the job it queues
- * (snapshot_jobs.c).
- */
-extern dsm_segment *snapshot_definition_create(const ShapeSpec *spec, const char *fingerprint,
-											   int chunk_threshold);
-
-/* Main thread: wakes or starts workers for the queued jobs. */
-extern void snapshot_pool_staff(void);
-
-/* Main thread: cancels the snapshot of a shape that was dropped. */
-extern void snapshot_pool_cancel(uint32 slot, uint32 generation);
-extern void snapshot_pool_cancel_all(void);
-
-extern PGDLLEXPORT void shape_sync_snapshot_main(Datum arg);
-
-#endif							/* SHAPE_SYNC_SNAPSHOT_H */
+#endif							/* SHAPE_SYNC_SNAPSHOT_QUERY_H */
