@@ -9,7 +9,7 @@
  * PostgreSQL.
  *
  * The rules, decided per request by access_decide() on the route that
- * routing chose (http_server.c), never on the raw path:
+ * routing chose (http_request.c), never on the raw path:
  *
  *	- A secret set (shape_sync.secret): every shape request but the CORS
  *	  preflight must carry it as secret= or api_secret=, or gets 401.  The

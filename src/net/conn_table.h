@@ -50,7 +50,7 @@ typedef struct ConnSlot
 	struct ResolvedShape *resolved; /* its last resolution (resolved_shapes.c) */
 	bool		query_seen;		/* its target showed a "?" to the URI callback */
 	bool		query_refused;	/* its arguments were cut short: answer 400 */
-	/* the current request, for the metrics its end adds to (http_server.c) */
+	/* the current request, for the metrics its end adds to (http_request.c) */
 	int64_t		req_started_us; /* monotonic */
 	uint64_t	req_bytes;		/* of the response body */
 	uint16_t	req_status;		/* of the response queued; 0: none yet */

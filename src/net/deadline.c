@@ -20,7 +20,7 @@
  *
  * The request deadline works the same way.  A connection is armed when it
  * starts waiting for a request (accepted, or its previous response ended)
- * and cleared once the whole request is in (http_server.c), so a client
+ * and cleared once the whole request is in (http_request.c), so a client
  * that trickles its headers, or a body, a byte at a time, or holds an idle
  * keep-alive connection, has shape_sync.request_header_timeout from the
  * start of the wait, however often it sends a byte.  (libmicrohttpd's own

@@ -47,7 +47,7 @@
  * ------------------------
  * - A ResolvedShape belongs to one connection, whose callbacks all run on
  *   the thread libmicrohttpd gave it: no lock.  It is freed when the
- *   connection closes, on that thread (http_server.c).
+ *   connection closes, on that thread (http_request.c).
  * - A SchemaEntry is read and written under its own lock, held for a copy
  *   of the string; the generation tells a stale entry from a current one,
  *   since a slot is reused with a new generation.

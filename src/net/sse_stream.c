@@ -36,10 +36,13 @@
 #error "sse_stream.c runs on HTTP threads and must not include postgres.h"
 #endif
 
-#include "http_internal.h"
+#include "sse_stream.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "http_respond.h"
+#include "shape_answer.h"
 
 #define SSE_TIMEOUT_MS		60000
 #define SSE_KEEPALIVE_MS	21000

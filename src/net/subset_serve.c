@@ -56,14 +56,16 @@
 #error "subset_serve.c runs on HTTP threads and must not include postgres.h"
 #endif
 
-#include "http_internal.h"
+#include "subset_serve.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "http_respond.h"
 #include "json_text.h"
+#include "shape_answer.h"
 
 static const char subset_metadata_open[] = "{\"metadata\":";
 static const char subset_data_open[] = ",\"data\":[";

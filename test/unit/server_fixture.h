@@ -72,7 +72,8 @@ fixture_init(uint32_t nslots, uint64_t nblocks, uint32_t hash_base)
 	admission_init(&admission, 1000, 1000);
 	unit_metrics_fresh();
 	server_metrics.shapes = table;	/* for the sampled gauges */
-	server_metrics.admission = &admission;
+	server_metrics.admission_in_use = admission.in_use;
+	server_metrics.admission_limit = admission.limit;
 	return request_queue_init(&queue) == 0;
 }
 

@@ -1,6 +1,6 @@
 /*
  * test_http_server.c
- *		The real libmicrohttpd server (src/net/http_server.c, shape_serve.c)
+ *		The real libmicrohttpd server (src/net/)
  *		in-process, against a shape table in malloc'd memory and a fake main
  *		thread that resolves shape requests from the request queue.
  *
@@ -13,7 +13,9 @@
 
 #include <sched.h>
 
-#include "http_internal.h"			/* HttpServer.over_limit */
+#include "http_conn.h"			/* HttpServer.over_limit */
+#include "http_server.h"
+#include "subset_serve.h"		/* subset_client_bucket */
 #include "client_address.h"
 #include "fnv_hash.h"
 #include "json_text.h"
@@ -47,6 +49,7 @@ static const char *const shape_names[SH_COUNT] = {
 #include "server_fixture.h"
 
 #define SCHEMA_JSON "{\"id\":{\"type\":\"int4\",\"pk_index\":0},\"title\":{\"type\":\"text\"}}"
+#define MISSING_TEXT "Table \"public\".\"missing\" does not exist. If the table name contains capitals or special characters you must quote it."
 #define MISSING_BODY "{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"Table \\\"public\\\".\\\"missing\\\" does not exist. If the table name contains capitals or special characters you must quote it.\"]}}"
 #define CACHE_INITIAL "public, max-age=604800, s-maxage=3600, stale-while-revalidate=2629746"
 #define EXPOSE "electric-cursor,electric-handle,electric-has-data,electric-offset,electric-schema,electric-up-to-date,electric-internal-known-error,retry-after"
@@ -83,9 +86,8 @@ fake_subset_job(const SubsetRequest *in)
 	ShapeLog   *log = &subsets.cells[in->cell].log;
 	const char *input = in->body ? in->body : in->where ? in->where : "";
 	bool		fail = strcmp(input, "fail") == 0 || strcmp(input, "\"fail\"") == 0;
-	const char *first = fail ?
-		"{\"message\":\"Invalid request\",\"errors\":{\"subset\":{\"where\":[\"bad\"]}}}" :
-		"{\"xmin\":\"1\"}";
+	const char *first = fail ? "bad" : "{\"xmin\":\"1\"}";
+	SubsetOutcome outcome = {.reason = REFUSAL_SUBSET_INVALID, .field = "where"};
 	JsonBuf		b;
 	char	   *echo;
 	uint64_t	n = 0;
@@ -104,7 +106,7 @@ fake_subset_job(const SubsetRequest *in)
 		free(echo);
 	}
 	slog_publish(log, (LogOffset) {0, n - 1}, SLOG_SNAPSHOT_DONE);
-	subset_finish(&subsets, in->cell, in->ticket, fail ? 400 : 200);
+	subset_finish(&subsets, in->cell, in->ticket, fail ? &outcome : NULL);
 	subset_release(&subsets, arena, in->cell);
 }
 
@@ -121,13 +123,16 @@ resolve(ShapeRequest *req)
 	if (req->delete_shape)
 	{
 		/* the registry would retire the shape; here it only answers */
-		res->status = SHAPE_RESOLVE_NOT_FOUND;
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_NO_SUCH_SHAPE, NULL, NULL);
 		for (int i = 0; i < SH_COUNT; i++)
 			if (req->handle && strcmp(req->handle, table->slots[slot_of[i]].handle) == 0 &&
 				(!req->has_definition || strcmp(t, shape_names[i]) == 0))
 				res->status = SHAPE_RESOLVE_DELETED;
 		if (!req->handle && req->has_definition && strcmp(t, "items") == 0)
 			res->status = SHAPE_RESOLVE_DELETED;
+		if (res->status == SHAPE_RESOLVE_DELETED)
+			refusal_free(&res->refusal);
 		return;
 	}
 	for (int i = 0; i < SH_COUNT; i++)
@@ -136,26 +141,25 @@ resolve(ShapeRequest *req)
 
 	if (strcmp(t, "missing") == 0)
 	{
-		res->status = SHAPE_RESOLVE_INVALID;
-		res->error_json = strdup(MISSING_BODY);
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_INVALID, "table", MISSING_TEXT);
 		return;
 	}
 	if (strcmp(t, "unavailable") == 0)
 	{
 		res->status = SHAPE_RESOLVE_UNAVAILABLE;
-		res->error_json = NULL;
 		return;
 	}
 	if (strcmp(t, "forbidden") == 0)
 	{
-		res->status = SHAPE_RESOLVE_FORBIDDEN;
-		res->error_json = strdup("{\"message\":\"Forbidden\",\"errors\":{\"table\":[\"no\"]}}");
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_FORBIDDEN, "table", "no");
 		return;
 	}
 	if (strcmp(t, "busy") == 0)
 	{
-		res->status = SHAPE_RESOLVE_UNAVAILABLE;
-		res->error_json = strdup("{\"message\":\"too many shapes\"}");
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_NOT_RESOLVED, NULL, "too many shapes");
 		return;
 	}
 	if (strcmp(t, "echo") == 0)
@@ -163,6 +167,7 @@ resolve(ShapeRequest *req)
 		/* tells the client what definition reached the main thread */
 		JsonBuf		b;
 		ShapeDefinition *d = &req->def;
+		char	   *echo;
 
 		json_buf_init(&b);
 		json_buf_puts(&b, "{\"schema\":");
@@ -204,20 +209,22 @@ resolve(ShapeRequest *req)
 		json_buf_printf(&b, ",\"replica_full\":%s,\"changes_only\":%s}",
 						d->replica_full ? "true" : "false",
 						d->changes_only ? "true" : "false");
-		res->status = SHAPE_RESOLVE_INVALID;
-		res->error_json = json_buf_finish(&b);
+		echo = json_buf_finish(&b);
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_INVALID, "echo", echo);
+		free(echo);
 		return;
 	}
 	if (which < 0)
 	{
-		res->status = SHAPE_RESOLVE_INVALID;
-		res->error_json = strdup("{\"message\":\"unknown test shape\"}");
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_INVALID, "table", "unknown test shape");
 		return;
 	}
 	if (which == SH_REUSED && atomic_load(&reused_forbidden))
 	{
-		res->status = SHAPE_RESOLVE_FORBIDDEN;
-		res->error_json = strdup("{\"message\":\"Forbidden\"}");
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_FORBIDDEN, "table", "no");
 		return;
 	}
 	res->status = SHAPE_RESOLVE_OK;
@@ -336,7 +343,7 @@ TEST(server_starts)
 
 	/* failed: the snapshot worker gave up */
 	s = new_shape(SH_FAILED, SHAPE_SNAPSHOTTING);
-	table->slots[s].error_status = 503;
+	table->slots[s].error_reason = REFUSAL_SNAPSHOT_UNAVAILABLE;
 	strcpy(table->slots[s].error, "snapshot failed: \"boom\"");
 	shape_table_set_state(table, s, SHAPE_FAILED);
 
@@ -980,7 +987,8 @@ TEST(validation_errors)
 		{"/v1/shape?table=items&offset=0_0&handle=h&live_sse=true",
 		"{\"message\":\"Invalid request\",\"errors\":{\"live_sse\":[\"can't be true unless live is also true\"]}}"},
 		{"/v1/shape?table=missing&offset=-1", MISSING_BODY},
-		{"/v1/shape?table=%22Items%22&offset=-1", "{\"message\":\"unknown test shape\"}"},
+		{"/v1/shape?table=%22Items%22&offset=-1",
+		"{\"message\":\"Invalid request\",\"errors\":{\"table\":[\"unknown test shape\"]}}"},
 	};
 	int			before = atomic_load(&resolutions);
 	int			to_main = 0;
@@ -1053,6 +1061,25 @@ TEST(resolution_errors)
 	hc_response_free(&r);
 }
 
+/*
+ * The "echo" shape's answer: what reached the main thread, as the text of
+ * a refusal of the definition (rendered as Electric's 400).
+ */
+static void
+check_echo(const HcResponse *r, const char *definition)
+{
+	JsonBuf		b;
+	char	   *expected;
+
+	json_buf_init(&b);
+	json_buf_puts(&b, "{\"message\":\"Invalid request\",\"errors\":{\"echo\":[");
+	json_buf_put_string(&b, definition);
+	json_buf_puts(&b, "]}}");
+	expected = json_buf_finish(&b);
+	CHECK_STR_EQ(r->body, expected);
+	free(expected);
+}
+
 TEST(definition_reaches_main_thread)
 {
 	HcResponse	r;
@@ -1063,22 +1090,22 @@ TEST(definition_reaches_main_thread)
 						 "&params%5B2%5D=a%26b&params%5B1%5D=%22q%22&columns=%22id%22,%22Has%2CComma%22,Title"
 						 "&replica=full&log=full&cursor=&unknown=1", &r), &r);
 	CHECK_EQ(r.status, 400);
-	CHECK_STR_EQ(r.body, "{\"schema\":null,\"table\":\"echo\",\"where\":\"id = $1 and t <> '&'\","
-				 "\"params\":[\"\\\"q\\\"\",\"a&b\"],\"columns\":[\"id\",\"Has,Comma\",\"title\"],"
-				 "\"replica_full\":true,\"changes_only\":false}");
+	check_echo(&r, "{\"schema\":null,\"table\":\"echo\",\"where\":\"id = $1 and t <> '&'\","
+			   "\"params\":[\"\\\"q\\\"\",\"a&b\"],\"columns\":[\"id\",\"Has,Comma\",\"title\"],"
+			   "\"replica_full\":true,\"changes_only\":false}");
 	hc_response_free(&r);
 
 	/* changes_only reaches the main thread as a flag of the definition */
 	REQUIRE_RESPONSE(GET("/v1/shape?offset=-1&table=echo&log=changes_only", &r), &r);
 	CHECK_EQ(r.status, 400);
-	CHECK_STR_EQ(r.body, "{\"schema\":null,\"table\":\"echo\",\"where\":null,\"params\":[],"
-				 "\"columns\":null,\"replica_full\":false,\"changes_only\":true}");
+	check_echo(&r, "{\"schema\":null,\"table\":\"echo\",\"where\":null,\"params\":[],"
+			   "\"columns\":null,\"replica_full\":false,\"changes_only\":true}");
 	hc_response_free(&r);
 
 	REQUIRE_RESPONSE(GET("/v1/shape?table=public.echo&offset=now&handle=zzz", &r), &r);
 	CHECK_EQ(r.status, 400);
-	CHECK_STR_EQ(r.body, "{\"schema\":\"public\",\"table\":\"echo\",\"where\":null,\"params\":[],"
-				 "\"columns\":null,\"replica_full\":false,\"changes_only\":false}");
+	check_echo(&r, "{\"schema\":\"public\",\"table\":\"echo\",\"where\":null,\"params\":[],"
+			   "\"columns\":null,\"replica_full\":false,\"changes_only\":false}");
 	hc_response_free(&r);
 }
 

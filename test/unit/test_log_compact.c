@@ -368,7 +368,7 @@ no_open_txn(const Rows *rows, char *why, size_t whylen)
 
 /*
  * Whether the body a response would send of the cursor's range, built in
- * pieces of random sizes the way shape_serve.c's shape_body_fill builds it
+ * pieces of random sizes the way shape_answer.c's shape_body_fill builds it
  * (whole messages through slog_cursor_copy_messages, one larger than a
  * piece split by slog_cursor_begin and slog_cursor_copy), is `joined`: the
  * messages copied one by one, separated by commas.
@@ -475,7 +475,7 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			return false;
 		}
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
-		/* what a response of known length measures first (shape_serve.c) */
+		/* what a response of known length measures first (shape_answer.c) */
 		measured = slog_cursor_measure(arena, log, &cur, &measured_count);
 		start = cur;
 		joined_len = 0;

@@ -138,10 +138,10 @@ TEST(definition_and_resolution_free)
 	CHECK_EQ(def.ncolumns, 0);
 	shape_definition_free(&def);	/* twice is harmless */
 
-	res.error_json = strdup("{}");
+	refusal_set(&res.refusal, REFUSAL_INVALID, "table", "no");
 	res.schema_json = strdup("{}");
 	shape_resolution_free(&res);
-	CHECK(res.error_json == NULL && res.schema_json == NULL);
+	CHECK(res.refusal.field == NULL && res.refusal.text == NULL && res.schema_json == NULL);
 	shape_resolution_free(&res);
 }
 

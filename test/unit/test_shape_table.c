@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "refusal.h"
 #include "shape_table.h"
 
 /* ---------------------------------------------------------- helpers */
@@ -241,7 +242,7 @@ TEST(retire_keeps_failed_state_for_readers)
 	CHECK_EQ(f.table->slots[slot].logs[0].blocks_held, 1);
 	CHECK_EQ(slog_arena_free_blocks(f.arena), 7);
 	strcpy(f.table->slots[slot].error, "boom");
-	f.table->slots[slot].error_status = 400;
+	f.table->slots[slot].error_reason = REFUSAL_SNAPSHOT_INVALID;
 	shape_table_set_state(f.table, slot, SHAPE_FAILED);
 	CHECK(shape_table_pin(f.table, slot, 1));
 	shape_table_retire(f.table, slot);

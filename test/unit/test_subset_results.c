@@ -12,6 +12,7 @@
 #include <sched.h>
 #include <stdlib.h>
 
+#include "refusal.h"
 #include "subset_results.h"
 
 #define ARENA_BLOCKS	256
@@ -28,7 +29,7 @@ new_arena(void)
 /* What a job writes: a record or two, then the finish. */
 static void
 write_answer(ShapeLogArena *arena, SubsetResults *r, int cell, uint32_t ticket,
-			 uint32_t status, int rows)
+			 RefusalReason reason, int rows)
 {
 	ShapeLog   *log = &r->cells[cell].log;
 
@@ -36,7 +37,9 @@ write_answer(ShapeLogArena *arena, SubsetResults *r, int cell, uint32_t ticket,
 		REQUIRE(slog_append(arena, log, (LogOffset) {0, (uint64_t) i}, SLOG_RECORD_CHANGE,
 							"{\"r\":1}", 7) == SLOG_OK);
 	slog_publish(log, (LogOffset) {0, (uint64_t) rows}, SLOG_SNAPSHOT_DONE);
-	subset_finish(r, cell, ticket, status);
+	SubsetOutcome outcome = {.reason = reason};
+
+	subset_finish(r, cell, ticket, &outcome);
 }
 
 TEST(claims_stop_at_the_limit_and_come_back)
@@ -95,7 +98,7 @@ TEST(the_last_holder_frees_the_cell_and_its_blocks)
 	ShapeLogArena *arena = new_arena();
 	uint32_t	free_before;
 	uint32_t	ticket;
-	uint32_t	status;
+	SubsetOutcome status;
 	int			cell;
 
 	REQUIRE(arena != NULL);
@@ -108,9 +111,9 @@ TEST(the_last_holder_frees_the_cell_and_its_blocks)
 		REQUIRE(cell >= 0);
 		CHECK(!subset_finished(&r, cell, ticket, &status));
 		subset_hold_for_job(&r, cell);
-		write_answer(arena, &r, cell, ticket, 200, 3000);	/* several blocks */
+		write_answer(arena, &r, cell, ticket, REFUSAL_NONE, 3000);	/* several blocks */
 		REQUIRE(subset_finished(&r, cell, ticket, &status));
-		CHECK_UEQ(status, 200);
+		CHECK_UEQ(status.reason, REFUSAL_NONE);
 		CHECK(!subset_finished(&r, cell, ticket + 1, &status));
 		CHECK(slog_arena_free_blocks(arena) < free_before);
 		if (request_last)
@@ -168,7 +171,7 @@ race_job(void *arg)
 {
 	JobArg	   *j = arg;
 
-	write_answer(j->race->arena, j->race->r, j->cell, j->ticket, 200, 1);
+	write_answer(j->race->arena, j->race->r, j->cell, j->ticket, REFUSAL_NONE, 1);
 	subset_release(j->race->r, j->race->arena, j->cell);
 	return NULL;
 }
@@ -182,7 +185,7 @@ race_requests(void *arg)
 	{
 		JobArg		j = {.race = race, .request_waits = (i & 1) == 0};
 		pthread_t	job;
-		uint32_t	status;
+		SubsetOutcome status;
 
 		j.cell = subset_claim(race->r, 0, &j.ticket);
 		if (j.cell < 0)
@@ -206,7 +209,7 @@ race_requests(void *arg)
 				SlogPublished pub;
 
 				slog_read_published(&race->r->cells[j.cell].log, &pub);
-				if (status != 200 || pub.data_end != 2 * slog_record_span(7))
+				if (status.reason != REFUSAL_NONE || pub.data_end != 2 * slog_record_span(7))
 					atomic_fetch_add(&race->bad, 1);
 			}
 		}
@@ -233,7 +236,7 @@ TEST(a_job_whose_request_gave_up_is_seen_gone)
 	subset_hold_for_job(&r, cell);
 	subset_release(&r, arena, cell);	/* the request's deadline passed */
 	CHECK(!subset_job_gone(&r, cell, ticket));	/* the job still writes */
-	write_answer(arena, &r, cell, ticket, 503, 0);
+	write_answer(arena, &r, cell, ticket, REFUSAL_SUBSET_SHUTDOWN, 0);
 	CHECK(subset_job_gone(&r, cell, ticket));
 	subset_release(&r, arena, cell);
 	CHECK(subset_job_gone(&r, cell, ticket));

@@ -2,7 +2,7 @@
  * test_waiters.c
  *		Parked connections and the park thread (src/net/waiters.c), and the
  *		stalled-write deadline (src/net/deadline.c), end to end through the
- *		real libmicrohttpd server (src/net/http_server.c) with plain socket
+ *		real libmicrohttpd server (src/net/) with plain socket
  *		clients: a parked client that goes away is noticed at once and
  *		releases what it held, hundreds of them at once too; a shape's
  *		notification wakes only that shape's waiters; a long-poll times out
@@ -18,7 +18,8 @@
 
 #include <sys/resource.h>
 
-#include "http_internal.h"		/* the server's Waiters, for clients_gone */
+#include "http_conn.h"		/* the server's Waiters, for clients_gone */
+#include "http_server.h"
 #include "thread_log.h"
 
 #define NSLOTS		8
@@ -122,8 +123,8 @@ resolve(ShapeRequest *req)
 			res->schema_json = strdup("{\"id\":{\"type\":\"text\",\"pk_index\":0}}");
 			return;
 		}
-	res->status = SHAPE_RESOLVE_INVALID;
-	res->error_json = strdup("{\"message\":\"unknown test shape\"}");
+	res->status = SHAPE_RESOLVE_REFUSED;
+	refusal_set(&res->refusal, REFUSAL_INVALID, "table", "unknown test shape");
 }
 
 /* ------------------------------------------------------ observations */

@@ -1,15 +1,31 @@
 /*-------------------------------------------------------------------------
  *
- * http_internal.h
- *		State shared by the files of the HTTP server.
+ * http_conn.h
+ *		The server's state and a request's state, shared by the files of the
+ *		HTTP server.
+ *
+ * struct HttpServer is the running server: its daemons, the tables it
+ * shares with the main thread (shapes, request queue, admission, subset
+ * results), its own tables (connections, waiters, resolved schemas, shared
+ * responses, access rules) and the runtime settings the main thread
+ * updates.  struct ShapeConn is one /v1/shape request, from its first call
+ * to its completion: its parsed query, the hand-off to the main thread, the
+ * pins it holds and the cursor of its body.  Who may touch which field
+ * when: see the notes on synchronization in http_server.c, http_request.c
+ * and waiters.c.
+ *
+ * This header declares no functions: each file of the server has its own
+ * header (http_respond.h, shape_answer.h, shape_serve.h, sse_stream.h,
+ * subset_serve.h, http_request.h), so the include graph shows who calls
+ * whom.
  *
  * IDENTIFICATION
- *	  src/net/http_internal.h
+ *	  src/net/http_conn.h
  *
  *-------------------------------------------------------------------------
  */
-#ifndef HTTP_INTERNAL_H
-#define HTTP_INTERNAL_H
+#ifndef HTTP_CONN_H
+#define HTTP_CONN_H
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -17,19 +33,24 @@
 #include <string.h>
 #include <time.h>
 
-#include "http_server.h"
 #include "access_policy.h"
+#include "admission.h"
 #include "deadline.h"
 #include "request_parse.h"
+#include "request_queue.h"
 #include "resolved_shapes.h"
 #include "server_metrics.h"
+#include "shape_log.h"
+#include "shape_table.h"
 #include "shared_responses.h"
+#include "subset_results.h"
 #include "waiters.h"
 
 #define HTTP_MAX_DAEMONS	8
 #define HTTP_MAX_QUERY_ARGS 1024	/* query arguments a request may carry */
 #define SERVER_NAME			"shape_sync/0.1.0"
 
+typedef struct HttpServer HttpServer;
 typedef struct ShapeConn ShapeConn;
 
 /* subset_serve.c: subset queries (GET subset__*, POST) */
@@ -180,92 +201,4 @@ http_monotonic_us(void)
 	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* http_server.c: every response is queued, and noted, through this */
-extern enum MHD_Result http_queue(struct MHD_Connection *connection, unsigned status,
-								  struct MHD_Response *response, uint64_t buffer_bytes);
-extern void http_note_response(unsigned status, uint64_t buffer_bytes);
-extern void http_note_kind(HttpServer *server, uint32_t conn_slot, SmKind kind);
-extern void http_note_sent(HttpServer *server, uint32_t conn_slot, size_t n);
-
-/*
- * Every response body goes through this: libmicrohttpd asks for the next
- * piece only once the previous one reached the kernel, so the write
- * deadline (deadline.c) is cleared on entry and armed when a piece is
- * handed over.
- */
-static inline ssize_t
-http_next_piece(ShapeConn *sc, ssize_t (*fill) (ShapeConn *sc, char *buf, size_t max),
-				char *buf, size_t max)
-{
-	ssize_t		n;
-
-	conn_deadline_clear(&sc->server->conns, sc->conn_slot);
-	n = fill(sc, buf, max);
-	if (n > 0)
-	{
-		conn_deadline_arm(&sc->server->conns, sc->conn_slot);
-		http_note_sent(sc->server, sc->conn_slot, (size_t) n);
-	}
-	return n;
-}
-
-/* Copies what fits of src[*off, len) into dst (room bytes); returns the count. */
-static inline size_t
-http_copy_some(char *dst, size_t room, const char *src, size_t len, size_t *off)
-{
-	size_t		step = len - *off;
-
-	if (step > room)
-		step = room;
-	memcpy(dst, src + *off, step);
-	*off += step;
-	return step;
-}
-
-/*
- * Set by a handler that ends a connection on purpose (its client left while
- * parked) just before it tells libmicrohttpd to close: libmicrohttpd then
- * logs the close as an application error, on the same thread, and
- * http_mhd_log drops that one line.  A client leaving is not an error.
- */
-extern _Thread_local bool http_closing_on_purpose;
-
-/* shape_serve.c */
-extern enum MHD_Result shape_serve(HttpServer *server, struct MHD_Connection *connection,
-								   ShapeConn *sc);
-extern void shape_conn_free(ShapeConn *sc);
-extern void shape_conn_responded(ShapeConn *sc);
-
-/* sse_stream.c */
-extern enum MHD_Result sse_respond(ShapeConn *sc, const SlogPublished *pub,
-								   const SlogRange *range, bool hold,
-								   const char *cursor);
-
-/* http_server.c: responses common to every route */
-extern void http_add_cors_headers(struct MHD_Response *response,
-								  struct MHD_Connection *connection);
-extern enum MHD_Result http_respond_json(struct MHD_Connection *connection,
-										 unsigned status, const char *body,
-										 bool cors);
-
-/* The version of its shape's log a request reads (shape_serve.c). */
-extern enum MHD_Result shape_respond_error(ShapeConn *sc, unsigned status,
-										   const char *body, int retry_after);
-extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
-extern enum MHD_Result shape_respond_refusal(ShapeConn *sc, const Refusal *refusal);
-extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
-extern uint64_t shape_body_measure(ShapeConn *sc);
-
-/* subset_serve.c */
-extern bool subset_is_requested(const ShapeConn *sc);
-extern unsigned subset_client_bucket(uint64_t seed, uint64_t key);
-extern void subset_take_body(ShapeConn *sc, const char *data, size_t size);
-extern bool subset_start(ShapeConn *sc, enum MHD_Result *answered);
-extern enum MHD_Result subset_respond(ShapeConn *sc);
-extern void subset_conn_free(ShapeConn *sc);
-
-extern const ShapeLog *shape_conn_pin_log(ShapeConn *sc);
-extern const ShapeLog *shape_conn_log(const ShapeConn *sc);
-extern void shape_conn_unpin_log(ShapeConn *sc);
-
-#endif							/* HTTP_INTERNAL_H */
+#endif							/* HTTP_CONN_H */
