@@ -84,7 +84,7 @@ shape_sync is serving $SHAPE_SYNC_URL (tables: items, 300 rows; users, 200 rows)
   $PSQL -c "CREATE TABLE notes (id int PRIMARY KEY, body text)" \\
         -c "ALTER TABLE notes REPLICA IDENTITY FULL"
 
-  # only loopback clients are served until shape_sync.secret is set (see README, Security)
+  # only loopback clients are served until shape_sync.secret is set (see docs/security.md)
 
   # what the server holds
   $PSQL -c 'SELECT * FROM shape_sync.shapes'
