@@ -7,7 +7,7 @@
 # answer gets its answer after it; and the worker obeys SIGTERM within a fraction of a second
 # (the replay hook of decoder.c), and once back it serves the table's shapes.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying 4640

@@ -8,7 +8,7 @@
 # per connection; the connections held at the limit are served as usual, and once they are
 # gone every admission slot is free and new clients are served again.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 LIMIT=16    # the smallest shape_sync.max_connections

@@ -4,7 +4,7 @@
 # names the GUC, its memory goes back to the arena, and other shapes keep
 # working.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 trap cluster_stop EXIT
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '2MB'" cluster_start "$(cluster_free_port 4200)"
