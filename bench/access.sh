@@ -11,32 +11,28 @@
 #
 # Knobs: RUNS (5), SECONDS_PER_RUN (5), CONNECTIONS (32), DECISIONS (2000000).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-32}
 DECISIONS=${DECISIONS:-2000000}
-command -v wrk >/dev/null || { echo "wrk is missing (apt-get install wrk)" >&2; exit 1; }
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
+bench_need wrk
+bench_init
 
-cc -O2 -Wall -Wextra -Werror -pthread -I"$root/src/net" "$here/access_bench.c" \
-	"$root/src/net/access_policy.c" -o "$out/access_bench"
+bench_cc access_bench -I"$root/src/net" "$here/access_bench.c" "$root/src/net/access_policy.c"
 for i in $(seq 1 "$RUNS"); do
 	"$out/access_bench" "$DECISIONS" >"$out/micro$i.txt"
 done
 
-SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off cluster_start "" >/dev/null
+SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off bench_cluster_start
 cluster_psql -c "CREATE TABLE bench_access (id int PRIMARY KEY, v text)" \
 	-c "ALTER TABLE bench_access REPLICA IDENTITY FULL" \
 	-c "INSERT INTO bench_access SELECT g, 'v' || g FROM generate_series(1, 10) g" >/dev/null
 secret=0123456789abcdef0123456789abcdef
 origins=$(for i in $(seq 0 14); do printf 'https://app%d.example.com, ' "$i"; done)https://app.example.com
 base="$SHAPE_SYNC_URL/v1/shape?table=bench_access"
-handle=$(curl -s -D - -o /dev/null "$base&offset=-1" | tr -d '\r' | sed -n 's/^electric-handle: //Ip')
+handle=$(curl -s -D - -o /dev/null "$base&offset=-1" | bench_header electric-handle)
 plain_url="$base&offset=0_0&handle=$handle"
 secret_url="$plain_url&secret=$secret"
 
@@ -72,7 +68,6 @@ for i in $(seq 1 "$RUNS"); do
 	[[ $(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: https://app.example.com' "$secret_url") == 200 ]]
 	run_wrk secret_origins "$secret_url" 'Origin: https://app.example.com' >>"$out/wrk.txt"
 done
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out" "$RUNS" "$here" "$CONNECTIONS" "$SECONDS_PER_RUN" "$pg_version" <<'PY'

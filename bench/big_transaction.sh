@@ -12,18 +12,14 @@
 #
 # Knobs: RUNS (3), ROWS (1000000).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 ROWS=${ROWS:-1000000}
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
+bench_init
 
 SHAPE_SYNC_EXTRA_CONF="logical_decoding_work_mem = '64MB'
-shape_sync.log_memory = '1GB'" cluster_start "" >/dev/null
-pg_version=$(cluster_psql -At -c "SELECT version()")
+shape_sync.log_memory = '1GB'" bench_cluster_start
 cluster_psql -q -c "CREATE EXTENSION shape_sync"
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
@@ -49,10 +45,10 @@ INSERT INTO bench_other_a$run VALUES (1);
 INSERT INTO bench_other_b$run VALUES (1);
 SQL
 	sleep 0.5
-	handle=$(curl -s -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=bench_big&offset=-1" | tr -d '\r' |
-		sed -n 's/^electric-handle: //Ip')
+	handle=$(curl -s -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=bench_big&offset=-1" |
+		bench_header electric-handle)
 	offset=$(curl -s -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=bench_big&offset=-1&handle=$handle" |
-		tr -d '\r' | sed -n 's/^electric-offset: //Ip')
+		bench_header electric-offset)
 	base=$(time_new_shape "bench_other_a$run")
 	# the live client of the big table: until a response holds the last row
 	python3 - "$SHAPE_SYNC_URL" "$handle" "$offset" "$ROWS" >"$out/replay$run" <<'PY' &
@@ -71,12 +67,14 @@ while True:
         break
 PY
 	follower=$!
+	bench_track "$follower"
 	sleep 0.3
 	cluster_psql -q -c "INSERT INTO bench_big SELECT g, md5(g::text) FROM generate_series(1, $ROWS) g"
 	committed=$(now)
 	sleep 0.2
 	during=$(time_new_shape "bench_other_b$run")
 	wait "$follower"
+	helpers=()
 	replay=$(awk -v a="$committed" -v b="$(cat "$out/replay$run")" 'BEGIN { printf "%.3f", b - a }')
 	echo "$base $during $replay" >>"$out/runs.txt"
 done

@@ -18,10 +18,8 @@
 # Knobs: RUNS (3), BYSTANDERS ("0 1000 10000"), SHAPES (1000), PROBE (100), COMMITS (50),
 # GAP (0.1), LOADGEN_THREADS (1). About 4 minutes.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 BYSTANDERS=${BYSTANDERS:-0 1000 10000}
 SHAPES=${SHAPES:-1000}
@@ -29,15 +27,9 @@ PROBE=${PROBE:-100}
 COMMITS=${COMMITS:-50}
 GAP=${GAP:-0.1}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
-out=$(mktemp -d)
-cleanup() {
-	pkill -f "$here/build/loadgen" 2>/dev/null || true
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
-make -s -f "$here/Makefile.tools" >/dev/null
+bench_init	# the loadgen processes of the Python part are listed in $BENCH_PIDS
+bench_fd_limit
+bench_tools
 max=0
 for n in $BYSTANDERS; do ((n > max)) && max=$n; done
 if ((max + PROBE + 200 > $(ulimit -n))); then
@@ -50,8 +42,7 @@ shape_sync.max_concurrent_existing = $((max + PROBE + 100))
 shape_sync.max_concurrent_initial = $((SHAPES + 100))
 shape_sync.max_new_shapes_per_client = 0
 shape_sync.max_shapes = $((SHAPES + 24))
-shape_sync.long_poll_timeout = '60s'" cluster_start "" >/dev/null
-pg_version=$(cluster_psql -At -c "SELECT version()")
+shape_sync.long_poll_timeout = '60s'" bench_cluster_start
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE by_probe (id bigserial PRIMARY KEY, mark text NOT NULL);
@@ -64,7 +55,7 @@ for _ in $(seq 1 100); do
 	curl -sf -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=by_probe&offset=-1" && break
 	sleep 0.1
 done
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
+worker=$(bench_worker_pid)
 
 export BY_OUT=$out BY_LOADGEN=$here/build/loadgen BY_PORT=${SHAPE_SYNC_URL##*:} \
 	BY_WORKER=$worker BY_PROBE=$PROBE BY_THREADS=$LOADGEN_THREADS \

@@ -16,10 +16,8 @@
 # WRK_THREADS (2), SIZES ("small big"), SERVER_CONF (postgresql.conf lines added to the
 # cluster's, to compare settings such as shape_sync.write_piece_size). About 5 minutes.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-5}
 BIG_DURATION=${BIG_DURATION:-20}
@@ -27,27 +25,15 @@ CONNS=${CONNS:-100 1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SIZES=${SIZES:-small big}
 SERVER_CONF=${SERVER_CONF:-}
-for tool in nginx wrk; do
-	command -v "$tool" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin command -v "$tool" >/dev/null 2>&1 ||
-		{ echo "$tool is missing: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh" >&2; exit 1; }
-done
-PATH=$PATH:/usr/sbin
-out=$(mktemp -d)
-nginx_pid=
-cleanup() {
-	[[ -n $nginx_pid ]] && kill "$nginx_pid" 2>/dev/null || true
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
+bench_need nginx wrk
+bench_init
 chmod 755 "$out"
-ulimit -n "$(ulimit -Hn)"
+bench_fd_limit
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_connections = 3000
 shape_sync.max_concurrent_existing = 3000
 shape_sync.chunk_bytes_threshold = '1kB'
-$SERVER_CONF" cluster_start "" >/dev/null
-pg_version=$(cluster_psql -At -c "SELECT version()")
+$SERVER_CONF" bench_cluster_start
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE catchup_small (id int PRIMARY KEY, payload text NOT NULL);
@@ -80,7 +66,7 @@ big_url=$(second_chunk catchup_big big.json)
 small_bytes=$(stat -c %s "$out/www/small.json")
 big_bytes=$(stat -c %s "$out/www/big.json")
 
-nginx_port=$((${SHAPE_SYNC_URL##*:} + 1))
+nginx_port=$(bench_free_port)
 cat >"$out/nginx.conf" <<CONF
 daemon off;
 worker_processes auto;
@@ -101,7 +87,7 @@ http {
 CONF
 mkdir -p "$out/tmp"
 nginx -c "$out/nginx.conf" -p "$out" &
-nginx_pid=$!
+bench_track $!
 for _ in $(seq 1 50); do curl -sf -o /dev/null "http://127.0.0.1:$nginx_port/small.json" && break; sleep 0.1; done
 cmp -s <(curl -s "http://127.0.0.1:$nginx_port/small.json") <(curl -s "$small_url") ||
 	{ echo "nginx and shape_sync do not serve the same bytes" >&2; exit 1; }

@@ -41,26 +41,12 @@
 #
 # Knobs: RUNS (3), COMMITS (20000).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
-# shellcheck source=lib.sh
-source "$here/lib.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 COMMITS=${COMMITS:-20000}
 ((COMMITS >= 2)) || { echo "COMMITS must be at least 2" >&2; exit 1; }
-out=$(mktemp -d)
-helpers=()	# background processes of the measurement under way
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
+bench_init	# helpers: the background processes of the measurement under way
 
 # Follows a shape live until the row id = LAST_ID: prints "first last live_requests", the
 # times (epoch) a response with the first change and one with that row had been read, and the
@@ -123,7 +109,7 @@ PY
 # no standby 'bench_gate' exists, and only the gate's commit waits for it
 SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = 120s
 synchronous_standby_names = 'bench_gate'
-synchronous_commit = local" cluster_start "" >/dev/null
+synchronous_commit = local" bench_cluster_start
 cluster_psql <<'SQL' >/dev/null
 CREATE TABLE bench_commits_gate (id serial PRIMARY KEY);
 CREATE TABLE bench_commits_side (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = off);
@@ -137,11 +123,11 @@ BEGIN
 	END LOOP;
 END $$;
 SQL
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
+worker=$(bench_worker_pid)
 [[ $worker =~ ^[0-9]+$ && -r /proc/$worker/task/$worker/schedstat ]] ||
 	{ echo "cannot read the CPU time of the shape_sync worker ($worker)" >&2; exit 1; }
 
-worker_cpu() { cut -d' ' -f1 "/proc/$worker/task/$worker/schedstat"; }	# ns on CPU, main thread
+worker_cpu() { bench_cpu_ns "$worker"; }	# ns on CPU, main thread
 cpu_seconds() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (b - a) / 1e9 }'; }
 count_between() {	# from to file: the lines (times) in [from, to]
 	awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b { n++ } END { print n + 0 }' "$3"
@@ -172,7 +158,7 @@ requests_start() {
 	rm -f "$out/stop"
 	python3 "$out/requests.py" "$SHAPE_SYNC_URL" bench_commits_side "$out/stop" >"$out/requests.txt" &
 	requests_pid=$!
-	helpers+=("$requests_pid")
+	bench_track "$requests_pid"
 }
 
 requests_stop() {
@@ -206,7 +192,7 @@ measure_shape() {	# backlog|live quiet|requests run
 	rm -f "$out/ready"
 	python3 "$out/follow.py" "$SHAPE_SYNC_URL" "$table" "$COMMITS" "$out/ready" >"$out/follow.txt" &
 	follow_pid=$!
-	helpers+=("$follow_pid")
+	bench_track "$follow_pid"
 	for _ in $(seq 1 300); do
 		[[ -e $out/ready ]] && break
 		sleep 0.1
@@ -276,7 +262,6 @@ for i in $(seq 1 "$RUNS"); do
 done
 [[ $(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'") == "$worker" ]] ||
 	{ echo "the shape_sync worker restarted during the runs" >&2; exit 1; }
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$COMMITS" "$here" "$pg_version" <<'PY'

@@ -13,28 +13,20 @@
 #
 # Knobs: RUNS (3), ROWS (10000), UPDATES (200000), STEPS (5). About 7 minutes.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 ROWS=${ROWS:-10000}
 UPDATES=${UPDATES:-200000}
 STEPS=${STEPS:-5}
-out=$(mktemp -d)
-cleanup() {
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
-chmod 755 "$out"
+bench_init
+chmod 755 "$out"	# pgbench reads update.sql as the PostgreSQL user
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '1GB'
-shape_sync.chunk_bytes_threshold = '1MB'" cluster_start "" >/dev/null
+shape_sync.chunk_bytes_threshold = '1MB'" bench_cluster_start
 cluster_psql -q -c "CREATE EXTENSION shape_sync"
-pg_version=$(cluster_psql -At -c "SELECT version()")
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
-cpu_ns() { awk '{ print $1 }' "/proc/$worker/task/$worker/schedstat"; }
+worker=$(bench_worker_pid)
+cpu_ns() { bench_cpu_ns "$worker"; }
 printf '\\set id random(1, %d)\nUPDATE bench_hot SET v = v + 1 WHERE id = :id;\n' "$ROWS" >"$out/update.sql"
 caught_up() {
 	[[ $(cluster_psql -At -c "SELECT confirmed_flush_lsn >= pg_current_wal_lsn() FROM pg_replication_slots WHERE plugin = 'shape_sync'") == t ]]
@@ -60,7 +52,7 @@ INSERT INTO bench_hot SELECT g, 0, repeat('p', 100) FROM generate_series(1, $ROW
 SQL
 	sleep 0.5
 	handle=$(curl -sf -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=bench_hot&offset=-1" |
-		tr -d '\r' | sed -n 's/^electric-handle: //Ip')
+		bench_header electric-handle)
 	[[ -n $handle ]] || { echo "no shape" >&2; return 1; }
 	for _ in $(seq 1 100); do
 		[[ $(cluster_psql -At -c "SELECT state FROM shape_sync.shapes WHERE handle = '$handle'") == ready ]] && break

@@ -12,16 +12,13 @@
 #
 # Knobs: RUNS (3), COUNTS ("1000 3650"), WORKERS (shape_sync.max_snapshot_workers, 4).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 COUNTS=${COUNTS:-"1000 3650"}
 WORKERS=${WORKERS:-4}
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
-ulimit -n "$(ulimit -Hn)"
+bench_init
+bench_fd_limit
 max=0
 for n in $COUNTS; do ((n > max)) && max=$n; done
 
@@ -29,7 +26,7 @@ SHAPE_SYNC_EXTRA_CONF="shape_sync.max_shapes = $((2 * max * RUNS + 100))
 shape_sync.log_memory = '2GB'
 shape_sync.shape_eviction = none
 shape_sync.max_concurrent_initial = $((max + 100))
-shape_sync.max_snapshot_workers = $WORKERS" cluster_start "" >/dev/null
+shape_sync.max_snapshot_workers = $WORKERS" bench_cluster_start
 cluster_psql -c "CREATE EXTENSION shape_sync" >/dev/null
 
 for run in $(seq 1 "$RUNS"); do
@@ -44,7 +41,6 @@ for run in $(seq 1 "$RUNS"); do
 		echo "$n|$run|$new|$existing" | tee -a "$out/runs.txt" >&2
 	done
 done
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$WORKERS" "$here" "$pg_version" <<'PY'

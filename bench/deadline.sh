@@ -6,14 +6,14 @@
 # bench/deadline_bench.c RUNS times, takes the median of each figure, and writes
 # the table into bench/RESULTS.md between the "deadline" markers.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 WRITES=${WRITES:-2000000}
 THREADS=${THREADS:-8}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_init
 
-cc -O2 -Wall -Wextra -Werror -pthread "$here/deadline_bench.c" -o "$out/deadline_bench"
+bench_cc deadline_bench "$here/deadline_bench.c"
 for i in $(seq 1 "$RUNS"); do
 	"$out/deadline_bench" "$WRITES" "$THREADS" >"$out/run$i.txt"
 done

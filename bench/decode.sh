@@ -11,18 +11,15 @@
 #
 # Knobs: RUNS (5), SHAPES (16), ROWS (50000).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 SHAPES=${SHAPES:-16}
 ROWS=${ROWS:-50000}
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
+bench_init
 
 SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off \
-	SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = 120s" cluster_start "" >/dev/null
+	SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = 120s" bench_cluster_start
 
 set_deadline() {	# milliseconds
 	cluster_psql -c "ALTER SYSTEM SET shape_sync.where_evaluation_timeout = $1" >/dev/null
@@ -38,8 +35,8 @@ one_run() {	# name  (prints "name seconds")
 	for ((k = 0; k < SHAPES; k++)); do
 		curl -sf -D "$dir/h$k" -o /dev/null --get "$SHAPE_SYNC_URL/v1/shape" -d "table=$table" \
 			-d offset=-1 --data-urlencode "where=id % $SHAPES = $k"
-		h=$(tr -d '\r' <"$dir/h$k" | sed -n 's/^electric-handle: //Ip')
-		off=$(tr -d '\r' <"$dir/h$k" | sed -n 's/^electric-offset: //Ip')
+		h=$(bench_header electric-handle <"$dir/h$k")
+		off=$(bench_header electric-offset <"$dir/h$k")
 		curl -s -o "$dir/live$k" -w '%{http_code}\n' --max-time 120 --get "$SHAPE_SYNC_URL/v1/shape" \
 			-d "table=$table" -d "offset=$off" -d "handle=$h" -d live=true \
 			--data-urlencode "where=id % $SHAPES = $k" >"$dir/code$k" &
@@ -51,8 +48,10 @@ one_run() {	# name  (prints "name seconds")
 	wait
 	t1=$(date +%s.%N)
 	for ((k = 0; k < SHAPES; k++)); do
-		[[ $(cat "$dir/code$k") == 200 ]] && grep -q '"insert"' "$dir/live$k" ||
-			{ echo "shape $k of $table got no rows" >&2; exit 1; }
+		if [[ $(cat "$dir/code$k") != 200 ]] || ! grep -q '"insert"' "$dir/live$k"; then
+			echo "shape $k of $table got no rows" >&2
+			exit 1
+		fi
 	done
 	echo "$1 $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }')"
 }
@@ -65,7 +64,6 @@ for i in $(seq 1 "$RUNS"); do
 		one_run "$setting" "$i" >>"$out/runs.txt"
 	done
 done
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$SHAPES" "$ROWS" "$here" "$pg_version" <<'PY'

@@ -24,10 +24,8 @@
 # second here, issue 12; closer commits would measure that backlog), LOADGEN_THREADS (1).
 # About 12 minutes.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 CLIENTS=${CLIENTS:-100 1000 10000}
 SPREAD_CLIENTS=${SPREAD_CLIENTS:-10000}
@@ -36,16 +34,9 @@ COMMITS=${COMMITS:-30}
 GAP=${GAP:-0.3}
 SPREAD_GAP=${SPREAD_GAP:-1.5}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
-out=$(mktemp -d)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
-make -s -f "$here/Makefile.tools" >/dev/null
+bench_init
+bench_fd_limit
+bench_tools
 loadgen=$here/build/loadgen
 floor=$here/build/floor_server
 max_clients=$SPREAD_CLIENTS
@@ -56,9 +47,8 @@ shape_sync.max_concurrent_existing = $((max_clients + 100))
 shape_sync.max_concurrent_initial = $((SPREAD_SHAPES + 100))
 shape_sync.max_new_shapes_per_client = 0
 shape_sync.max_shapes = $((SPREAD_SHAPES + 24))
-shape_sync.long_poll_timeout = '60s'" cluster_start "" >/dev/null
+shape_sync.long_poll_timeout = '60s'" bench_cluster_start
 port=${SHAPE_SYNC_URL##*:}
-pg_version=$(cluster_psql -At -c "SELECT version()")
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE fan_one (id bigserial PRIMARY KEY, mark text NOT NULL);
@@ -72,8 +62,7 @@ for _ in $(seq 1 100); do
 	curl -sf -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=fan_one&offset=-1" && break
 	sleep 0.1
 done
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
-rss_anon_kb() { awk '/^RssAnon:/ { print $2 }' "/proc/$1/status"; }
+worker=$(bench_worker_pid)
 mark_sql='((extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)::text'
 
 # wait_ready FILE: until loadgen printed "ready"
@@ -96,7 +85,7 @@ run_case() {
 	if [[ $server == floor ]]; then
 		"$floor" --port 0 <"$fifo" >"$out/floor.out" 2>/dev/null &
 		target_pid=$!
-		pids+=("$target_pid")
+		bench_track "$target_pid"
 		exec 8>"$fifo"
 		for ((i = 0; i < 50; i++)); do grep -q '^listening' "$out/floor.out" && break; sleep 0.1; done
 		port_now=$(awk '/^listening/ { print $2 }' "$out/floor.out")
@@ -111,16 +100,16 @@ run_case() {
 		fi
 	fi
 	sleep 2.5 # what the previous case's clients had goes back first (at most once a second)
-	before=$(rss_anon_kb "$target_pid")
+	before=$(bench_rss_anon_kb "$target_pid")
 	"$loadgen" --port "$port_now" --clients "$clients" --shapes "$shapes" --path "$path" \
 		--rounds "$COMMITS" --threads "$LOADGEN_THREADS" --timeout 300 >"$json.lg" 2>/dev/null &
 	lg=$!
-	pids+=("$lg")
+	bench_track "$lg"
 	wait_ready "$json.lg"
 	for ((i = 1; i <= COMMITS; i++)); do
 		if ((i == COMMITS)); then
 			sleep 1 # every client is parked again, after COMMITS - 1 deliveries
-			rss_anon_kb "$target_pid" >"$out/after" # (this loop runs in a subshell)
+			bench_rss_anon_kb "$target_pid" >"$out/after" # (this loop runs in a subshell)
 		fi
 		if [[ $server == floor ]]; then
 			echo "commit $(date +%s%N)" >&8
@@ -137,6 +126,7 @@ run_case() {
 		exec 8>&-
 		wait "$target_pid" 2>/dev/null || true
 	fi
+	helpers=()	# both ended
 	python3 - "$json.lg" "$before" "$after" "$clients" <<'PY' >"$json"
 import json, sys
 d = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])

@@ -38,7 +38,7 @@ import { writeFileSync } from 'node:fs'
 import { setMaxListeners } from 'node:events'
 import net from 'node:net'
 
-const httpRequire = createRequire(new URL('../test/http/package.json', import.meta.url))
+const httpRequire = createRequire(new URL('../test/package.json', import.meta.url))
 const pg = httpRequire('pg')
 const now = () => Number(process.hrtime.bigint()) / 1e6 // ms, monotonic, process-wide
 

@@ -2,11 +2,22 @@
 
 start() runs one loadgen and returns once all its clients are parked
 (it printed "ready"); report() reads the JSON report it prints at the end.
+track() lists a process in $BENCH_PIDS, so that bench/lib.sh's bench_cleanup
+ends it by its id if the benchmark stops before it does.
 Shared by bench/storm.sh and bench/bystanders.sh.
 """
 import json
+import os
 import subprocess
 import time
+
+
+def track(p, path):
+    """Appends "PID PATH" of process p (started from the executable PATH) to $BENCH_PIDS."""
+    pids = os.environ.get("BENCH_PIDS")
+    if pids:
+        with open(pids, "a") as f:
+            f.write(f"{p.pid} {os.path.realpath(path)}\n")
 
 
 def start(loadgen, port, clients, path, extra, out_file, threads="1", timeout=300):
@@ -15,6 +26,7 @@ def start(loadgen, port, clients, path, extra, out_file, threads="1", timeout=30
     p = subprocess.Popen([loadgen, "--port", str(port), "--clients", str(clients), "--path", path,
                           "--threads", str(threads), "--timeout", "600", *extra],
                          stdout=f, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE, text=True)
+    track(p, loadgen)
     deadline = time.time() + timeout
     while time.time() < deadline:
         f.seek(0)

@@ -8,15 +8,14 @@
 #
 # Knobs: RUNS (5), TAIL_MB (10).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 TAIL_MB=${TAIL_MB:-10}
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_init
 
-cc -O2 -Wall -Wextra -Werror -I"$root/src/contract" "$here/locate_bench.c" \
-	"$root/src/contract/shape_log.c" "$root/src/contract/log_offset.c" -o "$out/locate_bench"
+bench_cc locate_bench -I"$root/src/contract" "$here/locate_bench.c" \
+	"$root/src/contract/shape_log.c" "$root/src/contract/log_offset.c"
 "$out/locate_bench" "$RUNS" "$TAIL_MB" >"$out/runs.txt"
 
 python3 - "$out" "$RUNS" "$here" "$TAIL_MB" <<'PY'

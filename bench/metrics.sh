@@ -12,15 +12,15 @@
 #
 # Knobs: RUNS (5), THREADS ("1 2 4 8"), OPS (10000000). About a minute.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-5}
 THREADS=${THREADS:-1 2 4 8}
 OPS=${OPS:-10000000}
-make -s -f "$here/Makefile.tools" >/dev/null
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
-"$here/build/metrics_bench" --threads "$THREADS" --ops "$OPS" --runs "$RUNS" >"$out"
-BENCH_RUNS=$RUNS BENCH_OPS=$OPS python3 - "$here/RESULTS.md" "$out" <<'PY'
+bench_init
+bench_tools
+"$here/build/metrics_bench" --threads "$THREADS" --ops "$OPS" --runs "$RUNS" >"$out/runs.txt"
+BENCH_RUNS=$RUNS BENCH_OPS=$OPS python3 - "$here/RESULTS.md" "$out/runs.txt" <<'PY'
 import collections, json, os, statistics, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 from results_section import machine, write_section

@@ -14,27 +14,17 @@
 #
 # Knobs: RUNS (3), SHAPES (100), CLIENTS (1000), ROWS (50 per shape).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 SHAPES=${SHAPES:-100}
 CLIENTS=${CLIENTS:-1000}
 ROWS=${ROWS:-50}
-out=$(mktemp -d)
-node_pid=
-cleanup() {
-	[[ -n $node_pid ]] && kill "$node_pid" 2>/dev/null || true
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
-[[ -d $root/test/http/node_modules ]] || { echo "run scripts/install-deps.sh first" >&2; exit 1; }
-ulimit -n 65536 2>/dev/null || true
+bench_init
+bench_need_node_modules
+bench_fd_limit
 
-cluster_start "" >/dev/null
-pg_version=$(cluster_psql -At -c "SELECT version()")
+bench_cluster_start
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE bench_recovery (tenant int, id int, payload text, PRIMARY KEY (tenant, id));
@@ -50,6 +40,7 @@ for ((run = 1; run <= RUNS; run++)); do
 	node "$here/recovery.mjs" "$SHAPE_SYNC_URL" "$SHAPES" "$CLIENTS" "$ROWS" "$out/ready" "$out/restart" \
 		>"$out/run$run.json" &
 	node_pid=$!
+	bench_track "$node_pid"
 	for _ in $(seq 1 3000); do
 		[[ -e $out/ready ]] && break
 		sleep 0.1
@@ -60,7 +51,7 @@ for ((run = 1; run <= RUNS; run++)); do
 	date +%s.%N >"$out/restart"	# the clients count from here
 	cluster_restart
 	wait "$node_pid"
-	node_pid=
+	helpers=()
 	echo "$cold" >"$out/cold$run"
 	# the next run starts from a fresh server too: every shape is gone again
 	cluster_restart

@@ -31,29 +31,15 @@
 # (800 MB; LOG_MEMORY, default 3GB, holds them).  bench/RESULTS.md was made with 11GB, when
 # a small shape took 96 kB.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
-# shellcheck source=lib.sh
-source "$here/lib.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 COMMITS=${COMMITS:-300000}
 SHAPE_COUNTS=${SHAPE_COUNTS:-"1000 10000"}
 RANGES=${RANGES:-10}
 UNROUTED=${UNROUTED:-1000}
 LOG_MEMORY=${LOG_MEMORY:-3GB}
-out=$(mktemp -d)
-helpers=()
-cleanup() {
-	local p
-	for p in "${helpers[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
+bench_init
 
 max_shapes=$((UNROUTED + RANGES + 10))
 for n in $SHAPE_COUNTS; do max_shapes=$((max_shapes + 2 * n)); done
@@ -65,7 +51,7 @@ shape_sync.max_shapes = $max_shapes
 shape_sync.log_memory = '$LOG_MEMORY'
 shape_sync.shape_eviction = none
 shape_sync.shape_idle_timeout = 0
-shape_sync.max_concurrent_initial = 1000" cluster_start "" >/dev/null
+shape_sync.max_concurrent_initial = 1000" bench_cluster_start
 cluster_psql <<'SQL' >/dev/null
 CREATE TABLE bench_route_gate (id serial PRIMARY KEY);
 CREATE PROCEDURE bench_route_write(tbl regclass, first int, n int, tenants int) LANGUAGE plpgsql AS $$
@@ -196,7 +182,6 @@ for run in $(seq 1 "$RUNS"); do
 		measure "$name" "$table" "$tenants" "$run" | tee -a "$out/runs.txt" >&2
 	done
 done
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$COMMITS" "$RANGES" "$here" "$pg_version" \

@@ -52,32 +52,33 @@
 # raw-1, client-1, raw-100, sock-100, client-100). About 40 minutes with the defaults.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
-
-if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
-	echo "test/http/node_modules is missing (run scripts/install-deps.sh)" >&2
-	exit 1
-fi
-
-trap cluster_stop EXIT
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+bench_need_node_modules
+bench_init
 cluster_start ""
 
 export BENCH_JSON=$here/latency.json
-export BENCH_LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
+BENCH_LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
+export BENCH_LOAD_BEFORE
 rc=0
 node "$here/latency.mjs" || rc=$?
 
 # machine facts for the report
-export BENCH_NPROC=$(nproc)
-export BENCH_FREE=$(free -h)
-export BENCH_CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-export BENCH_PG=$(cluster_psql -At -c 'SELECT version()')
-export BENCH_LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
-export BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
-export BENCH_CONF=$(cluster_psql -At -c "SELECT string_agg(name || ' = ' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('shape_sync.long_poll_timeout', 'shape_sync.http_threads', 'shape_sync.chunk_bytes_threshold', 'synchronous_commit', 'fsync', 'wal_level')")
+BENCH_NPROC=$(nproc)
+export BENCH_NPROC
+BENCH_FREE=$(free -h)
+export BENCH_FREE
+BENCH_CPU=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+export BENCH_CPU
+BENCH_PG=$(cluster_psql -At -c 'SELECT version()')
+export BENCH_PG
+BENCH_LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
+export BENCH_LOAD_AFTER
+BENCH_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+export BENCH_DATE
+BENCH_CONF=$(cluster_psql -At -c "SELECT string_agg(name || ' = ' || setting || coalesce(unit, ''), ', ' ORDER BY name) FROM pg_settings WHERE name IN ('shape_sync.long_poll_timeout', 'shape_sync.http_threads', 'shape_sync.chunk_bytes_threshold', 'synchronous_commit', 'fsync', 'wal_level')")
+export BENCH_CONF
 node "$here/report.mjs" "$BENCH_JSON" "$here/RESULTS.md"
 cluster_stop
 bash "$here/deadline.sh" >/dev/null || rc=$?

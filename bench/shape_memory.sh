@@ -20,22 +20,19 @@
 #
 # Knobs: RUNS (3), SHAPES (10000; with a table of as many rows). About a minute.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 SHAPES=${SHAPES:-10000}
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
+bench_init
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '128MB'
 shape_sync.max_shapes = $((SHAPES + 100))
 shape_sync.shape_eviction = none
-shape_sync.allow_shape_deletion = on" cluster_start "" >/dev/null
+shape_sync.allow_shape_deletion = on" bench_cluster_start
 cluster_psql -c "CREATE EXTENSION shape_sync" >/dev/null
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
-rss_anon_kb() { awk '/^RssAnon:/ { print $2 }' "/proc/$worker/status"; }
+worker=$(bench_worker_pid)
+rss_anon_kb() { bench_rss_anon_kb "$worker"; }
 used_bytes() { cluster_psql -At -c "SELECT total_bytes - free_bytes FROM shape_sync.log_memory_usage()"; }
 
 cat >"$out/shapes.py" <<'PY'
@@ -92,7 +89,6 @@ for run in $(seq 1 "$RUNS"); do
 	m2=$(rss_anon_kb)
 	echo "$run $u0 $u1 $u2 $m0 $m1 $m2 $data" | tee -a "$out/runs.txt" >&2
 done
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$SHAPES" "$here" "$pg_version" "$cold" "$warm" <<'PY'

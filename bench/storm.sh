@@ -16,24 +16,15 @@
 # sides: the hard limit here, `ulimit -Hn`, bounds it), PROBE (20), LOADGEN_THREADS (1).
 # About 4 minutes.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 SIZES=${SIZES:-1000 10000}
 PROBE=${PROBE:-20}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
-out=$(mktemp -d)
-cleanup() {
-	pkill -f "$here/build/loadgen" 2>/dev/null || true
-	pkill -f "$here/build/floor_server" 2>/dev/null || true
-	cluster_stop
-	rm -rf "$out"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
-make -s -f "$here/Makefile.tools" >/dev/null
+bench_init	# the loadgen and floor_server processes of the Python part are listed in $BENCH_PIDS
+bench_fd_limit
+bench_tools
 max=0
 for n in $SIZES; do ((n > max)) && max=$n; done
 if ((max + 200 > $(ulimit -n))); then
@@ -43,8 +34,7 @@ fi
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_connections = $((max + PROBE + 100))
 shape_sync.max_concurrent_existing = $((max + PROBE + 100))
-shape_sync.long_poll_timeout = '60s'" cluster_start "" >/dev/null
-pg_version=$(cluster_psql -At -c "SELECT version()")
+shape_sync.long_poll_timeout = '60s'" bench_cluster_start
 cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE storm (id int PRIMARY KEY, mark text NOT NULL);
@@ -53,7 +43,7 @@ INSERT INTO storm VALUES (1, '0');
 CREATE TABLE storm_probe (id bigserial PRIMARY KEY, mark text NOT NULL);
 ALTER TABLE storm_probe REPLICA IDENTITY FULL;
 SQL
-worker=$(cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'")
+worker=$(bench_worker_pid)
 
 export STORM_OUT=$out STORM_LOADGEN=$here/build/loadgen STORM_FLOOR=$here/build/floor_server \
 	STORM_PORT=${SHAPE_SYNC_URL##*:} STORM_WORKER=$worker STORM_PROBE=$PROBE \
@@ -111,6 +101,7 @@ def storm(target, size, run):
     if target == "floor":
         fl = subprocess.Popen([floor, "--port", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
+        loadgen_driver.track(fl, floor)
         port = int(fl.stdout.readline().split()[1])
         pid = fl.pid
     else:

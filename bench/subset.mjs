@@ -12,7 +12,7 @@
 // Prints one line per case: name, the median seconds per request of shape_sync, of the
 // baseline, and the rows per request.
 import http from 'node:http'
-import pg from '../test/http/node_modules/pg/lib/index.js'
+import pg from '../test/node_modules/pg/lib/index.js'
 
 const N = Number(process.env.N ?? 200)
 const base = new URL(process.env.SHAPE_SYNC_URL)

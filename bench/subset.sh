@@ -12,26 +12,22 @@
 #
 # Knobs: RUNS (3), ROWS (1000000), N (200 requests a case and run).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-# shellcheck source=../scripts/lib/cluster.sh
-source "$root/scripts/lib/cluster.sh"
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
 RUNS=${RUNS:-3}
 ROWS=${ROWS:-1000000}
-out=$(mktemp -d)
-trap 'cluster_stop; rm -rf "$out"' EXIT
+bench_init
 
-SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '1GB'" cluster_start "" >/dev/null
+SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '1GB'" bench_cluster_start
 cluster_psql -c "CREATE EXTENSION shape_sync" \
 	-c "CREATE TABLE bench_subset (id int PRIMARY KEY, a int, b text)" \
 	-c "INSERT INTO bench_subset SELECT g, g % 1000, repeat(md5(g::text), 3)::char(80) FROM generate_series(1, $ROWS) g" \
 	-c "CREATE INDEX ON bench_subset (a)" \
 	-c "ALTER TABLE bench_subset REPLICA IDENTITY FULL" -c "VACUUM ANALYZE bench_subset" >/dev/null
 
-for run in $(seq 1 "$RUNS"); do
+for _ in $(seq 1 "$RUNS"); do
 	node "$here/subset.mjs"
 done | tee "$out/runs.txt" >&2
-pg_version=$(cluster_psql -At -c 'SELECT version()')
 cluster_stop
 
 python3 - "$out/runs.txt" "$RUNS" "$ROWS" "$here" "$pg_version" <<'PY'

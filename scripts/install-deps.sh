@@ -3,7 +3,7 @@
 # scripts/install-deps.sh: install everything shape_sync needs to build and test, on Debian 12.
 #
 # Idempotent: apt is skipped when every package is already installed, and `npm ci` only
-# rebuilds test/http/node_modules. Runs as root (CI) or as a user with sudo.
+# rebuilds test/node_modules. Runs as root (CI) or as a user with sudo.
 #
 #   SHAPE_SYNC_SKIP_APT=1    skip apt entirely (only the npm step runs)
 #   SHAPE_SYNC_FORCE_APT=1   run apt-get update/install even when nothing is missing
@@ -62,11 +62,11 @@ else
 	fi
 fi
 
-if [[ -f test/http/package-lock.json ]]; then
-	say "npm ci in test/http"
-	(cd test/http && npm ci --no-audit --no-fund)
-elif [[ -f test/http/package.json ]]; then
-	say "warning: test/http/package.json has no package-lock.json; not installing its dependencies"
+if [[ -f test/package-lock.json ]]; then
+	say "npm ci in test"
+	(cd test && npm ci --no-audit --no-fund)
+elif [[ -f test/package.json ]]; then
+	say "warning: test/package.json has no package-lock.json; not installing its dependencies"
 fi
 
 say "done"

@@ -262,7 +262,7 @@ fi
 # --- e. HTTP tests (node) -------------------------------------------------------------------
 
 say "stage http: node --test test/http/"
-if [[ ! -d test/http ]] || [[ -z $(find test/http -name node_modules -prune -o -type f \
+if [[ ! -d test/http ]] || [[ -z $(find test/http -type f \
 	\( -name '*.js' -o -name '*.mjs' -o -name '*.cjs' \) -print 2>/dev/null | head -n 1) ]]; then
 	skip http "no JavaScript files in test/http"
 elif cluster_needed http; then

@@ -8,7 +8,7 @@
 // server unencoded, bodies and headers as written). First the fixed corpus, every run: the
 // requests of issue 24 (a POST body of 1,000 nested `[`, subset__params with 600 levels,
 // `$268435455`, an invalid regex, a column the role may not read, a jsonpath), the hostile
-// corpus of test/http/hostile_corpus.mjs and the seeds of test/unit/corpus/fuzz_shape_query.
+// corpus of test/lib/hostile_corpus.mjs and the seeds of test/unit/corpus/fuzz_shape_query.
 // Then generated ones: where clauses over the tables' columns, mutated (dictionary tokens of
 // test/unit/dict, huge numbers, `$n` of any n, deep parentheses, NULs, bad UTF-8), params[n],
 // columns (test/unit/corpus/fuzz_identifiers), offsets (test/unit/corpus/fuzz_log_offset),
@@ -41,7 +41,7 @@ import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
-import { hostileCorpus } from '../http/hostile_corpus.mjs'
+import { hostileCorpus } from '../lib/hostile_corpus.mjs'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
 const UNIT = join(HERE, '..', 'unit')

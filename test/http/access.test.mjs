@@ -7,8 +7,8 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
 
-import { BASE_URL, closePool, fetchShape, query, syncShape, uniqueSuffix } from './helpers.mjs'
-import { holdLive, RawShape, resetGuc, setGuc, startClientShape, waitDecoded, waitFor } from './live_helpers.mjs'
+import { BASE_URL, closePool, fetchShape, query, syncShape, uniqueSuffix } from '../lib/helpers.mjs'
+import { holdLive, RawShape, resetGuc, setGuc, startClientShape, waitDecoded, waitFor } from '../lib/live_helpers.mjs'
 
 const sfx = uniqueSuffix()
 const ROLE = `acc_reader_${sfx}`

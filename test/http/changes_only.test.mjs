@@ -8,8 +8,8 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchShape, query, uniqueTable, walkShape } from './helpers.mjs'
-import { DIGITS, RawShape, runTx, startClientShape, waitDecoded, waitRowsEqual } from './live_helpers.mjs'
+import { closePool, createTable, dropTable, fetchShape, query, uniqueTable, walkShape } from '../lib/helpers.mjs'
+import { DIGITS, RawShape, runTx, startClientShape, waitDecoded, waitRowsEqual } from '../lib/live_helpers.mjs'
 
 const table = uniqueTable('changes_only')
 const clients = []

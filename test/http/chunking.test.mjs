@@ -14,7 +14,7 @@ import {
   syncShape,
   uniqueTable,
   walkShape,
-} from './helpers.mjs'
+} from '../lib/helpers.mjs'
 
 const GUC = 'shape_sync.chunk_bytes_threshold'
 

@@ -17,7 +17,7 @@ import {
   syncShape,
   uniqueSuffix,
   uniqueTable,
-} from './helpers.mjs'
+} from '../lib/helpers.mjs'
 
 after(closePool)
 

@@ -10,8 +10,8 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { Shape, ShapeStream } from '@electric-sql/client'
 
-import { closePool, createTable, dropTable, fetchShape, query, SHAPE_URL, sleep, uniqueTable } from './helpers.mjs'
-import { resetGuc, setGuc, waitFor } from './live_helpers.mjs'
+import { closePool, createTable, dropTable, fetchShape, query, SHAPE_URL, sleep, uniqueTable } from '../lib/helpers.mjs'
+import { resetGuc, setGuc, waitFor } from '../lib/live_helpers.mjs'
 
 const ROWS = 200
 const SOAK_S = Number(process.env.COMPACTION_SOAK_SECONDS ?? 0)

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 
-import { SHAPE_URL, closePool, fetchRaw, fetchShape, query, uniqueSuffix } from './helpers.mjs'
+import { SHAPE_URL, closePool, fetchRaw, fetchShape, query, uniqueSuffix } from '../lib/helpers.mjs'
 
 const sfx = uniqueSuffix()
 const T = `crash_${sfx}`

@@ -3,7 +3,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchShape, query, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, fetchShape, query, uniqueTable } from '../lib/helpers.mjs'
 
 after(closePool)
 

@@ -8,8 +8,8 @@ import assert from 'node:assert/strict'
 import net from 'node:net'
 import { readFileSync } from 'node:fs'
 
-import { BASE_URL, closePool, query, uniqueSuffix } from './helpers.mjs'
-import { hostileCorpus } from './hostile_corpus.mjs'
+import { BASE_URL, closePool, query, uniqueSuffix } from '../lib/helpers.mjs'
+import { hostileCorpus } from '../lib/hostile_corpus.mjs'
 
 const sfx = uniqueSuffix()
 const T = `hostile_${sfx}`

@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchRaw, query, SHAPE_URL, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, fetchRaw, query, SHAPE_URL, uniqueTable } from '../lib/helpers.mjs'
 import {
   enableShapeDeletion,
   prng,
@@ -15,7 +15,7 @@ import {
   runTx,
   startClientShape,
   waitRowsEqual,
-} from './live_helpers.mjs'
+} from '../lib/live_helpers.mjs'
 
 const table = uniqueTable('live_client')
 const seed = Number(process.env.LIVE_SEED ?? Date.now() % 1000000)

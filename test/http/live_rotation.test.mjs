@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchRaw, fetchShape, shapeQuery, SHAPE_URL, sleep, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, fetchRaw, fetchShape, shapeQuery, SHAPE_URL, sleep, uniqueTable } from '../lib/helpers.mjs'
 import {
   compareOffsets,
   currentLsn,
@@ -17,7 +17,7 @@ import {
   runTx,
   setLongPollTimeout,
   waitFor,
-} from './live_helpers.mjs'
+} from '../lib/live_helpers.mjs'
 
 const LONG_POLL_MS = 2000
 const MUST_REFETCH = [{ headers: { control: 'must-refetch' } }]

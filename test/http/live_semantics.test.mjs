@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, electricKey, query, queryAsServerText, sleep, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, electricKey, query, queryAsServerText, sleep, uniqueTable } from '../lib/helpers.mjs'
 import {
   assertLiveResponse,
   assertTxStructure,
@@ -16,7 +16,7 @@ import {
   runRolledBack,
   runTx,
   setLongPollTimeout,
-} from './live_helpers.mjs'
+} from '../lib/live_helpers.mjs'
 
 const LONG_POLL_MS = 2000
 

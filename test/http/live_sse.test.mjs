@@ -4,7 +4,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, electricKey, query, uniqueTable } from './helpers.mjs'
+import { closePool, createTable, dropTable, electricKey, query, uniqueTable } from '../lib/helpers.mjs'
 import {
   assertChangeHeaders,
   assertTxStructure,
@@ -17,7 +17,7 @@ import {
   runTx,
   startClientShape,
   waitRowsEqual,
-} from './live_helpers.mjs'
+} from '../lib/live_helpers.mjs'
 
 const tables = []
 after(async () => {

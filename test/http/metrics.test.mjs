@@ -8,8 +8,8 @@ import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import {
   BASE_URL, closePool, createTable, dropTable, fetchRaw, fetchShape, query, uniqueTable,
-} from './helpers.mjs'
-import { waitFor } from './live_helpers.mjs'
+} from '../lib/helpers.mjs'
+import { waitFor } from '../lib/live_helpers.mjs'
 
 // A series' key: its name and its labels, sorted (jsonb orders keys its own way).
 function seriesKey(name, labels) {

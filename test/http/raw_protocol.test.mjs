@@ -16,7 +16,7 @@ import {
   quoteIdent,
   SHAPE_URL,
   uniqueTable,
-} from './helpers.mjs'
+} from '../lib/helpers.mjs'
 
 after(closePool)
 

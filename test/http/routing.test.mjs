@@ -18,8 +18,8 @@ import assert from 'node:assert/strict'
 
 import {
   closePool, createTable, dropTable, fetchRaw, fetchShape, pool, queryAsServerText, SHAPE_URL, uniqueTable, walkShape,
-} from './helpers.mjs'
-import { enableShapeDeletion, resetShapeDeletion, waitDecoded } from './live_helpers.mjs'
+} from '../lib/helpers.mjs'
+import { enableShapeDeletion, resetShapeDeletion, waitDecoded } from '../lib/live_helpers.mjs'
 
 const SEED = Number(process.env.ROUTING_SEED ?? Date.now() % 1000000)
 const ROWS = 40

@@ -37,7 +37,7 @@ import {
   SHAPE_URL,
   sleep,
   uniqueTable,
-} from './helpers.mjs'
+} from '../lib/helpers.mjs'
 import {
   currentLsn,
   DIGITS,
@@ -49,7 +49,7 @@ import {
   waitDecoded,
   waitFor,
   waitRowsEqual,
-} from './live_helpers.mjs'
+} from '../lib/live_helpers.mjs'
 
 const MODES = [false, true] // liveSse
 const METHODS = ['GET', 'POST'] // subsetMethod

@@ -23,8 +23,8 @@
 import { after, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, pool, query, sleep, uniqueTable } from './helpers.mjs'
-import { startClientShape, waitFor } from './live_helpers.mjs'
+import { closePool, createTable, dropTable, pool, query, sleep, uniqueTable } from '../lib/helpers.mjs'
+import { startClientShape, waitFor } from '../lib/live_helpers.mjs'
 
 const TRIES = 10
 const ROW = 7

@@ -13,8 +13,8 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, fetchShape, query, uniqueSuffix } from './helpers.mjs'
-import { resetGuc, setGuc, waitFor } from './live_helpers.mjs'
+import { closePool, fetchShape, query, uniqueSuffix } from '../lib/helpers.mjs'
+import { resetGuc, setGuc, waitFor } from '../lib/live_helpers.mjs'
 
 const sfx = uniqueSuffix()
 const OWNER = `tc_owner_${sfx}`

@@ -27,8 +27,8 @@ import {
   sleep,
   uniqueSuffix,
   uniqueTable,
-} from './helpers.mjs'
-import { holdLive, RawShape, resetLongPollTimeout, runTx, setLongPollTimeout } from './live_helpers.mjs'
+} from '../lib/helpers.mjs'
+import { holdLive, RawShape, resetLongPollTimeout, runTx, setLongPollTimeout } from '../lib/live_helpers.mjs'
 
 const LONG_POLL_MS = 2000
 const LIVE_WAIT_MS = 10000 // one live request, and one follow to a marker

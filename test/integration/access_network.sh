@@ -12,7 +12,7 @@
 # Needs root (ip netns); CI runs as root.  Elsewhere it says so and fails,
 # rather than pass without having looked.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null 2>&1; then
 	echo "not ok - this test needs root and ip(8) for its network namespace"

@@ -14,7 +14,7 @@
 #    (SO_LINGER 0).  Afterwards in_use is 0 for both kinds within 3 s, the worker
 #    did not restart, and it still serves snapshots, catch-up and live requests.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 LONG_POLL_S=30

@@ -20,7 +20,7 @@
 #    to an existing one once the shape is known, so it shows as existing.
 # 4. ALTER SYSTEM + pg_reload_conf() changes the limits without a restart.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 # the writer of the locking session's fifo (section 2) is closed first
 cleanup() {

@@ -7,7 +7,7 @@
 # answer gets its answer after it; and the worker obeys SIGTERM within a fraction of a second
 # (the replay hook of decoder.c), and once back it serves the table's shapes.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying 4640
@@ -64,6 +64,8 @@ committed=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
 # after the big transaction, the role loses the schema; the catalog the replay reads is older
 cluster_psql -c "REVOKE USAGE ON SCHEMA guarded FROM reader" >/dev/null
 wait_for_replay
+# 1 while the worker has not yet confirmed its slot past the big transaction's commit
+replay_going_on() { cluster_psql -At -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync_%' AND confirmed_flush_lsn < '$committed'"; }
 # a where clause naming no column: validation fails, under the replay's catalog as under the
 # current one; that answer waits for the current catalog
 curl -s -m 60 -o "$work/bad.json" -w '%{http_code}' "$url&offset=-1&where=$(q 'nosuch = 1')" >"$work/bad.code" &
@@ -71,6 +73,7 @@ bad=$!
 t0=$(now)
 curl -s -m 60 -D "$work/other.h" -o "$work/other.json" "$SHAPE_SYNC_URL/v1/shape?table=other&offset=-1"
 took_other=$(diff_s "$t0" "$(now)")
+during_other=$(replay_going_on)
 # another session locks that table until the replay is over: the check of the shape against the
 # current catalog waits for the lock (before, the shape was rotated for it, and a shape's own
 # snapshot worker setting REPLICA IDENTITY FULL did the same to fresh shapes in CI)
@@ -96,12 +99,16 @@ locker=$!
 t0=$(now)
 curl -s -m 60 -D "$work/small.h" -o "$work/small.json" "$url&offset=-1&where=$(q 'id <= 10')"
 took_small=$(diff_s "$t0" "$(now)")
+during_small=$(replay_going_on)
 guarded=$(curl -s -m 60 -w ' %{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=guarded.t&offset=-1")
 # the worker confirms its slot's position after the batch that replays the transaction
-replaying=$(cluster_psql -At -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync_%' AND confirmed_flush_lsn < '$committed'")
-check "a new shape on another table is served within 1 s of the replay's start (${took_other} s)" le "$took_other" 1
+replaying=$(replay_going_on)
+# answered while the replay goes on, not behind it (curl waits 60 s at most; the times are for
+# the reader: time targets are bench/big_transaction.sh's)
+echo "# a new shape on another table took ${took_other} s, one on the replayed table ${took_small} s"
+expect_eq "a new shape on another table is served while the replay goes on" 1 "$during_other"
 expect_eq "with its rows" 3 "$(grep -o '"operation":"insert"' "$work/other.json" | wc -l)"
-check "a new shape on the replayed table within 1 s too (${took_small} s)" le "$took_small" 1
+expect_eq "a new shape on the replayed table too" 1 "$during_small"
 expect_eq "with the replayed transaction's rows" 11 "$(grep -o '"operation":"insert"' "$work/small.json" | wc -l)"
 expect_eq "the replay was still going on (the slot is confirmed below its commit)" 1 "$replaying"
 expect_match "a table the current catalog refuses to the role is refused by its snapshot, not served" \
@@ -137,9 +144,8 @@ wait_for_replay "PERFORM pg_terminate_backend($pid);" >"$work/term.out"
 t0=$(now)
 gone() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 0 ]]; }
 check "the worker exits" wait_for 30 gone
-took=$(diff_s "$t0" "$(now)")
-check "within 1 s of SIGTERM (${took} s; the replay takes longer)" le "$took" 1
-expect_match "it was stopped in the middle of the replay" 'shape_sync shutting down during the replay of a transaction' \
+echo "# the worker exited $(diff_s "$t0" "$(now)") s after SIGTERM"
+expect_match "it was stopped in the middle of the replay, not after it" 'shape_sync shutting down during the replay of a transaction' \
 	"$(cat "$SHAPE_SYNC_LOG")"
 back() { local p; p=$(worker_pid); [[ -n $p && $p != "$pid" ]] && [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "it comes back" wait_for 30 back

@@ -9,7 +9,7 @@
 # crash check of scripts/test.sh stays clean; the checker's findings are checked on copies of
 # the log with the markers taken out, and on the log itself.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying 4640

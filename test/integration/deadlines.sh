@@ -6,7 +6,7 @@
 # shape_sync.snapshot_wait_timeout, holding no admission slot afterwards; the snapshot
 # goes on and a retry is served.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.request_header_timeout = '1s'

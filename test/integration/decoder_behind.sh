@@ -28,7 +28,7 @@
 # privileges as of that transaction, which the shape's snapshot has, must not
 # rotate the shape (the commit's privilege check did, before the fix).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 # follow_shape NAME [TABLE [WHERE [COLUMNS]]]

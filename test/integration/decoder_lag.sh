@@ -12,7 +12,7 @@
 # that decoding caught up.  Before shape_sync.decoder_lag_warning existed
 # nothing was logged and the view did not exist.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.decoder_lag_warning = 1s

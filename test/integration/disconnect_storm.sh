@@ -10,7 +10,7 @@
 # a client on another table parked through the storm gets its change, and the same shape
 # is served to new clients.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 root=$(cd "$here/../.." && pwd)

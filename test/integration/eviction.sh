@@ -9,7 +9,7 @@
 # Before: with max_shapes = 8, nine distinct shapes made every later new
 # shape answer 503 for as long as the server ran.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_shapes = 8

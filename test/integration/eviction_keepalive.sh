@@ -7,7 +7,7 @@
 # eviction looked at those reads, A kept the place on the list its first request gave it,
 # and was the first to go.) The reads also show as shape_sync.shapes.last_read_at.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_shapes = 4

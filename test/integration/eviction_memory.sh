@@ -5,7 +5,7 @@
 # clients), instead of failing with 503 while idle shapes hold the memory; a
 # shape with a parked live request is passed over.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '4MB'

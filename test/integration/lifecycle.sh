@@ -4,7 +4,7 @@
 # worker comes back (and retires the shapes it held: old handles get 409),
 # and a fast shutdown stops it cleanly.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 trap cluster_stop EXIT
 
 cluster_start "$(cluster_free_port 4300)"

@@ -9,7 +9,7 @@
 # and after read back whole (the prefault changes no byte of a block in use).  A cluster
 # with more log memory than half of what the machine has available is left alone.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '256MB'

@@ -10,7 +10,7 @@
 # CacheMemoryContext and the worker's grand total within 256 kB of where
 # they were.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying "${SHAPE_SYNC_HTTP_PORT_FROM:-4660}"

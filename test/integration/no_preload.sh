@@ -3,7 +3,7 @@
 # Loading shape_sync without shared_preload_libraries fails with an error
 # that says how to fix the configuration, and breaks nothing else.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 trap cluster_stop EXIT
 
 SHAPE_SYNC_PRELOAD='' SHAPE_SYNC_HEALTH_TIMEOUT=0 cluster_start "$(cluster_free_port 4100)"

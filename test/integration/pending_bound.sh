@@ -7,7 +7,7 @@
 # bound, until an allocation failed inside the commit callback and stopped
 # the worker.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '8MB'

@@ -8,7 +8,7 @@
 # lately), are served.
 # Before: the 4th and later invalid definitions all got 400, each validated anew.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_new_shapes_per_client = 3" start_cluster_retrying 4580

@@ -8,7 +8,7 @@
 # queueing an ACCESS EXCLUSIVE lock that every other query would then wait
 # behind; once the transaction ends, the next try succeeds.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_MANAGE_REPLICA_IDENTITY=off start_cluster_retrying 4390

@@ -9,7 +9,7 @@
 # new role (403), as it would have without the reuse. Before the catalog epoch, the reused
 # resolution went on serving the log, read as the old role, for as long as the lock was held.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 cleanup() {
 	exec 7>&- 2>/dev/null || true

@@ -6,7 +6,7 @@
 # logs "parameter ... changed to ..." for every other setting), and not when
 # clients send it right or wrong in their URLs.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 trap cluster_stop EXIT
 
 first='first-Secret-7f3a9c'

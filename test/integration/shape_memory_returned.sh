@@ -11,7 +11,7 @@
 # A last round of 1,500 shapes, more than the registry's hash tables were
 # made for, leaves them no larger than before (compact_hash.c).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.allow_shape_deletion = on

@@ -7,7 +7,7 @@
 # max_slot_wal_keep_size is replaced; a slot an earlier shape_sync.database left
 # behind is dropped.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="max_slot_wal_keep_size = '64MB'" start_cluster_retrying 4580

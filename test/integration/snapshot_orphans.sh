@@ -7,7 +7,7 @@
 # as the lock was held, holding its pin and its worker slot, and a late
 # finish stored READY over the retired state.)
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.allow_shape_deletion = on" start_cluster_retrying 4520

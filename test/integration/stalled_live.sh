@@ -12,7 +12,7 @@
 # 2. The same for a snapshot: three never-reading clients ask for offset=-1 on a
 #    large table that has no shape yet.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 TIMEOUT_S=2

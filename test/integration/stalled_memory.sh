@@ -12,7 +12,7 @@
 # the timeout is lowered by a reload, the 50 are reaped, and two more rounds of
 # 50 stalled connections are opened and reaped: RssAnon must not keep growing.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 N=50

@@ -13,7 +13,7 @@
 #    were armed before; set again, a write already past the new timeout is
 #    reaped at once.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SLACK_S=3

@@ -11,7 +11,7 @@
 # WARNING is logged and stalled_serves_reaped() stays at 0.  A deadline that
 # timed whole responses, or each write call regardless of progress, fails here.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 TIMEOUT_S=2

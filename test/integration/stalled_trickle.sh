@@ -15,7 +15,7 @@
 # Both must be reaped within timeout + slack, logged and counted, their slots
 # released, and the server keeps serving.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 TIMEOUT_S=2

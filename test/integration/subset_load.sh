@@ -17,7 +17,7 @@
 # 4. A subset whose answer outgrows an eighth of shape_sync.log_memory (16 MB
 #    here) answers 400 and evicts no shape: the shape keeps its handle.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 trap cleanup_work EXIT
 

@@ -14,7 +14,7 @@
 # visibility at B, the first transaction at or past xmax, though A's commit
 # comes after it).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying 4460

@@ -3,7 +3,7 @@
 # A TRUNCATE decoded before any shape exists (a fresh or restarted worker) must not
 # crash the worker: it dereferenced its not yet allocated streams and restarted in a loop.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 start_cluster_retrying 4480

@@ -17,7 +17,7 @@
 # Before: the limit counted the TCP peer only, so the second forwarded
 # client got 503 once the first had used up "its" quota.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.max_new_shapes_per_client = 3

@@ -92,10 +92,10 @@
 //   INTEGRITY_CHAOS_BIG_ROWS   row changes of a bigtxn (default 15000)
 //   INTEGRITY_STANDBY_PGDATA / INTEGRITY_STANDBY_LOG   set by run.sh with INTEGRITY_SYNC_STANDBY=1
 //
-// Dependencies: this directory has no package.json of its own. It reuses the pinned
-// @electric-sql/client and pg of test/http/ (test/http/package-lock.json, installed by
-// scripts/install-deps.sh), loaded by path below: ESM ignores NODE_PATH, and a second
-// package-lock.json here would need its own `npm ci` step in scripts/install-deps.sh.
+// Dependencies: the pinned @electric-sql/client and pg of test/package.json
+// (test/package-lock.json, installed into test/node_modules by scripts/install-deps.sh).
+// Node finds test/node_modules from here by itself; the client is loaded by path below,
+// from its dist/index.mjs.
 
 import { createRequire } from 'node:module'
 import { dirname, join } from 'node:path'
@@ -103,14 +103,14 @@ import { pathToFileURL } from 'node:url'
 import { execFile } from 'node:child_process'
 import { setTimeout as sleep } from 'node:timers/promises'
 
-const httpRequire = createRequire(new URL('../http/package.json', import.meta.url))
+const httpRequire = createRequire(new URL('../package.json', import.meta.url))
 const pg = httpRequire('pg')
 const clientDir = dirname(httpRequire.resolve('@electric-sql/client/package.json'))
 const { ShapeStream, Shape } = await import(pathToFileURL(join(clientDir, 'dist/index.mjs')).href)
 
 // @electric-sql/client keeps a module-level UpToDateTracker that throttles its localStorage
 // writes with a plain setTimeout of up to 60 s, which keeps Node alive. Unref exactly that
-// timer (same trick as test/http/helpers.mjs).
+// timer (same trick as test/lib/helpers.mjs).
 {
   const realSetTimeout = globalThis.setTimeout
   globalThis.setTimeout = function setTimeout(fn, ms, ...args) {

@@ -19,7 +19,7 @@ import { dirname, join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
 
-const httpRequire = createRequire(new URL('../http/package.json', import.meta.url))
+const httpRequire = createRequire(new URL('../package.json', import.meta.url))
 const pg = httpRequire('pg')
 const clientDir = dirname(httpRequire.resolve('@electric-sql/client/package.json'))
 const { ShapeStream, Shape } = await import(pathToFileURL(join(clientDir, 'dist/index.mjs')).href)

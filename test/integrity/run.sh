@@ -29,7 +29,7 @@
 # failing check of integrity.mjs is classed [DIVERGENCE] (a client's rows differ from
 # PostgreSQL's), [SERVER] (another server misbehaviour) or [HARNESS] (the test's own
 # machinery). INTEGRITY_KEEP_LOG=PATH keeps a failing seed's server log as PATH.<seed>.
-# The node modules come from test/http/node_modules (see the header of integrity.mjs); run
+# The node modules come from test/node_modules (see the header of integrity.mjs); run
 # scripts/install-deps.sh first.
 set -euo pipefail
 
@@ -46,8 +46,8 @@ sync_standby_start() {
 	export INTEGRITY_STANDBY_PGDATA=$SHAPE_SYNC_STANDBY_PGDATA INTEGRITY_STANDBY_LOG=$SHAPE_SYNC_STANDBY_PGDATA.log
 }
 
-if [[ ! -d $root/test/http/node_modules/@electric-sql/client || ! -d $root/test/http/node_modules/pg ]]; then
-	echo "not ok 1 - test/http/node_modules is missing (run scripts/install-deps.sh)"
+if [[ ! -d $root/test/node_modules/@electric-sql/client || ! -d $root/test/node_modules/pg ]]; then
+	echo "not ok 1 - test/node_modules is missing (run scripts/install-deps.sh)"
 	exit 1
 fi
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """
-test/integration/stall_client.py: raw-socket HTTP clients for the stalled-client
+test/lib/stall_client.py: raw-socket HTTP clients for the stalled-client
 and admission tests (stalled_*.sh, admission_*.sh).  Standard library only.
 
 Subcommands (each prints JSON, one object per line, and exits within its bounds):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test/integration/shape_follow.py: follows one shape as a strict raw client.
+"""test/lib/shape_follow.py: follows one shape as a strict raw client.
 
     shape_follow.py --url URL --table T [--where W] [--columns C] --until-id N --ready-file F [--timeout S]
 

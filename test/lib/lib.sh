@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 #
-# test/integration/lib.sh: helpers for the integration scripts.
+# test/lib/lib.sh: helpers for the integration scripts (test/integration/*.sh).
 #
 # Each script starts a cluster of its own (cluster_start), so that what it
 # does to the server (restarts, small memory, no preload) touches no other
