@@ -8,7 +8,10 @@
 #   - src/pg/ includes from src/net/ only net/http_server.h, which starts the server;
 #   - no include circle between modules: a module is a file's stem (registry.c and
 #     registry.h are one; foo_internal.h, what foo's files share, is part of foo), and
-#     an edge a -> b means a file of a includes b's header.
+#     an edge a -> b means a file of a includes b's header;
+#   - src/README.md names every source file and no other, so the map stays true: a file
+#     as `floor/name.c`, `floor/name.h` or, for both, `floor/name.[ch]` (relative to src/);
+#   - no source file is over 1,300 lines (one concern per file).
 #
 # Prints each violation and exits 1 if there is any; prints the module graph's
 # edges with --graph.  Run by scripts/test.sh (stage "layout").
@@ -80,6 +83,25 @@ for v in sorted({module(f) for f in files}):
         visit(v)
 for comp in sccs:
     problems.append('include circle: ' + ' <-> '.join(c.replace('src/', '') for c in comp))
+
+# The map: src/README.md names every source file (as `path` relative to src/), and no other.
+MAX_LINES = 1300
+try:
+    listed = {os.path.splitext(m)[0] for m in re.findall(r'`([\w/-]+\.(?:c|h|\[ch\]))`',
+                                                          open('src/README.md', encoding='utf-8').read())}
+except FileNotFoundError:
+    listed = set()
+    problems.append('src/README.md is missing: it maps every source file in one line')
+present = {os.path.splitext(os.path.relpath(f, 'src'))[0] for f in files}
+for f in sorted(present - listed):
+    problems.append(f'src/{f}.c/.h is not in src/README.md')
+for f in sorted(listed - present):
+    problems.append(f'src/README.md names {f}, which does not exist')
+# One concern per file: a file past MAX_LINES has grown several; split it.
+for f in sorted(files):
+    n = sum(1 for _ in open(f, encoding='utf-8'))
+    if n > MAX_LINES:
+        problems.append(f'{f} has {n} lines, over {MAX_LINES}: split it by concern')
 
 if '--graph' in sys.argv[1:]:
     for a in sorted(edges):

@@ -5,6 +5,8 @@
 #   1. scripts/install-deps.sh
 #   2. make clean && make (warnings are errors), make install (sudo when not root)
 #   3. stages, each counting tests passed/failed; a failing stage does not stop the others:
+#        layout       scripts/check-layout.sh (the include graph between the floors and files)
+#                     and scripts/check-docs.sh (links and the settings table of the docs)
 #        unit         make -C test/unit check              (no PostgreSQL server needed)
 #        regress      make installcheck (pg_regress)       against a throwaway cluster
 #        tap          pg_prove test/tap/*.sql              in a fresh database tap_tests
@@ -139,6 +141,21 @@ if ((BUILD_OK)); then
 else
 	record build 0 1 "build or install failed, see log/build.log"
 fi
+
+# --- the layout of the source and the documentation's links ------------------------------------
+
+say "stage layout: scripts/check-layout.sh, scripts/check-docs.sh"
+layout_passed=0
+layout_failed=0
+for check in check-layout check-docs; do
+	if run_logged "$LOG_DIR/$check.log" 120 bash "$ROOT/scripts/$check.sh"; then
+		layout_passed=$((layout_passed + 1))
+	else
+		layout_failed=$((layout_failed + 1))
+		tail -20 "$LOG_DIR/$check.log"
+	fi
+done
+record layout "$layout_passed" "$layout_failed"
 
 # --- a. C unit tests --------------------------------------------------------------------------
 
