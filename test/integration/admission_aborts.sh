@@ -57,7 +57,7 @@ live="/v1/shape?table=lp&handle=$lp_handle&offset=$lp_offset&live=true"
 start_hold parked --path "$live" --path "$live" --path "$live&live_sse=true" \
 	--count 300 --quiet 0.5 --drain-seconds 0.2 --rst-every 2 --max-seconds 60
 all_parked() { [[ $(in_use existing) == 300 ]]; }
-check "300 live requests (long-poll and SSE) are parked" wait_for 15 all_parked
+check "300 live requests (long-poll and SSE) are parked" wait_for 60 all_parked
 touch "$work/stop"
 wait "$hold_pid" || true
 t_left=$(now)
@@ -103,12 +103,12 @@ curl -s --max-time 20 -o "$work/live.body" -w '%{http_code}' "$SHAPE_SYNC_URL$li
 helpers+=($!)
 live_pid=$!
 one_parked() { [[ $(in_use existing) == 1 ]]; }
-check "a new live request parks" wait_for 5 one_parked
+check "a new live request parks" wait_for 60 one_parked
 cluster_psql -c "INSERT INTO lp VALUES (2, 'after the storm')"
 wait "$live_pid" || true
 expect_eq "and is answered with the change" 200 "$(cat "$work/live.status")"
 expect_match "its body holds the new row" '"after the storm"' "$(cat "$work/live.body")"
-check "slots are free again" wait_for 3 slots_free
+check "slots are free again" wait_for 60 slots_free
 check "no crash or assertion failure in the log" \
 	bash -c '! grep -E "PANIC|TRAP:|terminated by signal|libmicrohttpd panic" "$1"' _ "$SHAPE_SYNC_LOG"
 finish

@@ -29,7 +29,7 @@ for ((i = 1; i <= LIMIT; i++)); do
 	helpers+=($!)
 done
 parked() { [[ $(adm existing in_use) == "$LIMIT" ]]; }
-check "$LIMIT live requests are parked" wait_for 20 parked
+check "$LIMIT live requests are parked" wait_for 60 parked
 
 # one more client: a prompt 503, not a hang
 t0=$(now)
@@ -83,13 +83,13 @@ expect_eq "the limit is logged once, not per connection" 1 \
 # the connections held at the limit are served as usual
 cluster_psql -c "INSERT INTO items VALUES (2, 'two')" >/dev/null
 answered() { for ((i = 1; i <= LIMIT; i++)); do [[ -s $work/live$i.status ]] || return 1; done; }
-check "the parked requests are answered" wait_for 20 answered
+check "the parked requests are answered" wait_for 60 answered
 ok=0
 for ((i = 1; i <= LIMIT; i++)); do
 	[[ $(cat "$work/live$i.status") == 200 ]] && grep -q '"two"' "$work/live$i.b" && ok=$((ok + 1))
 done
 expect_eq "each with the new row" "$LIMIT" "$ok"
-check "every admission slot is free" wait_for 5 slots_free
+check "every admission slot is free" wait_for 60 slots_free
 expect_eq "and new clients are served again" 200 "$(http_status "$SHAPE_SYNC_URL/v1/shape?table=items&offset=-1")"
 check "no crash in the log" bash -c '! grep -E "PANIC|terminated by signal|TRAP:" "$1"' _ "$SHAPE_SYNC_LOG"
 finish

@@ -25,12 +25,12 @@ new_cc() {
 	[[ $(curl -s -D - -o /dev/null "$url&offset=0_0&handle=$handle" | tr -d '\r' |
 		sed -n 's/^cache-control: //Ip') == "public, max-age=7, stale-while-revalidate=9" ]]
 }
-check "SIGHUP applies shape_sync.cache_max_age and cache_stale_age" wait_for 5 new_cc
+check "SIGHUP applies shape_sync.cache_max_age and cache_stale_age" wait_for 60 new_cc
 
 pid=$(worker_pid)
 cluster_psql -At -c "SELECT pg_terminate_backend($pid)" >/dev/null
 back() { local p; p=$(worker_pid); [[ -n $p && $p != "$pid" ]] && [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
-check "a terminated worker is restarted and serves again" wait_for 15 back
+check "a terminated worker is restarted and serves again" wait_for 60 back
 expect_match "its exit is logged as a clean shutdown" 'shape_sync shutting down' "$(cat "$SHAPE_SYNC_LOG")"
 expect_eq "the old handle gets 409 after the restart" 409 "$(http_status "$url&offset=0_0&handle=$handle")"
 

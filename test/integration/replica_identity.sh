@@ -49,7 +49,7 @@ holder=$!
 helpers+=($holder)
 exec 4>"$work/hold"
 locked() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 't'::regclass AND mode = 'AccessShareLock' AND granted") -ge 1 ]]; }
-check "a long transaction holds a lock on the table" wait_for 10 locked
+check "a long transaction holds a lock on the table" wait_for 60 locked
 
 t0=$(now)
 code=$(curl -s -o "$work/body" -w '%{http_code}' -D "$work/headers" --max-time 30 "$url")
@@ -94,7 +94,7 @@ expect_eq "the table is unchanged while the transaction runs" d "$(ident)"
 exec 4>&-
 wait "$holder" || true
 done_holding() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 't'::regclass AND granted AND pid <> pg_backend_pid()") == 0 ]]; }
-check "the long transaction ended" wait_for 10 done_holding
+check "the long transaction ended" wait_for 60 done_holding
 served() { [[ $(http_status "$url") == 200 ]]; }
 check "once it ended, the shape is served (after the failure is forgotten)" wait_for 30 served
 expect_eq "and the table has REPLICA IDENTITY FULL" f "$(ident)"

@@ -42,7 +42,7 @@ python3 "$stall_client" trickle --url "$SHAPE_SYNC_URL" --path "$path" --rcvbuf 
 	--stop-file "$work/stop" --max-seconds 60 >"$work/b.out" &
 helpers+=($!)
 connected() { [[ -n $(j "$work/a.out" connected 'd["t"]' 2>/dev/null) && -n $(j "$work/b.out" connected 'd["t"]' 2>/dev/null) ]]; }
-check "both trickling clients are connected" wait_for 10 connected
+check "both trickling clients are connected" wait_for 60 connected
 t_start=$(j "$work/a.out" connected 'd["t"]')
 t_b=$(j "$work/b.out" connected 'd["t"]')
 le "$t_start" "$t_b" || t_start=$t_b
@@ -59,7 +59,7 @@ else
 fi
 touch "$work/stop"
 done_both() { [[ -n $(j "$work/a.out" "done" 'd["t0"]' 2>/dev/null) && -n $(j "$work/b.out" "done" 'd["t0"]' 2>/dev/null) ]]; }
-check "the clients stop" wait_for 10 done_both
+check "the clients stop" wait_for 60 done_both
 
 # B's connection moved data at the TCP level at least once a second up to the reap
 gaps=$(python3 "$stall_client" json "$work/b.out" "done" "
@@ -74,9 +74,9 @@ check "client B read something in every timeout window (${increases} increases)"
 echo "# client A read $(j "$work/a.out" "done" 'd["read"]') bytes, client B $(j "$work/b.out" "done" 'd["read"]') bytes"
 
 ports=$(for f in a b; do j "$work/$f.out" connected 'd["port"]'; done)
-check "a WARNING names the shape and each trickling client" wait_for 5 stall_warned "$handle" "$ports"
+check "a WARNING names the shape and each trickling client" wait_for 60 stall_warned "$handle" "$ports"
 expect_eq "stalled_serves_reaped() counts exactly the two" 2 "$(reaped)"
-check "the admission slots come back" wait_for 3 slots_free
+check "the admission slots come back" wait_for 60 slots_free
 status=$(curl -s --max-time 60 -o "$work/again" -w '%{http_code}' "$SHAPE_SYNC_URL$path")
 expect_eq "a new request is served" 200 "$status"
 check "with the same complete chunk" cmp -s "$work/full" "$work/again"
