@@ -6,19 +6,21 @@
 #
 # 1. 300 parked requests (200 long-polls, 100 SSE streams) on never-reading
 #    sockets; their clients all leave at once (half with an RST): in_use must
-#    be back to 0 within 3 s, with long_poll_timeout at 30 s.
+#    be back to 0 long before the long-poll timeout: within 60 s, with
+#    long_poll_timeout at 300 s (60 s is a deadline against a slot that waits
+#    for the timeout, not a time target: the test runs on busy machines).
 # 2. 2000 requests with 50 at a time, each aborted at a random point:
 #    mid-snapshot (after reading a random amount), for one of 20 shapes being created
 #    (resolution, snapshot wait), mid-long-poll (while parked), mid-SSE stream,
 #    before the request is even complete; 15 % of the closes are RSTs
-#    (SO_LINGER 0).  Afterwards in_use is 0 for both kinds within 3 s, the worker
+#    (SO_LINGER 0).  Afterwards in_use is 0 for both kinds within 60 s, the worker
 #    did not restart, and it still serves snapshots, catch-up and live requests.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
-LONG_POLL_S=30
-PROMPT_S=3
+LONG_POLL_S=300
+PROMPT_S=60
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '${LONG_POLL_S}s'
 shape_sync.stalled_serve_timeout = '60s'
