@@ -1,5 +1,5 @@
 /*
- * locate_bench.c: the cost of one slog_locate (src/shm/shape_log.c) in a
+ * locate_bench.c: the cost of one slog_locate (src/contract/shape_log.c) in a
  * shape log whose open tail holds 10 MB of rows of about 100 bytes, with
  * the position index against the scan it replaced, in the same run.
  *
@@ -48,20 +48,20 @@ next_rand(uint64_t *x)
 
 /* ----------------------------------------- slog_locate before the index */
 
-static const SlogChunk *
+/* closed chunk i, as slog_locate reads it (the chunk index is a block map now) */
+static SlogChunk
 old_chunk_at(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i)
 {
-	uint32_t	block = atomic_load_explicit(&log->index_blocks[i / SLOG_CHUNKS_PER_BLOCK],
-											 memory_order_relaxed);
+	SlogChunk	chunk;
 
-	return (const SlogChunk *) ((const char *) arena + arena->blocks_offset +
-								(size_t) block * SLOG_BLOCK_SIZE) + i % SLOG_CHUNKS_PER_BLOCK;
+	slog_chunk_read(arena, log, i, &chunk);
+	return chunk;
 }
 
 static LogOffset
-old_chunk_end(const SlogChunk *chunk)
+old_chunk_end(SlogChunk chunk)
 {
-	LogOffset	o = {chunk->end_tx, chunk->end_op};
+	LogOffset	o = {chunk.end_tx, chunk.end_op};
 
 	return o;
 }
@@ -86,16 +86,16 @@ old_locate(const ShapeLogArena *arena, const ShapeLog *log,
 	}
 	if (lo < pub->chunk_count)
 	{
-		const SlogChunk *chunk = old_chunk_at(arena, log, lo);
+		SlogChunk	chunk = old_chunk_at(arena, log, lo);
 
-		range->start = chunk->start_pos;
-		range->end = chunk->end_pos;
+		range->start = chunk.start_pos;
+		range->end = chunk.end_pos;
 		range->chunk_end = old_chunk_end(chunk);
 	}
 	else if (pub->flags & SLOG_SNAPSHOT_DONE)
 	{
 		range->start = pub->chunk_count == 0 ? 0 :
-			old_chunk_at(arena, log, pub->chunk_count - 1)->end_pos;
+			old_chunk_at(arena, log, pub->chunk_count - 1).end_pos;
 		range->end = pub->data_end;
 		range->chunk_end = pub->last;
 		range->beyond_end = log_offset_cmp(after, pub->last) > 0;
@@ -131,6 +131,26 @@ static SlogPublished pub;
 static LogOffset *offsets;		/* of every record */
 static long nrecords;
 static volatile uint64_t sink;
+
+/*
+ * Bytes of the position index: its inline entries and block map in the log,
+ * its index blocks, and the directory blocks that name them past the direct
+ * ones (shape_log.h: entry k >= 1 for log byte k * SLOG_POS_STRIDE, those
+ * past SLOG_POS_INLINE in block k / SLOG_POS_PER_BLOCK).
+ */
+static uint64_t
+position_index_bytes(const ShapeLog *log)
+{
+	uint64_t	last = log->write_pos / SLOG_POS_STRIDE;
+	uint64_t	blocks = 0;
+	uint64_t	dirs = 0;
+
+	if (last > SLOG_POS_INLINE)
+		blocks = last / SLOG_POS_PER_BLOCK + 1;
+	if (blocks > SLOG_MAP_DIRECT)
+		dirs = (blocks - SLOG_MAP_DIRECT + SLOG_DIR_FANOUT - 1) / SLOG_DIR_FANOUT;
+	return sizeof(log->pos_inline) + sizeof(log->pos_blocks) + (blocks + dirs) * SLOG_BLOCK_SIZE;
+}
 
 /* ns per locate over `n` of the queries (cycling), repeated to >= 0.2 s */
 static double
@@ -168,7 +188,6 @@ main(int argc, char **argv)
 	long		cap;
 	LogOffset	uniform[NQUERIES];
 	LogOffset	live[NQUERIES];
-	uint32_t	data_blocks;
 
 	if (mem == NULL || runs < 1)
 		return 1;
@@ -234,11 +253,8 @@ main(int argc, char **argv)
 		printf("scan uniform %.1f\n", time_locates(old_locate, uniform, 256));
 		printf("scan live %.1f\n", time_locates(old_locate, live, 64));
 	}
-	data_blocks = (uint32_t) ((log_.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
-	/* held: data, its directory, the chunk index block, the position index */
 	printf("index_bytes %llu data_bytes %llu records %ld\n",
-		   (unsigned long long) (log_.blocks_held - data_blocks - 2) * SLOG_BLOCK_SIZE +
-		   sizeof(log_.pos_inline) + sizeof(log_.pos_direct) + sizeof(log_.pos_dir),
+		   (unsigned long long) position_index_bytes(&log_),
 		   (unsigned long long) log_.write_pos, nrecords);
 	slog_release(arena, &log_);
 	free(offsets);

@@ -540,9 +540,10 @@ function send(host, port, bytes, { head = false, timeoutMs }) {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
-// The requests libmicrohttpd 0.9.75 cannot answer at all (README, HTTP API): those whose line
-// and headers, a Cookie header counted twice (it parses cookies from a copy), take 85% or more
-// of shape_sync.connection_memory (10 kB here): no room is left for any response's headers.
+// The requests libmicrohttpd 0.9.75 cannot answer at all (docs/configuration.md, the row of
+// shape_sync.connection_memory): those whose line and headers, a Cookie header counted twice
+// (it parses cookies from a copy), take 85% or more of shape_sync.connection_memory (10 kB
+// here): no room is left for any response's headers.
 const CONNECTION_MEMORY = 10 * 1024
 function fillsTheConnection(bytes) {
   const head = bytes.split('\r\n\r\n')[0]

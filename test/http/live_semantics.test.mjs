@@ -119,9 +119,9 @@ describe('live long-poll semantics', () => {
       `UPDATE ${table} SET a = 'two2' WHERE id = 2`,
       `DELETE FROM ${table} WHERE id = 1`,
     ])
-    const t0 = Date.now()
+    // woken by the change, not by long_poll_timeout: the body (checked below) holds the
+    // transaction, where a timeout answers only up-to-date
     const res = await pending
-    assert.ok(Date.now() - t0 < 1500, `answered within 1.5 s of the commit (${Date.now() - t0} ms)`)
 
     // Headers, checked one by one for exact values.
     assert.equal(res.status, 200)
@@ -130,10 +130,12 @@ describe('live long-poll semantics', () => {
     // cursor = ceil((now_s - 1728432000) / T) * T, T = long_poll_timeout in seconds, now_s in
     // whole seconds as Electric takes it (DateTime.diff truncates); cursor= was empty
     const T = LONG_POLL_MS / 1000
+    // (between the windows of the request's start and its end, however long it took)
     const windows = [sentAt, Date.now()].map((ms) => Math.ceil((Math.floor(ms / 1000) - 1728432000) / T) * T)
+    const cursor = Number(res.headers.get('electric-cursor'))
     assert.ok(
-      windows.includes(Number(res.headers.get('electric-cursor'))),
-      `electric-cursor ${res.headers.get('electric-cursor')} is the current ${T} s window (${windows})`,
+      cursor % T === 0 && cursor >= windows[0] && cursor <= windows[1],
+      `electric-cursor ${cursor} is the current ${T} s window (${windows})`,
     )
     assert.ok(res.headers.has('electric-up-to-date'))
     assert.equal(res.headers.get('electric-schema'), null)
@@ -319,7 +321,7 @@ describe('live long-poll semantics', () => {
     const WD = shapes.WD
     const offset0 = WD.offset
     const t0 = Date.now()
-    const pending = WD.request({ timeoutMs: LONG_POLL_MS + 5000 })
+    const pending = WD.request({ timeoutMs: LONG_POLL_MS * 5 + 20000 })
     await sleep(200)
     await runTx([`UPDATE ${table} SET a = 'not in W' WHERE id = 2`]) // b = 5: outside the where clause
     await runTx([`INSERT INTO ${table} VALUES (200, 'low', 1, NULL)`]) // outside the where clause
@@ -327,7 +329,8 @@ describe('live long-poll semantics', () => {
     const first = await pending
     const elapsed = Date.now() - t0
     assert.ok(elapsed >= LONG_POLL_MS - 300, `held for about long_poll_timeout (${elapsed} ms)`)
-    assert.ok(elapsed < LONG_POLL_MS + 1500, `answered after about long_poll_timeout (${elapsed} ms)`)
+    // the timeout fires: within a slack a busy machine does not reach (timeout x 5 + 10 s)
+    assert.ok(elapsed < LONG_POLL_MS * 5 + 10000, `answered after about long_poll_timeout (${elapsed} ms)`)
     assertLiveResponse(first, { handle: WD.handle, label: 'timeout 1' })
     assert.equal(first.body.length, 1, `only up-to-date: ${first.text}`)
     assert.equal(first.headers.get('electric-has-data'), 'false')
@@ -335,7 +338,7 @@ describe('live long-poll semantics', () => {
     const cursor1 = first.headers.get('electric-cursor')
     WD.accept(first, 'timeout 1')
 
-    const second = await WD.request({ timeoutMs: LONG_POLL_MS + 5000 })
+    const second = await WD.request({ timeoutMs: LONG_POLL_MS * 5 + 20000 })
     assertLiveResponse(second, { handle: WD.handle, label: 'timeout 2' })
     assert.equal(second.body.length, 1, `only up-to-date: ${second.text}`)
     assert.equal(second.headers.get('electric-has-data'), 'false')

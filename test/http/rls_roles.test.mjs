@@ -1,8 +1,9 @@
 // Row-level security that does not apply to shape_sync.role: a table whose row-level
 // security is enabled is served, whole, to a role with BYPASSRLS or to the table's owner
-// (unless the table FORCEs row-level security), as the README documents: its snapshot, a
-// log=changes_only shape, its subsets and its changes. Both got 500 "rewritten unexpectedly"
-// before: the rewriter marks such a query as one that row-level security could concern. A
+// (unless the table FORCEs row-level security), as docs/security.md documents (Row-level
+// security): its snapshot, a log=changes_only shape, its subsets and its changes. Both got 500
+// "rewritten unexpectedly" before: the rewriter marks such a query as one that row-level
+// security could concern. A
 // FORCE ROW LEVEL SECURITY, or the role losing BYPASSRLS, ends the live shape (409) and
 // refuses it from then on (403).
 

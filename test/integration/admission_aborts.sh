@@ -6,19 +6,21 @@
 #
 # 1. 300 parked requests (200 long-polls, 100 SSE streams) on never-reading
 #    sockets; their clients all leave at once (half with an RST): in_use must
-#    be back to 0 within 3 s, with long_poll_timeout at 30 s.
+#    be back to 0 long before the long-poll timeout: within 60 s, with
+#    long_poll_timeout at 300 s (60 s is a deadline against a slot that waits
+#    for the timeout, not a time target: the test runs on busy machines).
 # 2. 2000 requests with 50 at a time, each aborted at a random point:
 #    mid-snapshot (after reading a random amount), for one of 20 shapes being created
 #    (resolution, snapshot wait), mid-long-poll (while parked), mid-SSE stream,
 #    before the request is even complete; 15 % of the closes are RSTs
-#    (SO_LINGER 0).  Afterwards in_use is 0 for both kinds within 3 s, the worker
+#    (SO_LINGER 0).  Afterwards in_use is 0 for both kinds within 60 s, the worker
 #    did not restart, and it still serves snapshots, catch-up and live requests.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
-LONG_POLL_S=30
-PROMPT_S=3
+LONG_POLL_S=300
+PROMPT_S=60
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '${LONG_POLL_S}s'
 shape_sync.stalled_serve_timeout = '60s'
@@ -57,7 +59,7 @@ live="/v1/shape?table=lp&handle=$lp_handle&offset=$lp_offset&live=true"
 start_hold parked --path "$live" --path "$live" --path "$live&live_sse=true" \
 	--count 300 --quiet 0.5 --drain-seconds 0.2 --rst-every 2 --max-seconds 60
 all_parked() { [[ $(in_use existing) == 300 ]]; }
-check "300 live requests (long-poll and SSE) are parked" wait_for 15 all_parked
+check "300 live requests (long-poll and SSE) are parked" wait_for 60 all_parked
 touch "$work/stop"
 wait "$hold_pid" || true
 t_left=$(now)
@@ -103,12 +105,12 @@ curl -s --max-time 20 -o "$work/live.body" -w '%{http_code}' "$SHAPE_SYNC_URL$li
 helpers+=($!)
 live_pid=$!
 one_parked() { [[ $(in_use existing) == 1 ]]; }
-check "a new live request parks" wait_for 5 one_parked
+check "a new live request parks" wait_for 60 one_parked
 cluster_psql -c "INSERT INTO lp VALUES (2, 'after the storm')"
 wait "$live_pid" || true
 expect_eq "and is answered with the change" 200 "$(cat "$work/live.status")"
 expect_match "its body holds the new row" '"after the storm"' "$(cat "$work/live.body")"
-check "slots are free again" wait_for 3 slots_free
+check "slots are free again" wait_for 60 slots_free
 check "no crash or assertion failure in the log" \
 	bash -c '! grep -E "PANIC|TRAP:|terminated by signal|libmicrohttpd panic" "$1"' _ "$SHAPE_SYNC_LOG"
 finish

@@ -32,7 +32,7 @@ ALTER SYSTEM SET shape_sync.role = 'reader';
 SELECT pg_reload_conf();
 SQL
 served_as_reader() { [[ $(http_status "$SHAPE_SYNC_URL/v1/shape?table=guarded.t&offset=-1&where=$(python3 -c 'import urllib.parse; print(urllib.parse.quote("id = 0"))')") == 200 ]]; }
-check "shapes are read as the role" wait_for 10 served_as_reader
+check "shapes are read as the role" wait_for 60 served_as_reader
 url="$SHAPE_SYNC_URL/v1/shape?table=big"
 expect_eq "the table's shape is served" 200 "$(http_status "$url&offset=-1")"
 pid=$(worker_pid)

@@ -112,11 +112,11 @@ echo "BEGIN; LOCK TABLE slow_part IN ACCESS EXCLUSIVE MODE;" >&5
 l_locks() {
 	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 'slow_part'::regclass AND mode = 'AccessExclusiveLock' AND granted") == 1 ]]
 }
-check "L holds slow_part locked" wait_for 10 l_locks
+check "L holds slow_part locked" wait_for 60 l_locks
 follow_shape slow
-check "slow's snapshot waits" wait_for 10 snapshotting 1
+check "slow's snapshot waits" wait_for 60 snapshotting 1
 follow_shape queued
-check "queued's snapshot waits behind it" wait_for 10 snapshotting 2
+check "queued's snapshot waits behind it" wait_for 60 snapshotting 2
 
 check "the standby starts again" cluster_standby_start
 check "B's commit returns" wait_for 30 bash -c "! kill -0 $waiting_pid 2>/dev/null"

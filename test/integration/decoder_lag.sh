@@ -26,23 +26,23 @@ SQL
 decoder() { cluster_psql -At -c "SELECT $1 FROM shape_sync.decoder"; }
 lsn=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
 caught_up_to() { [[ $(decoder "decoded_lsn >= '$1' AND lag_bytes = 0") == t ]]; }
-check "decoding reaches the end of the WAL, and the view says so" wait_for 20 caught_up_to "$lsn"
+check "decoding reaches the end of the WAL, and the view says so" wait_for 60 caught_up_to "$lsn"
 
 PGOPTIONS='-c synchronous_commit=on' cluster_psql -c "INSERT INTO gate VALUES (1)" >"$work/gate.out" 2>&1 &
 gate_pid=$!
 helpers+=("$gate_pid")
-check "the gate's commit waits for the standby that does not exist" wait_for 10 sync_rep_waits 1
+check "the gate's commit waits for the standby that does not exist" wait_for 60 sync_rep_waits 1
 for i in $(seq 1 200); do echo "INSERT INTO lagged VALUES ($i, 'v$i');"; done | cluster_psql >/dev/null
 behind=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
 held() { [[ $(decoder "wal_end_lsn >= '$behind' AND decoded_lsn < '$behind' AND lag_bytes > 0") == t ]]; }
-check "shape_sync.decoder shows WAL written and not decoded" wait_for 10 held
+check "shape_sync.decoder shows WAL written and not decoded" wait_for 60 held
 expect_eq "nothing is logged while nothing behind is decoded" 0 \
 	"$(grep -c "decoding is .* behind the commits" "$SHAPE_SYNC_LOG" || true)"
 sleep 2.5
 check "the gate's wait is cancelled" \
 	test "$(cluster_psql -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = t
 wait "$gate_pid" || true
-check "decoding catches up" wait_for 20 caught_up_to "$behind"
+check "decoding catches up" wait_for 60 caught_up_to "$behind"
 expect_eq "one warning for the 200 late commits" 1 \
 	"$(grep -c "WARNING:  shape_sync's decoding is [0-9.]* s behind the commits" "$SHAPE_SYNC_LOG" || true)"
 expect_match "it says how far behind, and how much WAL is left" \
@@ -57,7 +57,7 @@ expect_eq "not caught up yet" 0 "$(grep -c "decoding caught up" "$SHAPE_SYNC_LOG
 
 cluster_psql -c "INSERT INTO lagged VALUES (0, 'now')" >/dev/null
 logged_caught_up() { grep -q "LOG:  shape_sync's decoding caught up" "$SHAPE_SYNC_LOG"; }
-check "a commit decoded at once logs that decoding caught up" wait_for 10 logged_caught_up
+check "a commit decoded at once logs that decoding caught up" wait_for 60 logged_caught_up
 expect_eq "the view shows its lag, under a second" t "$(decoder "commit_lag < interval '1 s'")"
 expect_eq "decoding never failed" 0 "$(grep -c 'ERROR' "$SHAPE_SYNC_LOG" || true)"
 finish

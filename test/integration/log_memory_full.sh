@@ -33,7 +33,7 @@ expect_eq "without a new snapshot (no second failure is logged)" "$failed_before
 free_is_total() {
 	[[ $(cluster_psql -At -c 'SELECT free_bytes FROM shape_sync.log_memory_usage()') == "$total" ]]
 }
-check "the failed shape's memory goes back to the arena" wait_for 10 free_is_total
+check "the failed shape's memory goes back to the arena" wait_for 60 free_is_total
 
 status=$(curl -s -o "$body" -w '%{http_code}' "$SHAPE_SYNC_URL/v1/shape?table=small&offset=-1")
 expect_eq "a small shape is still served" 200 "$status"

@@ -65,7 +65,7 @@ big_mb=$((avail_mb * 6 / 10))
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '${big_mb}MB'" start_cluster_retrying 4600
 worker=$(worker_pid)
 refused() { grep -q "shape_sync does not make its log memory resident ahead of use" "$SHAPE_SYNC_LOG"; }
-check "log memory of ${big_mb} MB of ${avail_mb} MB available: the log says it is not made resident" wait_for 20 refused
+check "log memory of ${big_mb} MB of ${avail_mb} MB available: the log says it is not made resident" wait_for 60 refused
 kb=$(resident_kb)
 check "and the worker's resident shared memory stays small ($kb kB)" test "$kb" -lt 131072
 finish

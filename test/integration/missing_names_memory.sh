@@ -51,7 +51,7 @@ for round in 1 2; do
 	check "round $round: $count requests for missing names get 400" \
 		python3 "$work/missing.py" "$SHAPE_SYNC_URL" "$count" "$round"
 	cluster_psql -c "SELECT pg_log_backend_memory_contexts($worker)" >/dev/null
-	check "round $round: the worker logged its memory contexts" wait_for 10 dumped "$round"
+	check "round $round: the worker logged its memory contexts" wait_for 60 dumped "$round"
 	cache[round]=$(context_bytes CacheMemoryContext)
 	total[round]=$(context_bytes "Grand total")
 	echo "# after round $round: CacheMemoryContext ${cache[round]} bytes, worker ${total[round]} bytes"

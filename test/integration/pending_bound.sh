@@ -28,16 +28,16 @@ pid=$(worker_pid)
 # the snapshot waits for a lock on the partition while a big transaction commits
 session_open locker
 echo "BEGIN; LOCK TABLE p1 IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&5
-wait_for 10 grep -q locked "$work/locker.out"
+wait_for 60 grep -q locked "$work/locker.out"
 curl -s -m 60 -o "$work/first.b" -w '%{http_code}' "$url&offset=-1" >"$work/first.code" &
 helpers+=($!)
 first=$!
 snapshotting() { [[ $(cluster_psql -At -c "SELECT count(*) FROM shape_sync.shapes WHERE state = 'snapshotting'") == 1 ]]; }
-check "the shape's snapshot waits" wait_for 10 snapshotting
+check "the shape's snapshot waits" wait_for 60 snapshotting
 # a transaction of 4 MB of changes, into the other partition
 cluster_psql -c "INSERT INTO p SELECT g, repeat('x', 400) FROM generate_series(1000000, 1009999) g" >/dev/null
 rotated() { grep -q 'changes kept while snapshots are taken exceed 2 MB' "$SHAPE_SYNC_LOG"; }
-check "the shape is rotated, and the log says why" wait_for 20 rotated
+check "the shape is rotated, and the log says why" wait_for 60 rotated
 echo "COMMIT;" >&5
 wait "$first" || true
 expect_match "its waiting client is told to start over (409) or served" '^(409|200)$' "$(cat "$work/first.code")"

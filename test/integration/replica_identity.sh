@@ -49,7 +49,7 @@ holder=$!
 helpers+=($holder)
 exec 4>"$work/hold"
 locked() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 't'::regclass AND mode = 'AccessShareLock' AND granted") -ge 1 ]]; }
-check "a long transaction holds a lock on the table" wait_for 10 locked
+check "a long transaction holds a lock on the table" wait_for 60 locked
 
 t0=$(now)
 code=$(curl -s -o "$work/body" -w '%{http_code}' -D "$work/headers" --max-time 30 "$url")
@@ -57,13 +57,16 @@ t1=$(now)
 expect_eq "on, behind a long transaction: 503" 503 "$code"
 expect_match "which says the table is in use" 'in use' "$(cat "$work/body")"
 expect_match "with retry-after" '^[0-9]+$' "$(header retry-after "$work/headers")"
-check "answered within 5 s, not after the transaction" le "$(diff_s "$t0" "$t1")" 5
+echo "# answered in $(diff_s "$t0" "$t1") s"
+check "answered while the transaction still holds its lock, not after it" locked
 
 # Other queries on the table are not held up meanwhile.  Each new definition
 # (another where clause) makes the worker try its ALTER TABLE again; a query
 # that comes while an attempt waits for its lock queues behind it, but only
 # until the attempt gives up after 100 ms.  Without that timeout, the attempt
-# would wait for the long transaction, and every query with it.
+# would wait for the long transaction, and every query with it: the queries'
+# statement_timeout (10 s, far above 100 ms, so that a busy machine does not reach
+# it) would cancel them.
 (
 	for i in $(seq 1 15); do
 		curl -s -o /dev/null --max-time 30 "$url&where=id%3E$i" &
@@ -77,7 +80,7 @@ worst=0
 failed=0
 for i in $(seq 1 15); do
 	q0=$(now)
-	cluster_psql -At -c "SET statement_timeout = '2s'" -c "SELECT count(*) FROM t" >/dev/null 2>&1 ||
+	cluster_psql -At -c "SET statement_timeout = '10s'" -c "SELECT count(*) FROM t" >/dev/null 2>&1 ||
 		failed=$((failed + 1))
 	q1=$(now)
 	d=$(diff_s "$q0" "$q1")
@@ -87,14 +90,14 @@ done
 wait "$attempts" || true
 tries=$(grep -c 'The table is in use: REPLICA IDENTITY FULL could not be set within 100 ms' "$SHAPE_SYNC_LOG" || true)
 check "the worker tried its ALTER TABLE several times meanwhile ($tries)" test "$tries" -ge 3
-expect_eq "no query on the table timed out" 0 "$failed"
-check "none waited long (slowest ${worst} s)" le "$worst" 1.5
+expect_eq "no query on the table waited for the transaction (none reached its statement_timeout)" 0 "$failed"
+echo "# the slowest query took ${worst} s"
 expect_eq "the table is unchanged while the transaction runs" d "$(ident)"
 
 exec 4>&-
 wait "$holder" || true
 done_holding() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_locks WHERE relation = 't'::regclass AND granted AND pid <> pg_backend_pid()") == 0 ]]; }
-check "the long transaction ended" wait_for 10 done_holding
+check "the long transaction ended" wait_for 60 done_holding
 served() { [[ $(http_status "$url") == 200 ]]; }
 check "once it ended, the shape is served (after the failure is forgotten)" wait_for 30 served
 expect_eq "and the table has REPLICA IDENTITY FULL" f "$(ident)"

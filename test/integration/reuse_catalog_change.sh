@@ -31,7 +31,7 @@ SELECT pg_reload_conf();
 SQL
 port=${SHAPE_SYNC_URL##*:}
 as_reader() { [[ $(http_status "$SHAPE_SYNC_URL/v1/shape?table=t&offset=-1") == 200 ]]; }
-check "the shape is served as reader" wait_for 10 as_reader
+check "the shape is served as reader" wait_for 60 as_reader
 
 # the client: one keep-alive connection, a catch-up request every 50 ms, each logged with
 # its time and status; it stops when $work/stop appears
@@ -57,7 +57,7 @@ while not os.path.exists(sys.argv[2]):
 PY
 helpers+=($!)
 client_ready() { grep -qs '^ready' "$work/client.out"; }
-check "the client follows the shape" wait_for 10 client_ready
+check "the client follows the shape" wait_for 60 client_ready
 sleep 1
 
 # another session locks the table and keeps it locked
@@ -67,7 +67,7 @@ helpers+=($!)
 exec 7>"$work/lock.fifo"
 echo "BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&7
 locked() { grep -q locked "$work/lock.out"; }
-check "another session holds the table locked" wait_for 10 locked
+check "another session holds the table locked" wait_for 60 locked
 
 # the role changes to one that may not read it
 cluster_psql -c "ALTER SYSTEM SET shape_sync.role = 'nobody'" -c "SELECT pg_reload_conf()" >/dev/null

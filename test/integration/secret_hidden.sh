@@ -48,7 +48,7 @@ expect_eq "current_setting() is refused to another role" 1 \
 cluster_psql -c "ALTER SYSTEM SET shape_sync.secret = '$second'" -c "ALTER SYSTEM SET shape_sync.cache_max_age = 33"
 cluster_reload
 new_secret() { [[ $(http_status "$url&secret=$second") == 200 ]]; }
-check "a reload applies the new secret" wait_for 10 new_secret
+check "a reload applies the new secret" wait_for 60 new_secret
 expect_eq "the old secret gets 401 after the reload" 401 "$(http_status "$url&secret=$first")"
 # an invalid value of another setting in the same reload must not drag the secret along
 printf "shape_sync.cors_allowed_origins = 'not-an-origin'\n" | _cluster_as_pg tee -a "$SHAPE_SYNC_PGDATA/postgresql.conf" >/dev/null

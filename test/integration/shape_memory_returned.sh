@@ -50,9 +50,9 @@ for round in 1 2 3; do
 		-c "INSERT INTO returned_$round SELECT g, 'v' || g FROM generate_series(1, 300) g" >/dev/null
 	check "round $round: 300 shapes made and deleted" python3 "$work/shapes.py" "$SHAPE_SYNC_URL" "returned_$round" 300
 	gone() { [[ $(cluster_psql -At -c "SELECT count(*) FROM shape_sync.shapes") == 0 ]]; }
-	check "round $round: no shape is left" wait_for 10 gone
+	check "round $round: no shape is left" wait_for 60 gone
 	cluster_psql -c "SELECT pg_log_backend_memory_contexts($worker)" >/dev/null
-	check "round $round: the worker logged its memory contexts" wait_for 10 dumped "$round"
+	check "round $round: the worker logged its memory contexts" wait_for 60 dumped "$round"
 	registry[round]=$(context_bytes "shape_sync registry")
 	total[round]=$(context_bytes "Grand total")
 	echo "# round $round: registry ${registry[round]} bytes, worker ${total[round]} bytes"
@@ -99,9 +99,9 @@ sys.exit("; ".join(failed[:5]) if failed else 0)
 PY
 check "1,500 shapes made and held at once" python3 "$work/held.py" "$SHAPE_SYNC_URL" returned_big 1500 make "$work/handles"
 check "the 1,500 shapes deleted" python3 "$work/held.py" "$SHAPE_SYNC_URL" returned_big 1500 delete "$work/handles"
-check "no shape is left after 1,500" wait_for 20 gone
+check "no shape is left after 1,500" wait_for 60 gone
 cluster_psql -c "SELECT pg_log_backend_memory_contexts($worker)" >/dev/null
-check "the worker logged its memory contexts after 1,500 shapes" wait_for 10 dumped 4
+check "the worker logged its memory contexts after 1,500 shapes" wait_for 60 dumped 4
 handles_after=$(context_bytes "shape_sync shape handles")
 identities_after=$(context_bytes "shape_sync shape identities")
 echo "# handle table: $handles_before bytes before, $handles_after after; identity table: $identities_before, $identities_after"

@@ -32,10 +32,10 @@ done
 cluster_psql -c "SELECT pg_stat_reset_replication_slot('$slot')" >/dev/null
 cluster_psql -c "ALTER SYSTEM RESET shared_preload_libraries" >/dev/null
 cluster_restart
-check "the worker serves again" wait_for 20 serving
+check "the worker serves again" wait_for 60 serving
 expect_match "it says it skips the WAL written meanwhile" 'shape_sync skips the WAL from' "$(cat "$SHAPE_SYNC_LOG")"
 skipped() { grep -q 'shape_sync skipped [0-9]* kB of WAL' "$SHAPE_SYNC_LOG"; }
-check "and when it is done" wait_for 20 skipped
+check "and when it is done" wait_for 60 skipped
 txns=$(cluster_psql -At -c "SELECT coalesce(total_txns, 0) FROM pg_stat_replication_slots WHERE slot_name = '$slot'")
 check "none of the 80 transactions written meanwhile was decoded ($txns decoded)" test "$txns" -lt 10
 body=$(curl -s "$url&offset=-1")
@@ -61,7 +61,7 @@ expect_eq "the slot was invalidated while the worker was away" lost \
 	"$(cluster_psql -At -c "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '$slot'")"
 cluster_psql -c "ALTER SYSTEM RESET shared_preload_libraries" >/dev/null
 cluster_restart
-check "the worker serves again" wait_for 20 serving
+check "the worker serves again" wait_for 60 serving
 expect_match "it says it replaces the slot" "replaces its replication slot \"$slot\", which was invalidated" \
 	"$(cat "$SHAPE_SYNC_LOG")"
 expect_eq "the new slot is usable" reserved \
@@ -72,9 +72,9 @@ expect_eq "and shapes are served" 200 "$(http_status "$url&offset=-1")"
 cluster_psql -c "CREATE DATABASE other" >/dev/null
 cluster_psql -c "ALTER SYSTEM SET shape_sync.database = 'other'" >/dev/null
 cluster_restart
-check "the worker serves database other" wait_for 20 serving
+check "the worker serves database other" wait_for 60 serving
 gone() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot'") == 0 ]]; }
-check "the slot of database postgres is dropped" wait_for 10 gone
+check "the slot of database postgres is dropped" wait_for 60 gone
 expect_match "and that is logged" "dropped replication slot \"$slot\" of another database" "$(cat "$SHAPE_SYNC_LOG")"
 expect_eq "the worker has its own slot for database other" 1 \
 	"$(cluster_psql -At -c "SELECT count(*) FROM pg_replication_slots s JOIN pg_database d ON d.oid = s.datoid WHERE d.datname = 'other' AND s.plugin = 'shape_sync'")"

@@ -5,8 +5,9 @@
 # 1. Three live long-poll clients on raw sockets that never read (tiny
 #    SO_RCVBUF) are parked at the end of a shape's log, with one SSE stream
 #    (live_sse=true) beside them.  A transaction of about 10 MB for that shape
-#    wakes them with responses far larger than the socket buffers.  Every serve is closed within stalled_serve_timeout + slack (and
-#    not before the timeout), each reap logs a WARNING naming the shape and the
+#    wakes them with responses far larger than the socket buffers.  Every serve is closed (not
+#    before stalled_serve_timeout, and within a slack of several times it, so that a busy
+#    machine's late timer passes while a deadline that never fires fails), each reap logs a WARNING naming the shape and the
 #    client, shape_sync.stalled_serves_reaped() counts them, the admission slots
 #    come back, the clients got a truncated body, and new requests are served.
 # 2. The same for a snapshot: three never-reading clients ask for offset=-1 on a
@@ -16,7 +17,7 @@ source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 TIMEOUT_S=2
-SLACK_S=2
+SLACK_S=$((TIMEOUT_S * 5 + 10))
 ROWS=20000 # x 512 bytes of payload: about 10 MB of messages
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.stalled_serve_timeout = '${TIMEOUT_S}s'
@@ -33,7 +34,7 @@ create_big_table "$ROWS"
 # connections were reaped in time, logged and counted
 check_reaped() {
 	local what=$1 out=$2 handle=$3 before=$4 count=$5 t_recv t_reaped=
-	check "$what: every connection receives the start of its response" wait_event "$out" receiving 20
+	check "$what: every connection receives the start of its response" wait_event "$out" receiving 60
 	t_recv=$(j "$out" receiving 'd["t"]')
 	all_reaped() { (($(reaped) >= before + count)); }
 	if wait_for $((TIMEOUT_S + SLACK_S + 10)) all_reaped; then
@@ -50,7 +51,7 @@ check_reaped() {
 
 	local port ports logged=0
 	ports=$(j "$out" connected '" ".join(map(str, d["ports"]))')
-	check "$what: a WARNING names the shape and each client" wait_for 5 stall_warned "$handle" "$ports"
+	check "$what: a WARNING names the shape and each client" wait_for 60 stall_warned "$handle" "$ports"
 	for port in $ports; do
 		local ms
 		ms=$(stall_ms "$handle" "$port")
@@ -61,7 +62,7 @@ check_reaped() {
 		fi
 	done
 	expect_eq "$what: each WARNING reports a stall between the timeout and timeout + slack" "$count" "$logged"
-	check "$what: the admission slots come back" wait_for 3 slots_free
+	check "$what: the admission slots come back" wait_for 60 slots_free
 }
 
 pid_before=$(worker_pid)
@@ -74,7 +75,7 @@ start_hold live --path "$live_path" --path "$live_path" --path "$live_path" \
 	--path "$live_path&live_sse=true" --count 4 --rcvbuf 4096 \
 	--quiet 1 --max-seconds 60 --drain-seconds 3
 parked() { [[ $(in_use existing) == 4 ]]; }
-check "three long-polls and an SSE stream are parked (existing in_use = 4)" wait_for 10 parked
+check "three long-polls and an SSE stream are parked (existing in_use = 4)" wait_for 60 parked
 reaped_before=$(reaped)
 
 cluster_psql -c "INSERT INTO items SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, $ROWS) g"
@@ -97,7 +98,7 @@ expect_eq "a client reading the shape from scratch gets every row" $((ROWS + 1))
 reaped_before=$(reaped)
 start_hold snap --path "/v1/shape?table=big&offset=-1" --count 3 --rcvbuf 4096 \
 	--quiet 1 --max-seconds 60 --drain-seconds 3
-check "three never-reading clients ask for the big table's snapshot" wait_event "$work/snap.out" connected 10
+check "three never-reading clients ask for the big table's snapshot" wait_event "$work/snap.out" connected 60
 big_handle=$(curl -s --max-time 30 -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=big&offset=-1" | tr -d '\r' |
 	sed -n 's/^electric-handle: //Ip')
 check "the big shape exists" test -n "$big_handle"

@@ -9,8 +9,8 @@
 # 1. 200 subset requests at once, each a scan of a 200,000-row table, with
 #    one snapshot worker: every answer is 200 with the SELECT's row count, or
 #    503 with retry-after; some are 503 (more than one client's 16 were in
-#    flight); while they run, a plain shape request and the health check
-#    answer at once.
+#    flight); while they run (some are still unanswered), a plain shape
+#    request and the health check are answered.
 # 2. Then 16 at once, a client's share, all succeed: every cell came back.
 # 3. With snapshot_wait_timeout = 1s and a query that takes longer, a subset
 #    answers 503 with retry-after; the next one, fast, succeeds.
@@ -58,10 +58,13 @@ t0=$(now)
 plain=$(http_status "$base")
 health=$(http_status "$SHAPE_SYNC_URL/v1/health")
 t1=$(now)
+unanswered=0
+for ((i = 0; i < 200; i++)); do [[ -s $work/b.$i.status ]] || unanswered=$((unanswered + 1)); done
 wait
 expect_eq "a plain request during the burst" 200 "$plain"
 expect_eq "the health check during the burst" 200 "$health"
-check "both answered within 5 s ($(diff_s "$t0" "$t1") s)" le "$(diff_s "$t0" "$t1")" 5
+echo "# both answered in $(diff_s "$t0" "$t1") s, with $unanswered subset requests still unanswered"
+check "both answered while the burst still runs, not behind it ($unanswered unanswered)" test "$unanswered" -gt 0
 ok=0 busy=0 other=0 bad_rows=0 bad_retry=0
 for ((i = 0; i < 200; i++)); do
 	case $(cat "$work/b.$i.status") in
@@ -82,8 +85,9 @@ expect_eq "every answer is 200 or 503" 0 "$other"
 expect_eq "every 200 has the SELECT's $want rows" 0 "$bad_rows"
 expect_eq "every 503 has retry-after" 0 "$bad_retry"
 check "some were turned away (over a client's 16 in flight)" test "$busy" -gt 0
-check "a turned-away one names the client's share" grep -q "This client has 16 subset queries running" \
-	$(for ((i = 0; i < 200; i++)); do [[ $(cat "$work/b.$i.status") == 503 ]] && echo "$work/b.$i.b"; done | head -1)
+# (not necessarily the first 503: on a busy machine some wait past snapshot_wait_timeout)
+check "a turned-away one names the client's share" grep -q -s "This client has 16 subset queries running" /dev/null \
+	$(for ((i = 0; i < 200; i++)); do [[ $(cat "$work/b.$i.status") == 503 ]] && echo "$work/b.$i.b"; done)
 check "some were answered" test "$ok" -gt 0
 
 # --- 2 ------------------------------------------------------------------------------

@@ -33,14 +33,14 @@ echo "BEGIN; INSERT INTO t VALUES (200, 'A, committed locally before the shape')
 a_open() {
 	[[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL") == 1 ]]
 }
-check "A holds an xid" wait_for 10 a_open
+check "A holds an xid" wait_for 60 a_open
 
 # B: a newer xid; its commit waits for the standby
 check "B's commit waits for the standby" commit_behind_standby "INSERT INTO t VALUES (100, 'B, waiting for the standby')"
 
 echo "SET LOCAL synchronous_commit = local; COMMIT;" >&5
 a_done() { [[ $(cluster_psql -At -c "SELECT count(*) FROM t WHERE id = 200") == 1 ]]; }
-check "A committed (locally) after B's commit record" wait_for 10 a_done
+check "A committed (locally) after B's commit record" wait_for 60 a_done
 check "B is still in progress" sync_rep_waits 1
 
 # the shape, created now

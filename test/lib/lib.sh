@@ -52,7 +52,9 @@ worker_pid() {
 	cluster_psql -At -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'"
 }
 
-# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s until it succeeds.
+# wait_for SECONDS COMMAND...: retries COMMAND every 0.2 s until it succeeds; fails after
+# SECONDS.  SECONDS is a deadline against a hang, not a time target: the tests run on busy
+# machines, so it is generous (60 s where the server should take well under a second).
 wait_for() {
 	local deadline=$((SECONDS + $1))
 	shift
@@ -108,7 +110,7 @@ commit_behind_standby() {
 	cluster_psql -c "$1" >"$work/waiting.out" 2>&1 &
 	waiting_pid=$!
 	helpers+=($waiting_pid)
-	wait_for 10 sync_rep_waits 1
+	wait_for 60 sync_rep_waits 1
 }
 
 # cleanup_work: kills the helpers, stops the cluster, removes $work

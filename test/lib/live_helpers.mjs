@@ -29,8 +29,9 @@ export async function resetGuc(name) {
   await query('SELECT pg_reload_conf()')
 }
 
-// Polls until `fn` returns a truthy value; returns it. Throws with `what` after timeoutMs.
-export async function waitFor(fn, { timeoutMs = 5000, intervalMs = 50, what = 'condition' } = {}) {
+// Polls until `fn` returns a truthy value; returns it. Throws with `what` after timeoutMs: a
+// deadline against a hang, not a time target (the tests run on busy machines).
+export async function waitFor(fn, { timeoutMs = 30000, intervalMs = 50, what = 'condition' } = {}) {
   const deadline = Date.now() + timeoutMs
   let last
   for (;;) {
@@ -59,8 +60,11 @@ export async function resetShapeDeletion() {
 }
 
 // Sets shape_sync.long_poll_timeout at runtime and waits until a live request on a probe shape
-// times out within about that time.
+// times out nearer that time than the default (20 s): the midpoint tells them apart, and a busy
+// machine does not reach it.
+const DEFAULT_LONG_POLL_MS = 20000
 export async function setLongPollTimeout(ms) {
+  const applied = Math.max(ms + 1500, (ms + DEFAULT_LONG_POLL_MS) / 2)
   await setGuc('shape_sync.long_poll_timeout', `${ms}ms`)
   const table = `live_probe_${process.pid}_${Date.now().toString(36)}`
   await query(`CREATE TABLE public.${table} (id int PRIMARY KEY)`)
@@ -73,15 +77,15 @@ export async function setLongPollTimeout(ms) {
         try {
           const res = await fetchShape(
             { table, handle, offset, live: 'true', cursor: '' },
-            { timeoutMs: ms + 1500 },
+            { timeoutMs: applied },
           )
-          return res.status === 200 && Date.now() - t0 < ms + 1500
+          return res.status === 200 && Date.now() - t0 < applied
         } catch (err) {
           if (err.name === 'TimeoutError') return false
           throw err
         }
       },
-      { timeoutMs: 3 * (ms + 1500), intervalMs: 0, what: `shape_sync.long_poll_timeout = ${ms}ms to apply` },
+      { timeoutMs: 60000 + 2 * applied, intervalMs: 0, what: `shape_sync.long_poll_timeout = ${ms}ms to apply` },
     )
   } finally {
     await query(`DROP TABLE IF EXISTS public.${table}`)
@@ -285,7 +289,7 @@ export class RawShape {
   }
 
   // Live requests until a change satisfies `until`; returns every change received (in order).
-  async collectUntil(until, { timeoutMs = 8000, label = 'collect' } = {}) {
+  async collectUntil(until, { timeoutMs = 30000, label = 'collect' } = {}) {
     const deadline = Date.now() + timeoutMs
     const all = []
     for (let i = 0; ; i++) {
@@ -321,7 +325,7 @@ export function assertTxStructure(changes, label) {
 
 // Opens an SSE request; resolves once the response headers arrive.
 // Returns {res, next(timeoutMs) -> {data, raw} | {comment, raw} | null (end), close(), rawText()}.
-export async function openSse(params, { timeoutMs = 5000 } = {}) {
+export async function openSse(params, { timeoutMs = 30000 } = {}) {
   const controller = new AbortController()
   const url = `${SHAPE_URL}?${shapeQuery({ ...params, live: 'true', live_sse: 'true', experimental_live_sse: 'true' })}`
   const timer = setTimeout(() => controller.abort(new Error('SSE headers timeout')), timeoutMs)
@@ -355,7 +359,7 @@ export async function openSse(params, { timeoutMs = 5000 } = {}) {
     return { data: parsed, rawData: data, raw }
   }
 
-  async function next(ms = 5000) {
+  async function next(ms = 30000) {
     for (;;) {
       const ev = takeEvent()
       if (ev) return ev
@@ -382,7 +386,7 @@ export async function openSse(params, { timeoutMs = 5000 } = {}) {
   }
 
   // Data events until (and including) the next up-to-date, skipping keep-alive comments.
-  async function nextBatch(ms = 5000) {
+  async function nextBatch(ms = 30000) {
     const out = []
     const deadline = Date.now() + ms
     for (;;) {
@@ -394,8 +398,10 @@ export async function openSse(params, { timeoutMs = 5000 } = {}) {
     }
   }
 
-  // True if the stream ends within ms (no further data events allowed).
-  async function expectEnd(ms = 3000) {
+  // True if the stream ends within ms (no further data events allowed).  The default, 10 s, is
+  // generous and still half of the default long_poll_timeout, where a stream that does not end
+  // on its own would.
+  async function expectEnd(ms = 10000) {
     const deadline = Date.now() + ms
     for (;;) {
       const ev = await next(Math.max(1, deadline - Date.now()))
@@ -405,7 +411,7 @@ export async function openSse(params, { timeoutMs = 5000 } = {}) {
   }
 
   // Reads the rest of the body and returns the whole body text (for non-SSE answers, e.g. 409).
-  async function text(ms = 3000) {
+  async function text(ms = 30000) {
     const deadline = Date.now() + ms
     while (!ended) {
       if (!pending) pending = reader.read()
@@ -473,7 +479,7 @@ const byId = (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 // Polls until the client's rows equal the rows of `sql` (compared as sets by id); fails with
 // a diff after timeoutMs.
-export async function waitRowsEqual(client, sql, label, { timeoutMs = 5000 } = {}) {
+export async function waitRowsEqual(client, sql, label, { timeoutMs = 30000 } = {}) {
   const deadline = Date.now() + timeoutMs
   let expected
   let actual
