@@ -444,7 +444,7 @@ http_count_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
  * answered 431, with no header but its type, instead.  One band remains
  * that no answer fits: a Cookie header of about 45% to 48% of the memory,
  * whose copy libmicrohttpd still makes but which leaves room for nothing
- * (README, HTTP API).
+ * (docs/configuration.md, shape_sync.connection_memory).
  */
 static size_t
 http_request_text_bytes(struct MHD_Connection *connection, const ConnSlot *slot)
