@@ -72,7 +72,7 @@ check "another session holds the table locked" wait_for 60 locked
 # the role changes to one that may not read it
 cluster_psql -c "ALTER SYSTEM SET shape_sync.role = 'nobody'" -c "SELECT pg_reload_conf()" >/dev/null
 changed=$(date +%s.%N)
-sleep 3
+sleep 8
 echo "COMMIT;" >&7
 exec 7>&-
 unlocked=$(date +%s.%N)
@@ -81,9 +81,9 @@ touch "$work/stop"
 sleep 0.5
 
 # what the client got: 200 before the change; after it, no 200 once the worker has
-# taken the reload in (well within a second), 403 once the lock is gone
+# taken the reload in (a moment; 5 s allowed, for a busy machine), 403 once the lock is gone
 before=$(awk -v c="$changed" '$1 < c && $2 == 200' "$work/client.out" | wc -l)
-served_after=$(awk -v c="$changed" '$1 > c + 1 && $2 == 200' "$work/client.out" | wc -l)
+served_after=$(awk -v c="$changed" '$1 > c + 5 && $2 == 200' "$work/client.out" | wc -l)
 refused_after=$(awk -v u="$unlocked" '$1 > u + 1 && $2 == 403' "$work/client.out" | wc -l)
 check "the client was served before the change ($before requests)" test "$before" -gt 5
 expect_eq "no request was served from the kept resolution after the role changed" 0 "$served_after"
