@@ -41,6 +41,7 @@
 #include "decoder.h"
 #include "row_encoder.h"
 #include "server_metrics.h"
+#include "shape_relation.h"
 #include "shape_stream.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);

@@ -59,6 +59,8 @@
 #include "eval_deadline.h"
 #include "guc.h"
 #include "server_metrics.h"
+#include "shape_def.h"
+#include "shape_relation.h"
 #include "shared_state.h"
 #include "snapshot_definition.h"
 #include "snapshot_query.h"
