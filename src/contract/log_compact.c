@@ -7,8 +7,8 @@
  * size.  Compaction rewrites the closed chunks of a log into a new log
  * (the shape's spare version, see shape_table.c) that serves every client
  * exactly as the old one did, whatever offset it resumes from, and copies
- * the open chunk as it is.  It reads only messages this server wrote
- * (row_encoder.c's format), and gives up on anything else.
+ * the open chunk as it is.  It reads only messages this server wrote (the
+ * layout of log_record.h), and gives up on anything else.
  *
  * The closed chunks are taken in groups of at least `chunk_bytes` (input
  * bytes), and each group becomes one chunk of the compacted log (where it
@@ -92,6 +92,7 @@
 #include <string.h>
 
 #include "fnv_hash.h"
+#include "log_record.h"
 
 /* What becomes of a record of the closed chunks. */
 typedef enum CompactFate
@@ -345,34 +346,34 @@ cmp_parse(const char *msg, size_t len, CompactMessage *m)
 	const char *p = msg;
 
 	memset(m, 0, sizeof(*m));
-	if (len < 2 || msg[len - 1] != '}' || !cmp_skip(&p, end, "{\"key\":"))
+	if (len < 2 || msg[len - 1] != '}' || !cmp_skip(&p, end, LOG_RECORD_KEY))
 		return false;
 	m->key = p;
 	if ((p = cmp_string_end(p, end)) == NULL)
 		return false;
 	m->key_len = (size_t) (p - m->key);
-	if (!cmp_skip(&p, end, ",\"value\":"))
+	if (!cmp_skip(&p, end, LOG_RECORD_VALUE))
 		return false;
 	m->value = p;
 	if (!cmp_object(&p, end, NULL, NULL))
 		return false;
 	m->value_end = p;
-	if (cmp_skip(&p, end, ",\"old_value\":"))
+	if (cmp_skip(&p, end, LOG_RECORD_OLD_VALUE))
 	{
 		m->old_value = p;
 		if (!cmp_object(&p, end, NULL, NULL))
 			return false;
 		m->old_value_end = p;
 	}
-	if (!cmp_skip(&p, end, ",\"headers\":"))
+	if (!cmp_skip(&p, end, LOG_RECORD_HEADERS))
 		return false;
 	m->headers = p;
 	m->headers_end = end - 1;	/* the message's own closing brace follows */
-	if (cmp_skip(&p, end, "{\"operation\":\"insert\""))
+	if (cmp_skip(&p, end, LOG_RECORD_OPERATION(LOG_RECORD_INSERT)))
 		m->op = OP_INSERT;
-	else if (cmp_skip(&p, end, "{\"operation\":\"update\""))
+	else if (cmp_skip(&p, end, LOG_RECORD_OPERATION(LOG_RECORD_UPDATE)))
 		m->op = OP_UPDATE;
-	else if (cmp_skip(&p, end, "{\"operation\":\"delete\""))
+	else if (cmp_skip(&p, end, LOG_RECORD_OPERATION(LOG_RECORD_DELETE)))
 		m->op = OP_DELETE;
 	else
 		return false;
@@ -473,7 +474,7 @@ cmp_find(const char *p, const char *end, const char *tag)
 static bool
 cmp_out_headers_marked(Compactor *c, const char *h, const char *h_end, bool mark)
 {
-	static const char last[] = ",\"last\":true}";
+	static const char last[] = LOG_RECORD_LAST "}";
 
 	if (!mark ||
 		((size_t) (h_end - h) >= sizeof(last) - 1 &&
@@ -489,7 +490,7 @@ cmp_out_headers_marked(Compactor *c, const char *h, const char *h_end, bool mark
 static bool
 cmp_out_headers_last(Compactor *c, const char *h, const char *h_end)
 {
-	return cmp_out_headers_marked(c, h, h_end, cmp_find(h, h_end, "\"lsn\":") != NULL);
+	return cmp_out_headers_marked(c, h, h_end, cmp_find(h, h_end, LOG_RECORD_LSN_NAME) != NULL);
 }
 
 /* ---------------------------------------------------------- merging */
@@ -567,7 +568,7 @@ cmp_merge_value(void *arg, const char *name, size_t nlen, const char *value, siz
 static bool
 cmp_merge_txids(CompactMerge *m, const char *h, const char *h_end)
 {
-	static const char tag[] = "\"txids\":[";
+	static const char tag[] = LOG_RECORD_TXIDS_NAME;
 	const char *p = cmp_find(h, h_end, tag);
 
 	if (p == NULL)
@@ -629,11 +630,11 @@ static bool
 cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 			   const LogOffset *born)
 {
-	static const char tag[] = "\"txids\":[";
+	static const char tag[] = LOG_RECORD_TXIDS_NAME;
 	const char *h = last->headers;
 	const char *t;
 	/* decided on the whole headers: the tail after txids has no lsn */
-	bool		replicated = cmp_find(h, last->headers_end, "\"lsn\":") != NULL;
+	bool		replicated = cmp_find(h, last->headers_end, LOG_RECORD_LSN_NAME) != NULL;
 
 	c->out_len = 0;
 	if (born != NULL)
@@ -645,10 +646,12 @@ cmp_out_merged(Compactor *c, const CompactMessage *last, const CompactMerge *m,
 		if (!cmp_out(c, prefix, sizeof(prefix)))
 			return false;
 	}
-	if (!cmp_out(c, "{\"key\":", 7) || !cmp_out(c, last->key, last->key_len) ||
-		!cmp_out(c, ",\"value\":", 9) || !cmp_out_pairs(c, m->values, m->nvalues))
+	if (!cmp_out(c, LOG_RECORD_KEY, sizeof(LOG_RECORD_KEY) - 1) ||
+		!cmp_out(c, last->key, last->key_len) ||
+		!cmp_out(c, LOG_RECORD_VALUE, sizeof(LOG_RECORD_VALUE) - 1) ||
+		!cmp_out_pairs(c, m->values, m->nvalues))
 		return false;
-	if (!cmp_out(c, ",\"headers\":", 11))
+	if (!cmp_out(c, LOG_RECORD_HEADERS, sizeof(LOG_RECORD_HEADERS) - 1))
 		return false;
 	t = cmp_find(h, last->headers_end, tag);
 	if (t != NULL)

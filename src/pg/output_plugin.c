@@ -39,8 +39,10 @@
 #include "utils/rel.h"
 
 #include "decoder.h"
+#include "log_record.h"
 #include "row_encoder.h"
 #include "server_metrics.h"
+#include "shape_relation.h"
 #include "shape_stream.h"
 
 PGDLLEXPORT void _PG_output_plugin_init(OutputPluginCallbacks *cb);
@@ -124,7 +126,7 @@ plugin_write_held(LogicalDecodingContext *ctx, bool last)
 		return;
 	OutputPluginPrepareWrite(ctx, true);
 	appendBinaryStringInfo(ctx->out, state->held.data, state->held.len);
-	appendStringInfoString(ctx->out, last ? ",\"last\":true}}" : "}}");
+	appendStringInfoString(ctx->out, log_record_end(last));
 	OutputPluginWrite(ctx, true);
 	resetStringInfo(&state->held);
 	state->has_held = false;
@@ -179,8 +181,8 @@ plugin_sql_change(LogicalDecodingContext *ctx, Relation rel, ReorderBufferChange
 		plugin_deform(desc, change->data.tp.newtuple, &newv, &newn);
 	if (change->data.tp.oldtuple)
 		plugin_deform(desc, change->data.tp.oldtuple, &oldv, &oldn);
-	ch.operation = change->action == REORDER_BUFFER_CHANGE_INSERT ? "insert" :
-		change->action == REORDER_BUFFER_CHANGE_UPDATE ? "update" : "delete";
+	ch.operation = change->action == REORDER_BUFFER_CHANGE_INSERT ? LOG_RECORD_INSERT :
+		change->action == REORDER_BUFFER_CHANGE_UPDATE ? LOG_RECORD_UPDATE : LOG_RECORD_DELETE;
 	ch.new_values = newv;
 	ch.new_nulls = newn;
 	ch.old_values = oldv;

@@ -79,6 +79,8 @@
 #include "name_lookup.h"
 #include "registry.h"
 #include "shape_def.h"
+#include "shape_def_error.h"
+#include "shape_relation.h"
 #include "shape_role.h"
 #include "shape_eviction.h"
 #include "shape_stream.h"

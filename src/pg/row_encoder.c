@@ -4,7 +4,9 @@
  *		Rows to Electric JSON change messages, encoded once.
  *
  * Every message a client receives is produced here, once, when the row
- * enters a shape log; serving is copying bytes.  A message looks like
+ * enters a shape log; serving is copying bytes.  The layout, member by
+ * member, is log_record.h's, whose constants write it here and with which
+ * compaction (log_compact.c) reads it.  A message looks like
  *
  *	{"key":"\"public\".\"items\"/\"1\"","value":{"id":"1","title":"a"},
  *	 "headers":{"operation":"insert","relation":["public","items"]}}
@@ -39,6 +41,7 @@
 #include "utils/memutils.h"
 
 #include "json_text.h"
+#include "log_record.h"
 #include "row_encoder.h"
 
 /* appendBinaryStringInfo, inlined: the encoder appends a few bytes at a time */
@@ -243,7 +246,8 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 	escape_json(&buf, rel->table);
 	appendStringInfoChar(&buf, ']');
 	enc->relation_json = buf.data;
-	enc->insert_headers = psprintf(",\"headers\":{\"operation\":\"insert\",\"relation\":%s}}",
+	enc->insert_headers = psprintf(LOG_RECORD_HEADERS LOG_RECORD_OPERATION(LOG_RECORD_INSERT)
+								   LOG_RECORD_RELATION "%s" LOG_RECORD_END,
 								   enc->relation_json);
 	enc->insert_headers_len = strlen(enc->insert_headers);
 
@@ -254,7 +258,9 @@ row_encoder_init(RowEncoder *enc, const ShapeRelation *rel)
 void
 row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark)
 {
-	enc->insert_headers = psprintf(",\"headers\":{\"operation\":\"insert\",\"relation\":%s,\"snapshot_mark\":%u}}",
+	enc->insert_headers = psprintf(LOG_RECORD_HEADERS LOG_RECORD_OPERATION(LOG_RECORD_INSERT)
+								   LOG_RECORD_RELATION "%s" LOG_RECORD_SNAPSHOT_MARK "%u"
+								   LOG_RECORD_END,
 								   enc->relation_json, snapshot_mark);
 	enc->insert_headers_len = strlen(enc->insert_headers);
 }
@@ -431,9 +437,9 @@ row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls
 	MemoryContext old = renc_row_begin(enc);
 	bool		first = true;
 
-	renc_put(out, "{\"key\":", 7);
+	renc_put(out, LOG_RECORD_KEY, sizeof(LOG_RECORD_KEY) - 1);
 	renc_put_key(enc, out, values, nulls);
-	renc_put(out, ",\"value\":{", 10);
+	renc_put(out, LOG_RECORD_VALUE "{", sizeof(LOG_RECORD_VALUE "{") - 1);
 	for (int i = 0; i < enc->rel->ncolumns; i++)
 	{
 		RowEncoderText text;
@@ -463,17 +469,17 @@ bool
 row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, StringInfo out)
 {
 	MemoryContext old = renc_row_begin(enc);
-	bool		is_delete = strcmp(ch->operation, "delete") == 0;
-	bool		is_update = strcmp(ch->operation, "update") == 0;
+	bool		is_delete = strcmp(ch->operation, LOG_RECORD_DELETE) == 0;
+	bool		is_update = strcmp(ch->operation, LOG_RECORD_UPDATE) == 0;
 	const Datum *row_values = is_delete ? ch->old_values : ch->new_values;
 	const bool *row_nulls = is_delete ? ch->old_nulls : ch->new_nulls;
 	int			start = out->len;
 	bool		changed = false;
 	bool		first = true;
 
-	renc_put(out, "{\"key\":", 7);
+	renc_put(out, LOG_RECORD_KEY, sizeof(LOG_RECORD_KEY) - 1);
 	renc_put_key(enc, out, row_values, row_nulls);
-	renc_put(out, ",\"value\":{", 10);
+	renc_put(out, LOG_RECORD_VALUE "{", sizeof(LOG_RECORD_VALUE "{") - 1);
 	for (int i = 0; i < enc->rel->ncolumns; i++)
 	{
 		RowEncoderColumn *col = &enc->values[i];
@@ -511,7 +517,7 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 	if (is_update && replica_full && ch->old_values != NULL)
 	{
 		first = true;
-		appendStringInfoString(out, ",\"old_value\":{");
+		appendStringInfoString(out, LOG_RECORD_OLD_VALUE "{");
 		for (int i = 0; i < enc->rel->ncolumns; i++)
 		{
 			RowEncoderColumn *col = &enc->values[i];
@@ -525,20 +531,20 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 		}
 		appendStringInfoChar(out, '}');
 	}
-	appendStringInfo(out, ",\"headers\":{\"operation\":\"%s\",\"relation\":%s",
+	appendStringInfo(out, LOG_RECORD_HEADERS LOG_RECORD_OPERATION("%s") LOG_RECORD_RELATION "%s",
 					 ch->operation, enc->relation_json);
 	if (ch->key_change_to)
 	{
-		appendStringInfoString(out, ",\"key_change_to\":");
+		appendStringInfoString(out, LOG_RECORD_KEY_CHANGE_TO);
 		renc_escape_json(out, ch->key_change_to);
 	}
 	if (ch->key_change_from)
 	{
-		appendStringInfoString(out, ",\"key_change_from\":");
+		appendStringInfoString(out, LOG_RECORD_KEY_CHANGE_FROM);
 		renc_escape_json(out, ch->key_change_from);
 	}
-	appendStringInfo(out, ",\"lsn\":\"" UINT64_FORMAT "\",\"op_position\":" UINT64_FORMAT
-					 ",\"txids\":[%u]",
+	appendStringInfo(out, LOG_RECORD_LSN "\"" UINT64_FORMAT "\"" LOG_RECORD_OP_POSITION UINT64_FORMAT
+					 LOG_RECORD_TXIDS "%u]",
 					 ch->lsn, ch->op_position, ch->xid);
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(enc->row_context);
@@ -571,14 +577,14 @@ row_encoder_update(RowEncoder *enc, const RowChange *update, bool replica_full,
 		RowChange	del = *update;
 		RowChange	ins = *update;
 
-		del.operation = "delete";
+		del.operation = LOG_RECORD_DELETE;
 		del.new_values = NULL;
 		del.new_nulls = NULL;
 		del.key_change_to = new_key;
 		if (row_encoder_change(enc, &del, replica_full, &msg))
 			sink(arg, del.op_position, &msg);
 		resetStringInfo(&msg);
-		ins.operation = "insert";
+		ins.operation = LOG_RECORD_INSERT;
 		ins.old_values = NULL;
 		ins.old_nulls = NULL;
 		ins.op_position = update->op_position + 1;

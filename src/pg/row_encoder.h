@@ -17,7 +17,7 @@
 #include "lib/stringinfo.h"
 #include "utils/guc.h"
 
-#include "shape_def.h"
+#include "shape_relation.h"
 
 /* How a column's value becomes text (renc_output_kind) */
 typedef enum RowEncoderOutput

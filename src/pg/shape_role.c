@@ -28,6 +28,14 @@
  * and memberships and the table's flags alone, all of which the stream
  * watches (shape_stream.c), so a verdict changes only with the catalog.
  *
+ * What the current user could not read of a table with SELECT, as a
+ * sentence for the client (shape_read_problem): USAGE on the schema,
+ * SELECT on the table or on each column read, and no row-level security
+ * that applies.  Validation asks it (shape_def.c, and shape_where.c for a
+ * column the where clause names), and so do a subset (subset_query.c) and
+ * the stream, which checks a shape's privileges again when the catalog
+ * changes (stream_change.c, stream_maintain.c).
+ *
  * IDENTIFICATION
  *	  src/pg/shape_role.c
  *
@@ -38,11 +46,15 @@
 #include "access/htup_details.h"
 #include "access/transam.h"
 #include "catalog/pg_class.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "guc.h"
+#include "shape_relation.h"
 #include "shape_role.h"
 
 char *
@@ -104,6 +116,65 @@ shape_row_security_applies(Oid relid, Oid role)
 	if (!enabled || has_bypassrls_privilege(role))
 		return false;
 	return forced || !pg_class_ownercheck(relid, role);
+}
+
+/*
+ * Whether the current user could read these columns of the relation with
+ * SELECT: USAGE on its schema, SELECT on the table or on each column, and
+ * no row-level security that applies to it.  NULL when it could; else the
+ * reason, as a sentence for the client, with *field the request parameter
+ * it concerns.
+ */
+char *
+shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums, const char **field)
+{
+	Oid			user = GetUserId();
+	char	   *role = GetUserNameFromId(user, true);
+	Oid			nsp = get_rel_namespace(relid);
+	char	   *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : NULL;
+	char	   *table = get_rel_name(relid);
+	char	   *relname;
+
+	*field = "table";
+	/* decoding reads the catalog as of a commit: the table may be gone by then */
+	if (role == NULL)
+		return pstrdup("its role no longer exists");
+	if (nspname == NULL || table == NULL)
+		return pstrdup("its table no longer exists");
+	relname = shape_quoted_name(nspname, table);
+	if (pg_namespace_aclcheck(nsp, user, ACL_USAGE) != ACLCHECK_OK)
+		return psprintf("Role \"%s\" has no USAGE privilege on the schema of table %s",
+						role, relname);
+	if (pg_class_aclcheck(relid, user, ACL_SELECT) != ACLCHECK_OK)
+	{
+		StringInfoData missing;
+
+		if (pg_attribute_aclcheck_all(relid, user, ACL_SELECT, ACLMASK_ANY) != ACLCHECK_OK)
+			return psprintf("Role \"%s\" may not SELECT from table %s", role, relname);
+		initStringInfo(&missing);
+		for (int i = 0; i < nattnums; i++)
+		{
+			char	   *name = get_attname(relid, attnums[i], true);
+			bool		gone = false;
+			AclResult	acl = pg_attribute_aclcheck_ext(relid, attnums[i], user, ACL_SELECT, &gone);
+
+			if (name == NULL || gone)
+				return pstrdup("a column it reads no longer exists");
+			if (acl != ACLCHECK_OK)
+				appendStringInfo(&missing, "%s%s", missing.len ? ", " : "",
+								 quote_identifier(name));
+		}
+		if (missing.len > 0)
+		{
+			*field = "columns";
+			return psprintf("Role \"%s\" may not SELECT these columns of table %s, which the shape reads: %s",
+							role, relname, missing.data);
+		}
+	}
+	if (shape_row_security_applies(relid, user))
+		return psprintf("Table %s has row-level security that applies to role \"%s\"; a shape is shared by all its clients, so such a table is not served",
+						relname, role);
+	return NULL;
 }
 
 void

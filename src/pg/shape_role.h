@@ -13,6 +13,8 @@
 
 #include "postgres.h"
 
+#include "access/attnum.h"
+
 /* What shape_role_become replaced, for shape_role_restore. */
 typedef struct ShapeRoleSaved
 {
@@ -37,6 +39,14 @@ extern Oid	shape_role_usable(void);
  * catalog alone (see shape_role.c); in a transaction.
  */
 extern bool shape_row_security_applies(Oid relid, Oid role);
+
+/*
+ * What keeps the current user from reading these columns of the table with
+ * SELECT, as a sentence for the client, or NULL; *field is the request
+ * field it concerns.  In a transaction.
+ */
+extern char *shape_read_problem(Oid relid, int nattnums, const AttrNumber *attnums,
+								const char **field);
 
 /* Acts as `role`, in a security-restricted operation, until restored. */
 extern void shape_role_become(Oid role, ShapeRoleSaved *saved);

@@ -84,6 +84,7 @@
 #include "utils/syscache.h"
 
 #include "catalog_use.h"
+#include "shape_relation.h"
 #include "shared_state.h"
 
 #include "shape_stream_internal.h"

@@ -30,6 +30,7 @@
 #include "equality_index.h"
 #include "row_encoder.h"
 #include "server_metrics.h"
+#include "shape_relation.h"
 #include "shape_stream.h"
 #include "shape_table.h"
 

@@ -11,8 +11,9 @@
  * The files of this module, by concern:
  *	 src/pg/    PostgreSQL side: this file, guc.c, shared_state.c, worker.c
  *	            (the main loop), registry.c (shapes by definition),
- *	            shape_def.c (validation), row_encoder.c, snapshot.c,
- *	            sql_api.c
+ *	            shape_def.c (validation), shape_where.c (where clauses),
+ *	            shape_relation.c (a shape's table), row_encoder.c,
+ *	            snapshot.c, sql_api.c
  *	 src/net/   the HTTP threads, which never call PostgreSQL, and the
  *	            request queue through which they ask the main thread
  *	 src/contract/   shared memory both sides read: shape table, shape logs,

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 
 #include "miscadmin.h"
+#include "nodes/pg_list.h"
 #include "postmaster/bgworker.h"
 #include "utils/memutils.h"
 

@@ -54,6 +54,8 @@
 #include "eval_deadline.h"
 #include "name_lookup.h"
 #include "row_encoder.h"
+#include "shape_def.h"
+#include "shape_relation.h"
 #include "snapshot_query.h"
 #include "table_code.h"
 

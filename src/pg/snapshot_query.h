@@ -17,6 +17,7 @@
 #include "lib/stringinfo.h"
 
 #include "shape_def.h"
+#include "shape_relation.h"
 #include "shape_role.h"
 
 /* Receives each encoded snapshot message. */

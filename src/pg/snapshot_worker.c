@@ -58,7 +58,10 @@
 
 #include "eval_deadline.h"
 #include "guc.h"
+#include "log_record.h"
 #include "server_metrics.h"
+#include "shape_def.h"
+#include "shape_relation.h"
 #include "shared_state.h"
 #include "snapshot_definition.h"
 #include "snapshot_query.h"
@@ -212,9 +215,9 @@ snap_emit(void *arg, const char *message, int len)
 static void
 snap_end_message(StringInfo buf, const char *snapshot)
 {
-	appendStringInfoString(buf, "{\"headers\":{\"control\":\"snapshot-end\",");
+	appendStringInfoString(buf, LOG_RECORD_SNAPSHOT_END);
 	snapshot_visibility_json(buf, snapshot);
-	appendStringInfoString(buf, "}}");
+	appendStringInfoString(buf, LOG_RECORD_END);
 }
 
 /*

@@ -4,11 +4,12 @@
  *		SQL functions: validate and preview shapes.
  *
  * validate_shape() and encode_rows() run the very code the HTTP path runs
- * (shape_def.c, snapshot.c, row_encoder.c) in the caller's backend, so a
- * definition can be checked, and its messages seen, from psql.  They run
- * with the caller's privileges, not shape_sync.role's: a role that may
- * call encode_rows() reads no more than it could with SELECT.  To see what
- * the HTTP path would allow, call them after SET ROLE to shape_sync.role.
+ * (shape_def.c, shape_where.c, snapshot_query.c, row_encoder.c) in the
+ * caller's backend, so a definition can be checked, and its messages seen,
+ * from psql.  They run with the caller's privileges, not shape_sync.role's:
+ * a role that may call encode_rows() reads no more than it could with
+ * SELECT.  To see what the HTTP path would allow, call them after SET ROLE
+ * to shape_sync.role.
  * What the server holds and does is shown by sql_monitor.c.
  *
  * In SQL, names follow PostgreSQL's own rules (the table argument is a
@@ -37,6 +38,7 @@
 
 #include "row_encoder.h"
 #include "shape_def.h"
+#include "shape_relation.h"
 #include "shared_state.h"
 #include "snapshot_query.h"
 

@@ -24,6 +24,7 @@
 #include "eval_deadline.h"
 #include "partition_route.h"
 #include "guc.h"
+#include "log_record.h"
 #include "shape_role.h"
 
 #include "shape_stream_internal.h"
@@ -141,7 +142,7 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 	ch.lsn = ss_lsn;
 	ch.op_position = op;
 	ch.xid = ss_xid;
-	if (strcmp(operation, "update") == 0)
+	if (strcmp(operation, LOG_RECORD_UPDATE) == 0)
 		row_encoder_update(&s->enc, &ch, s->replica_full, ss_message_sink, s);
 	else
 	{
@@ -579,18 +580,18 @@ ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 		switch (action)
 		{
 			case REORDER_BUFFER_CHANGE_INSERT:
-				ss_encode(s, "insert", newslot, NULL, op);
+				ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op);
 				break;
 			case REORDER_BUFFER_CHANGE_DELETE:
-				ss_encode(s, "delete", NULL, oldslot, op);
+				ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op);
 				break;
 			case REORDER_BUFFER_CHANGE_UPDATE:
 				if (new_in && !old_in)
-					ss_encode(s, "insert", newslot, NULL, op);
+					ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op);
 				else if (!new_in && old_in)
-					ss_encode(s, "delete", NULL, oldslot, op);
+					ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op);
 				else
-					ss_encode(s, "update", newslot, oldslot, op);
+					ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op);
 				break;
 			default:
 				break;

@@ -35,6 +35,7 @@
 
 #include "guc.h"
 #include "log_compact.h"
+#include "log_record.h"
 
 #include "shape_stream_internal.h"
 
@@ -202,7 +203,7 @@ ss_release_held(ShapeStream *s, bool last)
 {
 	if (!s->has_held)
 		return;
-	appendStringInfoString(&s->held, last ? ",\"last\":true}}" : "}}");
+	appendStringInfoString(&s->held, log_record_end(last));
 	ss_emit(s, s->held_offset, s->held.data, (uint32) s->held.len);
 	resetStringInfo(&s->held);
 	s->has_held = false;

@@ -11,7 +11,7 @@
  * (subset_jobs.c); a worker of the snapshot pool takes it here.  All of
  * the client's subset input is read and checked here, in the worker, under
  * PostgreSQL's parsers: the JSON body and params with jsonb's, the where
- * clause exactly as a shape's (shape_def_subset_where: analysed, never
+ * clause exactly as a shape's (shape_where_for_subset: analysed, never
  * spliced, the same functions refused, the same limits), and order_by as
  * the ORDER BY list of "SELECT 1 ORDER BY <order_by>", of which only plain
  * column names with ASC/DESC and NULLS FIRST/LAST are accepted (a sort
@@ -66,6 +66,9 @@
 
 #include "guc.h"
 #include "row_encoder.h"
+#include "shape_def_error.h"
+#include "shape_role.h"
+#include "shape_where.h"
 #include "shared_state.h"
 #include "snapshot_query.h"
 #include "subset_query.h"
@@ -479,7 +482,7 @@ subset_order_by(Relation rel, const char *order_by, int *norder)
 
 	subset_field = "order_by";
 	subset_message = order_by_rule;
-	select = shape_def_parse_select_one(sql, true);
+	select = shape_where_parse_select_one(sql, true);
 	subset_message = NULL;
 	if (select == NULL)
 		subset_invalid("order_by", order_by_rule);
@@ -692,7 +695,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 									strlen(parsed.where), shape_sync_max_where_length));
 		shape_def_error_field = NULL;
 		shape_def_http_message[0] = '\0';
-		subset.where = shape_def_subset_where(rel, parsed.where, parsed.params, parsed.nparams);
+		subset.where = shape_where_for_subset(rel, parsed.where, parsed.params, parsed.nparams);
 		shape_def_error_field = NULL;
 		pull_varattnos(subset.where, 1, &where_read);
 		subset_check_shape_columns(rel, in, "where", where_read);
