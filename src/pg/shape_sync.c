@@ -8,16 +8,12 @@
  * Loading it any other way (CREATE EXTENSION without preloading, LOAD)
  * raises an error that says how to fix the configuration.
  *
- * The files of this module, by concern:
- *	 src/pg/    PostgreSQL side: this file, guc.c, shared_state.c, worker.c
- *	            (the main loop), registry.c (shapes by definition),
- *	            shape_def.c (validation), shape_where.c (where clauses),
- *	            shape_relation.c (a shape's table), row_encoder.c,
- *	            snapshot.c, sql_api.c
- *	 src/net/   the HTTP threads, which never call PostgreSQL, and the
- *	            request queue through which they ask the main thread
- *	 src/contract/   shared memory both sides read: shape table, shape logs,
- *	            admission slots, offsets
+ * The source is in three floors (src/pg/ runs in PostgreSQL processes,
+ * src/net/ on the HTTP threads, src/contract/ is what both share in
+ * shared memory), and src/pg/ in folders by process: the worker's main
+ * loop and decoding (worker/), the snapshot workers (snapshot/), the SQL
+ * functions (sql/), and what all of them use to work with a shape
+ * (shape/).  src/README.md maps every file in one line.
  *
  * IDENTIFICATION
  *	  src/pg/shape_sync.c

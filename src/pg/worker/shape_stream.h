@@ -1,0 +1,63 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream.h
+ *		Decoded changes into shape logs: matching, stitching, appending.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/shape_stream.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_STREAM_H
+#define SHAPE_STREAM_H
+
+#include "postgres.h"
+
+#include "replication/reorderbuffer.h"
+#include "utils/rel.h"
+
+#include "shape_def.h"
+#include "snapshot_definition.h"
+
+/* Registry hooks: a shape's stream lives as long as the shape. */
+extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec,
+							 int chunk_threshold);
+extern void shape_stream_check_when_replayed(uint32 slot);
+extern void shape_stream_catalog_changed(void);
+extern void shape_stream_remove(uint32 slot);
+
+/*
+ * The shape's snapshot is READY, and saw what `visibility` says: the
+ * stream takes the log over at the next maintain (stream_log.c).
+ */
+extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
+
+/* Decoding callbacks; main thread, inside the decoding transaction. */
+extern bool shape_stream_wants(Oid relid);
+extern uint64 shape_stream_take_freed_bytes(void);
+extern void shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn);
+extern void shape_stream_change(Relation rel, ReorderBufferChange *change);
+extern void shape_stream_truncate(int nrelations, Relation *relations);
+extern void shape_stream_commit(void);
+
+/* How the stream has a shape rotated: the registry's registry_rotate. */
+typedef void (*ShapeStreamRotate) (uint32 slot, SmRotationCause cause);
+
+/*
+ * Main loop, outside transactions: the streams of finished snapshots take
+ * their logs over, and shapes are rotated whose table was truncated, dropped or
+ * altered.
+ */
+extern void shape_stream_maintain(ShapeStreamRotate rotate);
+extern void shape_stream_maintain_during_replay(void);
+
+/* Check every shape's table and privileges at the next maintain. */
+extern void shape_stream_recheck_all(void);
+
+/*
+ * Whether an invalidation asked for checks since the last maintain: the
+ * decoder ends its batch there, so the checks run before what follows.
+ */
+extern bool shape_stream_recheck_pending(void);
+
+#endif							/* SHAPE_STREAM_H */

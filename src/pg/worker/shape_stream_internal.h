@@ -1,0 +1,180 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream_internal.h
+ *		What the files of the shape stream share: the stream, the kept
+ *		transactions, the streams of a table, and the stream's state.
+ *
+ * The shape stream (shape_stream.c explains its design) is four files:
+ *	 shape_stream.c     set-up, the catalog watch, the streams of a table
+ *	 stream_change.c    the change path: routing, matching, encoding
+ *	 stream_log.c       stitching a finished snapshot, appending, compaction
+ *	 stream_maintain.c  between batches: checks against the catalog, rotations
+ * All of it runs on the worker's main thread; nothing here is shared with
+ * another thread or process.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/shape_stream_internal.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_STREAM_INTERNAL_H
+#define SHAPE_STREAM_INTERNAL_H
+
+#include "postgres.h"
+
+#include "executor/executor.h"
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "utils/hsearch.h"
+
+#include "equality_index.h"
+#include "row_encoder.h"
+#include "server_metrics.h"
+#include "shape_relation.h"
+#include "shape_stream.h"
+#include "shape_table.h"
+
+/* A transaction kept while its shape's snapshot is still being taken. */
+typedef struct PendingTxn
+{
+	TransactionId xid;
+	char	   *problem;		/* why the shape must rotate, unless the
+								 * snapshot has this transaction */
+	SmRotationCause problem_cause;	/* and what kind of why, for the metrics */
+	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
+} PendingTxn;
+
+typedef struct ShapeStream
+{
+	bool		in_use;
+	uint32		slot;
+	uint32		generation;
+	Oid			relid;
+	Oid			role;			/* read as this role (shape_sync.role) */
+	Oid			nsp;			/* the schema of its table */
+	bool		replica_full;
+	bool		all_columns;	/* no column list: new columns count too */
+	int			threshold;
+	MemoryContext context;		/* everything below lives here */
+	ShapeRelation *rel;
+	RowEncoder	enc;
+	ExprState  *where;			/* NULL: every row matches */
+	int			nused;			/* columns the shape reads: selected, key, where */
+	AttrNumber *used_attnums;
+	Oid		   *used_types;		/* their types when the shape was made */
+	char	   *schema_json;	/* to notice a changed table */
+
+	bool		snapshot_done;	/* READY, with snap_visibility set */
+	bool		ready;			/* taken over: this stream writes the log */
+	bool		filtering;		/* commits before snap_lsn: drop those visible */
+	uint64		snap_lsn;		/* commits from here on are not in the snapshot */
+	SnapshotVisibility *snap_visibility;	/* what the snapshot saw */
+	List	   *pending;		/* PendingTxn *, until ready */
+	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
+	LogOffset	last;			/* the log's last offset */
+	uint64		compacted_bytes;	/* the log's size after its snapshot or
+									 * its last compaction; 0: never compact */
+
+	/* the transaction being decoded */
+	bool		touched;
+	bool		skip_txn;
+	PendingTxn *txn_pending;
+	bool		has_held;
+	LogOffset	held_offset;
+	StringInfoData held;		/* the latest message, without its "}}" */
+	bool		appended;
+	bool		rotate;			/* rotate at the next maintain */
+	SmRotationCause rotate_cause;	/* why, for the metrics */
+	bool		needs_check;	/* privileges changed maybe: check at commit */
+	bool		needs_definition_check; /* the table changed maybe: check
+										 * at its next change */
+	bool		counted;		/* on its table's SsRelation */
+	int			relation_pos;	/* where, in its slots */
+	EqualityRoute route;		/* how changes find it (equality_index.c) */
+	uint64		visited;		/* the change that last visited it */
+	bool		partitioned;	/* on a partitioned table: */
+	int			npartitions;	/* the partitions it had when the shape */
+	Oid		   *partitions;		/* was made, sorted (in ss_partitions) */
+} ShapeStream;
+
+/* logs smaller than this are not worth compacting */
+#define COMPACTION_MIN_BYTES	(64 * 1024)
+
+
+extern ShapeStream *ss_streams;	/* by slot */
+extern uint64 ss_pending_total; /* pending_bytes of every stream */
+extern uint64 ss_freed_bytes;	/* held by streams removed (take_freed) */
+extern MemoryContext ss_context;
+extern List *ss_touched;		/* streams touched by the current txn */
+extern TransactionId ss_xid;
+extern bool ss_in_txn;			/* between shape_stream_begin and _commit */
+extern uint64 ss_lsn;
+extern uint64 ss_op;			/* the next op position */
+extern ExprContext *ss_econtext;
+extern List *ss_changed_relids; /* relcache invalidations seen */
+extern List *ss_check_slots;	/* int list: streams that took over from
+								 * their snapshot, to check once */
+extern List *ss_snapshotting;	/* int list: streams whose snapshot is not
+								 * done, oldest first */
+extern List *ss_rotating;		/* int list: streams marked for rotation */
+extern bool ss_all_changed;
+extern bool ss_recheck_now;		/* end the decoding batch: check first */
+extern bool ss_eval_too_slow;	/* ss_matches ran past its deadline */
+extern bool ss_callback_registered;
+extern HTAB *ss_relids;			/* relid -> SsRelation */
+extern HTAB *ss_partitions;		/* partition relid -> the partitioned streams
+								 * that had it when they were made */
+extern int	ss_npartitioned;	/* streams on partitioned tables */
+
+typedef struct SsRelidEntry
+{
+	Oid			relid;
+	List	   *slots;			/* int list: the streams on this relation */
+} SsRelidEntry;
+
+/*
+ * The streams on one table, and how a change of it finds the ones it may
+ * concern.  A stream is "verified" when, since the last invalidation that
+ * could concern the table (or cache reset, or the stream's arrival), a
+ * change of the table found nothing wrong with it: its columns have the
+ * types it was made with, its table's definition was checked, and, for a
+ * partitioned table, its partitions include the change's.  Once every
+ * stream of the table but the `flagged` ones is verified, a change visits
+ * only the flagged streams (all checks again, until one finds nothing
+ * wrong), the streams its index returns and those it cannot route; none of
+ * them is checked again.  Until then, and for a change without its whole
+ * old row (every stream must hear of it), every stream is visited and
+ * checked, as each change once did.
+ */
+typedef struct SsRelation
+{
+	Oid			relid;			/* hash key */
+	int			nslots;
+	int			capacity;
+	uint32	   *slots;			/* the streams on this relation */
+	EqualityIndex *index;		/* the same streams, by their constants */
+	bool		verified;
+	List	   *flagged;		/* int list: streams checked on every change */
+	List	   *verified_leaves;	/* OIDs: partitions whose changes were
+									 * checked with every stream */
+} SsRelation;
+
+extern uint64 ss_visits;		/* one per change and relation visited */
+
+/* shared between the files of the stream */
+extern const char *ss_definition_problem(ShapeStream *s, Relation rel);
+extern const char *ss_definition_problem_guarded(ShapeStream *s, Relation rel);
+extern void ss_fail_later(ShapeStream *s, const char *message);
+extern void ss_free_pending(PendingTxn *txn);
+extern bool ss_has_partition(ShapeStream *s, Oid relid);
+extern void ss_maybe_compact(ShapeStream *s);
+extern void ss_message(ShapeStream *s, uint64 op, StringInfo msg);
+extern void ss_pending_forget(ShapeStream *s);
+extern void ss_release_held(ShapeStream *s, bool last);
+extern void ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why);
+extern ShapeTable *ss_table(void);
+extern void ss_take_over(ShapeStream *s);
+extern bool ss_touch(ShapeStream *s);
+extern bool ss_types_match(ShapeStream *s, TupleDesc desc);
+
+#endif							/* SHAPE_STREAM_INTERNAL_H */

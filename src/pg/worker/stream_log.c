@@ -1,0 +1,402 @@
+/*-------------------------------------------------------------------------
+ *
+ * stream_log.c
+ *		A shape stream's log: stitching, appending, compaction.
+ *
+ * Stitching.  While a shape's snapshot is being written (by the snapshot
+ * worker, the log's writer until then), its transactions are kept in
+ * memory.  When the snapshot is done, the stream gets the snapshot's
+ * xmin, xmax and xip list (shape_stream_snapshot_done, from the job's
+ * segment: snapshot_definition.c), drops the transactions the snapshot already saw, and appends the others; from
+ * then on it writes the log itself, still dropping transactions visible
+ * to the snapshot until a commit at or past the WAL insert position read
+ * just after the snapshot was taken (commit order is not visibility
+ * order, so xmax cannot end the check).  Nothing is lost or doubled: a
+ * transaction is in the snapshot exactly when it is visible to it, and
+ * every transaction decoded before the stream began is visible to the
+ * snapshot, because decoder.c decodes a commit only once its transaction
+ * has left the proc array.
+ *
+ * Appending: each shape's latest message of a transaction is held back
+ * (without its closing braces) until the next one, or the commit, says
+ * whether it is the last.  Kept transactions are bounded in all, to a
+ * quarter of shape_sync.log_memory (ss_pending_limit).  A log that
+ * has grown by shape_sync.compaction_factor since its snapshot or last
+ * compaction is compacted between transactions (log_compact.c).
+ *
+ * Everything here runs on the worker's main thread.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/stream_log.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "guc.h"
+#include "log_compact.h"
+#include "log_record.h"
+
+#include "shape_stream_internal.h"
+
+/* ------------------------------------------------------------ stitching */
+
+/* The 64-bit form of a recent xid, as pg_current_snapshot() shows it. */
+static uint64
+ss_full_xid(TransactionId xid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	uint32		epoch = EpochFromFullTransactionId(next);
+
+	if (xid > XidFromFullTransactionId(next) && epoch > 0)
+		epoch--;				/* from before the last wraparound */
+	return ((uint64) epoch << 32) | xid;
+}
+
+/* Whether transaction `xid` is visible to the shape's snapshot. */
+static bool
+ss_visible(ShapeStream *s, TransactionId xid)
+{
+	const SnapshotVisibility *vis = s->snap_visibility;
+	uint64		full = ss_full_xid(xid);
+
+	if (full < vis->xmin)
+		return true;
+	if (full >= vis->xmax)
+		return false;
+	for (int i = 0; i < vis->nxip; i++)
+		if (vis->xip[i] == full)
+			return false;
+	return true;
+}
+
+void
+shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility)
+{
+	ShapeStream *s;
+	Size		size = offsetof(SnapshotVisibility, xip) + sizeof(uint64) * visibility->nxip;
+
+	if (ss_streams == NULL || !ss_streams[slot].in_use || ss_streams[slot].ready)
+		return;
+	s = &ss_streams[slot];
+	s->snap_visibility = MemoryContextAlloc(s->context, size);
+	memcpy(s->snap_visibility, visibility, size);
+	s->snapshot_done = true;
+}
+
+/* ------------------------------------------------------------ appending */
+
+void
+ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
+{
+	if (!s->rotate)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		ereport(LOG,
+				(errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
+		s->rotate_cause = cause;
+		ss_rotating = lappend_int(ss_rotating, (int) s->slot);
+		MemoryContextSwitchTo(old);
+	}
+	s->rotate = true;
+}
+
+/*
+ * The shape cannot be served as defined: it fails, with `message` for its
+ * clients (invalid, refusal.h), and the registry remembers the failure for a while, so
+ * the same definition is not made again at once (the registry).
+ */
+void
+ss_fail_later(ShapeStream *s, const char *message)
+{
+	ShapeTable *table = ss_table();
+	ShapeSlot  *slot = &table->slots[s->slot];
+
+	ss_rotate_later(s, SM_ROTATION_FAILED, message);
+	if (!s->ready)
+		return;					/* the snapshot worker has the slot's state */
+	slot->error_reason = REFUSAL_SNAPSHOT_INVALID;
+	strlcpy(slot->error, message, sizeof(slot->error));
+	shape_table_set_state(table, s->slot, SHAPE_FAILED);
+	shape_table_mark_dirty(table, s->slot);
+}
+
+/* Appends one finished message to the log, closing a chunk when full. */
+static void
+ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = shape_table_log(table, s->slot);
+	SlogResult	res;
+
+	if (s->rotate)
+		return;
+	res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
+	if (res == SLOG_OK && log->open_chunk_bytes >= (uint64) s->threshold)
+		res = slog_close_chunk(table->arena, log, offset);
+	if (res != SLOG_OK)
+	{
+		ss_rotate_later(s, SM_ROTATION_LOG_FULL, res == SLOG_FULL ? "the shape log memory (\"shape_sync.log_memory\") is full"
+						: "the shape's log reached its size limit");
+		return;
+	}
+	s->last = offset;
+	s->appended = true;
+	atomic_store_explicit(&table->slots[s->slot].changes,
+						  atomic_load_explicit(&table->slots[s->slot].changes,
+											   memory_order_relaxed) + 1,
+						  memory_order_relaxed);
+	sm_add(SM_SHAPE_CHANGES, 0, 1);
+}
+
+/*
+ * The most the snapshotting shapes keep, together, of the transactions
+ * decoded meanwhile (ss_pending_total): a quarter of the log memory, which
+ * they would go to.
+ */
+static uint64
+ss_pending_limit(void)
+{
+	/* and under what one allocation may hold: one transaction's buffer */
+	return Min((uint64) shape_sync_log_memory * 1024 * 1024 / 4, (uint64) MaxAllocSize / 2);
+}
+
+/* A stream's kept changes are gone (used, freed, or not to be kept). */
+void
+ss_pending_forget(ShapeStream *s)
+{
+	Assert(ss_pending_total >= s->pending_bytes);
+	ss_pending_total -= s->pending_bytes;
+	s->pending_bytes = 0;
+}
+
+/* A finished message goes to the log, or to the pending transaction. */
+static void
+ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
+{
+	if (s->ready)
+	{
+		ss_append(s, offset, data, len);
+		return;
+	}
+	if (s->rotate)
+		return;
+	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit())
+	{
+		/* bounded: the shape starts over once the changes have committed */
+		ss_rotate_later(s, SM_ROTATION_LOG_FULL, psprintf("the changes kept while snapshots are taken exceed %llu MB (a quarter of \"shape_sync.log_memory\")",
+									(unsigned long long) (ss_pending_limit() >> 20)));
+		ss_pending_forget(s);
+		return;
+	}
+	s->pending_bytes += sizeof(offset) + sizeof(len) + len;
+	ss_pending_total += sizeof(offset) + sizeof(len) + len;
+	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &offset, sizeof(offset));
+	appendBinaryStringInfo(&s->txn_pending->records, (const char *) &len, sizeof(len));
+	appendBinaryStringInfo(&s->txn_pending->records, data, len);
+}
+
+/* Finishes the held message, as the transaction's last or not. */
+void
+ss_release_held(ShapeStream *s, bool last)
+{
+	if (!s->has_held)
+		return;
+	appendStringInfoString(&s->held, log_record_end(last));
+	ss_emit(s, s->held_offset, s->held.data, (uint32) s->held.len);
+	resetStringInfo(&s->held);
+	s->has_held = false;
+}
+
+void
+ss_free_pending(PendingTxn *txn)
+{
+	pfree(txn->records.data);
+	if (txn->problem != NULL)
+		pfree(txn->problem);
+	pfree(txn);
+}
+
+/* First change of the transaction for this shape. */
+bool
+ss_touch(ShapeStream *s)
+{
+	MemoryContext old;
+
+	if (s->touched)
+		return !s->skip_txn;
+	s->touched = true;
+	s->skip_txn = false;
+	s->appended = false;
+	old = MemoryContextSwitchTo(ss_context);
+	ss_touched = lappend(ss_touched, s);
+	MemoryContextSwitchTo(old);
+	if (s->ready && s->filtering)
+	{
+		/*
+		 * Commit order is not visibility order (a commit record is written
+		 * before its transaction becomes visible): every commit before
+		 * the snapshot's insert position is checked, none after it.
+		 */
+		if (ss_lsn >= s->snap_lsn)
+			s->filtering = false;
+		else if (ss_visible(s, ss_xid))
+			s->skip_txn = true;
+	}
+	if (!s->ready)
+	{
+		old = MemoryContextSwitchTo(s->context);
+		s->txn_pending = palloc0(sizeof(PendingTxn));
+		s->txn_pending->xid = ss_xid;
+		initStringInfo(&s->txn_pending->records);
+		MemoryContextSwitchTo(old);
+	}
+	return !s->skip_txn;
+}
+
+/* Queues a message (without its closing braces) at op position `op`. */
+void
+ss_message(ShapeStream *s, uint64 op, StringInfo msg)
+{
+	LogOffset	offset = {(int64_t) ss_lsn, op};
+	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	ss_release_held(s, false);
+	appendBinaryStringInfo(&s->held, msg->data, msg->len);
+	s->held_offset = offset;
+	s->has_held = true;
+	MemoryContextSwitchTo(old);
+}
+
+/* ---------------------------------------------------------- maintenance */
+
+/* The snapshot is done: stitch the kept transactions on, take the pen. */
+void
+ss_take_over(ShapeStream *s)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = shape_table_log(table, s->slot);
+	SlogPublished pub;
+	ListCell   *lc;
+
+	slog_read_published(log, &pub);
+	s->snap_lsn = table->slots[s->slot].snapshot_lsn;
+
+	s->ready = true;
+	s->filtering = true;
+	s->last = pub.last;
+	s->appended = false;
+	{
+		/*
+		 * Now its table must log old rows in full: look once, at this
+		 * stream alone (checking every stream of the table for each new
+		 * one made creating N shapes cost N^2 checks).
+		 */
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		ss_check_slots = lappend_int(ss_check_slots, (int) s->slot);
+		MemoryContextSwitchTo(old);
+	}
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+		const char *p = txn->records.data;
+		const char *end = p + txn->records.len;
+
+		if (ss_visible(s, txn->xid))
+			continue;
+		if (txn->problem != NULL)
+		{
+			ss_rotate_later(s, txn->problem_cause, txn->problem);
+			break;
+		}
+		while (p < end)
+		{
+			LogOffset	offset;
+			uint32		len;
+
+			memcpy(&offset, p, sizeof(offset));
+			memcpy(&len, p + sizeof(offset), sizeof(len));
+			ss_append(s, offset, p + sizeof(offset) + sizeof(len), len);
+			p += sizeof(offset) + sizeof(len) + len;
+		}
+	}
+	foreach(lc, s->pending)
+		ss_free_pending(lfirst(lc));
+	list_free(s->pending);
+	s->pending = NIL;
+	ss_pending_forget(s);
+	if (s->appended)
+		shape_table_note_published(table, s->slot);	/* covered by the publish */
+	/*
+	 * Readers past the snapshot waited for this (snapshot.c): wake them.  A
+	 * stream that could not take its kept transactions is rotated instead
+	 * (its readers then get 409), never published as complete.
+	 */
+	if (!s->rotate)
+		slog_publish(log, s->last, SLOG_SNAPSHOT_DONE);
+	shape_table_mark_dirty(table, s->slot);
+	s->appended = false;
+	s->compacted_bytes = Max(shape_table_log(table, s->slot)->write_pos, 1);
+}
+
+/*
+ * Compacts the shape's log once it has grown to shape_sync.compaction_factor
+ * times its size after the snapshot or the last compaction (log_compact.c):
+ * each byte appended is rewritten a bounded number of times.  Between
+ * transactions, on the main thread, the log's writer.
+ */
+void
+ss_maybe_compact(ShapeStream *s)
+{
+	ShapeTable *table = ss_table();
+	ShapeLog   *log = shape_table_log(table, s->slot);
+	ShapeLog   *spare;
+	SlogCompactStats stats;
+	SlogCompactResult res;
+	TimestampTz started;
+
+	if (shape_sync_compaction_factor <= 0 || s->compacted_bytes == 0 ||
+		log->write_pos < COMPACTION_MIN_BYTES ||
+		(double) log->write_pos < shape_sync_compaction_factor * (double) s->compacted_bytes)
+		return;
+	spare = shape_table_spare_log(table, s->slot);
+	if (spare == NULL)
+		return;					/* responses still read the previous one */
+	started = GetCurrentTimestamp();
+	res = slog_compact(table->arena, log, spare, (uint32) s->threshold, &stats);
+	if (res != SLOG_COMPACT_OK)
+	{
+		shape_table_drop_spare_log(table, s->slot);
+		if (res == SLOG_COMPACT_UNREADABLE)
+		{
+			ereport(WARNING,
+					(errmsg("shape %s cannot be compacted: its log holds a record it did not expect",
+							table->slots[s->slot].handle)));
+			s->compacted_bytes = 0;
+		}
+		else
+			s->compacted_bytes = log->write_pos;	/* try again after as much growth */
+		return;
+	}
+	shape_table_swap_log(table, s->slot);
+	atomic_fetch_add_explicit(&table->slots[s->slot].compactions, 1, memory_order_relaxed);
+	sm_add(SM_COMPACTIONS, 0, 1);
+	s->compacted_bytes = Max(stats.bytes_out, 1);
+	ereport(DEBUG1,
+			(errmsg_internal("shape %s compacted from %llu to %llu bytes (%llu of %llu records, %llu tombstones) in %lld ms",
+							 table->slots[s->slot].handle,
+							 (unsigned long long) stats.bytes_in,
+							 (unsigned long long) stats.bytes_out,
+							 (unsigned long long) stats.records_out,
+							 (unsigned long long) stats.records_in,
+							 (unsigned long long) stats.tombstones,
+							 (long long) ((GetCurrentTimestamp() - started) / 1000))));
+}
+
+/*
+ * Rotates the shapes of a relation that is gone, whose columns changed, or
+ * that their role can no longer read.  `role` is what shape_sync.role
+ * names now, or InvalidOid when it cannot be used.
+ */
