@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
 # bench/commits.sh: what decoding costs per commit. The worker decodes a commit only once
-# TransactionIdIsInProgress(xid) is false (src/pg/decoder.c, dec_commit_still_running), and it
+# TransactionIdIsInProgress(xid) is false (src/pg/worker/decoder.c, dec_commit_still_running), and it
 # empties the relation and catalog caches whenever its main loop switches between resolving
 # requests (the current catalog) and decoding (the historic one: dec_switch_catalog_use).
 # bench/decode.sh, one big transaction, shows neither. Here COMMITS one-row INSERT
@@ -352,7 +352,7 @@ else:
         "CPU of the two live measurements over the difference of their requests, median of the "
         f"runs). The {busy_us - idle_us:.0f} µs more are what interleaving adds: the switch from "
         "decoding to resolving and back, each emptying the relation and catalog caches "
-        "(`dec_switch_catalog_use`, src/pg/decoder.c), and the entries built again after each (and "
+        "(`dec_switch_catalog_use`, src/pg/worker/decoder.c), and the entries built again after each (and "
         "the writer, the clients and the worker sharing the cores). ")
 lines += [
     "",

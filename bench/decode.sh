@@ -2,7 +2,7 @@
 #
 # bench/decode.sh: what the where clause's evaluation deadline costs the decoding path.
 # Every decoded change is matched against each shape of its table, and each match is
-# bounded by shape_sync.where_evaluation_timeout (src/pg/eval_deadline.c).
+# bounded by shape_sync.where_evaluation_timeout (src/pg/shape/eval_deadline.c).
 # SHAPES shapes on one table (where id % SHAPES = k) each hold a live request; one
 # transaction inserts ROWS rows; the time from its start to the last live response is
 # measured with the deadline on (1s, the default) and off (0), alternating, RUNS times
@@ -94,7 +94,7 @@ lines = [
     f"That is {(on - off) * 1e9 / matches:.0f} ns per match (the difference of the medians over the "
     f"matches; runs: off {', '.join(f'{x:.3f}' for x in t['off'])}; on {', '.join(f'{x:.3f}' for x in t['on'])}). "
     "A match only bumps a sequence number; a tick every quarter of the deadline, running only while a "
-    "batch evaluates clauses, watches it (src/pg/eval_deadline.c). The first design armed "
+    "batch evaluates clauses, watches it (src/pg/shape/eval_deadline.c). The first design armed "
     "PostgreSQL's statement timer around each match: 1.38x here, 71 ns per match (0.205 s against "
     "0.148 s, the same script at commit e57ee0a).",
 ]

@@ -41,7 +41,7 @@
 # The gate: to time decoding alone, a commit that waits for a synchronous standby that does
 # not exist (the cluster runs with synchronous_standby_names = 'bench_gate' and
 # synchronous_commit = local) stays in progress at its commit record, where the worker stops
-# (src/pg/decoder.c, dec_commit_still_running), while the commits to time are written behind
+# (src/pg/worker/decoder.c, dec_commit_still_running), while the commits to time are written behind
 # it with synchronous_commit = off or local, which do not wait.  gate_release cancels the
 # wait; the end of that commit wakes the worker.
 #   gate_hold TABLE / gate_release / gate_waits (below)

@@ -3,7 +3,7 @@
 # bench/metrics.sh: the cost of one increment of a hot metric as threads are added (issue 11,
 # item 5; seed 002). bench/build/metrics_bench (bench/metrics_bench.c) has 1, 2, 4 and 8
 # threads add to one counter, and observe into one histogram, OPS times each, three ways in
-# the same run: src/shm/metrics.c's stripes (each thread its own, as the server writes
+# the same run: src/contract/metrics.c's stripes (each thread its own, as the server writes
 # them), one shared atomic (fetch_add), and one mutex. Reports the median over RUNS runs of
 # the nanoseconds per operation each thread sees, and each way's cost at n threads over its
 # cost at 1 (flat means no contention). On a machine with fewer cores than threads, threads
@@ -48,7 +48,7 @@ lines = [
     "`bash bench/metrics.sh`: n threads each add 1 to one counter (or observe one value into "
     f"one histogram of 7 buckets) {int(os.environ['BENCH_OPS']):,} times at once; nanoseconds "
     "per operation as each thread sees it (the run's time over one thread's operations), and "
-    "its ratio to the same way with one thread. Striped: `src/shm/metrics.c`, a stripe per "
+    "its ratio to the same way with one thread. Striped: `src/contract/metrics.c`, a stripe per "
     "thread; atomic: one shared `fetch_add` (a histogram: bucket, count, and a CAS loop for the "
     "sum); mutex: one `pthread_mutex`. Same run, medians of "
     f"{os.environ['BENCH_RUNS']} runs. With more threads than CPUs, threads take turns: "

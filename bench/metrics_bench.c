@@ -1,7 +1,7 @@
 /*
  * metrics_bench.c
  *		What one increment of a hot metric costs when many threads write it:
- *		src/shm/metrics.c's striped slots against one shared atomic and
+ *		src/contract/metrics.c's striped slots against one shared atomic and
  *		against a mutex, measured in the same run.
  *
  * For each thread count in --threads, every thread adds 1 to one counter

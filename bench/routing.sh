@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
 # bench/routing.sh: decoding with many shapes on one table, changes routed through the
-# equality index (src/pg/equality_index.c), against test_decoding on the same WAL.
+# equality index (src/pg/worker/equality_index.c), against test_decoding on the same WAL.
 #
 # For each scenario a table (id int PRIMARY KEY, tenant int, v text) gets its shapes:
 #   0           none;

@@ -4,7 +4,7 @@
 //
 // A subset whose input held deep JSON next to an invalid field crashed a snapshot worker,
 // 4 times out of 4: the error's answer was written from strings of the transaction that the
-// worker's recovery had just aborted (subset_failure in src/pg/subset_query.c).  Deep JSON
+// worker's recovery had just aborted (subset_failure in src/pg/snapshot/subset_query.c).  Deep JSON
 // makes the aborted transaction's memory blocks large enough to go back to the system.
 
 import { after, before, describe, it } from 'node:test'

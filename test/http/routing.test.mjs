@@ -1,4 +1,4 @@
-// Changes routed through the equality index (src/pg/equality_index.c): a randomized test.
+// Changes routed through the equality index (src/pg/worker/equality_index.c): a randomized test.
 //
 // Many shapes on one table, most of them equality shapes (`col = const`, `const = col`,
 // `col IN (...)`, conjunctions containing one, cross-type comparisons, nondeterministic and

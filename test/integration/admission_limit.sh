@@ -16,7 +16,7 @@
 #    new shape with the 503, while shapes the server holds are served, with or
 #    without their handle (before, offset=-1 took an initial slot even for them).
 # 3. A new shape's large snapshot read slowly holds one slot for its whole
-#    response: as designed (src/shm/admission.c), the initial slot is promoted
+#    response: as designed (src/contract/admission.c), the initial slot is promoted
 #    to an existing one once the shape is known, so it shows as existing.
 # 4. ALTER SYSTEM + pg_reload_conf() changes the limits without a restart.
 set -euo pipefail

@@ -2,7 +2,7 @@
 #
 # Decoder lag is visible and logged.  A commit that waits for a synchronous
 # standby that does not exist stays in progress at its commit record, where
-# decoding stops (src/pg/decoder.c), while 200 one-row transactions commit
+# decoding stops (src/pg/worker/decoder.c), while 200 one-row transactions commit
 # behind it (synchronous_commit = local).  Meanwhile shape_sync.decoder shows
 # WAL not yet decoded.  After 2.5 s the wait is cancelled: decoding reads the
 # 200 commits, each more than shape_sync.decoder_lag_warning (1 s) after it

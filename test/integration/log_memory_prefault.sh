@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #
 # shape_sync.prefault_log_memory makes the log memory resident in the
-# background (src/pg/worker.c, slog_arena_prefault), so that first snapshots
+# background (src/pg/worker/worker.c, slog_arena_prefault), so that first snapshots
 # do not pay the kernel's first touch of each page.  A cluster with 256 MB of
 # log memory starts with the setting off: the worker's resident shared memory
 # stays far below 256 MB, also after a shape is made.  Turned on by a reload,

@@ -306,7 +306,7 @@ const SHAPES = [
   { name: 'b_mod3_late_full', table: 'integ_b', where: 'n % 3 = 0', columns: ['a', 'b', 'n'], replica: 'full', late: true },
 ]
 // INTEGRITY_EQUALITY_SHAPES=N adds N shapes on integ_a that the equality index routes
-// (src/pg/equality_index.c): `n = k`, `n IN (k, k + 50)`, `m = k`, `n = k AND m > j`,
+// (src/pg/worker/equality_index.c): `n = k`, `n IN (k, k + 50)`, `m = k`, `n = k AND m > j`,
 // each followed by one raw materializer only (no official clients: they are many).
 const EQUALITY_SHAPES = Number(env.INTEGRITY_EQUALITY_SHAPES ?? 0)
 for (let i = 0; i < EQUALITY_SHAPES; i++) {
@@ -662,7 +662,7 @@ class RawClient {
       }
     }
     // A compacted chunk may end with deletes of rows this client never had, which it is not
-    // sent (see src/shm/log_compact.c): its offset may then pass the last change it got.
+    // sent (see src/contract/log_compact.c): its offset may then pass the last change it got.
     if (lastChangeOffset && offset !== lastChangeOffset &&
         (!COMPACTION || offsetCmp(offset, lastChangeOffset) < 0))
       this.anomaly(`electric-offset ${offset} is not the offset of the last change ${lastChangeOffset}: ${url}`)

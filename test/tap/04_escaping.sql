@@ -1,5 +1,5 @@
 -- test/tap/04_escaping.sql: the row encoder escapes strings as PostgreSQL's escape_json does,
--- byte for byte (src/pg/row_encoder.c copies the runs between escapes whole): every ASCII
+-- byte for byte (src/pg/shape/row_encoder.c copies the runs between escapes whole): every ASCII
 -- byte from 1 to 127, runs of each at the start, middle and end of a value, multibyte UTF-8,
 -- and keys with "/" doubled.  Run by scripts/test.sh with pg_prove.
 BEGIN;

@@ -1,5 +1,5 @@
 -- test/tap/05_value_text.sql: the row encoder writes every value as its type's output function
--- does, also where it skips that function (src/pg/row_encoder.c, renc_output_kind): int2, int4
+-- does, also where it skips that function (src/pg/shape/row_encoder.c, renc_output_kind): int2, int4
 -- and int8 at their limits, char(n) with its padding, varchar, text inline, compressed and
 -- stored out of line, a domain over text, and types that still go through their output
 -- function; values and keys, NULLs included, byte for byte as to_json writes the text.
