@@ -5,10 +5,10 @@
  *		shared memory.
  *
  * Snapshots are taken by a pool of long-lived background workers
- * (snapshot.c), not by one process per shape: starting a backend costs
+ * (snapshot_worker.c), not by one process per shape: starting a backend costs
  * milliseconds, more than the snapshot of a small shape.  The main thread
  * of the shape_sync worker queues jobs here, oldest shape first, and wakes
- * an idle worker or starts a new one (registry.c); each worker takes the
+ * an idle worker or starts a new one (snapshot_pool.c); each worker takes the
  * next job, takes the snapshot, and takes the next.
  *
  * The queue is a bounded ring of cells with one producer (the main thread)

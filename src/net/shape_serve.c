@@ -570,7 +570,7 @@ shape_respond_or_wait(ShapeConn *sc)
 	}
 
 	if (c.state == SHAPE_RETIRED)
-		return shape_respond_must_refetch(sc, NULL);	/* 409: rotated, see snapshot.c */
+		return shape_respond_must_refetch(sc, NULL);	/* 409: rotated, see snapshot_worker.c */
 	if (c.state == SHAPE_FAILED)
 	{
 		/* the slot is pinned: its error fields stay as the failure left them */

@@ -20,7 +20,7 @@ extern char *table_code_problem(Oid relid);
 /* table_code_problem as an ERROR (ERRCODE_INSUFFICIENT_PRIVILEGE). */
 extern void table_code_check(Oid relid);
 
-/* The table's owner, whom its planning runs as (snapshot.c, shape_role_become). */
+/* The table's owner, whom its planning runs as (snapshot_query.c, shape_role_become). */
 extern Oid	table_code_owner(Oid relid);
 
 #endif							/* TABLE_CODE_H */

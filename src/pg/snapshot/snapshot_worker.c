@@ -120,7 +120,7 @@ snap_publish(SnapshotWriter *w, LogOffset last, uint32 flags)
 
 /*
  * After an append that found the arena full: asks the main thread for room
- * (it evicts the least recently read shapes, see registry.c) and waits a
+ * (it evicts the least recently read shapes, see shape_eviction.c) and waits a
  * little; the caller then tries again.  Past SNAPSHOT_ROOM_WAIT_MS, or for
  * anything but a full arena, raises the error.
  */

@@ -125,7 +125,7 @@ static uint32 subset_paging = 0;	/* REFUSAL_PAGING_*: what limit, offset
 									 * or order_by got wrong */
 static bool subset_not_object = false;	/* the POST body is no JSON object */
 
-/* The cell this worker writes (snapshot.c's exit callback finishes it). */
+/* The cell this worker writes (snapshot_worker.c's exit callback finishes it). */
 static int	subset_cell = -1;
 static uint32 subset_ticket = 0;
 

@@ -718,7 +718,7 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 	/*
 	 * Its snapshot is no longer wanted: cancel the query, now that the slot
 	 * is retired, so that the worker finds it so and goes on quietly (see
-	 * snapshot.c) instead of failing the shape.  A job not yet taken finds
+	 * snapshot_worker.c) instead of failing the shape.  A job not yet taken finds
 	 * the slot retired and is skipped.
 	 */
 	if (snapshotting)

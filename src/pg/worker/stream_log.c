@@ -330,7 +330,7 @@ ss_take_over(ShapeStream *s)
 	if (s->appended)
 		shape_table_note_published(table, s->slot);	/* covered by the publish */
 	/*
-	 * Readers past the snapshot waited for this (snapshot.c): wake them.  A
+	 * Readers past the snapshot waited for this (snapshot_worker.c): wake them.  A
 	 * stream that could not take its kept transactions is rotated instead
 	 * (its readers then get 409), never published as complete.
 	 */

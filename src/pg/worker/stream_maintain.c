@@ -52,7 +52,7 @@ ss_check_stream(ShapeStream *s, Oid role)
 		 * made from a replay's catalog (shape_stream_check_when_replayed)
 		 * stays unchecked until then, which is safe: its snapshot compares
 		 * the table with the shape's definition and privileges under the
-		 * current catalog (snapshot.c), and a change to the table decoded
+		 * current catalog (snapshot_query.c), and a change to the table decoded
 		 * meanwhile marks it for a check of its own.  (A shape's own
 		 * snapshot worker holds such a lock while it sets REPLICA IDENTITY
 		 * FULL: rotating here rotated fresh shapes for nothing.)
