@@ -6,14 +6,18 @@
  * shape_sync must be in shared_preload_libraries: it sizes shared memory
  * and registers its background worker while the postmaster starts.
  * Loading it any other way (CREATE EXTENSION without preloading, LOAD)
- * raises an error that says how to fix the configuration.
+ * raises an error that says how to fix the configuration.  Every backend
+ * wakes the worker when a transaction that wrote something commits (a
+ * transaction callback registered here), so commits reach the shape logs
+ * without polling.
  *
  * The source is in three floors (src/pg/ runs in PostgreSQL processes,
- * src/net/ on the HTTP threads, src/contract/ is what both share in
- * shared memory), and src/pg/ in folders by process: the worker's main
- * loop and decoding (worker/), the snapshot workers (snapshot/), the SQL
- * functions (sql/), and what all of them use to work with a shape
- * (shape/).  src/README.md maps every file in one line.
+ * src/net/ on the HTTP threads, src/contract/ is what both share: the
+ * types they hand each other and shared memory), and src/pg/ in folders
+ * by process: the worker's main loop and decoding (worker/), the snapshot
+ * workers (snapshot/), the SQL functions (sql/), and what all of them use
+ * to work with a shape (shape/).  src/README.md maps every file in one
+ * line.
  *
  * IDENTIFICATION
  *	  src/pg/shape_sync.c

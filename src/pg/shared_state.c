@@ -3,7 +3,8 @@
  * shared_state.c
  *		shape_sync's shared memory: sizing, creation, attaching.
  *
- * One ShmemInitStruct region holds, in order: ShapeSyncShared, the
+ * One ShmemInitStruct region holds, in order: ShapeSyncShared (which
+ * embeds admission, the snapshot jobs and the subset results), the
  * metrics (src/contract/server_metrics.c), the connections' activity
  * (src/contract/conn_activity.c), the shape table (src/contract/shape_table.c) and
  * the log arena (src/contract/shape_log.c), sized by shape_sync.http_threads,
@@ -22,7 +23,8 @@
  * - `decoder` is written by the main worker only (relaxed stores, each
  *   value standing on its own) and read by anyone.
  * - Everything else has its own notes: shape_table.c, shape_log.c,
- *   admission.c, metrics.c, server_metrics.c and conn_activity.c.
+ *   admission.c, snapshot_jobs.c, subset_results.c, metrics.c,
+ *   server_metrics.c and conn_activity.c.
  *
  * IDENTIFICATION
  *	  src/pg/shared_state.c

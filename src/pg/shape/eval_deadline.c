@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * eval_deadline.c
- *		The worker's deadline on evaluating a where clause
+ *		The deadline on evaluating a where clause
  *		(shape_sync.where_evaluation_timeout).
  *
  * A client's where clause is evaluated by the worker's main thread: folded
@@ -9,7 +9,9 @@
  * One slow clause must not hold up decoding for every other shape, so each
  * evaluation may take at most shape_sync.where_evaluation_timeout; past it,
  * the evaluation is cancelled (CHECK_FOR_INTERRUPTS and the regex engine
- * raise "canceling statement") and its shape fails.
+ * raise "canceling statement") and its shape fails.  A snapshot worker
+ * holds each row of a snapshot or subset scan to the same deadline
+ * (snapshot_query.c).
  *
  * The cost of the deadline grows with evaluations that run long, not with
  * evaluations: a decoded change may be matched against hundreds of shapes,
@@ -22,18 +24,21 @@
  * k at most, so it is cancelled at the first k whose k - 1 periods make
  * the deadline: between the deadline and one and a half times it (for a
  * deadline under 4 ms, where the period is 1 ms, one millisecond more).
- * The tick runs only while the worker is in a stretch of work that
- * evaluates clauses (a decoding batch, a validation), from its first
+ * The tick runs only while the process is in a stretch of work that
+ * evaluates clauses (a decoding batch, a validation, a scan: between
+ * eval_deadline_watch and eval_deadline_unwatch), from its first
  * evaluation on.
  *
  * A cancel the tick raised is told apart from pg_cancel_backend's by its
  * own flag, and one left pending by code that never checks for interrupts
  * is dropped when the evaluation ends, never left for later code.  Only
- * the worker enables the deadline: SQL callers of validate_shape() keep
- * their own statement_timeout.
+ * the main worker and the snapshot workers enable the deadline: SQL
+ * callers of validate_shape() and encode_rows() keep their own
+ * statement_timeout.
  *
- * Notes on synchronization: everything here belongs to the worker's main
- * thread, and the tick runs in its SIGALRM handler (the HTTP threads block
+ * Notes on synchronization: everything here belongs to the one thread of
+ * the process that calls PostgreSQL (in the main worker, its main
+ * thread), and the tick runs in its SIGALRM handler (the HTTP threads block
  * every signal).  The handler reads ed_running and ed_sequence and writes
  * ed_expired, QueryCancelPending and InterruptPending; those are volatile
  * sig_atomic_t.  eval_deadline_end lowers ed_running before it reads

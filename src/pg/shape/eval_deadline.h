@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * eval_deadline.h
- *		The worker's deadline on evaluating a where clause
+ *		The deadline on evaluating a where clause
  *		(shape_sync.where_evaluation_timeout).
  *
  * IDENTIFICATION
@@ -12,7 +12,7 @@
 #ifndef EVAL_DEADLINE_H
 #define EVAL_DEADLINE_H
 
-/* Gives this process (the worker) the deadline; elsewhere it is never armed. */
+/* Gives this process (a worker) the deadline; elsewhere it is never armed. */
 extern void eval_deadline_enable(void);
 
 /*

@@ -15,7 +15,7 @@
  * uses (row_encoder_set_display_settings), as JSON strings, or null.  The
  * key is the quoted relation followed by /"<value>" for each key column,
  * with "/" doubled inside values and NULL written as /_ ; the same encoder
- * will serve the decoded WAL, so snapshot and stream keys always agree.
+ * serves the snapshot and the decoded WAL, so their keys always agree.
  *
  * Output functions are looked up once per encoder; each row's scratch
  * memory lives in a context reset after the row.  Encoding is the

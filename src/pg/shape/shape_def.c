@@ -8,7 +8,8 @@
  * turned here into a ShapeSpec: the relation's OID, the selected column
  * numbers, and the where clause as an analysed expression tree, deparsed
  * back to SQL with its parameters bound as typed constants.  The where
- * clause's guard, analysis and folding are shape_where.c's.
+ * clause's guard, analysis and folding are shape_where.c's (with
+ * shape_where_check.c and shape_where_fold.c).
  *
  * Validation runs as the current user (shape_sync.role in the worker, the
  * caller in SQL), and refuses what that user could not read with SELECT:

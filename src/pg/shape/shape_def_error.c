@@ -5,7 +5,7 @@
  *		sentence Electric's clients expect for it.
  *
  * Failures of validation (shape_def.c) and of the where-clause guard
- * (shape_where.c) are ordinary ereport(ERROR)s, so the SQL function
+ * (shape_where.c, shape_where_check.c, shape_where_fold.c) are ordinary ereport(ERROR)s, so the SQL function
  * validate_shape() reports them the PostgreSQL way.  The HTTP path catches
  * them and needs two more facts, kept in shape_def_error_field and
  * shape_def_http_message: which request field failed, and, where

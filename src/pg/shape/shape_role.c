@@ -31,8 +31,8 @@
  * What the current user could not read of a table with SELECT, as a
  * sentence for the client (shape_read_problem): USAGE on the schema,
  * SELECT on the table or on each column read, and no row-level security
- * that applies.  Validation asks it (shape_def.c, and shape_where.c for a
- * column the where clause names), and so do a subset (subset_query.c) and
+ * that applies.  Validation asks it (shape_def.c, and shape_where_check.c
+ * for a column the where clause names), and so do a subset (subset_query.c) and
  * the stream, which checks a shape's privileges again when the catalog
  * changes (stream_change.c, stream_maintain.c).
  *

@@ -22,26 +22,9 @@
  *
  * The checks of what a clause may contain are shape_where_check.c's; the
  * folding of its constants and the bounds on its cost, shape_where_fold.c's.
- * This file parses, checks, analyses and folds, in that order.
- *
- * A client's clause must not be able to run anyone's code but PostgreSQL's,
- * nor to look up anything outside pg_catalog, nor to make much from
- * little.  Before analysis (which reads literals through their types' input
- * functions, and sizes an array by the largest $n), the raw tree is
- * checked: a $n past the parameters given; names qualified with another
- * schema (functions, operators, collations); column references that are
- * not plain columns, or name a column the user may not SELECT; casts to
- * types whose input runs a database user's or an extension's code, pads
- * (character(n), bit(n)) or looks names up (the object identifier types,
- * regclass, regconfig, ...), and calls of the functions that take or return
- * the latter (to_tsvector(regconfig, ...)).  After it: functions whose
- * output or time grows far beyond their input, jsonpaths (exponential).
- * Folding goes one node at a time and counts every constant it makes
- * against shape_sync.max_where_constant_size, within the worker's
- * evaluation deadline (eval_deadline.c), and then compiles every constant
- * pattern (regular expressions, LIKE) once, so that an invalid one is the
- * client's error now; and what one row's evaluation holds, counted in
- * column values, is bounded (WHERE_MAX_VALUE_COST).
+ * This file parses, checks the raw tree (where_check_raw), analyses,
+ * checks the analysed tree (where_check_node), binds the parameters and
+ * folds (where_fold), in that order.
  *
  * Each refusal records the request field it concerns ("where", "params",
  * or the field of a column the user may not read) and the sentence

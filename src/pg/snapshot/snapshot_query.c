@@ -22,7 +22,8 @@
  * handed to the caller's SnapshotEmit.  A subset query adds its where
  * clause, ORDER BY, LIMIT and OFFSET to the shape's tree.
  *
- * Everything here runs in a snapshot worker (snapshot_worker.c).
+ * Everything here runs in a snapshot worker (snapshot_worker.c), but
+ * snapshot_scan also runs in a backend for encode_rows() (sql_api.c).
  *
  * IDENTIFICATION
  *	  src/pg/snapshot/snapshot_query.c

@@ -1,13 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * sql_monitor.c
- *		SQL views of the server's state: shapes, connections, metrics.
+ *		SQL views of the server's state: shapes, connections, decoder,
+ *		metrics.
  *
  * What pg_stat_activity and pg_stat_statements are for backends and
  * queries, these are for shape_sync: shape_sync.shapes (every shape held,
  * its log and its readers), shape_sync.connections (every HTTP connection
  * and what it does), shape_sync.metrics (every series of GET /metrics, as
- * rows), admission and log memory, and reset_metrics().  They run in any
+ * rows), shape_sync.decoder (how far decoding is), admission, log memory
+ * and stalled serves reaped, and reset_metrics().  They run in any
  * backend and read shared memory without locks, as the HTTP threads do:
  * each value is consistent on its own, and a row may mix values of a
  * moment apart.

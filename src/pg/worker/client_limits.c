@@ -8,7 +8,7 @@
  * one client address (an IPv6 /64: ShapeRequest.client_key) creates at
  * most shape_sync.max_new_shapes_per_client shapes a minute (503 with
  * retry-after past that), and the shapes it made are read once, so they
- * are the least recently read and go first (registry.c).  Nor can a loop
+ * are the least recently read and go first (shape_eviction.c).  Nor can a loop
  * of invalid ones keep the main thread validating: a client whose
  * definitions were refused that many times in the minute gets 503 before
  * its next one is looked at, unless that one validated lately (its shapes

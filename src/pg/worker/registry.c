@@ -20,7 +20,7 @@
  * without finishing its shape fails it.  A failed shape is retired at
  * once, so its memory goes back to the arena as soon as its last reader
  * lets go, but the failure is remembered for
- * FAILED_SHAPE_RETENTION: clients asking for the same definition meanwhile
+ * FAILED_SHAPE_RETENTION_MS: clients asking for the same definition meanwhile
  * get the error at once instead of starting another doomed snapshot.
  *
  * Resolving runs as shape_sync.role (shape_role.c): the definition is

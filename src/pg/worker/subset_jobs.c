@@ -271,7 +271,8 @@ subset_shape_wait(const SubsetJobEntry *e)
 /*
  * Queues waiting jobs, oldest first, while fewer than
  * shape_sync.max_snapshot_workers jobs sit in the pool's queue (shape
- * snapshots count too: registry.c queues those first), and while subset
+ * snapshots count too: registry_maintain queues those first, through
+ * snapshot_pool_launch), and while subset
  * jobs, queued or running, leave at least one of the pool's workers to
  * shape snapshots: subsets never starve new shapes.  A job whose shape is
  * still taking its snapshot stays on the list, in its place, and those

@@ -8,14 +8,18 @@
  * waits on one WaitEventSet for three things:
  *
  *	- its latch: set by signals (SIGHUP, SIGTERM), by snapshot workers when
- *	  a shape log grows, and by the postmaster when a snapshot worker ends;
+ *	  a shape log grows or a job ends, by backends when a transaction that
+ *	  wrote something commits, and by the postmaster when a snapshot worker
+ *	  ends;
  *	- the request queue's eventfd: HTTP threads need a shape resolved;
  *	- postmaster death, which ends the worker.
  *
  * Each iteration resolves queued requests in one transaction, lets the
- * registry start and reap snapshot workers, and resumes the connections
- * parked on shapes whose logs changed: O(shapes changed), whatever the
- * number of waiting clients.  After a start, each idle iteration also makes
+ * registry start and reap snapshot workers (snapshot_pool.c), reaps and
+ * launches subset jobs (subset_jobs.c), checks the shape streams
+ * (stream_maintain.c), decodes a batch of WAL (decoder.c), and resumes
+ * the connections parked on shapes whose logs changed: O(shapes changed),
+ * whatever the number of waiting clients.  After a start, each idle iteration also makes
  * a slice of the log memory resident (log_prefault.c).
  *
  * SIGTERM only sets a flag (SignalHandlerForShutdownRequest); the loop
