@@ -39,7 +39,7 @@
 #      test_decoding, the section "Decoding with many shapes";
 #  16. bench/create.sh: 1,000 and 3,650 concurrent new shapes against the same requests for
 #      existing ones, the section "Shapes created at scale";
-#  17. bench/shape_memory.sh: log and worker memory of 1,000 one-row shapes, and what their
+#  17. bench/shape_memory.sh: log and worker memory of 10,000 one-row shapes, and what their
 #      deletion gives back, the section "Memory of small shapes";
 #  18. bench/initial_sync.sh: the first and second client of a 1M-row table against COPY,
 #      the section "Initial sync against COPY";
