@@ -7,16 +7,18 @@
  * side decides what the client reads (src/net/refusal_render.c: the
  * status, the JSON body in Electric's shape, retry-after).  What crosses
  * between them is a reason and its facts: which request field was wrong,
- * a plain-text sentence (PostgreSQL's message, or the one a failed
- * snapshot left in its slot), a number (a limit, a count, a timeout), and
- * a retry-after.  No JSON and no HTTP status is written on the PostgreSQL
- * side, and decisions there test reasons.
+ * PostgreSQL's own words where the answer quotes them (an error's message,
+ * detail and hint), a number (a limit, a count, a timeout), and a
+ * retry-after.  No sentence of the answer, no JSON and no HTTP status is
+ * written on the PostgreSQL side, and decisions there test reasons; the
+ * sentence of a failed shape is made by refusal_failure_sentence, which
+ * the server log's line and the answer share.
  *
  * A Refusal travels in a ShapeResolution (shape_request.h), so its
  * strings are malloc'd and freed by refusal_free (shape_resolution_free
  * calls it), on either side.  In shared memory the facts are kept in
- * fixed fields instead: ShapeSlot.error_reason and .error (a failed
- * snapshot, shape_table.h), and a SubsetCell's outcome with its text in
+ * fixed fields instead: ShapeSlot.error_reason, .error_number and .error
+ * (a failed shape, shape_table.h), and a SubsetCell's outcome with its text in
  * the cell's log (subset_results.h).
  *
  * IDENTIFICATION
@@ -28,6 +30,7 @@
 #define REFUSAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -63,13 +66,28 @@ typedef enum RefusalReason
 								 * limit) and `retry_after_s` */
 
 	/*
-	 * A shape whose snapshot failed (ShapeSlot, and the registry's memory
-	 * of it): `text` is the slot's sentence
+	 * A shape whose snapshot or stream failed (ShapeSlot's error_reason,
+	 * error_number and error, and the registry's memory of them); the
+	 * plain-text sentence of each is refusal_failure_sentence's
 	 */
-	REFUSAL_SNAPSHOT_INVALID,	/* the client may narrow the shape */
-	REFUSAL_SNAPSHOT_FORBIDDEN, /* shape_sync.role may not read it */
-	REFUSAL_SNAPSHOT_UNAVAILABLE,	/* it may pass (memory, a busy table) */
-	REFUSAL_SNAPSHOT_FAILED,	/* anything else */
+	REFUSAL_SNAPSHOT_INVALID,	/* the client may narrow the shape: `text`,
+								 * PostgreSQL's message, detail and hint */
+	REFUSAL_SNAPSHOT_FORBIDDEN, /* shape_sync.role may not read it: `text` */
+	REFUSAL_SNAPSHOT_UNAVAILABLE,	/* it may pass (memory): `text` */
+	REFUSAL_SNAPSHOT_FAILED,	/* anything else: `text` */
+	REFUSAL_SNAPSHOT_TIMEOUT,	/* past shape_sync.snapshot_statement_timeout,
+								 * `number` ms */
+	REFUSAL_SNAPSHOT_ROW_TOO_SLOW,	/* its where clause took longer than
+									 * `number` ms on a row */
+	REFUSAL_SNAPSHOT_ROW_FAILED,	/* its where clause failed on a row:
+									 * `text` */
+	REFUSAL_SNAPSHOT_CANCELLED, /* cancelled otherwise: it may pass */
+	REFUSAL_SNAPSHOT_CONFLICT,	/* a serialization failure: `text` */
+	REFUSAL_SNAPSHOT_TABLE_BUSY,	/* REPLICA IDENTITY FULL not set within
+									 * `number` ms */
+	REFUSAL_SNAPSHOT_WORKER_STOPPED,	/* the worker exited in the middle */
+	REFUSAL_STREAM_CHANGE_TOO_SLOW, /* its where clause took longer than
+									 * `number` ms on a change */
 	REFUSAL_MUST_REFETCH,		/* the shape is made again, not failed (its
 								 * table changed, its snapshot was
 								 * interrupted): the client refetches */
@@ -137,6 +155,16 @@ extern bool refusal_set(Refusal *r, RefusalReason reason, const char *field,
 
 /* Frees the strings and clears r to REFUSAL_NONE. */
 extern void refusal_free(Refusal *r);
+
+/*
+ * The plain-text sentence of a failed shape's reason and facts (the
+ * REFUSAL_SNAPSHOT_* and REFUSAL_STREAM_* reasons, and REFUSAL_MUST_REFETCH),
+ * into buf (len bytes, NUL-terminated, cut if it must be): what its clients
+ * read in the answer's message (refusal_render.c) and what the server log
+ * says of it.  Other reasons get `text`, or "".
+ */
+extern void refusal_failure_sentence(RefusalReason reason, int64_t number, const char *text,
+									 char *buf, size_t len);
 
 /* Whether the reason is a failed snapshot's (a ShapeSlot's error_reason). */
 static inline bool

@@ -97,15 +97,15 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shape_table.c is shared by threads and must not include postgres.h"
-#endif
-
 #include "shape_table.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef POSTGRES_H
+#error "shape_table.c is shared by threads and must not include postgres.h"
+#endif
 
 
 #define DIRTY_WORDS(n)	(((n) + 63) / 64)
@@ -186,6 +186,7 @@ shape_table_claim(ShapeTable *table)
 		atomic_store_explicit(&s->changes, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->route_attnum, 0, memory_order_relaxed);
 		s->error_reason = 0;
+		s->error_number = 0;
 		s->error[0] = '\0';
 		/* version 0 is served; version 1 is free (both were released) */
 		atomic_store_explicit(&s->log_current, 0, memory_order_relaxed);

@@ -72,7 +72,8 @@ typedef struct ShapeSlot
 	uint32_t	error_reason;	/* RefusalReason, once state is FAILED: a
 								 * REFUSAL_SNAPSHOT_* (REFUSAL_MUST_REFETCH:
 								 * rotate it) */
-	char		error[SHAPE_ERROR_LEN];	/* ... and its sentence, plain text */
+	int64_t		error_number;	/* ... its Refusal.number */
+	char		error[SHAPE_ERROR_LEN];	/* ... and its Refusal.text, plain */
 
 	/*
 	 * Two versions of the log: `log_current` names the one served; the

@@ -27,10 +27,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "refusal_render.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "refusal_render.h"
 
 #include <inttypes.h>
@@ -38,6 +34,10 @@
 #include <stdlib.h>
 
 #include "json_text.h"
+
+#ifdef POSTGRES_H
+#error "refusal_render.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /* The answer of a reason apart from its body. */
 typedef struct RenderRule
@@ -70,6 +70,14 @@ static const RenderRule rr_rules[] = {
 	[REFUSAL_SNAPSHOT_FORBIDDEN] = {403, 0, NULL, false},
 	[REFUSAL_SNAPSHOT_UNAVAILABLE] = {503, 10, NULL, false},
 	[REFUSAL_SNAPSHOT_FAILED] = {500, 0, NULL, false},
+	[REFUSAL_SNAPSHOT_TIMEOUT] = {400, 0, NULL, false},
+	[REFUSAL_SNAPSHOT_ROW_TOO_SLOW] = {400, 0, NULL, false},
+	[REFUSAL_SNAPSHOT_ROW_FAILED] = {400, 0, NULL, false},
+	[REFUSAL_SNAPSHOT_CANCELLED] = {503, 10, NULL, false},
+	[REFUSAL_SNAPSHOT_CONFLICT] = {503, 10, NULL, false},
+	[REFUSAL_SNAPSHOT_TABLE_BUSY] = {503, 10, NULL, false},
+	[REFUSAL_SNAPSHOT_WORKER_STOPPED] = {500, 0, NULL, false},
+	[REFUSAL_STREAM_CHANGE_TOO_SLOW] = {400, 0, NULL, false},
 	[REFUSAL_MUST_REFETCH] = {409, 0, NULL, false},
 	[REFUSAL_SUBSET_SHAPE_DROPPED] = {503, 5, "The shape was dropped, please retry", false},
 	[REFUSAL_SUBSET_BUSY] = {503, 5,
@@ -98,6 +106,9 @@ static const RenderRule rr_rules[] = {
 	[REFUSAL_SUBSET_UNANSWERED] = {503, 5, "The subset query failed", false},
 	[REFUSAL_NOT_READY] = {503, 5, "the server is not ready, please retry", false},
 };
+
+/* A failed shape's sentence: its text (at most SHAPE_ERROR_LEN) and words around it */
+#define RR_FAILURE_SENTENCE_MAX 1536
 
 #define RR_NRULES	(sizeof(rr_rules) / sizeof(rr_rules[0]))
 
@@ -266,7 +277,20 @@ refusal_render(const Refusal *r, RefusalAnswer *out)
 		case REFUSAL_SNAPSHOT_FORBIDDEN:
 		case REFUSAL_SNAPSHOT_UNAVAILABLE:
 		case REFUSAL_SNAPSHOT_FAILED:
-			rr_message(&buf, text, NULL, NULL);
+		case REFUSAL_SNAPSHOT_TIMEOUT:
+		case REFUSAL_SNAPSHOT_ROW_TOO_SLOW:
+		case REFUSAL_SNAPSHOT_ROW_FAILED:
+		case REFUSAL_SNAPSHOT_CANCELLED:
+		case REFUSAL_SNAPSHOT_CONFLICT:
+		case REFUSAL_SNAPSHOT_TABLE_BUSY:
+		case REFUSAL_SNAPSHOT_WORKER_STOPPED:
+		case REFUSAL_STREAM_CHANGE_TOO_SLOW:
+			{
+				char		failure[RR_FAILURE_SENTENCE_MAX];
+
+				refusal_failure_sentence(reason, r->number, r->text, failure, sizeof(failure));
+				rr_message(&buf, failure, NULL, NULL);
+			}
 			break;
 		case REFUSAL_SUBSET_PAGING:
 			rr_paging(&buf, r->paging);

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * shape_serve.c
- *		GET /v1/shape: from query parameters to a streamed shape response.
+ *		/v1/shape (GET, HEAD, DELETE; subsets through subset_serve.c):
+ *		from query parameters to a streamed shape response.
  *
  * This file runs on libmicrohttpd threads and must not call into
  * PostgreSQL.
@@ -57,10 +58,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shape_serve.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "shape_serve.h"
 
 #include <stdio.h>
@@ -72,6 +69,10 @@
 #include "shape_answer.h"
 #include "sse_stream.h"
 #include "subset_serve.h"
+
+#ifdef POSTGRES_H
+#error "shape_serve.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /*
  * retry-after of what a stopping server answers: a restart takes about a
@@ -578,6 +579,7 @@ shape_respond_or_wait(ShapeConn *sc)
 
 		failed.reason = slot->error_reason ? (RefusalReason) slot->error_reason :
 			REFUSAL_SNAPSHOT_FAILED;
+		failed.number = slot->error_number;
 		failed.text = slot->error; /* borrowed: never freed */
 		return shape_respond_refusal(sc, &failed);	/* REFUSAL_MUST_REFETCH: 409 */
 	}

@@ -108,14 +108,39 @@ TEST(failed_snapshot_refusals)
 {
 	Refusal		r;
 
-	r = refusal(REFUSAL_SNAPSHOT_INVALID, NULL, "The shape's where clause failed on a row", 0);
-	ANSWER(&r, 400, 0, "{\"message\":\"The shape's where clause failed on a row\"}");
-	r = refusal(REFUSAL_SNAPSHOT_FORBIDDEN, NULL, "Forbidden: permission denied", 0);
-	ANSWER(&r, 403, 0, "{\"message\":\"Forbidden: permission denied\"}");
+	/* PostgreSQL's words, quoted as they are */
+	r = refusal(REFUSAL_SNAPSHOT_INVALID, NULL, "shape is too large: the shape needs 9 MB ", 0);
+	ANSWER(&r, 400, 0, "{\"message\":\"shape is too large: the shape needs 9 MB \"}");
 	r = refusal(REFUSAL_SNAPSHOT_UNAVAILABLE, NULL, "out of memory: \t", 0);
 	ANSWER(&r, 503, 10, "{\"message\":\"out of memory: \\t\"}");
-	r = refusal(REFUSAL_SNAPSHOT_FAILED, NULL, "The shape's snapshot failed: x", 0);
+	/* the sentences the answers had when the snapshot worker wrote them */
+	r = refusal(REFUSAL_SNAPSHOT_FORBIDDEN, NULL, "permission denied", 0);
+	ANSWER(&r, 403, 0, "{\"message\":\"Forbidden: permission denied\"}");
+	r = refusal(REFUSAL_SNAPSHOT_FAILED, NULL, "x", 0);
 	ANSWER(&r, 500, 0, "{\"message\":\"The shape's snapshot failed: x\"}");
+	r = refusal(REFUSAL_SNAPSHOT_TIMEOUT, NULL, NULL, 3000);
+	ANSWER(&r, 400, 0, "{\"message\":\"The shape's snapshot took longer than the 3000 ms that "
+		   "shape_sync.snapshot_statement_timeout allows; narrow the shape with a where clause\"}");
+	r = refusal(REFUSAL_SNAPSHOT_ROW_TOO_SLOW, NULL, NULL, 50);
+	ANSWER(&r, 400, 0, "{\"message\":\"The shape's where clause took longer than the 50 ms that "
+		   "shape_sync.where_evaluation_timeout allows on one row\"}");
+	r = refusal(REFUSAL_SNAPSHOT_ROW_FAILED, NULL, "division by zero", 0);
+	ANSWER(&r, 400, 0, "{\"message\":\"The shape's where clause failed on a row of the table: "
+		   "division by zero\"}");
+	r = refusal(REFUSAL_SNAPSHOT_CANCELLED, NULL, NULL, 0);
+	ANSWER(&r, 503, 10, "{\"message\":\"The shape's snapshot was cancelled, please retry\"}");
+	r = refusal(REFUSAL_SNAPSHOT_CONFLICT, NULL, "could not serialize access", 0);
+	ANSWER(&r, 503, 10, "{\"message\":\"The shape's snapshot could not be taken: could not "
+		   "serialize access, please retry\"}");
+	r = refusal(REFUSAL_SNAPSHOT_TABLE_BUSY, NULL, NULL, 100);
+	ANSWER(&r, 503, 10, "{\"message\":\"The table is in use: REPLICA IDENTITY FULL could not be "
+		   "set within 100 ms, please retry\"}");
+	r = refusal(REFUSAL_SNAPSHOT_WORKER_STOPPED, NULL, NULL, 0);
+	ANSWER(&r, 500, 0, "{\"message\":\"The snapshot worker stopped before the snapshot was "
+		   "complete, please retry\"}");
+	r = refusal(REFUSAL_STREAM_CHANGE_TOO_SLOW, NULL, NULL, 50);
+	ANSWER(&r, 400, 0, "{\"message\":\"The shape's where clause took longer than the 50 ms that "
+		   "shape_sync.where_evaluation_timeout allows on one change of its table\"}");
 	r = refusal(REFUSAL_MUST_REFETCH, NULL, "The shape's snapshot was interrupted", 0);
 	ANSWER(&r, 409, 0, NULL);
 }

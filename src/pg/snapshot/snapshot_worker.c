@@ -94,15 +94,20 @@ static SnapshotWriter snap_writer;	/* the job's */
 static int	snap_entry = -1;	/* this worker's SnapshotWorkerEntry */
 static volatile sig_atomic_t snap_in_job = false;
 
+/*
+ * The shape failed: its reason and facts (refusal.h) go to its slot, for
+ * its clients' answer (refusal_render.c) and the main thread's log line.
+ */
 static void
-snap_fail(SnapshotWriter *w, RefusalReason reason, const char *message)
+snap_fail(SnapshotWriter *w, RefusalReason reason, int64 number, const char *text)
 {
 	ShapeSlot  *slot = w->slot;
 
 	if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
 		return;
 	slot->error_reason = reason;
-	strlcpy(slot->error, message, sizeof(slot->error));
+	slot->error_number = number;
+	strlcpy(slot->error, text ? text : "", sizeof(slot->error));
 	if (!shape_table_transition(w->table, w->slot_index, SHAPE_SNAPSHOTTING, SHAPE_FAILED))
 		return;					/* retired meanwhile */
 	shape_table_mark_dirty(w->table, w->slot_index);
@@ -308,74 +313,68 @@ snap_on_exit(int code, Datum arg)
 	subset_abandon();
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
-	snap_fail(w, REFUSAL_SNAPSHOT_FAILED, "The snapshot worker stopped before the snapshot was complete, please retry");
+	snap_fail(w, REFUSAL_SNAPSHOT_WORKER_STOPPED, 0, NULL);
 	shape_table_unpin(table, snap_slot);
 	snap_slot = SHAPE_NO_SLOT;
 	shape_sync_wake_worker();
 }
 
 /*
- * What the shape's clients are told of a failed snapshot: a reason
- * (refusal.h) and a sentence.  What a client can change (a narrower shape)
- * is invalid, what it may not read forbidden, what may pass (memory, a busy
- * table) unavailable; a table changed since the shape was made means the
- * shape is made again (must-refetch).
+ * Why a snapshot failed, for the shape's clients: a reason and its facts
+ * (refusal.h; the sentence is refusal_failure_sentence's).  What a client
+ * can change (a narrower shape) is invalid, what it may not read
+ * forbidden, what may pass (memory, a busy table, a conflict) a reason
+ * answered 503; a table changed since the shape was made means the shape
+ * is made again (must-refetch).  `text` gets PostgreSQL's own words where
+ * the reason quotes them.
  */
 static RefusalReason
-snap_failure(const ErrorData *edata, int64 elapsed_ms, char *message, size_t len)
+snap_failure(const ErrorData *edata, int64 elapsed_ms, int64 *number, char *text, size_t len)
 {
+	*number = 0;
+	text[0] = '\0';
 	if (edata->sqlerrcode == ERRCODE_INVALID_TABLE_DEFINITION)
 	{
 		/* snapshot_check_shape: the table changed since the shape was made */
 		/* not an error of the definition: its clients start over (409) */
-		snprintf(message, len, "%s", edata->message);
+		snprintf(text, len, "%s", edata->message);
 		return REFUSAL_MUST_REFETCH;
 	}
 	switch (edata->sqlerrcode)
 	{
 		case ERRCODE_PROGRAM_LIMIT_EXCEEDED:
-			snprintf(message, len, "%s: %s %s", edata->message,
+			snprintf(text, len, "%s: %s %s", edata->message,
 					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
 			return REFUSAL_SNAPSHOT_INVALID;
 		case ERRCODE_OUT_OF_MEMORY:
-			snprintf(message, len, "%s: %s %s", edata->message,
+			snprintf(text, len, "%s: %s %s", edata->message,
 					 edata->detail ? edata->detail : "", edata->hint ? edata->hint : "");
 			return REFUSAL_SNAPSHOT_UNAVAILABLE;
 		case ERRCODE_QUERY_CANCELED:
 			if (shape_sync_snapshot_statement_timeout > 0 &&
 				elapsed_ms >= shape_sync_snapshot_statement_timeout)
 			{
-				snprintf(message, len,
-						 "The shape's snapshot took longer than the %d ms that shape_sync.snapshot_statement_timeout allows; narrow the shape with a where clause",
-						 shape_sync_snapshot_statement_timeout);
-				return REFUSAL_SNAPSHOT_INVALID;
+				*number = shape_sync_snapshot_statement_timeout;
+				return REFUSAL_SNAPSHOT_TIMEOUT;
 			}
-			snprintf(message, len, "The shape's snapshot was cancelled, please retry");
-			return REFUSAL_SNAPSHOT_UNAVAILABLE;
+			return REFUSAL_SNAPSHOT_CANCELLED;
 		case ERRCODE_INSUFFICIENT_PRIVILEGE:
-			snprintf(message, len, "Forbidden: %s", edata->message);
+			snprintf(text, len, "%s", edata->message);
 			return REFUSAL_SNAPSHOT_FORBIDDEN;
 		case ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE:
-			snprintf(message, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
+			snprintf(text, len, "%s. %s", edata->message, edata->hint ? edata->hint : "");
 			return REFUSAL_SNAPSHOT_INVALID;
 		case ERRCODE_T_R_SERIALIZATION_FAILURE:
-			snprintf(message, len, "The shape's snapshot could not be taken: %s, please retry",
-					 edata->message);
-			return REFUSAL_SNAPSHOT_UNAVAILABLE;
+			snprintf(text, len, "%s", edata->message);
+			return REFUSAL_SNAPSHOT_CONFLICT;
 		case ERRCODE_LOCK_NOT_AVAILABLE:
-			snprintf(message, len,
-					 "The table is in use: REPLICA IDENTITY FULL could not be set within %d ms, please retry",
-					 REPLICA_IDENTITY_LOCK_TIMEOUT_MS);
-			return REFUSAL_SNAPSHOT_UNAVAILABLE;
+			*number = REPLICA_IDENTITY_LOCK_TIMEOUT_MS;
+			return REFUSAL_SNAPSHOT_TABLE_BUSY;
 	}
+	/* the where clause failed on a row (a division by zero, a value it cannot cast) */
+	snprintf(text, len, "%s", edata->message);
 	if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION)
-	{
-		/* the where clause failed on a row (a division by zero, a value it cannot cast) */
-		snprintf(message, len, "The shape's where clause failed on a row of the table: %s",
-				 edata->message);
-		return REFUSAL_SNAPSHOT_INVALID;
-	}
-	snprintf(message, len, "The shape's snapshot failed: %s", edata->message);
+		return REFUSAL_SNAPSHOT_ROW_FAILED;
 	return REFUSAL_SNAPSHOT_FAILED;
 }
 
@@ -518,7 +517,8 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		char		message[SHAPE_ERROR_LEN];
+		char		text[SHAPE_ERROR_LEN];
+		int64		number = 0;
 		RefusalReason reason;
 		bool		too_slow;
 
@@ -539,12 +539,11 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		{
 			int64		elapsed_ms = (GetCurrentTimestamp() - started) / 1000;
 
+			text[0] = '\0';
 			if (too_slow)
 			{
-				reason = REFUSAL_SNAPSHOT_INVALID;
-				snprintf(message, sizeof(message),
-						 "The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one row",
-						 shape_sync_where_evaluation_timeout);
+				reason = REFUSAL_SNAPSHOT_ROW_TOO_SLOW;
+				number = shape_sync_where_evaluation_timeout;
 			}
 			else if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED &&
 				!snapshot_worker_cancelled(&shape_sync_shared->snapshot_jobs, snap_entry,
@@ -558,12 +557,11 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 				 * not remembered as failed.
 				 */
 				reason = REFUSAL_MUST_REFETCH;
-				snprintf(message, sizeof(message),
-						 "The shape's snapshot was interrupted, please retry");
+				snprintf(text, sizeof(text), "The shape's snapshot was interrupted, please retry");
 			}
 			else
-				reason = snap_failure(edata, elapsed_ms, message, sizeof(message));
-			snap_fail(&snap_writer, reason, message);
+				reason = snap_failure(edata, elapsed_ms, &number, text, sizeof(text));
+			snap_fail(&snap_writer, reason, number, text);
 			sm_add(SM_SNAPSHOTS_FAILED, 0, 1);
 			sm_add(SM_ERRORS, SM_ERROR_SNAPSHOT, 1);
 			/* the main thread logs the shape's failure; the cause, here */

@@ -33,6 +33,7 @@
 
 #include "conn_activity.h"
 #include "log_offset.h"
+#include "refusal.h"
 #include "server_metrics.h"
 #include "shared_state.h"
 
@@ -134,7 +135,13 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 		values[17] = sql_unix_us_timestamptz(atomic_load_explicit(&s->last_read_us,
 																  memory_order_relaxed));
 		if (state == SHAPE_FAILED)
-			values[18] = CStringGetTextDatum(s->error);
+		{
+			char		sentence[SHAPE_ERROR_LEN + 256];
+
+			refusal_failure_sentence((RefusalReason) s->error_reason, s->error_number, s->error,
+									 sentence, sizeof(sentence));
+			values[18] = CStringGetTextDatum(sentence);
+		}
 		else
 			nulls[18] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -130,6 +130,7 @@ typedef struct RegistryFailure
 	uint64		identity_hash;
 	char	   *identity;
 	RefusalReason reason;		/* a REFUSAL_SNAPSHOT_* */
+	int64		number;			/* ShapeSlot.error_number as it was */
 	char	   *text;			/* ShapeSlot.error as it was */
 	TimestampTz failed_at;
 } RegistryFailure;
@@ -441,7 +442,7 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 
 		if (f->identity_hash == hash && strcmp(f->identity, identity) == 0)
 		{
-			reg_refuse(req, f->reason, NULL, f->text);
+			reg_refuse(req, f->reason, NULL, f->text)->number = f->number;
 			return;
 		}
 	}
@@ -679,17 +680,20 @@ reg_remember_failure(uint32 slot, TimestampTz now)
 	RegistryEntry *e = &reg_entries[slot];
 	MemoryContext old = MemoryContextSwitchTo(reg_context);
 	RegistryFailure *f = palloc(sizeof(RegistryFailure));
+	char		sentence[SHAPE_ERROR_LEN + 256];
 
 	f->identity_hash = e->identity_hash;
 	f->identity = pstrdup(e->identity);
 	f->reason = s->error_reason ? (RefusalReason) s->error_reason : REFUSAL_SNAPSHOT_FAILED;
+	f->number = s->error_number;
 	f->text = pstrdup(s->error);
 	f->failed_at = now;
 	reg_failures = lappend(reg_failures, f);
 	MemoryContextSwitchTo(old);
 
+	refusal_failure_sentence(f->reason, f->number, f->text, sentence, sizeof(sentence));
 	ereport(WARNING,
-			(errmsg("shape %s on %s failed: %s", s->handle, s->relation, s->error)));
+			(errmsg("shape %s on %s failed: %s", s->handle, s->relation, sentence)));
 	reg_forget(slot);
 	shape_table_retire(table, slot);
 }

@@ -164,7 +164,8 @@ extern uint64 ss_visits;		/* one per change and relation visited */
 /* shared between the files of the stream */
 extern const char *ss_definition_problem(ShapeStream *s, Relation rel);
 extern const char *ss_definition_problem_guarded(ShapeStream *s, Relation rel);
-extern void ss_fail_later(ShapeStream *s, const char *message);
+extern void ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number,
+						  const char *text);
 extern void ss_free_pending(PendingTxn *txn);
 extern bool ss_has_partition(ShapeStream *s, Oid relid);
 extern void ss_maybe_compact(ShapeStream *s);

@@ -555,8 +555,8 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 		edata = CopyErrorData();
 		FlushErrorState();
 		if (too_slow)
-			ss_fail_later(s, psprintf("The shape's where clause took longer than the %d ms that shape_sync.where_evaluation_timeout allows on one change of its table",
-									  shape_sync_where_evaluation_timeout));
+			ss_fail_later(s, REFUSAL_STREAM_CHANGE_TOO_SLOW, shape_sync_where_evaluation_timeout,
+						  NULL);
 		else if (ss_takes_transaction(s))
 			ss_rotate_unless_in_snapshot(s, SM_ROTATION_FAILED, psprintf("a change could not be processed: %s",
 													 edata->message));

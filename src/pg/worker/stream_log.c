@@ -103,21 +103,24 @@ ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why)
 }
 
 /*
- * The shape cannot be served as defined: it fails, with `message` for its
- * clients (invalid, refusal.h), and the registry remembers the failure for a while, so
- * the same definition is not made again at once (the registry).
+ * The shape cannot be served as defined: it fails, with a reason and its
+ * facts for its clients (refusal.h), and the registry remembers the failure
+ * for a while, so that the same definition is not made again at once.
  */
 void
-ss_fail_later(ShapeStream *s, const char *message)
+ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number, const char *text)
 {
 	ShapeTable *table = ss_table();
 	ShapeSlot  *slot = &table->slots[s->slot];
+	char		sentence[SHAPE_ERROR_LEN + 256];
 
-	ss_rotate_later(s, SM_ROTATION_FAILED, message);
+	refusal_failure_sentence(reason, number, text, sentence, sizeof(sentence));
+	ss_rotate_later(s, SM_ROTATION_FAILED, sentence);
 	if (!s->ready)
 		return;					/* the snapshot worker has the slot's state */
-	slot->error_reason = REFUSAL_SNAPSHOT_INVALID;
-	strlcpy(slot->error, message, sizeof(slot->error));
+	slot->error_reason = reason;
+	slot->error_number = number;
+	strlcpy(slot->error, text ? text : "", sizeof(slot->error));
 	shape_table_set_state(table, s->slot, SHAPE_FAILED);
 	shape_table_mark_dirty(table, s->slot);
 }
