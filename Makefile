@@ -2,13 +2,14 @@
 #
 # src/pg/        PostgreSQL side (compiled with the server headers)
 # src/net/       HTTP threads    (libmicrohttpd, WITHOUT the server headers)
-# src/contract/  what both share (neither the server's nor libmicrohttpd's headers)
+# src/contract/  plain C11 both sides use (neither the server's nor libmicrohttpd's headers)
 #
 # Each floor has its own compile rule with only the include paths it may
 # use, so an accidental #include "postgres.h" in a thread-side file, or a
-# contract file reaching for the HTTP side, fails the build.  The one
-# arrow from pg/ into net/ (starting the server, net/http_server.h) is
-# checked by scripts/check-layout.sh.
+# contract file reaching for a header of net/, fails the build.
+# scripts/check-layout.sh checks the rest: <microhttpd.h> (in /usr/include,
+# so no include path keeps it out) only in net/, and pg/ reaching net/ only
+# through net/http_server.h, the server's interface.
 
 EXTENSION    = shape_sync
 EXTVERSION   = 0.1.0

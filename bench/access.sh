@@ -20,7 +20,8 @@ DECISIONS=${DECISIONS:-2000000}
 bench_need wrk
 bench_init
 
-bench_cc access_bench -I"$root/src/net" "$here/access_bench.c" "$root/src/net/access_policy.c"
+bench_cc access_bench -I"$root/src/net" -I"$root/src/contract" "$here/access_bench.c" \
+	"$root/src/net/access_policy.c" "$root/src/net/client_address.c"
 for i in $(seq 1 "$RUNS"); do
 	"$out/access_bench" "$DECISIONS" >"$out/micro$i.txt"
 done

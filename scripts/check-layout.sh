@@ -3,7 +3,8 @@
 # scripts/check-layout.sh: the source layout's rules, checked on the include graph.
 #
 #   - src/contract/ includes nothing from src/net/ or src/pg/ (the Makefile also
-#     compiles it without their include paths);
+#     compiles it without their include paths), and only src/net/ includes
+#     <microhttpd.h> (which no include path can keep out: it is in /usr/include);
 #   - src/net/ includes nothing from src/pg/;
 #   - src/pg/ includes from src/net/ only net/http_server.h, which starts the server;
 #   - no include circle between modules: a module is a file's stem (registry.c and
@@ -42,11 +43,21 @@ def module(path):
 problems = []
 edges = defaultdict(set)
 inc_re = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+sys_re = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 for f in sorted(files):
     text = open(f, encoding='utf-8').read()
+    # libmicrohttpd is in /usr/include, so no include path keeps it out: only net/ may use it
+    if floor(f) != 'net' and 'microhttpd.h' in sys_re.findall(text):
+        problems.append(f'{f} includes <microhttpd.h>: only src/net/ may use libmicrohttpd')
     for name in inc_re.findall(text):
-        targets = by_name.get(os.path.basename(name), [])
-        if len(targets) != 1:
+        if '/' in name:
+            continue            # a PostgreSQL header ("utils/guc.h"); ours are included by name
+        targets = by_name.get(name, [])
+        if len(targets) > 1:
+            problems.append(f'{f} includes "{name}", which names {len(targets)} files: '
+                            'give each source file a name of its own')
+            continue
+        if not targets:
             continue            # a system or PostgreSQL header
         t = targets[0]
         a, b = floor(f), floor(t)

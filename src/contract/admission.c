@@ -41,12 +41,12 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "admission.h"
+#include "server_metrics.h"
+
 #ifdef POSTGRES_H
 #error "admission.c is shared by threads and must not include postgres.h"
 #endif
-
-#include "admission.h"
-#include "server_metrics.h"
 
 void
 admission_init(Admission *a, uint32_t initial, uint32_t existing)

@@ -42,13 +42,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "conn_activity.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "conn_activity.h"
 
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "conn_activity.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 #define relaxed memory_order_relaxed
 

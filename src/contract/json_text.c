@@ -13,10 +13,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "json_text.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "json_text.h"
 
 #include <stdarg.h>
@@ -24,6 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "json_text.c is shared by threads and processes and must not include postgres.h"
+#endif
 
 void
 json_buf_init(JsonBuf *buf)

@@ -82,10 +82,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "log_compact.c is shared by threads and must not include postgres.h"
-#endif
-
 #include "log_compact.h"
 
 #include <stdlib.h>
@@ -93,6 +89,10 @@
 
 #include "fnv_hash.h"
 #include "log_record.h"
+
+#ifdef POSTGRES_H
+#error "log_compact.c is shared by threads and must not include postgres.h"
+#endif
 
 /* What becomes of a record of the closed chunks. */
 typedef enum CompactFate

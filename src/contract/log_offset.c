@@ -14,14 +14,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "log_offset.c is shared by threads and must not include postgres.h"
-#endif
-
 #include "log_offset.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "log_offset.c is shared by threads and must not include postgres.h"
+#endif
 
 size_t
 log_offset_format(LogOffset o, char *buf, size_t buflen)

@@ -67,10 +67,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "metrics.c is shared by threads and must not include postgres.h"
-#endif
-
 #include "metrics.h"
 
 #include <errno.h>
@@ -81,6 +77,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "metrics.c is shared by threads and must not include postgres.h"
+#endif
 
 #define relaxed memory_order_relaxed
 #define acquire memory_order_acquire

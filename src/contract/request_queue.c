@@ -25,16 +25,16 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "request_queue.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "request_queue.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#ifdef POSTGRES_H
+#error "request_queue.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 int
 request_queue_init(RequestQueue *queue)

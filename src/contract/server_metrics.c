@@ -42,14 +42,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "server_metrics.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "server_metrics.h"
 
 #include <string.h>
 #include <unistd.h>
+
+#ifdef POSTGRES_H
+#error "server_metrics.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 ServerMetrics server_metrics;
 _Thread_local MetricsStripe sm_stripe;

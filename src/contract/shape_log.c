@@ -84,16 +84,16 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shape_log.c is shared by threads and must not include postgres.h"
-#endif
-
 #include "shape_log.h"
 
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#ifdef POSTGRES_H
+#error "shape_log.c is shared by threads and must not include postgres.h"
+#endif
 
 #define relaxed memory_order_relaxed
 #define acquire memory_order_acquire

@@ -8,13 +8,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shape_request.c is shared with HTTP threads and must not include postgres.h"
-#endif
-
 #include "shape_request.h"
 
 #include <stdlib.h>
+
+#ifdef POSTGRES_H
+#error "shape_request.c is shared with HTTP threads and must not include postgres.h"
+#endif
 
 void
 shape_definition_free(ShapeDefinition *def)

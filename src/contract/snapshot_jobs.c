@@ -54,13 +54,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "snapshot_jobs.c is shared by processes and must not include postgres.h"
-#endif
-
 #include "snapshot_jobs.h"
 
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "snapshot_jobs.c is shared by processes and must not include postgres.h"
+#endif
 
 _Static_assert((SNAPSHOT_JOBS_CAPACITY & (SNAPSHOT_JOBS_CAPACITY - 1)) == 0,
 			   "the capacity must be a power of two");

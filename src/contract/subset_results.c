@@ -64,13 +64,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "subset_results.c is shared by threads and processes and must not include postgres.h"
-#endif
-
 #include "subset_results.h"
 
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "subset_results.c is shared by threads and processes and must not include postgres.h"
+#endif
 
 void
 subset_results_init(SubsetResults *r)

@@ -21,15 +21,15 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "thread_log.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "thread_log.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "thread_log.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 typedef struct ThreadLogLine
 {

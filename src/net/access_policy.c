@@ -60,10 +60,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "access_policy.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -77,6 +73,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+
+#ifdef POSTGRES_H
+#error "access_policy.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 #define ACCESS_NAME_MAX		255		/* a host name, as DNS allows */
 

@@ -47,10 +47,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "client_address.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -64,6 +60,10 @@
 #include <sys/socket.h>
 
 #include "fnv_hash.h"
+
+#ifdef POSTGRES_H
+#error "client_address.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /* "[" IPv6 with an IPv4 tail "]:65535", and some room */
 #define ENTRY_MAX		64

@@ -47,14 +47,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "conn_table.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "conn_table.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "conn_table.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /*
  * `shared`: nslots ConnActivity entries in shared memory, where backends

@@ -65,10 +65,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "deadline.c runs on its own thread and must not include postgres.h"
-#endif
-
 #include "deadline.h"
 
 #include <string.h>
@@ -76,6 +72,10 @@
 
 #include "server_metrics.h"
 #include "thread_log.h"
+
+#ifdef POSTGRES_H
+#error "deadline.c runs on its own thread and must not include postgres.h"
+#endif
 
 #define SWEEP_MIN_MS	20
 #define SWEEP_MAX_MS	1000

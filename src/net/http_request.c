@@ -60,10 +60,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "http_request.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -84,6 +80,10 @@
 #include "shape_serve.h"
 #include "subset_serve.h"
 #include "thread_log.h"
+
+#ifdef POSTGRES_H
+#error "http_request.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /*
  * Caps what a client that stops reading can pin in the kernel: without a

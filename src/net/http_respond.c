@@ -27,16 +27,16 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "http_respond.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "http_respond.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "server_metrics.h"
+
+#ifdef POSTGRES_H
+#error "http_respond.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 _Thread_local bool http_closing_on_purpose = false;
 

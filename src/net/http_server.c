@@ -33,10 +33,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "http_server.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -62,6 +58,10 @@
 #include "http_respond.h"
 #include "server_metrics.h"
 #include "thread_log.h"
+
+#ifdef POSTGRES_H
+#error "http_server.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 static void
 http_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -577,3 +577,25 @@ http_settings_proxies_valid(const char *proxies, char *err, size_t errlen)
 	return client_proxies_parse(proxies, NULL, err, errlen);
 }
 
+bool
+http_settings_loopback_only(const char *addresses)
+{
+	char	   *copy = strdup(addresses ? addresses : "");
+	char	   *save = NULL;
+	bool		loopback = true;
+
+	if (copy == NULL)
+		return false;			/* out of memory: say it is exposed */
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+	{
+		while (*tok == ' ')
+			tok++;
+		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
+			*--e = '\0';
+		if (*tok != '\0' && strcmp(tok, "::1") != 0 &&
+			!access_host_is_loopback(tok, strlen(tok)))
+			loopback = false;
+	}
+	free(copy);
+	return loopback;
+}

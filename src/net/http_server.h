@@ -117,4 +117,7 @@ extern void http_server_wake_all(HttpServer *server);
 extern bool http_settings_origins_valid(const char *origins, char *err, size_t errlen);
 extern bool http_settings_proxies_valid(const char *proxies, char *err, size_t errlen);
 
+/* Whether every address of a listen_addresses list is a loopback one. */
+extern bool http_settings_loopback_only(const char *addresses);
+
 #endif							/* HTTP_SERVER_H */

@@ -24,10 +24,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "request_parse.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "request_parse.h"
 
 #include <stdarg.h>
@@ -36,6 +32,10 @@
 #include <string.h>
 
 #include "json_text.h"
+
+#ifdef POSTGRES_H
+#error "request_parse.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 void
 request_errors_add(RequestErrors *errs, const char *field, const char *fmt,...)

@@ -57,14 +57,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "resolved_shapes.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "resolved_shapes.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "resolved_shapes.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 /* ------------------------------------------------------- schema copies */
 

@@ -32,10 +32,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shape_answer.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "shape_answer.h"
 
 #include <stdio.h>
@@ -46,6 +42,10 @@
 #include "json_text.h"
 #include "refusal_render.h"
 #include "thread_log.h"
+
+#ifdef POSTGRES_H
+#error "shape_answer.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 static const char must_refetch_body[] = "[{\"headers\":{\"control\":\"must-refetch\"}}]";
 

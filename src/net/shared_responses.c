@@ -39,14 +39,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "shared_responses.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "shared_responses.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef POSTGRES_H
+#error "shared_responses.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 int
 shared_responses_init(SharedResponses *shared, uint32_t nslots)

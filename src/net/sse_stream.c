@@ -32,10 +32,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "sse_stream.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "sse_stream.h"
 
 #include <stdio.h>
@@ -43,6 +39,10 @@
 
 #include "http_respond.h"
 #include "shape_answer.h"
+
+#ifdef POSTGRES_H
+#error "sse_stream.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 #define SSE_TIMEOUT_MS		60000
 #define SSE_KEEPALIVE_MS	21000

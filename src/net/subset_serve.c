@@ -52,10 +52,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "subset_serve.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "subset_serve.h"
 
 #include <stdatomic.h>
@@ -66,6 +62,10 @@
 #include "http_respond.h"
 #include "json_text.h"
 #include "shape_answer.h"
+
+#ifdef POSTGRES_H
+#error "subset_serve.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 static const char subset_metadata_open[] = "{\"metadata\":";
 static const char subset_data_open[] = ",\"data\":[";

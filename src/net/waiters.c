@@ -62,10 +62,6 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifdef POSTGRES_H
-#error "waiters.c runs on HTTP threads and must not include postgres.h"
-#endif
-
 #include "waiters.h"
 
 #include <errno.h>
@@ -75,6 +71,10 @@
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef POSTGRES_H
+#error "waiters.c runs on HTTP threads and must not include postgres.h"
+#endif
 
 #define PARK_IDLE_MS	1000
 #define PARK_EVENTS		256

@@ -113,27 +113,6 @@ worker_runtime_settings(void)
 	return settings;
 }
 
-/* Whether every entry of shape_sync.listen_addresses is a loopback address. */
-static bool
-worker_listens_on_loopback_only(void)
-{
-	char	   *copy = pstrdup(shape_sync_listen_addresses);
-	bool		loopback = true;
-
-	for (char *tok = strtok(copy, ","); tok; tok = strtok(NULL, ","))
-	{
-		while (*tok == ' ')
-			tok++;
-		for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
-			*--e = '\0';
-		if (*tok != '\0' && strcmp(tok, "::1") != 0 &&
-			!access_host_is_loopback(tok, strlen(tok)))
-			loopback = false;
-	}
-	pfree(copy);
-	return loopback;
-}
-
 /*
  * Says who can reach the shapes, at start and whenever a reload changes
  * it: a WARNING when every address is served without a secret.
@@ -156,7 +135,7 @@ worker_report_exposure(void)
 						   "shape_sync.role"),
 				 errhint("Set \"%s\", or turn \"%s\" off to serve loopback clients only.",
 						 "shape_sync.secret", "shape_sync.insecure")));
-	else if (exposure == 2 && !worker_listens_on_loopback_only())
+	else if (exposure == 2 && !http_settings_loopback_only(shape_sync_listen_addresses))
 		ereport(LOG,
 				(errmsg("shape_sync serves loopback clients only"),
 				 errdetail("\"%s\" is not set, so requests from other addresses get 403.",
