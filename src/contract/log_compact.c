@@ -65,7 +65,7 @@
  * So a compacted log holds one insert and at most one update per row, plus
  * a delete (and a merged update) per life that ended since the snapshot; a
  * log whose deletes dominate does not shrink much, and its shape is rotated
- * when the arena cannot hold it (stream_log.c).
+ * when the arena cannot hold it (shape_stream_log.c).
  *
  * Work is linear in the records of the log; memory is a small fixed
  * record per message (malloc'd, freed before returning) plus, while an

@@ -51,7 +51,7 @@
  *
  * Who writes what: row_encoder.c (src/pg) writes a snapshot row whole,
  * and a change up to its last header, without the two closing braces;
- * stream_log.c closes a change, marked last or not, once it knows whether
+ * shape_stream_log.c closes a change, marked last or not, once it knows whether
  * another message of its transaction follows (the output plugin's SQL
  * output closes it the same way); snapshot_worker.c writes the
  * snapshot-end control record; log_compact.c reads change records and

@@ -2,7 +2,7 @@
  * test_log_record.c: the record layout of log_record.h, as both sides use it.
  *
  * Records are built from the layout's constants the way row_encoder.c and
- * stream_log.c build them (the same concatenations and format strings),
+ * shape_stream_log.c build them (the same concatenations and format strings),
  * and must come out as the bytes Electric's clients read; then a log of
  * such records is compacted, and log_compact.c must read every one of
  * them (an unreadable record stops compaction) and write the merged

@@ -34,7 +34,7 @@
  * that applies.  Validation asks it (shape_def.c, and shape_where_check.c
  * for a column the where clause names), and so do a subset (subset_query.c) and
  * the stream, which checks a shape's privileges again when the catalog
- * changes (stream_change.c, stream_maintain.c).
+ * changes (shape_stream_change.c, shape_stream_maintain.c).
  *
  * IDENTIFICATION
  *	  src/pg/shape/shape_role.c

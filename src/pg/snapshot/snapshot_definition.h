@@ -23,7 +23,7 @@
  * Which transactions a snapshot sees, as pg_current_snapshot() gives them
  * (64-bit xids): those before xmin, and those before xmax not in xip.  The
  * stream stitches its kept transactions onto the snapshot with it
- * (stream_log.c).
+ * (shape_stream_log.c).
  */
 typedef struct SnapshotVisibility
 {

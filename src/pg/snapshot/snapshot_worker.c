@@ -23,7 +23,7 @@
  * while the rest is still being read.  The last chunk ends with the
  * snapshot-end control message.  The worker then stores the snapshot's
  * visibility in the job's segment and moves the shape from SNAPSHOTTING
- * to READY; the main thread takes the log over from there (stream_log.c).
+ * to READY; the main thread takes the log over from there (shape_stream_log.c).
  *
  * The worker holds a pin on the shape while it writes, so a shape dropped
  * meanwhile keeps its memory until the worker is done; the main thread

@@ -21,7 +21,7 @@
  * between would take a snapshot that still sees the transaction running,
  * after the stream had passed it: neither would deliver it.  Holding the
  * commit record until the transaction is visible to every new snapshot
- * keeps the rule that stitching relies on (stream_log.c): what decoding
+ * keeps the rule that stitching relies on (shape_stream_log.c): what decoding
  * has passed, a later snapshot sees.  Held, the record is read again at
  * the next step; the committing backend wakes the worker when it leaves
  * the proc array (COMMIT PREPARED does not: the main loop then looks

@@ -16,7 +16,7 @@
  * shapes, whatever their number.
  *
  * The index only narrows: the shapes it returns are candidates, whose
- * whole where clause is still evaluated on the row (stream_change.c).  So
+ * whole where clause is still evaluated on the row (shape_stream_change.c).  So
  * it is correct as long as every shape whose clause is true on a row is
  * among them, which holds when the comparison's operator is the equality
  * of a hash operator family and the row's value and the constant are

@@ -9,7 +9,7 @@
  *
  *	- The worker's decoder (decoder.c).  Its callbacks write nothing to the
  *	  plugin's output; they hand each change to the shape stream
- *	  (stream_change.c), which appends it to the logs of the shapes it
+ *	  (shape_stream_change.c), which appends it to the logs of the shapes it
  *	  belongs to.
  *	- Anyone else, through pg_logical_slot_get_changes() on a second slot:
  *	  then each change is written as the Electric message a shape over the

@@ -19,7 +19,7 @@
  * shape's latest message is held back until the next one, or the commit,
  * says whether it is the last.
  *
- * Stitching (stream_log.c).  While a shape's snapshot is being written, its
+ * Stitching (shape_stream_log.c).  While a shape's snapshot is being written, its
  * transactions are kept; once it is done, those the snapshot did not see
  * are appended and the stream writes the log itself.
  *
@@ -65,8 +65,8 @@
  *
  * The stream is four files (shape_stream_internal.h): this one holds the
  * set-up, the catalog watch (cache callbacks) and the streams of each
- * table; stream_change.c the change path, stream_log.c the log's writing,
- * stream_maintain.c the checks between batches.  Everything runs on the
+ * table; shape_stream_change.c the change path, shape_stream_log.c the log's writing,
+ * shape_stream_maintain.c the checks between batches.  Everything runs on the
  * worker's main thread.
  *
  * IDENTIFICATION

@@ -28,7 +28,7 @@ extern void shape_stream_remove(uint32 slot);
 
 /*
  * The shape's snapshot is READY, and saw what `visibility` says: the
- * stream takes the log over at the next maintain (stream_log.c).
+ * stream takes the log over at the next maintain (shape_stream_log.c).
  */
 extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
 

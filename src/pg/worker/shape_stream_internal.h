@@ -5,10 +5,12 @@
  *		transactions, the streams of a table, and the stream's state.
  *
  * The shape stream (shape_stream.c explains its design) is four files:
- *	 shape_stream.c     set-up, the catalog watch, the streams of a table
- *	 stream_change.c    the change path: routing, matching, encoding
- *	 stream_log.c       stitching a finished snapshot, appending, compaction
- *	 stream_maintain.c  between batches: checks against the catalog, rotations
+ *	 shape_stream.c           set-up, the catalog watch, the streams of a table
+ *	 shape_stream_change.c    the change path: routing, matching, encoding
+ *	 shape_stream_log.c       stitching a finished snapshot, appending,
+ *	                          compaction
+ *	 shape_stream_maintain.c  between batches: checks against the catalog,
+ *	                          rotations
  * All of it runs on the worker's main thread; nothing here is shared with
  * another thread or process.
  *

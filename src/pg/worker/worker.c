@@ -17,7 +17,7 @@
  * Each iteration resolves queued requests in one transaction, lets the
  * registry start and reap snapshot workers (snapshot_pool.c), reaps and
  * launches subset jobs (subset_jobs.c), checks the shape streams
- * (stream_maintain.c), decodes a batch of WAL (decoder.c), and resumes
+ * (shape_stream_maintain.c), decodes a batch of WAL (decoder.c), and resumes
  * the connections parked on shapes whose logs changed: O(shapes changed),
  * whatever the number of waiting clients.  After a start, each idle iteration also makes
  * a slice of the log memory resident (log_prefault.c).

@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * stream_maintain.c
+ * shape_stream_maintain.c
  *		Between decoding batches: finished snapshots taken over, streams checked, rotations handed on.
  *
  * The main loop calls shape_stream_maintain between batches, outside any
  * transaction: streams whose snapshot is done take over their logs
- * (stream_log.c), streams of tables that an invalidation named are
+ * (shape_stream_log.c), streams of tables that an invalidation named are
  * checked against the current catalog and their role's privileges, and
  * the rotations decided are handed to the registry.  A table locked by a
  * user is never waited for: it is looked at again next time.
@@ -13,7 +13,7 @@
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
- *	  src/pg/worker/stream_maintain.c
+ *	  src/pg/worker/shape_stream_maintain.c
  *
  *-------------------------------------------------------------------------
  */

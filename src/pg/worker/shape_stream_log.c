@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * stream_log.c
+ * shape_stream_log.c
  *		A shape stream's log: stitching, appending, compaction.
  *
  * Stitching.  While a shape's snapshot is being written (by the snapshot
@@ -27,7 +27,7 @@
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
- *	  src/pg/worker/stream_log.c
+ *	  src/pg/worker/shape_stream_log.c
  *
  *-------------------------------------------------------------------------
  */

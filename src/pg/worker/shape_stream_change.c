@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * stream_change.c
+ * shape_stream_change.c
  *		A decoded change, into the logs of the shapes it concerns.
  *
  * The decoding callbacks (output_plugin.c) call in here.  A change visits
@@ -15,7 +15,7 @@
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
- *	  src/pg/worker/stream_change.c
+ *	  src/pg/worker/shape_stream_change.c
  *
  *-------------------------------------------------------------------------
  */
