@@ -22,8 +22,8 @@
  *   The descriptive fields (handle, relation, where_preview, columns,
  *   relid, flags, created_at_us) are written by the main thread while the slot is FREE
  *   and unpinned, before the release store that leaves FREE; readers read
- *   them only after an acquire load of a non-FREE state.  `error_reason`
- *   and `error` are written by whoever fails the shape (its snapshot
+ *   them only after an acquire load of a non-FREE state.  `error_reason`,
+ *   `error_number` and `error` are written by whoever fails the shape (its snapshot
  *   worker, or the main thread for a shape it can no longer serve) before
  *   its release store of FAILED, and read only after an acquire load of
  *   FAILED.
