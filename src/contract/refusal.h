@@ -156,6 +156,9 @@ extern bool refusal_set(Refusal *r, RefusalReason reason, const char *field,
 /* Frees the strings and clears r to REFUSAL_NONE. */
 extern void refusal_free(Refusal *r);
 
+/* Room for a failed shape's sentence: its text (SHAPE_ERROR_LEN, 512) and the words around it */
+#define REFUSAL_SENTENCE_MAX	1024
+
 /*
  * The plain-text sentence of a failed shape's reason and facts (the
  * REFUSAL_SNAPSHOT_* and REFUSAL_STREAM_* reasons, and REFUSAL_MUST_REFETCH),

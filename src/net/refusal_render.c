@@ -107,9 +107,6 @@ static const RenderRule rr_rules[] = {
 	[REFUSAL_NOT_READY] = {503, 5, "the server is not ready, please retry", false},
 };
 
-/* A failed shape's sentence: its text (at most SHAPE_ERROR_LEN) and words around it */
-#define RR_FAILURE_SENTENCE_MAX 1536
-
 #define RR_NRULES	(sizeof(rr_rules) / sizeof(rr_rules[0]))
 
 /* Appends prefix, text and suffix as one JSON string literal, quotes included. */
@@ -286,7 +283,7 @@ refusal_render(const Refusal *r, RefusalAnswer *out)
 		case REFUSAL_SNAPSHOT_WORKER_STOPPED:
 		case REFUSAL_STREAM_CHANGE_TOO_SLOW:
 			{
-				char		failure[RR_FAILURE_SENTENCE_MAX];
+				char		failure[REFUSAL_SENTENCE_MAX];
 
 				refusal_failure_sentence(reason, r->number, r->text, failure, sizeof(failure));
 				rr_message(&buf, failure, NULL, NULL);

@@ -136,7 +136,7 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 																  memory_order_relaxed));
 		if (state == SHAPE_FAILED)
 		{
-			char		sentence[SHAPE_ERROR_LEN + 256];
+			char		sentence[REFUSAL_SENTENCE_MAX];
 
 			refusal_failure_sentence((RefusalReason) s->error_reason, s->error_number, s->error,
 									 sentence, sizeof(sentence));

@@ -680,7 +680,7 @@ reg_remember_failure(uint32 slot, TimestampTz now)
 	RegistryEntry *e = &reg_entries[slot];
 	MemoryContext old = MemoryContextSwitchTo(reg_context);
 	RegistryFailure *f = palloc(sizeof(RegistryFailure));
-	char		sentence[SHAPE_ERROR_LEN + 256];
+	char		sentence[REFUSAL_SENTENCE_MAX];
 
 	f->identity_hash = e->identity_hash;
 	f->identity = pstrdup(e->identity);

@@ -112,7 +112,7 @@ ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number, const char *te
 {
 	ShapeTable *table = ss_table();
 	ShapeSlot  *slot = &table->slots[s->slot];
-	char		sentence[SHAPE_ERROR_LEN + 256];
+	char		sentence[REFUSAL_SENTENCE_MAX];
 
 	refusal_failure_sentence(reason, number, text, sentence, sizeof(sentence));
 	ss_rotate_later(s, SM_ROTATION_FAILED, sentence);
