@@ -34,6 +34,7 @@
 #include "utils/varlena.h"
 
 #include "http_server.h"
+#include "log_manifest.h"
 #include "guc.h"
 
 int			shape_sync_port = 3000;
@@ -46,6 +47,7 @@ int			shape_sync_log_memory = 128;
 int			shape_sync_max_shapes = 1024;
 int			shape_sync_max_snapshot_workers = 4;
 int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
+int			shape_sync_log_fsync = LOG_FSYNC_BATCH;
 double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
 int			shape_sync_max_new_shapes_per_client = 100;
@@ -170,6 +172,13 @@ static const struct config_enum_entry guc_subset_columns_options[] = {
 	{NULL, 0, false}
 };
 
+static const struct config_enum_entry guc_log_fsync_options[] = {
+	{"off", LOG_FSYNC_OFF, false},
+	{"batch", LOG_FSYNC_BATCH, false},
+	{"commit", LOG_FSYNC_COMMIT, false},
+	{NULL, 0, false}
+};
+
 static const struct config_enum_entry guc_shape_eviction_options[] = {
 	{"lru", SHAPE_EVICTION_LRU, false},
 	{"none", SHAPE_EVICTION_NONE, false},
@@ -249,6 +258,15 @@ shape_sync_define_gucs(void)
 							 "none refuses the new shape with 503.",
 							 &shape_sync_shape_eviction,
 							 SHAPE_EVICTION_LRU, guc_shape_eviction_options,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("shape_sync.log_fsync",
+							 "Sets when shape logs written to disk are flushed to stable storage.",
+							 "batch flushes them about once a second; commit before the clients of a decoded change are woken; "
+							 "off never, and the logs then survive restarts of the server but not of the operating system.",
+							 &shape_sync_log_fsync,
+							 LOG_FSYNC_BATCH, guc_log_fsync_options,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 

@@ -103,6 +103,7 @@
 #include "decoder.h"
 #include "eval_deadline.h"
 #include "guc.h"
+#include "log_files.h"
 #include "server_metrics.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -279,12 +280,12 @@ dec_begin_decoding(void)
 }
 
 void
-decoder_start(DecoderReplayHook hook)
+decoder_open_slot(DecoderReplayHook hook, bool *made_now, XLogRecPtr *confirmed)
 {
 	char		name[NAMEDATALEN];
-	XLogRecPtr	flushed;
 
 	dec_replay_hook = hook;
+	*made_now = false;
 	if (wal_level < WAL_LEVEL_LOGICAL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -294,7 +295,10 @@ decoder_start(DecoderReplayHook hook)
 	dec_slot_name(name);
 	dec_drop_stale_slots(name);
 	if (SearchNamedReplicationSlot(name, true) == NULL)
+	{
 		dec_create_slot(name);
+		*made_now = true;
+	}
 
 	ReplicationSlotAcquire(name, true);
 	if (MyReplicationSlot->data.invalidated_at != InvalidXLogRecPtr &&
@@ -306,8 +310,17 @@ decoder_start(DecoderReplayHook hook)
 		ReplicationSlotRelease();
 		ReplicationSlotDrop(name, true);
 		dec_create_slot(name);
+		*made_now = true;
 		ReplicationSlotAcquire(name, true);
 	}
+	*confirmed = MyReplicationSlot->data.confirmed_flush;
+}
+
+void
+decoder_start(bool shapes_restored)
+{
+	const char *name = NameStr(MyReplicationSlot->data.name);
+	XLogRecPtr	flushed;
 
 	flushed = GetFlushRecPtr(NULL);
 	/* the lag gauges start from the slot, not from an earlier worker's numbers */
@@ -317,7 +330,7 @@ decoder_start(DecoderReplayHook hook)
 						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
 	atomic_store_explicit(&shape_sync_shared->decoder.confirmed_flush_lsn,
 						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
-	if (MyReplicationSlot->data.confirmed_flush < flushed)
+	if (MyReplicationSlot->data.confirmed_flush < flushed && !shapes_restored)
 	{
 		/* nothing of it concerns a shape: skip it (see the header) */
 		dec_skip_from = MyReplicationSlot->data.confirmed_flush;
@@ -342,6 +355,18 @@ decoder_start(DecoderReplayHook hook)
 }
 
 /*
+ * Where decoding is: every commit before it has been decoded into the
+ * shape logs (a batch ends between records; a held commit is read again).
+ */
+XLogRecPtr
+decoder_position(void)
+{
+	if (dec_ctx == NULL)
+		return InvalidXLogRecPtr;
+	return dec_ctx->reader->EndRecPtr;
+}
+
+/*
  * Confirms decoding up to `lsn`, never backwards: reading starts at the
  * slot's restart_lsn, which may be well before what was confirmed, and
  * confirming less would decode transactions again after a restart (or end
@@ -350,11 +375,28 @@ decoder_start(DecoderReplayHook hook)
 static void
 dec_confirm(XLogRecPtr lsn)
 {
+	lsn = log_files_confirmable(lsn);	/* never past the durable logs */
 	if (lsn > MyReplicationSlot->data.confirmed_flush)
 		LogicalConfirmReceivedLocation(lsn);
 	atomic_store_explicit(&shape_sync_shared->decoder.confirmed_flush_lsn,
 						  (uint64) MyReplicationSlot->data.confirmed_flush,
 						  memory_order_relaxed);
+}
+
+/*
+ * Confirms what decoding passed, as far as the durable logs allow: after a
+ * round of log_files.c moved that limit while no WAL came.
+ */
+void
+decoder_confirm_durable(void)
+{
+	if (dec_ctx == NULL || dec_skip_to != InvalidXLogRecPtr)
+		return;
+	if (log_files_confirmable(dec_ctx->reader->EndRecPtr) > MyReplicationSlot->data.confirmed_flush)
+	{
+		dec_confirm(dec_ctx->reader->EndRecPtr);
+		ReplicationSlotMarkDirty();
+	}
 }
 
 /*

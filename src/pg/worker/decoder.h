@@ -24,7 +24,16 @@ struct LogicalDecodingContext;
 /* what the main loop does that may not wait for a long replay (decoder.c) */
 typedef void (*DecoderReplayHook) (void);
 
-extern void decoder_start(DecoderReplayHook hook);
+/*
+ * Start: the slot first (made when missing or invalidated: `made_now`,
+ * and its confirmed position), then decoding, which resumes at the slot's
+ * position when shapes were restored and skips what concerns nobody when
+ * none was.
+ */
+extern void decoder_open_slot(DecoderReplayHook hook, bool *made_now, XLogRecPtr *confirmed);
+extern void decoder_start(bool shapes_restored);
+extern XLogRecPtr decoder_position(void);
+extern void decoder_confirm_durable(void);
 extern void decoder_replay_tick(void);
 extern bool decoder_step(void);
 extern bool decoder_wal_pending(void);

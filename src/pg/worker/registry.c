@@ -69,13 +69,16 @@
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "catalog_use.h"
 #include "client_limits.h"
 #include "compact_hash.h"
 #include "decoder.h"
 #include "guc.h"
+#include "log_files.h"
 #include "name_lookup.h"
 #include "registry.h"
 #include "shape_def.h"
@@ -104,6 +107,9 @@ typedef struct RegistryEntry
 	char	   *fingerprint;	/* shape_definition_fingerprint, for its snapshot */
 	Oid			role;			/* read as this role */
 	bool		manage_replica_identity;	/* the snapshot may set it */
+	char	   *schema_name;	/* the names it was defined with, for */
+	char	   *table_name;		/* validating it again after a restart */
+	char	  **column_names;	/* spec.ncolumns of them */
 } RegistryEntry;
 
 /*
@@ -161,6 +167,7 @@ reg_forget(uint32 slot)
 
 	eviction_forget(slot);
 	shape_stream_remove(slot);
+	log_files_forget(slot);
 	if (e->in_use)
 	{
 		RegistryIdentity *id = hash_search(reg_by_identity.htab, &e->identity_hash,
@@ -338,51 +345,33 @@ reg_columns_preview(const ShapeRelation *rel, char *out, size_t len)
 	pfree(buf.data);
 }
 
-/* Claims a slot for a new shape and queues its snapshot; -1 when full. */
-static int32
-reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
+/*
+ * The registry's entry for a shape in `slot`: its identity (findable from
+ * now on), definition and texts, in the entry's own memory.
+ */
+static RegistryEntry *
+reg_enter(uint32 slot, const ShapeSpec *spec, const ShapeRelation *rel, const char *identity,
+		  uint64 hash, const char *schema_json, const char *fingerprint)
 {
-	ShapeTable *table = reg_table();
-	uint32		slot = shape_table_claim(table);
-	ShapeSlot  *s;
-	RegistryEntry *e;
-	ShapeRelation *rel;
-	char	   *schema_json;
-	char	   *fingerprint;
+	RegistryEntry *e = &reg_entries[slot];
 	MemoryContext old;
 
-	/* a victim being read frees its slot only at its last unpin: try a few */
-	for (int tries = 0; slot == SHAPE_NO_SLOT && tries < 8 &&
-		 shape_sync_shape_eviction == SHAPE_EVICTION_LRU; tries++)
-	{
-		if (eviction_evict_oldest(SM_EVICTION_MAX_SHAPES, "\"shape_sync.max_shapes\" was reached") < 0)
-			break;
-		slot = shape_table_claim(table);
-	}
-	if (slot == SHAPE_NO_SLOT)
-		return -1;
-	reg_creating = slot;		/* undone by registry_resolve on error */
-	s = &table->slots[slot];
-	e = &reg_entries[slot];
-
-	/*
-	 * What it takes to make them (the relation, catalog lookups, buffers) is
-	 * left in the caller's transaction context; only the results are kept.
-	 */
-	rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
-	schema_json = shape_schema_json(rel);
-	fingerprint = shape_definition_fingerprint(spec);
 	e->context = AllocSetContextCreate(reg_context, "shape_sync shape", ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(e->context);
 	e->in_use = true;
 	e->identity_hash = hash;
 	e->identity = pstrdup(identity);
-	e->generation = atomic_load(&s->generation);
+	e->generation = atomic_load(&reg_table()->slots[slot].generation);
 	e->role = GetUserId();
 	e->manage_replica_identity = shape_sync_manage_replica_identity;
 	reg_copy_spec(&e->spec, spec);
 	e->schema_json = pstrdup(schema_json);
 	e->fingerprint = pstrdup(fingerprint);
+	e->schema_name = pstrdup(rel->schema);
+	e->table_name = pstrdup(rel->table);
+	e->column_names = palloc0(sizeof(char *) * Max(spec->ncolumns, 1));
+	for (int i = 0; i < spec->ncolumns && i < rel->ncolumns; i++)
+		e->column_names[i] = pstrdup(rel->columns[i].name);
 	MemoryContextSwitchTo(reg_context);
 	{
 		bool		found;
@@ -396,6 +385,71 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 		*link = (int32) slot;
 		e->identity_next = -1;
 	}
+	MemoryContextSwitchTo(old);
+	return e;
+}
+
+/* The slot's handle (findable from now on) and what the views show of it. */
+static void
+reg_describe(uint32 slot, const ShapeSpec *spec, const ShapeRelation *rel, const char *handle)
+{
+	ShapeSlot  *s = &reg_table()->slots[slot];
+	RegistryHandle *h;
+
+	strlcpy(s->handle, handle, sizeof(s->handle));
+	h = compact_hash_enter(&reg_by_handle, s->handle, NULL);
+	h->slot = slot;
+	strlcpy(s->relation, shape_quoted_relation(rel), sizeof(s->relation));
+	strlcpy(s->where_preview, spec->where_sql ? spec->where_sql : "",
+			sizeof(s->where_preview));
+	reg_columns_preview(rel, s->columns, sizeof(s->columns));
+	s->relid = spec->relid;
+	s->flags = spec->flags;
+}
+
+/* A slot for a new shape, evicting to make one; SHAPE_NO_SLOT when full. */
+static uint32
+reg_claim(void)
+{
+	ShapeTable *table = reg_table();
+	uint32		slot = shape_table_claim(table);
+
+	/* a victim being read frees its slot only at its last unpin: try a few */
+	for (int tries = 0; slot == SHAPE_NO_SLOT && tries < 8 &&
+		 shape_sync_shape_eviction == SHAPE_EVICTION_LRU; tries++)
+	{
+		if (eviction_evict_oldest(SM_EVICTION_MAX_SHAPES, "\"shape_sync.max_shapes\" was reached") < 0)
+			break;
+		slot = shape_table_claim(table);
+	}
+	return slot;
+}
+
+/* Claims a slot for a new shape and queues its snapshot; -1 when full. */
+static int32
+reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
+{
+	ShapeTable *table = reg_table();
+	uint32		slot = reg_claim();
+	ShapeSlot  *s;
+	RegistryEntry *e;
+	ShapeRelation *rel;
+	char		handle[SHAPE_HANDLE_LEN];
+	MemoryContext old;
+
+	if (slot == SHAPE_NO_SLOT)
+		return -1;
+	reg_creating = slot;		/* undone by registry_resolve on error */
+	s = &table->slots[slot];
+
+	/*
+	 * What it takes to make them (the relation, catalog lookups, buffers) is
+	 * left in the caller's transaction context; only the results are kept.
+	 */
+	rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
+	e = reg_enter(slot, spec, rel, identity, hash, shape_schema_json(rel),
+				  shape_definition_fingerprint(spec));
+	old = MemoryContextSwitchTo(reg_context);
 	snapshot_pool_queue(slot, e->generation, e->role, e->manage_replica_identity, &e->spec,
 						e->fingerprint);
 	MemoryContextSwitchTo(old);
@@ -403,19 +457,8 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	if (reg_in_replay)
 		shape_stream_check_when_replayed(slot);
 
-	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(),
-						   s->handle);
-	{
-		RegistryHandle *h = compact_hash_enter(&reg_by_handle, s->handle, NULL);
-
-		h->slot = slot;
-	}
-	strlcpy(s->relation, shape_quoted_relation(rel), sizeof(s->relation));
-	strlcpy(s->where_preview, spec->where_sql ? spec->where_sql : "",
-			sizeof(s->where_preview));
-	reg_columns_preview(rel, s->columns, sizeof(s->columns));
-	s->relid = spec->relid;
-	s->flags = spec->flags;
+	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(), handle);
+	reg_describe(slot, spec, rel, handle);
 	s->created_at_us = shape_table_unix_us();
 	eviction_touch(slot);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
@@ -498,6 +541,174 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 	req->result.generation = e->generation;
 	strlcpy(req->result.handle, table->slots[slot].handle, sizeof(req->result.handle));
 	req->result.schema_json = reg_malloc_string(e->schema_json);
+}
+
+/* ------------------------------------------------------------ restoring */
+
+/*
+ * Makes the shape a shape file describes again, in a fresh slot, with its
+ * handle and its log read back from disk; NULL when it cannot serve now,
+ * with the reason in `why`.  The definition is validated as a request's is,
+ * as shape_sync.role, against the current catalog, and must come out with
+ * the same identity, fingerprint and schema: a table dropped, altered or
+ * no longer readable while the server was down drops the shape.
+ */
+static const char *
+reg_restore_one(const LogStoreShape *stored, const LogStoreExtent *extent, XLogRecPtr durable)
+{
+	ShapeTable *table = reg_table();
+	ShapeDefinition def;
+	ShapeSpec	spec;
+	ShapeRelation *rel;
+	char	   *identity;
+	uint64		hash;
+	uint32		slot;
+	RegistryEntry *e;
+	SnapshotVisibility *visibility;
+	char		why[256];
+
+	memset(&def, 0, sizeof(def));
+	def.schema = stored->schema_name;
+	def.table = stored->table_name;
+	def.where = stored->where_sql;
+	def.columns = stored->columns;
+	def.ncolumns = (int) stored->ncolumns;
+	def.replica_full = (stored->flags & SHAPE_FLAG_REPLICA_FULL) != 0;
+	def.changes_only = (stored->flags & SHAPE_FLAG_CHANGES_ONLY) != 0;
+	shape_def_validate(&def, &spec, false);
+	identity = shape_identity(&spec);
+	if (strcmp(identity, stored->identity) != 0)
+		return "its definition names other columns or another table now";
+	if (strcmp(shape_definition_fingerprint(&spec), stored->fingerprint) != 0)
+		return "its table or columns changed";
+	rel = shape_relation_load(spec.relid, spec.ncolumns, spec.columns);
+	if (strcmp(shape_schema_json(rel), stored->schema_json) != 0)
+		return "its columns' types changed";
+	hash = hash_bytes_extended((const unsigned char *) identity, strlen(identity), 0);
+	if (reg_find(hash, identity) >= 0)
+		return "another stored shape has the same definition";
+	slot = shape_table_claim(table);
+	if (slot == SHAPE_NO_SLOT)
+		return "\"shape_sync.max_shapes\" was reached";
+	reg_creating = slot;		/* undone by the caller on error */
+	e = reg_enter(slot, &spec, rel, identity, hash, stored->schema_json, stored->fingerprint);
+	shape_stream_add(slot, e->generation, &spec, stored->chunk_threshold);
+	reg_describe(slot, &spec, rel, stored->handle);
+	table->slots[slot].created_at_us = stored->created_at_us;
+	table->slots[slot].snapshot_lsn = stored->snapshot_lsn;
+	atomic_store(&table->slots[slot].snapshot_rows, stored->snapshot_rows);
+	atomic_store(&table->slots[slot].snapshot_ms, stored->snapshot_ms);
+	if (!log_files_load(slot, extent, why, sizeof(why)))
+		return pstrdup(why);
+	visibility = palloc(offsetof(SnapshotVisibility, xip) + sizeof(uint64) * Max(stored->nxip, 1));
+	visibility->xmin = stored->xmin;
+	visibility->xmax = stored->xmax;
+	visibility->nxip = (int32) stored->nxip;
+	memcpy(visibility->xip, stored->xip, sizeof(uint64) * stored->nxip);
+	/* the stream takes the log over at the next maintain, as after a snapshot */
+	shape_stream_snapshot_done(slot, visibility);
+	shape_stream_resume_after(slot, durable);
+	eviction_touch(slot);
+	shape_table_set_state(table, slot, SHAPE_READY);
+	reg_creating = SHAPE_NO_SLOT;
+	return NULL;
+}
+
+/*
+ * reg_restore_one in a subtransaction, as shape_sync.role: NULL when the
+ * shape is restored, else why not (its slot given back).
+ */
+static const char *
+reg_try_restore(const LogStoreShape *stored, const LogStoreExtent *extent, XLogRecPtr durable)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	const char *why = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcxt);
+	PG_TRY();
+	{
+		ShapeRoleSaved saved;
+
+		shape_role_become(shape_role_resolve(), &saved);
+		why = reg_restore_one(stored, extent, durable);
+		shape_role_restore(&saved);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		why = pstrdup(edata->message);
+		FreeErrorData(edata);
+		name_lookup_failed();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(oldcxt);
+	CurrentResourceOwner = oldowner;
+	if (why != NULL && reg_creating != SHAPE_NO_SLOT)
+	{
+		if (reg_entries[reg_creating].in_use)
+			reg_forget(reg_creating);
+		else
+			shape_stream_remove(reg_creating);
+		shape_table_retire(reg_table(), reg_creating);
+		reg_creating = SHAPE_NO_SLOT;
+	}
+	return why;
+}
+
+/*
+ * Restores the shapes of the previous life that the manifest lists
+ * (log_files.c checked it against the cluster and the slot): each with its
+ * handle, so that its clients go on at their offsets.  Main thread, at
+ * start, before decoding: returns how many were restored.
+ */
+int
+registry_restore_shapes(const LogStoreManifest *manifest)
+{
+	int			restored = 0;
+	TimestampTz started = GetCurrentTimestamp();
+
+	catalog_use_current();
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	/* a table locked for long does not hold the worker's start */
+	(void) set_config_option("lock_timeout", "5s", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	for (uint32 i = 0; i < manifest->nshapes; i++)
+	{
+		const LogStoreExtent *extent = &manifest->shapes[i];
+		LogStoreShape *stored = log_files_read_shape(extent->handle);
+		const char *why;
+
+		if (stored == NULL)
+			continue;
+		why = reg_try_restore(stored, extent, manifest->header.durable_lsn);
+		if (why != NULL)
+			ereport(LOG,
+					(errmsg("shape %s on %s is not restored: %s", extent->handle,
+							shape_quoted_name(stored->schema_name, stored->table_name), why),
+					 errdetail("Its clients get 409 and fetch it again.")));
+		else
+			restored++;
+		log_store_shape_free(stored);
+		pfree(stored);
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	if (manifest->nshapes > 0)
+		ereport(LOG,
+				(errmsg("shape_sync restored %d of %u shapes from disk in %lld ms",
+						restored, manifest->nshapes,
+						(long long) ((GetCurrentTimestamp() - started) / 1000))));
+	return restored;
 }
 
 /*
@@ -730,6 +941,40 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 }
 
 /*
+ * A shape's snapshot is done: from now on its log is kept on disk too
+ * (log_files.c), with what it takes to restore it.
+ */
+static void
+reg_keep_on_disk(uint32 slot, const SnapshotVisibility *visibility)
+{
+	RegistryEntry *e = &reg_entries[slot];
+	ShapeSlot  *s = &reg_table()->slots[slot];
+	LogStoreShape shape;
+
+	memset(&shape, 0, sizeof(shape));
+	strlcpy(shape.handle, s->handle, sizeof(shape.handle));
+	shape.identity = e->identity;
+	shape.fingerprint = e->fingerprint;
+	shape.schema_json = e->schema_json;
+	shape.schema_name = e->schema_name;
+	shape.table_name = e->table_name;
+	shape.where_sql = e->spec.where_sql;
+	shape.ncolumns = (uint32) e->spec.ncolumns;
+	shape.columns = e->column_names;
+	shape.flags = e->spec.flags;
+	shape.chunk_threshold = shape_sync_chunk_bytes_threshold;
+	shape.snapshot_lsn = s->snapshot_lsn;
+	shape.xmin = visibility->xmin;
+	shape.xmax = visibility->xmax;
+	shape.nxip = (uint32) visibility->nxip;
+	shape.xip = (uint64_t *) visibility->xip;
+	shape.created_at_us = s->created_at_us;
+	shape.snapshot_rows = atomic_load(&s->snapshot_rows);
+	shape.snapshot_ms = atomic_load(&s->snapshot_ms);
+	log_files_shape_ready(slot, &shape);
+}
+
+/*
  * A snapshot ended (snapshot_pool_reap): a READY shape's stream takes its
  * log over; a FAILED shape is remembered, or rotated when its table
  * changed before the snapshot.
@@ -742,7 +987,10 @@ reg_snapshot_ended(uint32 slot, ShapeState state, const SnapshotVisibility *visi
 	if (!reg_entries[slot].in_use)
 		return;
 	if (state == SHAPE_READY && visibility != NULL)
+	{
 		shape_stream_snapshot_done(slot, visibility);
+		reg_keep_on_disk(slot, visibility);
+	}
 	else if (state == SHAPE_READY)
 	{
 		/* cannot happen: a worker stores the visibility before READY */

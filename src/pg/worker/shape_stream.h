@@ -32,6 +32,15 @@ extern void shape_stream_remove(uint32 slot);
  */
 extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
 
+/*
+ * A shape restored from disk (log_files.c): commits before `lsn` are in
+ * its log already, and are skipped when the WAL is decoded again.
+ */
+extern void shape_stream_resume_after(uint32 slot, XLogRecPtr lsn);
+
+/* Whether the stream writes the shape's log and will go on doing so. */
+extern bool shape_stream_durable(uint32 slot);
+
 /* Decoding callbacks; main thread, inside the decoding transaction. */
 extern bool shape_stream_wants(Oid relid);
 extern uint64 shape_stream_take_freed_bytes(void);

@@ -70,6 +70,7 @@ typedef struct ShapeStream
 	bool		ready;			/* taken over: this stream writes the log */
 	bool		filtering;		/* commits before snap_lsn: drop those visible */
 	uint64		snap_lsn;		/* commits from here on are not in the snapshot */
+	uint64		resume_lsn;		/* restored: commits before it are in the log */
 	SnapshotVisibility *snap_visibility;	/* what the snapshot saw */
 	List	   *pending;		/* PendingTxn *, until ready */
 	uint64		pending_bytes;	/* their records, bounded (ss_emit) */

@@ -35,6 +35,7 @@
 
 #include "guc.h"
 #include "log_compact.h"
+#include "log_files.h"
 #include "log_record.h"
 
 #include "shape_stream_internal.h"
@@ -82,6 +83,20 @@ shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility)
 	s->snap_visibility = MemoryContextAlloc(s->context, size);
 	memcpy(s->snap_visibility, visibility, size);
 	s->snapshot_done = true;
+}
+
+void
+shape_stream_resume_after(uint32 slot, XLogRecPtr lsn)
+{
+	if (ss_streams != NULL && ss_streams[slot].in_use)
+		ss_streams[slot].resume_lsn = lsn;
+}
+
+bool
+shape_stream_durable(uint32 slot)
+{
+	return ss_streams != NULL && ss_streams[slot].in_use && ss_streams[slot].ready &&
+		!ss_streams[slot].rotate;
 }
 
 /* ------------------------------------------------------------ appending */
@@ -235,7 +250,9 @@ ss_touch(ShapeStream *s)
 	old = MemoryContextSwitchTo(ss_context);
 	ss_touched = lappend(ss_touched, s);
 	MemoryContextSwitchTo(old);
-	if (s->ready && s->filtering)
+	if (s->ready && ss_lsn < s->resume_lsn)
+		s->skip_txn = true;		/* restored with it (log_files.c) */
+	else if (s->ready && s->filtering)
 	{
 		/*
 		 * Commit order is not visibility order (a commit record is written
@@ -384,6 +401,7 @@ ss_maybe_compact(ShapeStream *s)
 		return;
 	}
 	shape_table_swap_log(table, s->slot);
+	log_files_replaced(s->slot);
 	atomic_fetch_add_explicit(&table->slots[s->slot].compactions, 1, memory_order_relaxed);
 	sm_add(SM_COMPACTIONS, 0, 1);
 	s->compacted_bytes = Max(stats.bytes_out, 1);

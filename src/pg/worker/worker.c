@@ -54,6 +54,7 @@
 #include "eval_deadline.h"
 #include "guc.h"
 #include "http_server.h"
+#include "log_files.h"
 #include "log_prefault.h"
 #include "registry.h"
 #include "row_encoder.h"
@@ -68,6 +69,9 @@ PGDLLEXPORT void shape_sync_worker_main(Datum arg);
 static HttpServer *worker_http = NULL;
 static RequestQueue worker_queue;
 static ShapeRequest *worker_deferred = NULL;	/* waiting to retry a lock */
+static uint32 *worker_changed;	/* shapes to wake once their logs are durable */
+static uint32 worker_nchanged;
+static uint32 worker_changed_cap;
 
 static void
 worker_emit_thread_log(ThreadLogLevel level, const char *line)
@@ -296,7 +300,7 @@ worker_resolve_requests(void)
 	return true;
 }
 
-static void worker_wake_changed_shapes(void);
+static void worker_wake_changed_shapes(bool between_transactions);
 
 /*
  * Resolves the queued requests inside the replay's transaction, under its
@@ -355,7 +359,7 @@ worker_during_replay(void)
 	shape_stream_maintain_during_replay();
 	subset_jobs_reap();			/* no catalog needed: answers and deadlines go on */
 	subset_jobs_launch();
-	worker_wake_changed_shapes();
+	worker_wake_changed_shapes(false);
 	if (ShutdownRequestPending)
 	{
 		ereport(LOG, (errmsg("shape_sync shutting down during the replay of a transaction")));
@@ -364,19 +368,40 @@ worker_during_replay(void)
 	}
 }
 
-/* Resumes the connections parked on shapes whose logs changed. */
+/*
+ * Resumes the connections parked on shapes whose logs changed, and has
+ * what the logs gained written to disk: after the wake-ups, or, with
+ * shape_sync.log_fsync = commit, made durable before them.  Disk is
+ * written only between transactions: in the middle of a replay, the
+ * decoder's position is past a commit whose changes are not all in.
+ */
 static void
-worker_wake_changed_shapes(void)
+worker_wake_changed_shapes(bool between_transactions)
 {
 	uint32		slots[256];
 	uint32		n;
+	bool		durable_first = between_transactions &&
+		shape_sync_log_fsync == LOG_FSYNC_COMMIT;
 
 	do
 	{
 		n = shape_table_take_dirty(shape_sync_shared->table, slots, lengthof(slots));
 		for (uint32 i = 0; i < n; i++)
-			http_server_wake_shape(worker_http, slots[i]);
+		{
+			log_files_appended(slots[i]);
+			if (durable_first && worker_nchanged < worker_changed_cap)
+				worker_changed[worker_nchanged++] = slots[i];
+			else
+				http_server_wake_shape(worker_http, slots[i]);
+		}
 	} while (n == lengthof(slots));
+	if (!between_transactions)
+		return;
+	log_files_step(decoder_position(), registry_rotate);
+	decoder_confirm_durable();
+	for (uint32 i = 0; i < worker_nchanged; i++)
+		http_server_wake_shape(worker_http, worker_changed[i]);
+	worker_nchanged = 0;
 }
 
 void
@@ -401,7 +426,22 @@ shape_sync_worker_main(Datum arg)
 	eval_deadline_enable();
 
 	registry_start();
-	decoder_start(worker_during_replay);
+	log_files_start(shape_sync_shared->table->nslots);
+	worker_changed_cap = shape_sync_shared->table->nslots;
+	worker_changed = MemoryContextAlloc(TopMemoryContext, sizeof(uint32) * worker_changed_cap);
+	{
+		bool		slot_made_now;
+		XLogRecPtr	slot_confirmed;
+		const LogStoreManifest *stored;
+		int			restored = 0;
+
+		decoder_open_slot(worker_during_replay, &slot_made_now, &slot_confirmed);
+		stored = log_files_restorable(slot_made_now, slot_confirmed);
+		if (stored != NULL)
+			restored = registry_restore_shapes(stored);
+		log_files_restore_done();
+		decoder_start(restored > 0);
+	}
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
@@ -484,13 +524,14 @@ shape_sync_worker_main(Datum arg)
 		shape_stream_maintain(registry_rotate);
 		more_wal = decoder_step();
 		more_prefault = log_prefault_step(nfired == 0 && !resolved && !more_wal);
-		worker_wake_changed_shapes();
+		worker_wake_changed_shapes(true);
 		worker_drain_thread_log();
 		http_server_note_freed(worker_http, shape_stream_take_freed_bytes());
 		http_server_release_memory(worker_http);
 	}
 
 	ereport(LOG, (errmsg("shape_sync shutting down")));
+	log_files_shutdown(decoder_position());
 
 	/*
 	 * Exit code 1 asks the postmaster to start the worker again after

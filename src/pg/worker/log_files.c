@@ -1,0 +1,936 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_files.c
+ *		Shape logs on disk: written behind the shared-memory logs, made
+ *		durable in rounds, read back when the worker starts.
+ *
+ * Every shape whose snapshot is done has, in $PGDATA/pg_shape_sync, a
+ * data file that is its log's bytes exactly (<handle>.<generation>.log:
+ * compaction writes the next generation) and a shape file written once
+ * (<handle>.shape: the definition, the texts it must validate to again,
+ * the snapshot's visibility; log_manifest.c has the format).  One manifest
+ * lists the shapes whose files are complete, each with its durable length,
+ * chunks and last offset, under a header that names the cluster and slot,
+ * and the position `durable_lsn` before which every decoded commit is in
+ * those lengths.
+ *
+ * Writing.  After each decoding batch the main loop hands over the shapes
+ * whose logs grew (log_files_appended); log_files_step writes the bytes
+ * they gained (from the published log, so whole transactions) to the page
+ * cache, after their clients were woken: the disk is not on the path of a
+ * live change.  A shape whose snapshot just finished is written in pieces
+ * of LOG_FILES_WRITE_PER_STEP per step, and enters the manifest once its
+ * file holds all of its log.
+ *
+ * Rounds.  Every LOG_FILES_ROUND_MS (shape_sync.log_fsync = batch), or
+ * after every batch that decoded something and before its clients are
+ * woken (commit), a round fsyncs the files written since the last one and
+ * replaces the manifest (written aside, fsynced, renamed, the directory
+ * fsynced: durable_rename), with durable_lsn the decoder's position.  Only
+ * then does log_files_confirmable let the slot be confirmed up to it, so
+ * the slot never passes what the files hold: after any crash, decoding
+ * starts at or before durable_lsn, each restored shape skips the commits
+ * before it (shape_stream_resume_after) and gets those after it again,
+ * with the same offsets, since offsets are commit positions.  With
+ * shape_sync.log_fsync = off the rounds write but never fsync: the files
+ * survive a crash of PostgreSQL (the page cache keeps them) but not one of
+ * the operating system, so the header keeps the kernel's boot id and a
+ * store written so is purged after a reboot.  Files a round makes obsolete
+ * (a compacted shape's previous generation) are removed after it.
+ *
+ * Restoring.  At start (registry_restore_shapes), the manifest must match
+ * the cluster's system identifier, timeline, database and slot name, the
+ * slot must not be new and must not be confirmed past durable_lsn;
+ * otherwise every file goes, and the shapes' clients get 409.  Each listed
+ * shape is validated again against the current catalog by the registry;
+ * its data file, cut to its durable length (bytes past it were never
+ * confirmed), is read back into the arena record by record, with its
+ * chunks closed where the manifest says.  A file shorter than its length,
+ * a record that does not parse, a chunk or last offset that does not match
+ * purges that shape alone.  Files no restored shape owns are removed.
+ *
+ * A write or fsync that fails (the disk is full, an I/O error) rotates the
+ * shape it was for, with a warning; the others go on.  A manifest that
+ * cannot be written keeps the previous one, and the slot's confirmation
+ * waits.  Nothing here raises an error.
+ *
+ * Everything here runs on the worker's main thread, through PostgreSQL's
+ * virtual file descriptors (fd.c), so that thousands of shapes do not need
+ * thousands of open files.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/log_files.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "replication/slot.h"
+#include "storage/fd.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "guc.h"
+#include "log_files.h"
+#include "log_record.h"
+#include "shape_stream.h"
+#include "shared_state.h"
+
+#define LOG_FILES_ROUND_MS			1000
+#define LOG_FILES_WRITE_PER_STEP	((uint64) 8 << 20)
+#define LOG_FILES_BUFFER			((size_t) 256 * 1024)
+#define LOG_FILES_WARN_INTERVAL_MS	60000
+#define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
+#define MANIFEST_TMP_PATH			LOG_FILES_DIR "/manifest.tmp"
+
+typedef struct FileShape
+{
+	bool		in_use;			/* it has a shape file */
+	bool		listed;			/* its file is complete: in every manifest */
+	bool		dirty;			/* on lf_dirty */
+	bool		unsynced;		/* on lf_unsynced */
+	bool		shape_file_synced;
+	bool		failed;			/* a write failed: rotated at the step's end */
+	bool		on_failed;		/* on lf_failed */
+	char		handle[LOG_STORE_HANDLE_LEN];
+	uint32		generation;
+	File		file;			/* its data file, or -1 */
+	uint64		written;
+	uint64		synced;
+} FileShape;
+
+static MemoryContext lf_context;
+static FileShape *lf_shapes;
+static uint32 lf_nslots;
+static uint32 *lf_dirty;		/* slots whose logs grew since written */
+static uint32 lf_ndirty;
+static uint32 *lf_unsynced;		/* slots written since the last round */
+static uint32 lf_nunsynced;
+static uint32 *lf_failed;		/* slots whose writes failed: to rotate */
+static uint32 lf_nfailed;
+static List *lf_obsolete;		/* paths to remove after the next round */
+static LogStoreManifest lf_previous;	/* the manifest found at start */
+static bool lf_have_previous;
+static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
+static XLogRecPtr lf_durable;	/* ... and its durable_lsn */
+static TimestampTz lf_last_round;
+static TimestampTz lf_warned_at;
+static char *lf_buffer;
+
+static ShapeTable *
+lf_table(void)
+{
+	return shape_sync_shared->table;
+}
+
+static void
+lf_data_path(const char *handle, uint32 generation, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/%s.%u.log", LOG_FILES_DIR, handle, generation);
+}
+
+static void
+lf_shape_path(const char *handle, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/%s.shape", LOG_FILES_DIR, handle);
+}
+
+/*
+ * Clears a slot's state, but not whether it is on lf_dirty or lf_unsynced:
+ * an entry there stays until a step or round passes it, so that a slot
+ * forgotten and taken again meanwhile is never listed twice.
+ */
+static void
+lf_reset(FileShape *fs)
+{
+	bool		dirty = fs->dirty;
+	bool		unsynced = fs->unsynced;
+	bool		on_failed = fs->on_failed;
+
+	memset(fs, 0, sizeof(*fs));
+	fs->file = -1;
+	fs->dirty = dirty;
+	fs->unsynced = unsynced;
+	fs->on_failed = on_failed;
+}
+
+/* A warning about the store as a whole, at most once a minute. */
+static bool
+lf_may_warn(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (lf_warned_at != 0 &&
+		!TimestampDifferenceExceeds(lf_warned_at, now, LOG_FILES_WARN_INTERVAL_MS))
+		return false;
+	lf_warned_at = now;
+	return true;
+}
+
+/* The header that describes this cluster, slot and database now. */
+static void
+lf_header_now(LogStoreHeader *h, XLogRecPtr durable)
+{
+	char		slot[NAMEDATALEN];
+	int			fd;
+
+	memset(h, 0, sizeof(*h));
+	h->system_id = GetSystemIdentifier();
+	h->timeline = GetWALInsertionTimeLine();
+	h->database_oid = MyDatabaseId;
+	snprintf(slot, sizeof(slot), "shape_sync_%u", MyDatabaseId);
+	strlcpy(h->slot, slot, sizeof(h->slot));
+	h->fsync_policy = (uint32) shape_sync_log_fsync;
+	h->durable_lsn = durable;
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY);
+	if (fd >= 0)
+	{
+		ssize_t		n = read(fd, h->boot_id, sizeof(h->boot_id) - 1);
+
+		close(fd);
+		h->boot_id[n > 0 ? n : 0] = '\0';
+		h->boot_id[strcspn(h->boot_id, "\n")] = '\0';
+	}
+}
+
+/* Reads a whole small file into palloc'd memory; NULL when it is absent. */
+static char *
+lf_read_small_file(const char *path, size_t *len)
+{
+	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	struct stat st;
+	char	   *data;
+	size_t		done = 0;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 || st.st_size > (off_t) MaxAllocSize)
+	{
+		CloseTransientFile(fd);
+		return NULL;
+	}
+	data = palloc((size_t) st.st_size + 1);
+	while (done < (size_t) st.st_size)
+	{
+		ssize_t		n = read(fd, data + done, (size_t) st.st_size - done);
+
+		if (n <= 0)
+			break;
+		done += (size_t) n;
+	}
+	CloseTransientFile(fd);
+	*len = done;
+	return data;
+}
+
+/* ---------------------------------------------------------------- start */
+
+void
+log_files_start(uint32 nslots)
+{
+	char	   *bytes;
+	size_t		len;
+	char		error[LOG_STORE_ERROR_LEN];
+
+	lf_context = AllocSetContextCreate(TopMemoryContext, "shape_sync log files",
+									   ALLOCSET_DEFAULT_SIZES);
+	lf_nslots = nslots;
+	lf_shapes = MemoryContextAllocZero(lf_context, sizeof(FileShape) * nslots);
+	for (uint32 i = 0; i < nslots; i++)
+		lf_shapes[i].file = -1;
+	lf_dirty = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
+	lf_unsynced = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
+	lf_failed = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
+	lf_buffer = MemoryContextAlloc(lf_context, LOG_FILES_BUFFER);
+	lf_last_round = GetCurrentTimestamp();
+
+	if (MakePGDirectory(LOG_FILES_DIR) != 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"%s\": %m", LOG_FILES_DIR)));
+	bytes = lf_read_small_file(MANIFEST_PATH, &len);
+	if (bytes == NULL)
+		return;
+	if (!log_manifest_decode(bytes, len, &lf_previous, error, sizeof(error)))
+		ereport(LOG,
+				(errmsg("shape_sync discards its stored shape logs: file \"%s\" cannot be used: %s",
+						MANIFEST_PATH, error),
+				 errdetail("Clients of those shapes get 409 and fetch them again.")));
+	else
+		lf_have_previous = true;
+	pfree(bytes);
+}
+
+/* Removes every file of the store but those `keep` says to keep. */
+static void
+lf_remove_files(bool (*keep) (const char *name))
+{
+	DIR		   *dir = AllocateDir(LOG_FILES_DIR);
+	struct dirent *de;
+	char		path[MAXPGPATH];
+
+	while ((de = ReadDir(dir, LOG_FILES_DIR)) != NULL)
+	{
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (keep != NULL && keep(de->d_name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", LOG_FILES_DIR, de->d_name);
+		if (unlink(path) != 0 && errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not remove file \"%s\": %m", path)));
+	}
+	FreeDir(dir);
+}
+
+static void
+lf_purge_all(const char *why)
+{
+	ereport(LOG,
+			(errmsg("shape_sync discards its stored shape logs: %s", why),
+			 errdetail("Clients of those shapes get 409 and fetch them again.")));
+	lf_remove_files(NULL);
+	log_manifest_free(&lf_previous);
+	lf_have_previous = false;
+}
+
+const LogStoreManifest *
+log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
+{
+	LogStoreHeader now;
+	const char *differs;
+
+	if (!lf_have_previous)
+	{
+		lf_remove_files(NULL);	/* what a store without manifest left */
+		return NULL;
+	}
+	lf_header_now(&now, InvalidXLogRecPtr);
+	differs = log_store_header_mismatch(&lf_previous.header, &now);
+	if (differs != NULL)
+	{
+		lf_purge_all(psprintf("%s is not the one they were written for", differs));
+		return NULL;
+	}
+	if (slot_made_now)
+	{
+		lf_purge_all(psprintf("replication slot \"%s\" was made again", now.slot));
+		return NULL;
+	}
+	if (slot_confirmed > lf_previous.header.durable_lsn)
+	{
+		lf_purge_all(psprintf("replication slot \"%s\" is confirmed up to %X/%X, past the %X/%X they hold",
+							  now.slot, LSN_FORMAT_ARGS(slot_confirmed),
+							  LSN_FORMAT_ARGS(lf_previous.header.durable_lsn)));
+		return NULL;
+	}
+	lf_durable = lf_previous.header.durable_lsn;
+	return &lf_previous;
+}
+
+LogStoreShape *
+log_files_read_shape(const char *handle)
+{
+	char		path[MAXPGPATH];
+	char	   *bytes;
+	size_t		len;
+	char		error[LOG_STORE_ERROR_LEN];
+	LogStoreShape *shape = palloc0(sizeof(LogStoreShape));
+
+	lf_shape_path(handle, path);
+	bytes = lf_read_small_file(path, &len);
+	if (bytes == NULL)
+	{
+		ereport(LOG,
+				(errmsg("shape %s cannot be restored: its file \"%s\" is missing", handle, path)));
+		pfree(shape);
+		return NULL;
+	}
+	if (!log_store_shape_decode(bytes, len, shape, error, sizeof(error)) ||
+		strcmp(shape->handle, handle) != 0)
+	{
+		ereport(LOG,
+				(errmsg("shape %s cannot be restored: file \"%s\" cannot be used: %s", handle,
+						path, error)));
+		pfree(bytes);
+		pfree(shape);
+		return NULL;
+	}
+	pfree(bytes);
+	return shape;
+}
+
+/*
+ * Reads a data file back into the slot's log: its records up to
+ * `extent->length`, its chunks closed where the manifest says.
+ */
+bool
+log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_len)
+{
+	ShapeTable *table = lf_table();
+	ShapeLog   *log = shape_table_log(table, slot);
+	FileShape  *fs = &lf_shapes[slot];
+	char		path[MAXPGPATH];
+	File		file;
+	off_t		size;
+	uint64		pos = 0;
+	uint32		chunk = 0;
+	char	   *record = lf_buffer;
+	size_t		record_cap = LOG_FILES_BUFFER;
+	LogOffset	last = {-1, 0};
+	bool		ok = false;
+
+	lf_data_path(extent->handle, extent->generation, path);
+	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
+	if (file < 0)
+	{
+		snprintf(why, why_len, "could not open file \"%s\": %m", path);
+		return false;
+	}
+	size = FileSize(file);
+	if (size < 0 || (uint64) size < extent->length)
+	{
+		snprintf(why, why_len, "file \"%s\" has %lld bytes, fewer than the %llu it held",
+				 path, (long long) size, (unsigned long long) extent->length);
+		goto done;
+	}
+	/* what was written after the last round was never confirmed: cut */
+	if ((uint64) size > extent->length &&
+		FileTruncate(file, (off_t) extent->length, WAIT_EVENT_DATA_FILE_TRUNCATE) != 0)
+	{
+		snprintf(why, why_len, "could not truncate file \"%s\": %m", path);
+		goto done;
+	}
+	while (pos < extent->length)
+	{
+		SlogRecordHeader hdr;
+		uint64		span;
+		SlogResult	res;
+
+		if (extent->length - pos < sizeof(hdr) ||
+			FileRead(file, (char *) &hdr, sizeof(hdr), (off_t) pos,
+					 WAIT_EVENT_DATA_FILE_READ) != sizeof(hdr))
+		{
+			snprintf(why, why_len, "file \"%s\" ends inside a record at byte %llu", path,
+					 (unsigned long long) pos);
+			goto done;
+		}
+		span = slog_record_span(hdr.len);
+		if (hdr.kind < SLOG_RECORD_CHANGE || hdr.kind > SLOG_RECORD_TOMBSTONE ||
+			span > extent->length - pos)
+		{
+			snprintf(why, why_len, "file \"%s\" has no valid record at byte %llu", path,
+					 (unsigned long long) pos);
+			goto done;
+		}
+		if (hdr.len > record_cap)
+		{
+			if (record != lf_buffer)
+				pfree(record);
+			record_cap = hdr.len;
+			record = MemoryContextAllocHuge(CurrentMemoryContext, record_cap);
+		}
+		if (hdr.len > 0 &&
+			FileRead(file, record, hdr.len, (off_t) (pos + sizeof(hdr)),
+					 WAIT_EVENT_DATA_FILE_READ) != (int) hdr.len)
+		{
+			snprintf(why, why_len, "could not read file \"%s\": %m", path);
+			goto done;
+		}
+		last.tx = hdr.tx;
+		last.op = hdr.op;
+		res = slog_append(table->arena, log, last, hdr.kind, record, hdr.len);
+		pos += span;
+		if (res == SLOG_OK && chunk < extent->nchunks && extent->chunks[chunk].end_pos == pos)
+		{
+			LogOffset	end = {extent->chunks[chunk].end_tx, extent->chunks[chunk].end_op};
+
+			res = slog_close_chunk(table->arena, log, end);
+			chunk++;
+		}
+		if (res != SLOG_OK)
+		{
+			snprintf(why, why_len, res == SLOG_FULL ?
+					 "the shape log memory (\"shape_sync.log_memory\") is full" :
+					 "it is larger than a shape log may be");
+			goto done;
+		}
+		if (chunk < extent->nchunks && extent->chunks[chunk].end_pos < pos)
+		{
+			snprintf(why, why_len, "a chunk of file \"%s\" does not end where a record does", path);
+			goto done;
+		}
+	}
+	if (chunk != extent->nchunks || log->write_pos != extent->length ||
+		(extent->length > 0 && log_offset_cmp(last, extent->last) != 0))
+	{
+		snprintf(why, why_len, "file \"%s\" does not end as its manifest says", path);
+		goto done;
+	}
+	slog_publish(log, extent->length > 0 ? extent->last : last, SLOG_SNAPSHOT_DONE);
+	lf_reset(fs);
+	fs->in_use = true;
+	fs->listed = true;
+	fs->shape_file_synced = true;
+	strlcpy(fs->handle, extent->handle, sizeof(fs->handle));
+	fs->generation = extent->generation;
+	fs->file = file;
+	fs->written = fs->synced = extent->length;
+	lf_lists_shapes = true;
+	ok = true;
+done:
+	if (record != lf_buffer)
+		pfree(record);
+	if (!ok)
+		FileClose(file);
+	return ok;
+}
+
+/* Whether a file name belongs to a shape that is restored. */
+static bool
+lf_restored_file(const char *name)
+{
+	char		path[MAXPGPATH];
+
+	if (strcmp(name, "manifest") == 0)
+		return true;
+	for (uint32 i = 0; i < lf_nslots; i++)
+	{
+		FileShape  *fs = &lf_shapes[i];
+
+		if (!fs->in_use)
+			continue;
+		lf_data_path(fs->handle, fs->generation, path);
+		if (strcmp(name, path + strlen(LOG_FILES_DIR) + 1) == 0)
+			return true;
+		lf_shape_path(fs->handle, path);
+		if (strcmp(name, path + strlen(LOG_FILES_DIR) + 1) == 0)
+			return true;
+	}
+	return false;
+}
+
+void
+log_files_restore_done(void)
+{
+	/* the files of shapes that could not be restored, and strays */
+	lf_remove_files(lf_restored_file);
+	log_manifest_free(&lf_previous);
+	lf_have_previous = false;
+}
+
+/* -------------------------------------------------------------- writing */
+
+static void
+lf_fail(uint32 slot, const char *what, const char *path)
+{
+	FileShape  *fs = &lf_shapes[slot];
+
+	ereport(WARNING,
+			(errcode_for_file_access(),
+			 errmsg("shape %s cannot be kept on disk: could not %s file \"%s\": %m",
+					fs->handle, what, path),
+			 errdetail("The shape is rotated: its clients get 409 and fetch it again.")));
+	if (!fs->on_failed)
+		lf_failed[lf_nfailed++] = slot;
+	fs->on_failed = true;
+	fs->failed = true;
+}
+
+static void
+lf_note_unsynced(uint32 slot)
+{
+	FileShape  *fs = &lf_shapes[slot];
+
+	if (!fs->unsynced)
+	{
+		fs->unsynced = true;
+		lf_unsynced[lf_nunsynced++] = slot;
+	}
+}
+
+void
+log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	char		path[MAXPGPATH];
+	char		tmp[MAXPGPATH];
+	size_t		len;
+	char	   *bytes;
+	int			fd;
+	bool		ok;
+
+	if (fs->in_use)
+		return;					/* restored */
+	lf_reset(fs);
+	strlcpy(fs->handle, shape->handle, sizeof(fs->handle));
+	fs->generation = 1;
+	fs->in_use = true;
+	bytes = log_store_shape_encode(shape, &len);
+	if (bytes == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	lf_shape_path(fs->handle, path);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	ok = fd >= 0 && write(fd, bytes, len) == (ssize_t) len;
+	if (fd >= 0 && CloseTransientFile(fd) != 0)
+		ok = false;
+	free(bytes);
+	if (!ok || rename(tmp, path) != 0)
+	{
+		lf_fail(slot, "write", path);
+		return;
+	}
+	lf_data_path(fs->handle, fs->generation, path);
+	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fs->file < 0)
+	{
+		lf_fail(slot, "create", path);
+		return;
+	}
+	lf_note_unsynced(slot);		/* listed once complete, even when empty */
+	log_files_appended(slot);
+}
+
+void
+log_files_appended(uint32 slot)
+{
+	FileShape  *fs = &lf_shapes[slot];
+
+	if (fs->in_use && !fs->dirty && !fs->failed)
+	{
+		fs->dirty = true;
+		lf_dirty[lf_ndirty++] = slot;
+	}
+}
+
+/*
+ * Writes what the slot's published log holds past what its file has, at
+ * most `*budget` bytes (less what it wrote); false when more is left.
+ */
+static bool
+lf_write(uint32 slot, uint64 *budget)
+{
+	ShapeTable *table = lf_table();
+	FileShape  *fs = &lf_shapes[slot];
+	const ShapeLog *log = shape_table_log(table, slot);
+	SlogPublished pub;
+	char		path[MAXPGPATH];
+
+	if (!fs->in_use || fs->failed || fs->file < 0)
+		return true;
+	slog_read_published(log, &pub);
+	while (fs->written < pub.data_end && *budget > 0)
+	{
+		size_t		n = (size_t) Min(Min(pub.data_end - fs->written, LOG_FILES_BUFFER), *budget);
+
+		slog_copy_out(table->arena, log, fs->written, lf_buffer, n);
+		if (FileWrite(fs->file, lf_buffer, n, (off_t) fs->written,
+					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
+		{
+			if (errno == 0)
+				errno = ENOSPC;	/* a short write: the disk is full */
+			lf_data_path(fs->handle, fs->generation, path);
+			lf_fail(slot, "write", path);
+			return true;
+		}
+		fs->written += n;
+		*budget -= n;
+		lf_note_unsynced(slot);
+	}
+	return fs->written >= pub.data_end;
+}
+
+/* Compaction swapped the slot's log: its next generation, written whole. */
+void
+log_files_replaced(uint32 slot)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	char		path[MAXPGPATH];
+	MemoryContext old;
+
+	if (!fs->in_use || fs->failed)
+		return;
+	lf_data_path(fs->handle, fs->generation, path);
+	old = MemoryContextSwitchTo(lf_context);
+	lf_obsolete = lappend(lf_obsolete, pstrdup(path));	/* once no manifest names it */
+	MemoryContextSwitchTo(old);
+	if (fs->file >= 0)
+		FileClose(fs->file);
+	fs->generation++;
+	fs->written = fs->synced = 0;
+	fs->listed = false;			/* listed again once written whole */
+	lf_data_path(fs->handle, fs->generation, path);
+	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fs->file < 0)
+	{
+		lf_fail(slot, "create", path);
+		return;
+	}
+	{
+		uint64		unbounded = UINT64_MAX;
+
+		lf_write(slot, &unbounded);
+	}
+}
+
+void
+log_files_forget(uint32 slot)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	char		path[MAXPGPATH];
+
+	if (lf_shapes == NULL || !fs->in_use)
+		return;
+	if (fs->file >= 0)
+		FileClose(fs->file);
+	/* a manifest that still names it: the next start finds no file and drops it */
+	lf_data_path(fs->handle, fs->generation, path);
+	(void) unlink(path);
+	lf_shape_path(fs->handle, path);
+	(void) unlink(path);
+	lf_reset(fs);
+}
+
+/* --------------------------------------------------------------- rounds */
+
+/* Whether the slot's files hold its whole log now. */
+static bool
+lf_complete(uint32 slot)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	SlogPublished pub;
+
+	if (!fs->in_use || fs->failed || fs->file < 0 || !shape_stream_durable(slot))
+		return false;
+	slog_read_published(shape_table_log(lf_table(), slot), &pub);
+	return fs->written == pub.data_end;
+}
+
+static bool
+lf_sync_shape_file(uint32 slot)
+{
+	char		path[MAXPGPATH];
+	int			fd;
+	bool		ok;
+
+	lf_shape_path(lf_shapes[slot].handle, path);
+	fd = OpenTransientFile(path, O_RDWR | PG_BINARY);
+	ok = fd >= 0 && pg_fsync(fd) == 0;
+	if (fd >= 0)
+		CloseTransientFile(fd);
+	if (!ok)
+		lf_fail(slot, "fsync", path);
+	return ok;
+}
+
+/* Writes the manifest; false (with a warning) when it could not. */
+static bool
+lf_write_manifest(const LogStoreManifest *manifest, bool sync)
+{
+	size_t		len;
+	char	   *bytes = log_manifest_encode(manifest, &len);
+	int			fd;
+	bool		ok;
+
+	if (bytes == NULL)
+		return false;
+	fd = OpenTransientFile(MANIFEST_TMP_PATH, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	ok = fd >= 0 && write(fd, bytes, len) == (ssize_t) len;
+	if (ok && sync && pg_fsync(fd) != 0)
+		ok = false;
+	if (fd >= 0 && CloseTransientFile(fd) != 0)
+		ok = false;
+	free(bytes);
+	if (ok)
+		ok = sync ? durable_rename(MANIFEST_TMP_PATH, MANIFEST_PATH, LOG) == 0 :
+			rename(MANIFEST_TMP_PATH, MANIFEST_PATH) == 0;
+	if (!ok && lf_may_warn())
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("shape_sync could not write file \"%s\": %m", MANIFEST_PATH),
+				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
+	return ok;
+}
+
+/*
+ * Makes every complete file durable and lists it, with `decoded` as the
+ * position before which every commit is in them.
+ */
+static void
+lf_round(XLogRecPtr decoded)
+{
+	ShapeTable *table = lf_table();
+	bool		sync = shape_sync_log_fsync != LOG_FSYNC_OFF;
+	LogStoreManifest manifest;
+	uint32		n = 0;
+	ListCell   *lc;
+
+	lf_last_round = GetCurrentTimestamp();
+	for (uint32 i = 0; i < lf_nunsynced; i++)
+	{
+		uint32		slot = lf_unsynced[i];
+		FileShape  *fs = &lf_shapes[slot];
+
+		fs->unsynced = false;
+		if (!fs->in_use || fs->failed)
+			continue;
+		if (!fs->listed && !lf_complete(slot))
+			continue;			/* synced once complete */
+		if (sync && fs->synced < fs->written)
+		{
+			if (FileSync(fs->file, WAIT_EVENT_DATA_FILE_SYNC) != 0)
+			{
+				char		path[MAXPGPATH];
+
+				lf_data_path(fs->handle, fs->generation, path);
+				lf_fail(slot, "fsync", path);
+				continue;
+			}
+		}
+		fs->synced = fs->written;
+		if (!fs->shape_file_synced && (!sync || lf_sync_shape_file(slot)))
+			fs->shape_file_synced = true;
+		if (fs->shape_file_synced)
+			fs->listed = true;
+	}
+	/* what is still incomplete is looked at again next round */
+	{
+		uint32		kept = 0;
+
+		for (uint32 i = 0; i < lf_nunsynced; i++)
+		{
+			uint32		slot = lf_unsynced[i];
+
+			if (lf_shapes[slot].in_use && !lf_shapes[slot].failed && !lf_shapes[slot].listed)
+			{
+				lf_shapes[slot].unsynced = true;
+				lf_unsynced[kept++] = slot;
+			}
+		}
+		lf_nunsynced = kept;
+	}
+
+	memset(&manifest, 0, sizeof(manifest));
+	lf_header_now(&manifest.header, decoded);
+	manifest.shapes = palloc0(sizeof(LogStoreExtent) * Max(lf_nslots, 1));
+	for (uint32 slot = 0; slot < lf_nslots; slot++)
+	{
+		FileShape  *fs = &lf_shapes[slot];
+		const ShapeLog *log;
+		SlogPublished pub;
+		LogStoreExtent *e;
+
+		if (!fs->in_use || !fs->listed || fs->failed || !lf_complete(slot))
+			continue;
+		log = shape_table_log(table, slot);
+		slog_read_published(log, &pub);
+		e = &manifest.shapes[n++];
+		strlcpy(e->handle, fs->handle, sizeof(e->handle));
+		e->generation = fs->generation;
+		e->length = fs->written;
+		e->last = pub.last;
+		e->nchunks = pub.chunk_count;
+		e->chunks = palloc(sizeof(SlogChunk) * Max(pub.chunk_count, 1));
+		for (uint32 c = 0; c < pub.chunk_count; c++)
+			slog_chunk_read(table->arena, log, c, &e->chunks[c]);
+	}
+	manifest.nshapes = n;
+	if (n > 0 || lf_lists_shapes)
+	{
+		if (!lf_write_manifest(&manifest, sync))
+			n = UINT32_MAX;		/* the previous manifest holds */
+	}
+	for (uint32 i = 0; i < manifest.nshapes; i++)
+		pfree(manifest.shapes[i].chunks);
+	pfree(manifest.shapes);
+	if (n == UINT32_MAX)
+		return;
+	lf_lists_shapes = n > 0;
+	lf_durable = decoded;
+	foreach(lc, lf_obsolete)
+		(void) unlink((char *) lfirst(lc));
+	list_free_deep(lf_obsolete);
+	lf_obsolete = NIL;
+}
+
+void
+log_files_step(XLogRecPtr decoded, LogFilesRotate rotate)
+{
+	uint64		budget = LOG_FILES_WRITE_PER_STEP;
+	uint64		unbounded = UINT64_MAX;
+	uint32		kept = 0;
+	bool		wrote = lf_ndirty > 0;
+
+	if (lf_shapes == NULL)
+		return;
+	for (uint32 i = 0; i < lf_ndirty; i++)
+	{
+		uint32		slot = lf_dirty[i];
+		FileShape  *fs = &lf_shapes[slot];
+		bool		done;
+
+		if (!fs->in_use || fs->failed)
+		{
+			fs->dirty = false;
+			continue;
+		}
+		/* complete logs first and whole: a round lists only those */
+		unbounded = UINT64_MAX;
+		done = lf_write(slot, fs->listed ? &unbounded : &budget);
+		if (done)
+			fs->dirty = false;
+		else
+			lf_dirty[kept++] = slot;	/* a snapshot being written: more next step */
+	}
+	lf_ndirty = kept;
+	if (shape_sync_log_fsync == LOG_FSYNC_COMMIT ? wrote :
+		TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(), LOG_FILES_ROUND_MS))
+		lf_round(decoded);
+	for (uint32 i = 0; i < lf_nfailed; i++)
+	{
+		uint32		slot = lf_failed[i];
+
+		lf_shapes[slot].on_failed = false;
+		if (lf_shapes[slot].failed && lf_shapes[slot].in_use)
+		{
+			log_files_forget(slot);
+			rotate(slot, SM_ROTATION_LOG_FULL);
+		}
+	}
+	lf_nfailed = 0;
+}
+
+void
+log_files_shutdown(XLogRecPtr decoded)
+{
+	if (lf_shapes == NULL)
+		return;
+	for (uint32 i = 0; i < lf_ndirty; i++)
+	{
+		uint64		unbounded = UINT64_MAX;
+
+		lf_write(lf_dirty[i], &unbounded);
+	}
+	lf_ndirty = 0;
+	lf_round(decoded);
+}
+
+XLogRecPtr
+log_files_confirmable(XLogRecPtr lsn)
+{
+	if (!lf_lists_shapes)
+		return lsn;
+	return Min(lsn, lf_durable);
+}
