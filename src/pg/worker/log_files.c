@@ -470,13 +470,15 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 			goto done;
 		}
 	}
-	if (chunk != extent->nchunks || log->write_pos != extent->length ||
-		(extent->length > 0 && log_offset_cmp(last, extent->last) != 0))
+	if (chunk != extent->nchunks || log->write_pos != extent->length)
 	{
-		snprintf(why, why_len, "file \"%s\" does not end as its manifest says", path);
+		snprintf(why, why_len, "file \"%s\" does not end as its manifest says (%u of %u chunks, %llu of %llu bytes)",
+				 path, chunk, extent->nchunks, (unsigned long long) log->write_pos,
+				 (unsigned long long) extent->length);
 		goto done;
 	}
-	slog_publish(log, extent->length > 0 ? extent->last : last, SLOG_SNAPSHOT_DONE);
+	/* the published last offset: a snapshot's is its end, past its last row */
+	slog_publish(log, extent->last, SLOG_SNAPSHOT_DONE);
 	lf_reset(fs);
 	fs->in_use = true;
 	fs->listed = true;
