@@ -47,6 +47,7 @@ int			shape_sync_log_memory = 128;
 int			shape_sync_max_shapes = 1024;
 int			shape_sync_max_snapshot_workers = 4;
 int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
+bool		shape_sync_durable_logs = true;
 int			shape_sync_log_fsync = LOG_FSYNC_BATCH;
 double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
@@ -259,6 +260,14 @@ shape_sync_define_gucs(void)
 							 &shape_sync_shape_eviction,
 							 SHAPE_EVICTION_LRU, guc_shape_eviction_options,
 							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("shape_sync.durable_logs",
+							 "Keeps shape logs on disk under the data directory, so that shapes survive restarts.",
+							 "off keeps them in shared memory only: a restart drops every shape and its clients fetch them again.",
+							 &shape_sync_durable_logs,
+							 true,
+							 PGC_POSTMASTER, 0,
 							 NULL, NULL, NULL);
 
 	DefineCustomEnumVariable("shape_sync.log_fsync",

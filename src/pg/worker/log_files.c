@@ -125,6 +125,8 @@ static TimestampTz lf_last_round;
 static TimestampTz lf_warned_at;
 static char *lf_buffer;
 
+static void lf_remove_files(bool (*keep) (const char *name));
+
 static ShapeTable *
 lf_table(void)
 {
@@ -240,6 +242,16 @@ log_files_start(uint32 nslots)
 	size_t		len;
 	char		error[LOG_STORE_ERROR_LEN];
 
+	if (MakePGDirectory(LOG_FILES_DIR) != 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"%s\": %m", LOG_FILES_DIR)));
+	if (!shape_sync_durable_logs)
+	{
+		/* what an earlier life stored is stale once the slot moves without it */
+		lf_remove_files(NULL);
+		return;
+	}
 	lf_context = AllocSetContextCreate(TopMemoryContext, "shape_sync log files",
 									   ALLOCSET_DEFAULT_SIZES);
 	lf_nslots = nslots;
@@ -251,11 +263,6 @@ log_files_start(uint32 nslots)
 	lf_failed = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_buffer = MemoryContextAlloc(lf_context, LOG_FILES_BUFFER);
 	lf_last_round = GetCurrentTimestamp();
-
-	if (MakePGDirectory(LOG_FILES_DIR) != 0 && errno != EEXIST)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not create directory \"%s\": %m", LOG_FILES_DIR)));
 	bytes = lf_read_small_file(MANIFEST_PATH, &len);
 	if (bytes == NULL)
 		return;
@@ -524,6 +531,8 @@ lf_restored_file(const char *name)
 void
 log_files_restore_done(void)
 {
+	if (lf_shapes == NULL)
+		return;					/* shape_sync.durable_logs is off */
 	/* the files of shapes that could not be restored, and strays */
 	lf_remove_files(lf_restored_file);
 	log_manifest_free(&lf_previous);
@@ -563,7 +572,7 @@ lf_note_unsynced(uint32 slot)
 void
 log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 {
-	FileShape  *fs = &lf_shapes[slot];
+	FileShape  *fs;
 	char		path[MAXPGPATH];
 	char		tmp[MAXPGPATH];
 	size_t		len;
@@ -571,8 +580,9 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 	int			fd;
 	bool		ok;
 
-	if (fs->in_use)
-		return;					/* restored */
+	if (lf_shapes == NULL || lf_shapes[slot].in_use)
+		return;					/* durable logs are off, or it was restored */
+	fs = &lf_shapes[slot];
 	lf_reset(fs);
 	strlcpy(fs->handle, shape->handle, sizeof(fs->handle));
 	fs->generation = 1;
@@ -608,8 +618,11 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 void
 log_files_appended(uint32 slot)
 {
-	FileShape  *fs = &lf_shapes[slot];
+	FileShape  *fs;
 
+	if (lf_shapes == NULL)
+		return;
+	fs = &lf_shapes[slot];
 	if (fs->in_use && !fs->dirty && !fs->failed)
 	{
 		fs->dirty = true;
@@ -658,10 +671,13 @@ lf_write(uint32 slot, uint64 *budget)
 void
 log_files_replaced(uint32 slot)
 {
-	FileShape  *fs = &lf_shapes[slot];
+	FileShape  *fs;
 	char		path[MAXPGPATH];
 	MemoryContext old;
 
+	if (lf_shapes == NULL)
+		return;
+	fs = &lf_shapes[slot];
 	if (!fs->in_use || fs->failed)
 		return;
 	lf_data_path(fs->handle, fs->generation, path);
@@ -690,11 +706,12 @@ log_files_replaced(uint32 slot)
 void
 log_files_forget(uint32 slot)
 {
-	FileShape  *fs = &lf_shapes[slot];
+	FileShape  *fs;
 	char		path[MAXPGPATH];
 
-	if (lf_shapes == NULL || !fs->in_use)
+	if (lf_shapes == NULL || !lf_shapes[slot].in_use)
 		return;
+	fs = &lf_shapes[slot];
 	if (fs->file >= 0)
 		FileClose(fs->file);
 	/* a manifest that still names it: the next start finds no file and drops it */
