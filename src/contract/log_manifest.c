@@ -360,8 +360,8 @@ log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 	r_fixed(&r, h->boot_id, sizeof(h->boot_id));
 	h->durable_lsn = r_u64(&r);
 	out->nshapes = r_u32(&r);
-	/* each extent takes at least 40 bytes: no count the bytes cannot hold */
-	if (!r.failed && out->nshapes > r.left / 40)
+	/* each extent takes at least 36 bytes: no count the bytes cannot hold */
+	if (!r.failed && out->nshapes > r.left / 36)
 		r.failed = true;
 	if (!r.failed && out->nshapes > 0)
 	{

@@ -49,10 +49,12 @@
  * a record that does not parse, a chunk or last offset that does not match
  * purges that shape alone.  Files no restored shape owns are removed.
  *
- * A write or fsync that fails (the disk is full, an I/O error) rotates the
- * shape it was for, with a warning; the others go on.  A manifest that
- * cannot be written keeps the previous one, and the slot's confirmation
- * waits.  Nothing here raises an error.
+ * A write or fsync that fails (the disk is full, an I/O error) leaves the
+ * shape it was for in memory only: it is served as before, its files are
+ * removed and it leaves the manifest, so that a restart drops it (its
+ * clients then get 409), with a warning; the others go on.  A manifest
+ * that cannot be written keeps the previous one, and the slot's
+ * confirmation waits.  Nothing here raises an error.
  *
  * Everything here runs on the worker's main thread, through PostgreSQL's
  * virtual file descriptors (fd.c), so that thousands of shapes do not need
@@ -98,8 +100,7 @@ typedef struct FileShape
 	bool		dirty;			/* on lf_dirty */
 	bool		unsynced;		/* on lf_unsynced */
 	bool		shape_file_synced;
-	bool		failed;			/* a write failed: rotated at the step's end */
-	bool		on_failed;		/* on lf_failed */
+	bool		failed;			/* a write failed: in memory only from now on */
 	char		handle[LOG_STORE_HANDLE_LEN];
 	uint32		generation;
 	File		file;			/* its data file, or -1 */
@@ -114,8 +115,6 @@ static uint32 *lf_dirty;		/* slots whose logs grew since written */
 static uint32 lf_ndirty;
 static uint32 *lf_unsynced;		/* slots written since the last round */
 static uint32 lf_nunsynced;
-static uint32 *lf_failed;		/* slots whose writes failed: to rotate */
-static uint32 lf_nfailed;
 static List *lf_obsolete;		/* paths to remove after the next round */
 static LogStoreManifest lf_previous;	/* the manifest found at start */
 static bool lf_have_previous;
@@ -155,13 +154,11 @@ lf_reset(FileShape *fs)
 {
 	bool		dirty = fs->dirty;
 	bool		unsynced = fs->unsynced;
-	bool		on_failed = fs->on_failed;
 
 	memset(fs, 0, sizeof(*fs));
 	fs->file = -1;
 	fs->dirty = dirty;
 	fs->unsynced = unsynced;
-	fs->on_failed = on_failed;
 }
 
 /* A warning about the store as a whole, at most once a minute. */
@@ -260,7 +257,6 @@ log_files_start(uint32 nslots)
 		lf_shapes[i].file = -1;
 	lf_dirty = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_unsynced = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
-	lf_failed = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_buffer = MemoryContextAlloc(lf_context, LOG_FILES_BUFFER);
 	lf_last_round = GetCurrentTimestamp();
 	bytes = lf_read_small_file(MANIFEST_PATH, &len);
@@ -545,16 +541,23 @@ static void
 lf_fail(uint32 slot, const char *what, const char *path)
 {
 	FileShape  *fs = &lf_shapes[slot];
+	char		other[MAXPGPATH];
 
-	ereport(WARNING,
+	/* one warning a minute: a full disk fails every shape written */
+	ereport(lf_may_warn() ? WARNING : DEBUG1,
 			(errcode_for_file_access(),
-			 errmsg("shape %s cannot be kept on disk: could not %s file \"%s\": %m",
+			 errmsg("shape %s is kept in memory only: could not %s file \"%s\": %m",
 					fs->handle, what, path),
-			 errdetail("The shape is rotated: its clients get 409 and fetch it again.")));
-	if (!fs->on_failed)
-		lf_failed[lf_nfailed++] = slot;
-	fs->on_failed = true;
+			 errdetail("It is served as before, but a restart drops it: its clients then get 409 and fetch it again.")));
 	fs->failed = true;
+	fs->listed = false;
+	if (fs->file >= 0)
+		FileClose(fs->file);
+	fs->file = -1;
+	lf_data_path(fs->handle, fs->generation, other);
+	(void) unlink(other);
+	lf_shape_path(fs->handle, other);
+	(void) unlink(other);
 }
 
 static void
@@ -885,7 +888,7 @@ lf_round(XLogRecPtr decoded)
 }
 
 void
-log_files_step(XLogRecPtr decoded, LogFilesRotate rotate)
+log_files_step(XLogRecPtr decoded)
 {
 	uint64		budget = LOG_FILES_WRITE_PER_STEP;
 	uint64		unbounded = UINT64_MAX;
@@ -917,18 +920,6 @@ log_files_step(XLogRecPtr decoded, LogFilesRotate rotate)
 	if (shape_sync_log_fsync == LOG_FSYNC_COMMIT ? wrote :
 		TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(), LOG_FILES_ROUND_MS))
 		lf_round(decoded);
-	for (uint32 i = 0; i < lf_nfailed; i++)
-	{
-		uint32		slot = lf_failed[i];
-
-		lf_shapes[slot].on_failed = false;
-		if (lf_shapes[slot].failed && lf_shapes[slot].in_use)
-		{
-			log_files_forget(slot);
-			rotate(slot, SM_ROTATION_LOG_FULL);
-		}
-	}
-	lf_nfailed = 0;
 }
 
 void

@@ -17,12 +17,8 @@
 #include "access/xlogdefs.h"
 
 #include "log_manifest.h"
-#include "server_metrics.h"
 
 #define LOG_FILES_DIR			"pg_shape_sync"
-
-/* How log_files has a shape rotated: the registry's registry_rotate. */
-typedef void (*LogFilesRotate) (uint32 slot, SmRotationCause cause);
 
 /* Start: the directory, and what the last manifest says (or NULL). */
 extern void log_files_start(uint32 nslots);
@@ -50,7 +46,7 @@ extern void log_files_forget(uint32 slot);
  * (or now, with shape_sync.log_fsync = commit) makes it durable up to
  * `decoded`, the position before which every commit is in the logs.
  */
-extern void log_files_step(XLogRecPtr decoded, LogFilesRotate rotate);
+extern void log_files_step(XLogRecPtr decoded);
 extern void log_files_shutdown(XLogRecPtr decoded);
 
 /* How far the slot may be confirmed: never past what the files hold. */

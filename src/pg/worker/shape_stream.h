@@ -16,6 +16,7 @@
 #include "replication/reorderbuffer.h"
 #include "utils/rel.h"
 
+#include "server_metrics.h"
 #include "shape_def.h"
 #include "snapshot_definition.h"
 

@@ -397,7 +397,7 @@ worker_wake_changed_shapes(bool between_transactions)
 	} while (n == lengthof(slots));
 	if (!between_transactions)
 		return;
-	log_files_step(decoder_position(), registry_rotate);
+	log_files_step(decoder_position());
 	decoder_confirm_durable();
 	for (uint32 i = 0; i < worker_nchanged; i++)
 		http_server_wake_shape(worker_http, worker_changed[i]);
