@@ -22,12 +22,16 @@
  * of LOG_FILES_WRITE_PER_STEP per step, and enters the manifest once its
  * file holds all of its log.
  *
- * Rounds.  Every LOG_FILES_ROUND_MS (shape_sync.log_fsync = batch), or
- * after every batch that decoded something and before its clients are
- * woken (commit), a round fsyncs the files written since the last one and
- * replaces the manifest (written aside, fsynced, renamed, the directory
- * fsynced: durable_rename), with durable_lsn the decoder's position.  Only
- * then does log_files_confirmable let the slot be confirmed up to it, so
+ * Rounds.  Every LOG_FILES_ROUND_MS (shape_sync.log_fsync = batch), a
+ * round fsyncs the files written since the last one and replaces the
+ * manifest (written aside, fsynced, renamed, the directory fsynced), with
+ * durable_lsn the decoder's position when the round was built.  The main
+ * thread builds it (which files, the manifest's bytes) and the flusher
+ * thread does it (log_flusher.c), so that no fsync delays decoding; one
+ * round is in flight at a time, and its outcome is applied at the next
+ * step.  With commit, a round runs here after every batch that decoded
+ * something, before its clients are woken.  Only once a round succeeded
+ * does log_files_confirmable let the slot be confirmed up to its position, so
  * the slot never passes what the files hold: after any crash, decoding
  * starts at or before durable_lsn, each restored shape skips the commits
  * before it (shape_stream_resume_after) and gets those after it again,
@@ -58,7 +62,10 @@
  *
  * Everything here runs on the worker's main thread, through PostgreSQL's
  * virtual file descriptors (fd.c), so that thousands of shapes do not need
- * thousands of open files.
+ * thousands of open files; only a round's fsyncs and manifest run on the
+ * flusher thread, which opens each file by its path.  A round's shapes are
+ * told apart from later shapes of the same slot by their incarnation, and
+ * from a compaction's next file by their generation.
  *
  * IDENTIFICATION
  *	  src/pg/worker/log_files.c
@@ -82,6 +89,7 @@
 
 #include "guc.h"
 #include "log_files.h"
+#include "log_flusher.h"
 #include "log_record.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -101,6 +109,8 @@ typedef struct FileShape
 	bool		unsynced;		/* on lf_unsynced */
 	bool		shape_file_synced;
 	bool		failed;			/* a write failed: in memory only from now on */
+	bool		in_round;		/* in the round in flight */
+	uint64		incarnation;	/* tells this shape from a later one in the slot */
 	char		handle[LOG_STORE_HANDLE_LEN];
 	uint32		generation;
 	File		file;			/* its data file, or -1 */
@@ -116,6 +126,23 @@ static uint32 lf_ndirty;
 static uint32 *lf_unsynced;		/* slots written since the last round */
 static uint32 lf_nunsynced;
 static List *lf_obsolete;		/* paths to remove after the next round */
+
+/* A shape of the round in flight, and what the round saw of it. */
+typedef struct LfRoundShape
+{
+	uint32		slot;
+	uint64		incarnation;
+	uint32		generation;
+	uint64		length;			/* written when the round was built */
+	uint32		first_path;		/* its files' first index in the round's paths */
+} LfRoundShape;
+
+static LogFlusher lf_flusher;	/* the thread that does rounds (log_flusher.c) */
+static LfRoundShape *lf_round;	/* the round in flight */
+static uint32 lf_nround;
+static uint32 lf_round_lists;	/* shapes its manifest lists */
+static List *lf_obsolete_in_round;	/* paths it makes obsolete */
+static uint64 lf_incarnations;
 static LogStoreManifest lf_previous;	/* the manifest found at start */
 static bool lf_have_previous;
 static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
@@ -258,6 +285,11 @@ log_files_start(uint32 nslots)
 	lf_dirty = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_unsynced = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_buffer = MemoryContextAlloc(lf_context, LOG_FILES_BUFFER);
+	lf_round = MemoryContextAlloc(lf_context, sizeof(LfRoundShape) * nslots);
+	if (log_flusher_start(&lf_flusher) != 0)
+		ereport(LOG,
+				(errmsg("shape_sync could not start its thread for fsync: %m"),
+				 errdetail("Shape logs are made durable on the worker's main thread instead.")));
 	lf_last_round = GetCurrentTimestamp();
 	bytes = lf_read_small_file(MANIFEST_PATH, &len);
 	if (bytes == NULL)
@@ -484,6 +516,7 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 	slog_publish(log, extent->last, SLOG_SNAPSHOT_DONE);
 	lf_reset(fs);
 	fs->in_use = true;
+	fs->incarnation = ++lf_incarnations;
 	fs->listed = true;
 	fs->shape_file_synced = true;
 	strlcpy(fs->handle, extent->handle, sizeof(fs->handle));
@@ -590,6 +623,7 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 	strlcpy(fs->handle, shape->handle, sizeof(fs->handle));
 	fs->generation = 1;
 	fs->in_use = true;
+	fs->incarnation = ++lf_incarnations;
 	bytes = log_store_shape_encode(shape, &len);
 	if (bytes == NULL)
 		ereport(ERROR,
@@ -740,109 +774,103 @@ lf_complete(uint32 slot)
 	return fs->written == pub.data_end;
 }
 
-static bool
-lf_sync_shape_file(uint32 slot)
+/* A malloc'd copy, or an out-of-memory error. */
+static char *
+lf_strdup(const char *s)
 {
-	char		path[MAXPGPATH];
-	int			fd;
-	bool		ok;
+	char	   *copy = strdup(s);
 
-	lf_shape_path(lf_shapes[slot].handle, path);
-	fd = OpenTransientFile(path, O_RDWR | PG_BINARY);
-	ok = fd >= 0 && pg_fsync(fd) == 0;
-	if (fd >= 0)
-		CloseTransientFile(fd);
-	if (!ok)
-		lf_fail(slot, "fsync", path);
-	return ok;
+	if (copy == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return copy;
 }
 
-/* Writes the manifest; false (with a warning) when it could not. */
-static bool
-lf_write_manifest(const LogStoreManifest *manifest, bool sync)
+/* The round's shapes go back on lf_unsynced, for the next one. */
+static void
+lf_requeue_round(void)
 {
-	size_t		len;
-	char	   *bytes = log_manifest_encode(manifest, &len);
-	int			fd;
-	bool		ok;
+	for (uint32 i = 0; i < lf_nround; i++)
+	{
+		FileShape  *fs = &lf_shapes[lf_round[i].slot];
 
-	if (bytes == NULL)
-		return false;
-	fd = OpenTransientFile(MANIFEST_TMP_PATH, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	ok = fd >= 0 && write(fd, bytes, len) == (ssize_t) len;
-	if (ok && sync && pg_fsync(fd) != 0)
-		ok = false;
-	if (fd >= 0 && CloseTransientFile(fd) != 0)
-		ok = false;
-	free(bytes);
-	if (ok)
-		ok = sync ? durable_rename(MANIFEST_TMP_PATH, MANIFEST_PATH, LOG) == 0 :
-			rename(MANIFEST_TMP_PATH, MANIFEST_PATH) == 0;
-	if (!ok && lf_may_warn())
-		ereport(WARNING,
-				(errcode_for_file_access(),
-				 errmsg("shape_sync could not write file \"%s\": %m", MANIFEST_PATH),
-				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
-	return ok;
+		if (fs->in_use && fs->incarnation == lf_round[i].incarnation)
+		{
+			fs->in_round = false;
+			lf_note_unsynced(lf_round[i].slot);
+		}
+	}
+	lf_nround = 0;
 }
 
 /*
- * Makes every complete file durable and lists it, with `decoded` as the
- * position before which every commit is in them.
+ * Builds the next round: the files written since the last one (of shapes
+ * that are complete, or already listed), and a manifest of every complete
+ * shape, durable up to `decoded`, the position before which every commit
+ * is in them.  What it covers stays in lf_round until its outcome is
+ * applied (lf_apply_round).  NULL when out of memory.
  */
-static void
-lf_round(XLogRecPtr decoded)
+static LogFlushRound *
+lf_build_round(XLogRecPtr decoded)
 {
 	ShapeTable *table = lf_table();
-	bool		sync = shape_sync_log_fsync != LOG_FSYNC_OFF;
+	LogFlushRound *round = calloc(1, sizeof(LogFlushRound));
 	LogStoreManifest manifest;
 	uint32		n = 0;
-	ListCell   *lc;
+	uint32		kept = 0;
+	char		path[MAXPGPATH];
 
-	lf_last_round = GetCurrentTimestamp();
+	if (round == NULL)
+		return NULL;
+	round->paths = calloc((size_t) Max(lf_nunsynced, 1) * 2, sizeof(char *));
+	if (round->paths == NULL)
+	{
+		free(round);
+		return NULL;
+	}
+	round->sync = shape_sync_log_fsync != LOG_FSYNC_OFF;
+	round->durable_lsn = decoded;
+	round->manifest_path = MANIFEST_PATH;
+	round->manifest_tmp_path = MANIFEST_TMP_PATH;
+	round->dir_path = LOG_FILES_DIR;
+
+	lf_nround = 0;
 	for (uint32 i = 0; i < lf_nunsynced; i++)
 	{
 		uint32		slot = lf_unsynced[i];
 		FileShape  *fs = &lf_shapes[slot];
+		LfRoundShape *r;
 
 		fs->unsynced = false;
 		if (!fs->in_use || fs->failed)
 			continue;
 		if (!fs->listed && !lf_complete(slot))
-			continue;			/* synced once complete */
-		if (sync && fs->synced < fs->written)
 		{
-			if (FileSync(fs->file, WAIT_EVENT_DATA_FILE_SYNC) != 0)
-			{
-				char		path[MAXPGPATH];
-
-				lf_data_path(fs->handle, fs->generation, path);
-				lf_fail(slot, "fsync", path);
-				continue;
-			}
+			/* a snapshot still being written: looked at again next round */
+			fs->unsynced = true;
+			lf_unsynced[kept++] = slot;
+			continue;
 		}
-		fs->synced = fs->written;
-		if (!fs->shape_file_synced && (!sync || lf_sync_shape_file(slot)))
-			fs->shape_file_synced = true;
-		if (fs->shape_file_synced)
-			fs->listed = true;
-	}
-	/* what is still incomplete is looked at again next round */
-	{
-		uint32		kept = 0;
-
-		for (uint32 i = 0; i < lf_nunsynced; i++)
+		r = &lf_round[lf_nround++];
+		r->slot = slot;
+		r->incarnation = fs->incarnation;
+		r->generation = fs->generation;
+		r->length = fs->written;
+		r->first_path = round->npaths;
+		fs->in_round = true;
+		if (fs->synced < fs->written)
 		{
-			uint32		slot = lf_unsynced[i];
-
-			if (lf_shapes[slot].in_use && !lf_shapes[slot].failed && !lf_shapes[slot].listed)
-			{
-				lf_shapes[slot].unsynced = true;
-				lf_unsynced[kept++] = slot;
-			}
+			lf_data_path(fs->handle, fs->generation, path);
+			round->paths[round->npaths++] = lf_strdup(path);
 		}
-		lf_nunsynced = kept;
+		if (!fs->shape_file_synced)
+		{
+			lf_shape_path(fs->handle, path);
+			round->paths[round->npaths++] = lf_strdup(path);
+		}
 	}
+	lf_nunsynced = kept;
 
 	memset(&manifest, 0, sizeof(manifest));
 	lf_header_now(&manifest.header, decoded);
@@ -854,7 +882,7 @@ lf_round(XLogRecPtr decoded)
 		SlogPublished pub;
 		LogStoreExtent *e;
 
-		if (!fs->in_use || !fs->listed || fs->failed || !lf_complete(slot))
+		if (!(fs->listed || fs->in_round) || !lf_complete(slot))
 			continue;
 		log = shape_table_log(table, slot);
 		slog_read_published(log, &pub);
@@ -869,22 +897,123 @@ lf_round(XLogRecPtr decoded)
 			slog_chunk_read(table->arena, log, c, &e->chunks[c]);
 	}
 	manifest.nshapes = n;
+	lf_round_lists = n;
 	if (n > 0 || lf_lists_shapes)
 	{
-		if (!lf_write_manifest(&manifest, sync))
-			n = UINT32_MAX;		/* the previous manifest holds */
+		round->manifest = log_manifest_encode(&manifest, &round->manifest_len);
+		if (round->manifest == NULL)
+		{
+			log_flush_round_free(round);
+			round = NULL;
+		}
 	}
 	for (uint32 i = 0; i < manifest.nshapes; i++)
 		pfree(manifest.shapes[i].chunks);
 	pfree(manifest.shapes);
-	if (n == UINT32_MAX)
+	if (round == NULL)
+		lf_requeue_round();
+	return round;
+}
+
+/*
+ * What a finished round means: the files it synced are durable up to the
+ * lengths it saw, the shapes it listed are listed, the slot may pass its
+ * position, the files it made obsolete go; or, when it failed, none of
+ * that: its shapes are looked at again next round, and a shape whose file
+ * failed is kept in memory only.  Frees the round.
+ */
+static void
+lf_apply_round(LogFlushRound *round)
+{
+	ListCell   *lc;
+
+	if (round->ok)
+	{
+		for (uint32 i = 0; i < lf_nround; i++)
+		{
+			FileShape  *fs = &lf_shapes[lf_round[i].slot];
+
+			if (!fs->in_use || fs->incarnation != lf_round[i].incarnation)
+				continue;		/* gone meanwhile */
+			fs->in_round = false;
+			if (fs->failed || fs->generation != lf_round[i].generation)
+				continue;		/* compacted meanwhile: its new file is next */
+			fs->synced = Max(fs->synced, lf_round[i].length);
+			fs->shape_file_synced = true;
+			fs->listed = true;
+		}
+		lf_nround = 0;
+		if (round->manifest != NULL)
+			lf_lists_shapes = lf_round_lists > 0;
+		lf_durable = round->durable_lsn;
+		foreach(lc, lf_obsolete_in_round)
+			(void) unlink((char *) lfirst(lc));
+		list_free_deep(lf_obsolete_in_round);
+		lf_obsolete_in_round = NIL;
+		log_flush_round_free(round);
 		return;
-	lf_lists_shapes = n > 0;
-	lf_durable = decoded;
-	foreach(lc, lf_obsolete)
-		(void) unlink((char *) lfirst(lc));
-	list_free_deep(lf_obsolete);
+	}
+	errno = round->error;
+	if (round->failed_path >= 0)
+	{
+		/* the shape whose file it was: in memory only from now on */
+		for (uint32 i = 0; i < lf_nround; i++)
+		{
+			uint32		next = i + 1 < lf_nround ? lf_round[i + 1].first_path : round->npaths;
+			FileShape  *fs = &lf_shapes[lf_round[i].slot];
+
+			if ((uint32) round->failed_path < lf_round[i].first_path ||
+				(uint32) round->failed_path >= next)
+				continue;
+			if (fs->in_use && fs->incarnation == lf_round[i].incarnation && !fs->failed)
+				lf_fail(lf_round[i].slot, round->failed_step, round->paths[round->failed_path]);
+			break;
+		}
+	}
+	else if (lf_may_warn())
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("shape_sync could not %s file \"%s\": %m", round->failed_step,
+						MANIFEST_PATH),
+				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
+	lf_requeue_round();
+	/* what this round would have removed waits for one that succeeds */
+	lf_obsolete = list_concat(lf_obsolete_in_round, lf_obsolete);
+	lf_obsolete_in_round = NIL;
+	log_flush_round_free(round);
+}
+
+/*
+ * The round machinery's step: applies the round the flusher finished, and
+ * starts the next one when `due`, on the flusher thread, or here when
+ * `inline_round` (shape_sync.log_fsync = commit, or no thread), after
+ * waiting for the one in flight.
+ */
+static void
+lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
+{
+	LogFlushRound *round;
+
+	if (lf_flusher.started)
+	{
+		round = log_flusher_collect(&lf_flusher, inline_round);
+		if (round != NULL)
+			lf_apply_round(round);
+		if (log_flusher_busy(&lf_flusher))
+			return;				/* one at a time */
+	}
+	if (!due)
+		return;
+	lf_last_round = GetCurrentTimestamp();
+	round = lf_build_round(decoded);
+	if (round == NULL)
+		return;
+	lf_obsolete_in_round = lf_obsolete;
 	lf_obsolete = NIL;
+	if (!inline_round && lf_flusher.started && log_flusher_submit(&lf_flusher, round))
+		return;
+	log_flush_round_run(round);
+	lf_apply_round(round);
 }
 
 void
@@ -917,9 +1046,12 @@ log_files_step(XLogRecPtr decoded)
 			lf_dirty[kept++] = slot;	/* a snapshot being written: more next step */
 	}
 	lf_ndirty = kept;
-	if (shape_sync_log_fsync == LOG_FSYNC_COMMIT ? wrote :
-		TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(), LOG_FILES_ROUND_MS))
-		lf_round(decoded);
+	if (shape_sync_log_fsync == LOG_FSYNC_COMMIT)
+		lf_round_step(decoded, wrote, true);
+	else
+		lf_round_step(decoded,
+					  TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(),
+												 LOG_FILES_ROUND_MS), false);
 }
 
 void
@@ -934,7 +1066,8 @@ log_files_shutdown(XLogRecPtr decoded)
 		lf_write(lf_dirty[i], &unbounded);
 	}
 	lf_ndirty = 0;
-	lf_round(decoded);
+	lf_round_step(decoded, true, true);
+	log_flusher_stop(&lf_flusher);
 }
 
 XLogRecPtr

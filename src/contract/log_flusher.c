@@ -1,0 +1,260 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_flusher.c
+ *		The thread that makes shape log files durable, off the decoder's
+ *		path.
+ *
+ * The worker's main thread writes shape logs to files as it decodes
+ * (pg/worker/log_files.c), into the page cache.  Making them durable takes
+ * an fsync of each file written since the last round, then a new manifest
+ * (written aside, fsynced, renamed, the directory fsynced): milliseconds to
+ * tens of milliseconds on real disks, which the main thread must not
+ * spend, since every live change waits behind it.  So a round is handed to
+ * this thread: the files' paths (it opens each for its fsync, one at a
+ * time, so that a round of thousands of files needs one descriptor, and
+ * none that PostgreSQL's file descriptor cache would have to know about),
+ * the manifest's bytes, the position it makes durable.  A file removed
+ * meanwhile (its shape is gone) is skipped: a manifest that still names it
+ * makes the next start drop that shape, which is gone anyway.  The thread does
+ * the round and leaves it for the main thread to collect, which only then
+ * lets the replication slot pass that position.  A failed fsync installs
+ * no manifest: the previous one holds, and the main thread says which file
+ * failed.  One round at a time: the next is built once the last is
+ * collected, so rounds never overlap and a slow disk makes them rarer, not
+ * more numerous.
+ *
+ * log_flush_round_run is the round itself; shape_sync.log_fsync = commit
+ * runs it inline on the main thread, where the clients of a change wait
+ * for it anyway.
+ *
+ * The thread is created with every signal blocked (the worker's signals are
+ * the main thread's), and calls nothing of PostgreSQL: plain system calls.
+ *
+ * Notes on synchronization
+ * ------------------------
+ * - `pending`, `running`, `done` and `stop` are guarded by `lock`; `cond`
+ *   is signalled when a round is handed in, when one is done, and at stop.
+ * - A round belongs to the submitter until log_flusher_submit, to the
+ *   thread from then until it is stored in `done`, and to the collector
+ *   after log_flusher_collect; the mutex orders each hand-over, so the
+ *   round's fields need no atomics.
+ *
+ * IDENTIFICATION
+ *	  src/contract/log_flusher.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "log_flusher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifdef POSTGRES_H
+#error "log_flusher.c runs on a thread and must not include postgres.h"
+#endif
+
+/* write(2) until done; false with errno set */
+static bool
+write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0)
+	{
+		ssize_t		w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+		{
+			if (w == 0)
+				errno = ENOSPC;
+			return false;
+		}
+		p += w;
+		n -= (size_t) w;
+	}
+	return true;
+}
+
+/* fsync (or fdatasync) of a file by its path; `missing_ok`: true when it is gone */
+static bool
+fsync_path(const char *path, bool data_only, bool missing_ok)
+{
+	int			fd = open(path, O_RDONLY);
+	int			rc;
+	int			saved;
+
+	if (fd < 0)
+		return missing_ok && errno == ENOENT;
+	rc = data_only ? fdatasync(fd) : fsync(fd);
+	saved = errno;
+	close(fd);
+	errno = saved;
+	return rc == 0;
+}
+
+static void
+round_fail(LogFlushRound *round, const char *step, int path_index)
+{
+	round->ok = false;
+	round->error = errno;
+	round->failed_step = step;
+	round->failed_path = path_index;
+}
+
+void
+log_flush_round_run(LogFlushRound *round)
+{
+	round->ok = true;
+	round->failed_path = -1;
+	round->error = 0;
+	round->failed_step = NULL;
+	for (uint32_t i = 0; round->sync && round->ok && i < round->npaths; i++)
+		if (!fsync_path(round->paths[i], true, true))
+			round_fail(round, "fsync", (int) i);
+	if (!round->ok || round->manifest == NULL)
+		return;
+	{
+		int			fd = open(round->manifest_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (fd < 0)
+		{
+			round_fail(round, "write", -1);
+			return;
+		}
+		if (!write_all(fd, round->manifest, round->manifest_len))
+			round_fail(round, "write", -1);
+		else if (round->sync && fsync(fd) != 0)
+			round_fail(round, "fsync", -1);
+		if (close(fd) != 0 && round->ok)
+			round_fail(round, "write", -1);
+	}
+	if (!round->ok)
+		return;
+	if (rename(round->manifest_tmp_path, round->manifest_path) != 0)
+		round_fail(round, "rename", -1);
+	else if (round->sync && !fsync_path(round->dir_path, false, false))
+		round_fail(round, "fsync", -1);
+}
+
+void
+log_flush_round_free(LogFlushRound *round)
+{
+	if (round == NULL)
+		return;
+	for (uint32_t i = 0; i < round->npaths; i++)
+		free(round->paths[i]);
+	free(round->paths);
+	free(round->manifest);
+	free(round);
+}
+
+static void *
+flusher_main(void *arg)
+{
+	LogFlusher *f = arg;
+
+	pthread_mutex_lock(&f->lock);
+	for (;;)
+	{
+		LogFlushRound *round;
+
+		while (f->pending == NULL && !f->stop)
+			pthread_cond_wait(&f->cond, &f->lock);
+		if (f->pending == NULL)
+			break;				/* stopping, nothing left */
+		round = f->pending;
+		f->pending = NULL;
+		f->running = round;
+		pthread_mutex_unlock(&f->lock);
+		log_flush_round_run(round);
+		pthread_mutex_lock(&f->lock);
+		f->running = NULL;
+		f->done = round;
+		pthread_cond_broadcast(&f->cond);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return NULL;
+}
+
+int
+log_flusher_start(LogFlusher *f)
+{
+	sigset_t	all;
+	sigset_t	old;
+	int			rc;
+
+	f->pending = f->running = f->done = NULL;
+	f->stop = false;
+	f->started = false;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = pthread_create(&f->thread, NULL, flusher_main, f);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc == 0)
+		f->started = true;
+	return rc;
+}
+
+bool
+log_flusher_submit(LogFlusher *f, LogFlushRound *round)
+{
+	bool		taken = false;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->pending == NULL && f->running == NULL && f->done == NULL && !f->stop)
+	{
+		f->pending = round;
+		taken = true;
+		pthread_cond_broadcast(&f->cond);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return taken;
+}
+
+LogFlushRound *
+log_flusher_collect(LogFlusher *f, bool wait)
+{
+	LogFlushRound *round;
+
+	pthread_mutex_lock(&f->lock);
+	while (wait && f->done == NULL && (f->pending != NULL || f->running != NULL))
+		pthread_cond_wait(&f->cond, &f->lock);
+	round = f->done;
+	f->done = NULL;
+	pthread_mutex_unlock(&f->lock);
+	return round;
+}
+
+bool
+log_flusher_busy(LogFlusher *f)
+{
+	bool		busy;
+
+	pthread_mutex_lock(&f->lock);
+	busy = f->pending != NULL || f->running != NULL;
+	pthread_mutex_unlock(&f->lock);
+	return busy;
+}
+
+void
+log_flusher_stop(LogFlusher *f)
+{
+	if (!f->started)
+		return;
+	pthread_mutex_lock(&f->lock);
+	f->stop = true;
+	pthread_cond_broadcast(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	pthread_join(f->thread, NULL);
+	log_flush_round_free(f->done);
+	f->done = NULL;
+	f->started = false;
+	pthread_mutex_destroy(&f->lock);
+	pthread_cond_destroy(&f->cond);
+}

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_flusher.h
+ *		The thread that makes shape log files durable, off the decoder's
+ *		path.
+ *
+ * See log_flusher.c for the design and the notes on synchronization.
+ *
+ * IDENTIFICATION
+ *	  src/contract/log_flusher.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOG_FLUSHER_H
+#define LOG_FLUSHER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * One round: files to fsync, then a manifest to put in place.  Built by
+ * the caller with malloc'd arrays and strings; the flusher fills in the
+ * outcome; log_flush_round_free releases them.
+ */
+typedef struct LogFlushRound
+{
+	/* handed in */
+	char	  **paths;			/* files to fsync (a file gone meanwhile is skipped) */
+	uint32_t	npaths;
+	char	   *manifest;		/* its bytes, or NULL: no manifest this round */
+	size_t		manifest_len;
+	const char *manifest_path;	/* e.g. "pg_shape_sync/manifest" */
+	const char *manifest_tmp_path;	/* written there first, then renamed */
+	const char *dir_path;		/* the directory of both, fsynced after */
+	bool		sync;			/* false: write and rename, never fsync */
+	uint64_t	durable_lsn;	/* what the manifest makes durable */
+
+	/* the outcome */
+	bool		ok;				/* every fsync and the manifest succeeded */
+	int			failed_path;	/* index in paths of a file that failed, or -1 */
+	int			error;			/* its errno, or the manifest's */
+	const char *failed_step;	/* "fsync", "write", "rename": what failed */
+} LogFlushRound;
+
+typedef struct LogFlusher
+{
+	pthread_t	thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	LogFlushRound *pending;		/* handed to the thread, not yet taken */
+	LogFlushRound *running;		/* the thread works on it */
+	LogFlushRound *done;		/* finished, not yet collected */
+	bool		stop;
+	bool		started;
+} LogFlusher;
+
+/* Does one round where the caller is: the thread's work, also run inline. */
+extern void log_flush_round_run(LogFlushRound *round);
+extern void log_flush_round_free(LogFlushRound *round);
+
+/* 0, or an errno from pthread_create. */
+extern int	log_flusher_start(LogFlusher *flusher);
+
+/* Hands a round over; false when one is still pending, running or uncollected. */
+extern bool log_flusher_submit(LogFlusher *flusher, LogFlushRound *round);
+
+/* The finished round, or NULL; with `wait`, waits for the one in flight. */
+extern LogFlushRound *log_flusher_collect(LogFlusher *flusher, bool wait);
+
+/* Whether a round is pending or running. */
+extern bool log_flusher_busy(LogFlusher *flusher);
+
+/* Finishes the round in flight, ends the thread; what it finished is freed. */
+extern void log_flusher_stop(LogFlusher *flusher);
+
+#endif							/* LOG_FLUSHER_H */
