@@ -357,13 +357,16 @@ decoder_start(bool shapes_restored)
 /*
  * Where decoding is: every commit before it has been decoded into the
  * shape logs (a batch ends between records; a held commit is read again).
+ * After a start, reading resumes at the slot's restart_lsn, before the
+ * position it confirmed: the commits in between were decoded in an
+ * earlier life (PostgreSQL skips them), so the position is never less.
  */
 XLogRecPtr
 decoder_position(void)
 {
 	if (dec_ctx == NULL)
 		return InvalidXLogRecPtr;
-	return dec_ctx->reader->EndRecPtr;
+	return Max(dec_ctx->reader->EndRecPtr, MyReplicationSlot->data.confirmed_flush);
 }
 
 /*

@@ -83,6 +83,7 @@
 #include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/fd.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -100,6 +101,8 @@
 #define LOG_FILES_WARN_INTERVAL_MS	60000
 #define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
 #define MANIFEST_TMP_PATH			LOG_FILES_DIR "/manifest.tmp"
+#define RESTORING_PATH				LOG_FILES_DIR "/restoring"
+#define RESTORE_ATTEMPTS			2
 
 typedef struct FileShape
 {
@@ -143,6 +146,8 @@ static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
 static uint64 lf_incarnations;
+static bool lf_unsynced_under_off;	/* files written with log_fsync = off
+									 * since they were last all fsynced */
 static LogStoreManifest lf_previous;	/* the manifest found at start */
 static bool lf_have_previous;
 static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
@@ -267,9 +272,13 @@ log_files_start(uint32 nslots)
 	char		error[LOG_STORE_ERROR_LEN];
 
 	if (MakePGDirectory(LOG_FILES_DIR) != 0 && errno != EEXIST)
-		ereport(ERROR,
+	{
+		ereport(WARNING,
 				(errcode_for_file_access(),
-				 errmsg("could not create directory \"%s\": %m", LOG_FILES_DIR)));
+				 errmsg("could not create directory \"%s\": %m", LOG_FILES_DIR),
+				 errdetail("Shape logs are kept in shared memory only until the worker starts again.")));
+		return;
+	}
 	if (!shape_sync_durable_logs)
 	{
 		/* what an earlier life stored is stale once the slot moves without it */
@@ -338,12 +347,50 @@ lf_purge_all(const char *why)
 	lf_have_previous = false;
 }
 
+/*
+ * Counts this start's attempt to restore in a marker that the end of the
+ * restore removes: a shape whose restore crashes the worker would
+ * otherwise crash every start.  False once RESTORE_ATTEMPTS starts in a row
+ * did not finish.
+ */
+static bool
+lf_note_restore_attempt(void)
+{
+	size_t		len = 0;
+	char	   *before = lf_read_small_file(RESTORING_PATH, &len);
+	int			attempts = 0;
+	char		text[16];
+	int			fd;
+
+	if (before != NULL)
+	{
+		before[len] = '\0';
+		attempts = atoi(before);
+		pfree(before);
+	}
+	if (attempts >= RESTORE_ATTEMPTS)
+		return false;
+	snprintf(text, sizeof(text), "%d\n", attempts + 1);
+	fd = OpenTransientFile(RESTORING_PATH, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fd >= 0)
+	{
+		if (write(fd, text, strlen(text)) < 0 || pg_fsync(fd) != 0)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not write file \"%s\": %m", RESTORING_PATH)));
+		CloseTransientFile(fd);
+	}
+	return true;
+}
+
 const LogStoreManifest *
 log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
 {
 	LogStoreHeader now;
 	const char *differs;
 
+	if (lf_shapes == NULL)
+		return NULL;			/* durable logs are off, or have no directory */
 	if (!lf_have_previous)
 	{
 		lf_remove_files(NULL);	/* what a store without manifest left */
@@ -368,7 +415,13 @@ log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
 							  LSN_FORMAT_ARGS(lf_previous.header.durable_lsn)));
 		return NULL;
 	}
+	if (!lf_note_restore_attempt())
+	{
+		lf_purge_all(psprintf("the last %d starts did not finish restoring them", RESTORE_ATTEMPTS));
+		return NULL;
+	}
 	lf_durable = lf_previous.header.durable_lsn;
+	lf_unsynced_under_off = lf_previous.header.fsync_policy == LOG_FSYNC_OFF;
 	return &lf_previous;
 }
 
@@ -404,6 +457,41 @@ log_files_read_shape(const char *handle)
 	return shape;
 }
 
+/* Reads a data file forward through a buffer of its own. */
+typedef struct LfReader
+{
+	File		file;
+	char	   *buffer;			/* LOG_FILES_READ_BUFFER bytes */
+	uint64		buffer_pos;		/* the file position of buffer[0] */
+	size_t		buffer_len;
+	uint64		end;			/* read nothing past it */
+} LfReader;
+
+#define LOG_FILES_READ_BUFFER	((size_t) 1 << 20)
+
+/* n bytes at pos into dst; false when the file has fewer */
+static bool
+lf_read_at(LfReader *r, uint64 pos, char *dst, size_t n)
+{
+	if (pos + n > r->end)
+		return false;
+	if (pos < r->buffer_pos || pos + n > r->buffer_pos + r->buffer_len)
+	{
+		int			got;
+
+		if (n > LOG_FILES_READ_BUFFER)
+			return FileRead(r->file, dst, n, (off_t) pos, WAIT_EVENT_DATA_FILE_READ) == (int) n;
+		got = FileRead(r->file, r->buffer, (int) Min(LOG_FILES_READ_BUFFER, r->end - pos),
+					   (off_t) pos, WAIT_EVENT_DATA_FILE_READ);
+		if (got < (int) n)
+			return false;
+		r->buffer_pos = pos;
+		r->buffer_len = (size_t) got;
+	}
+	memcpy(dst, r->buffer + (pos - r->buffer_pos), n);
+	return true;
+}
+
 /*
  * Reads a data file back into the slot's log: its records up to
  * `extent->length`, its chunks closed where the manifest says.
@@ -423,7 +511,9 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 	size_t		record_cap = LOG_FILES_BUFFER;
 	LogOffset	last = {-1, 0};
 	bool		ok = false;
+	LfReader	reader;
 
+	memset(&reader, 0, sizeof(reader));
 	lf_data_path(extent->handle, extent->generation, path);
 	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
 	if (file < 0)
@@ -445,15 +535,16 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 		snprintf(why, why_len, "could not truncate file \"%s\": %m", path);
 		goto done;
 	}
+	reader.file = file;
+	reader.buffer = palloc(LOG_FILES_READ_BUFFER);
+	reader.end = extent->length;
 	while (pos < extent->length)
 	{
 		SlogRecordHeader hdr;
 		uint64		span;
 		SlogResult	res;
 
-		if (extent->length - pos < sizeof(hdr) ||
-			FileRead(file, (char *) &hdr, sizeof(hdr), (off_t) pos,
-					 WAIT_EVENT_DATA_FILE_READ) != sizeof(hdr))
+		if (!lf_read_at(&reader, pos, (char *) &hdr, sizeof(hdr)))
 		{
 			snprintf(why, why_len, "file \"%s\" ends inside a record at byte %llu", path,
 					 (unsigned long long) pos);
@@ -474,11 +565,10 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 			record_cap = hdr.len;
 			record = MemoryContextAllocHuge(CurrentMemoryContext, record_cap);
 		}
-		if (hdr.len > 0 &&
-			FileRead(file, record, hdr.len, (off_t) (pos + sizeof(hdr)),
-					 WAIT_EVENT_DATA_FILE_READ) != (int) hdr.len)
+		if (hdr.len > 0 && !lf_read_at(&reader, pos + sizeof(hdr), record, hdr.len))
 		{
-			snprintf(why, why_len, "could not read file \"%s\": %m", path);
+			snprintf(why, why_len, "could not read file \"%s\" at byte %llu", path,
+					 (unsigned long long) pos);
 			goto done;
 		}
 		last.tx = hdr.tx;
@@ -526,6 +616,8 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 	lf_lists_shapes = true;
 	ok = true;
 done:
+	if (reader.buffer != NULL)
+		pfree(reader.buffer);
 	if (record != lf_buffer)
 		pfree(record);
 	if (!ok)
@@ -533,28 +625,27 @@ done:
 	return ok;
 }
 
+/* The file names of the restored shapes, while log_files_restore_done runs. */
+static HTAB *lf_keep;
+
+typedef struct LfKeptName
+{
+	char		name[LOG_STORE_HANDLE_LEN + 32];	/* the hash key */
+} LfKeptName;
+
 /* Whether a file name belongs to a shape that is restored. */
 static bool
 lf_restored_file(const char *name)
 {
-	char		path[MAXPGPATH];
+	char		key[LOG_STORE_HANDLE_LEN + 32];
 
 	if (strcmp(name, "manifest") == 0)
 		return true;
-	for (uint32 i = 0; i < lf_nslots; i++)
-	{
-		FileShape  *fs = &lf_shapes[i];
-
-		if (!fs->in_use)
-			continue;
-		lf_data_path(fs->handle, fs->generation, path);
-		if (strcmp(name, path + strlen(LOG_FILES_DIR) + 1) == 0)
-			return true;
-		lf_shape_path(fs->handle, path);
-		if (strcmp(name, path + strlen(LOG_FILES_DIR) + 1) == 0)
-			return true;
-	}
-	return false;
+	if (strlen(name) >= sizeof(key))
+		return false;
+	memset(key, 0, sizeof(key));
+	strcpy(key, name);
+	return hash_search(lf_keep, key, HASH_FIND, NULL) != NULL;
 }
 
 void
@@ -562,8 +653,34 @@ log_files_restore_done(void)
 {
 	if (lf_shapes == NULL)
 		return;					/* shape_sync.durable_logs is off */
-	/* the files of shapes that could not be restored, and strays */
-	lf_remove_files(lf_restored_file);
+	/* the files of shapes that could not be restored, strays, the marker */
+	{
+		HASHCTL		ctl;
+		char		path[MAXPGPATH];
+		LfKeptName	key;
+
+		ctl.keysize = sizeof(key.name);
+		ctl.entrysize = sizeof(LfKeptName);
+		ctl.hcxt = CurrentMemoryContext;
+		lf_keep = hash_create("shape_sync restored files", 256, &ctl,
+							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		for (uint32 i = 0; i < lf_nslots; i++)
+		{
+			if (!lf_shapes[i].in_use)
+				continue;
+			lf_data_path(lf_shapes[i].handle, lf_shapes[i].generation, path);
+			memset(&key, 0, sizeof(key));
+			strlcpy(key.name, path + strlen(LOG_FILES_DIR) + 1, sizeof(key.name));
+			hash_search(lf_keep, &key, HASH_ENTER, NULL);
+			lf_shape_path(lf_shapes[i].handle, path);
+			memset(&key, 0, sizeof(key));
+			strlcpy(key.name, path + strlen(LOG_FILES_DIR) + 1, sizeof(key.name));
+			hash_search(lf_keep, &key, HASH_ENTER, NULL);
+		}
+		lf_remove_files(lf_restored_file);
+		hash_destroy(lf_keep);
+		lf_keep = NULL;
+	}
 	log_manifest_free(&lf_previous);
 	lf_have_previous = false;
 }
@@ -738,6 +855,7 @@ log_files_replaced(uint32 slot)
 
 		lf_write(slot, &unbounded);
 	}
+	lf_note_unsynced(slot);		/* listed again once synced, even when empty */
 }
 
 void
@@ -823,6 +941,12 @@ lf_build_round(XLogRecPtr decoded)
 
 	if (round == NULL)
 		return NULL;
+	/*
+	 * Never backwards: after a start decoding re-reads from the slot's
+	 * restart_lsn, and what the restored files hold up to lf_durable is
+	 * there, or in the snapshot of any shape made since.
+	 */
+	decoded = Max(decoded, lf_durable);
 	round->paths = calloc((size_t) Max(lf_nunsynced, 1) * 2, sizeof(char *));
 	if (round->paths == NULL)
 	{
@@ -898,6 +1022,15 @@ lf_build_round(XLogRecPtr decoded)
 	}
 	manifest.nshapes = n;
 	lf_round_lists = n;
+	if (n > 0 && !lf_lists_shapes)
+	{
+		/*
+		 * The first manifest that lists a shape: the slot must not pass its
+		 * position from now on, not only once it is in place.
+		 */
+		lf_lists_shapes = true;
+		lf_durable = decoded;
+	}
 	if (n > 0 || lf_lists_shapes)
 	{
 		round->manifest = log_manifest_encode(&manifest, &round->manifest_len);
@@ -945,7 +1078,7 @@ lf_apply_round(LogFlushRound *round)
 		lf_nround = 0;
 		if (round->manifest != NULL)
 			lf_lists_shapes = lf_round_lists > 0;
-		lf_durable = round->durable_lsn;
+		lf_durable = Max(lf_durable, round->durable_lsn);
 		foreach(lc, lf_obsolete_in_round)
 			(void) unlink((char *) lfirst(lc));
 		list_free_deep(lf_obsolete_in_round);
@@ -1005,6 +1138,27 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 	if (!due)
 		return;
 	lf_last_round = GetCurrentTimestamp();
+	if (lf_nunsynced == 0 && lf_obsolete == NIL &&
+		(!lf_lists_shapes || Max(decoded, lf_durable) == lf_durable))
+	{
+		/* nothing to list, nothing new: no round (an idle server writes nothing) */
+		if (!lf_lists_shapes)
+			lf_durable = Max(lf_durable, decoded);
+		return;
+	}
+	if (shape_sync_log_fsync != LOG_FSYNC_OFF && lf_unsynced_under_off)
+	{
+		/* files written with fsync off become durable now, all of them */
+		for (uint32 slot = 0; slot < lf_nslots; slot++)
+		{
+			if (!lf_shapes[slot].in_use || lf_shapes[slot].failed)
+				continue;
+			lf_shapes[slot].synced = 0;
+			lf_shapes[slot].shape_file_synced = false;
+			lf_note_unsynced(slot);
+		}
+	}
+	lf_unsynced_under_off = shape_sync_log_fsync == LOG_FSYNC_OFF;
 	round = lf_build_round(decoded);
 	if (round == NULL)
 		return;
@@ -1046,12 +1200,19 @@ log_files_step(XLogRecPtr decoded)
 			lf_dirty[kept++] = slot;	/* a snapshot being written: more next step */
 	}
 	lf_ndirty = kept;
-	if (shape_sync_log_fsync == LOG_FSYNC_COMMIT)
-		lf_round_step(decoded, wrote, true);
-	else
-		lf_round_step(decoded,
-					  TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(),
-												 LOG_FILES_ROUND_MS), false);
+	/* with commit, after each batch that changed a log, and every second anyway */
+	lf_round_step(decoded,
+				  (shape_sync_log_fsync == LOG_FSYNC_COMMIT && wrote) ||
+				  TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(),
+											 LOG_FILES_ROUND_MS),
+				  shape_sync_log_fsync == LOG_FSYNC_COMMIT);
+}
+
+/* Whether a new shape's file is still being written: the main loop should not sleep. */
+bool
+log_files_writing(void)
+{
+	return lf_shapes != NULL && lf_ndirty > 0;
 }
 
 void

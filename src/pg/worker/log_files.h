@@ -48,6 +48,7 @@ extern void log_files_forget(uint32 slot);
  */
 extern void log_files_step(XLogRecPtr decoded);
 extern void log_files_shutdown(XLogRecPtr decoded);
+extern bool log_files_writing(void);
 
 /* How far the slot may be confirmed: never past what the files hold. */
 extern XLogRecPtr log_files_confirmable(XLogRecPtr lsn);

@@ -68,6 +68,7 @@
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "nodes/value.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -619,12 +620,14 @@ reg_restore_one(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
  * shape is restored, else why not (its slot given back).
  */
 static const char *
-reg_try_restore(const LogStoreShape *stored, const LogStoreExtent *extent, XLogRecPtr durable)
+reg_try_restore(const LogStoreShape *stored, const LogStoreExtent *extent, XLogRecPtr durable,
+				bool *lock_timeout)
 {
 	MemoryContext oldcxt = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	const char *why = NULL;
 
+	*lock_timeout = false;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcxt);
 	PG_TRY();
@@ -645,6 +648,7 @@ reg_try_restore(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		why = pstrdup(edata->message);
+		*lock_timeout = edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE;
 		FreeErrorData(edata);
 		name_lookup_failed();
 	}
@@ -674,6 +678,7 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 {
 	int			restored = 0;
 	TimestampTz started = GetCurrentTimestamp();
+	List	   *locked = NIL;	/* tables whose lock did not come in time */
 
 	catalog_use_current();
 	SetCurrentStatementStartTimestamp();
@@ -687,14 +692,23 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 		const LogStoreExtent *extent = &manifest->shapes[i];
 		LogStoreShape *stored = log_files_read_shape(extent->handle);
 		const char *why;
+		char	   *table;
+		bool		lock_timeout;
 
 		if (stored == NULL)
 			continue;
-		why = reg_try_restore(stored, extent, manifest->header.durable_lsn);
+		table = shape_quoted_name(stored->schema_name, stored->table_name);
+		if (list_member(locked, makeString(table)))
+			why = "its table was locked by another session";	/* waited for once */
+		else
+		{
+			why = reg_try_restore(stored, extent, manifest->header.durable_lsn, &lock_timeout);
+			if (lock_timeout)
+				locked = lappend(locked, makeString(table));
+		}
 		if (why != NULL)
 			ereport(LOG,
-					(errmsg("shape %s on %s is not restored: %s", extent->handle,
-							shape_quoted_name(stored->schema_name, stored->table_name), why),
+					(errmsg("shape %s on %s is not restored: %s", extent->handle, table, why),
 					 errdetail("Its clients get 409 and fetch it again.")));
 		else
 			restored++;

@@ -95,8 +95,13 @@ shape_stream_resume_after(uint32 slot, XLogRecPtr lsn)
 bool
 shape_stream_durable(uint32 slot)
 {
-	return ss_streams != NULL && ss_streams[slot].in_use && ss_streams[slot].ready &&
-		!ss_streams[slot].rotate;
+	const ShapeStream *s;
+
+	if (ss_streams == NULL || !ss_streams[slot].in_use)
+		return false;
+	s = &ss_streams[slot];
+	/* restored and not taken over yet: its log is what its file holds */
+	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate;
 }
 
 /* ------------------------------------------------------------ appending */

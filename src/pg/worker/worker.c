@@ -72,6 +72,7 @@ static ShapeRequest *worker_deferred = NULL;	/* waiting to retry a lock */
 static uint32 *worker_changed;	/* shapes to wake once their logs are durable */
 static uint32 worker_nchanged;
 static uint32 worker_changed_cap;
+static bool worker_resuming;	/* restored shapes; decoding not caught up yet */
 
 static void
 worker_emit_thread_log(ThreadLogLevel level, const char *line)
@@ -439,6 +440,13 @@ shape_sync_worker_main(Datum arg)
 		stored = log_files_restorable(slot_made_now, slot_confirmed);
 		if (stored != NULL)
 			restored = registry_restore_shapes(stored);
+		/*
+		 * What the server has seen (shape_table.c): what the restored logs
+		 * hold, not what an earlier life of the worker saw past them.
+		 */
+		atomic_store(&shape_sync_shared->table->last_seen_lsn,
+					 restored > 0 ? stored->header.durable_lsn : 0);
+		worker_resuming = restored > 0;
 		log_files_restore_done();
 		decoder_start(restored > 0);
 	}
@@ -485,7 +493,7 @@ shape_sync_worker_main(Datum arg)
 	while (!ShutdownRequestPending)
 	{
 		WaitEvent	fired[3];
-		long		timeout = more_wal || more_prefault ? 0 :
+		long		timeout = more_wal || more_prefault || log_files_writing() ? 0 :
 			decoder_holds_commit() ? DECODER_HOLD_RECHECK_MS :
 			decoder_wal_pending() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
@@ -523,6 +531,16 @@ shape_sync_worker_main(Datum arg)
 		subset_jobs_launch();
 		shape_stream_maintain(registry_rotate);
 		more_wal = decoder_step();
+		if (worker_resuming && !more_wal)
+		{
+			/*
+			 * Decoding caught up with what was written while the worker was
+			 * away: requests parked as past the end of a restored log (an
+			 * offset its earlier life had reached) look again.
+			 */
+			worker_resuming = false;
+			http_server_wake_all(worker_http);
+		}
 		more_prefault = log_prefault_step(nfired == 0 && !resolved && !more_wal);
 		worker_wake_changed_shapes(true);
 		worker_drain_thread_log();
