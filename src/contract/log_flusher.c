@@ -17,9 +17,11 @@
  * meanwhile (its shape is gone) is skipped: a manifest that still names it
  * makes the next start drop that shape, which is gone anyway.  The thread does
  * the round and leaves it for the main thread to collect, which only then
- * lets the replication slot pass that position.  A failed fsync installs
- * no manifest: the previous one holds, and the main thread says which file
- * failed.  One round at a time: the next is built once the last is
+ * lets the replication slot pass that position.  A failed fsync of a
+ * file installs no manifest: the previous one holds, and the main thread
+ * says which file failed.  (A failed fsync of the directory, after the
+ * rename, leaves the new manifest in place but reports failure: the slot
+ * then waits, as after a crash between the two.)  One round at a time: the next is built once the last is
  * collected, so rounds never overlap and a slow disk makes them rarer, not
  * more numerous.
  *
@@ -198,6 +200,11 @@ log_flusher_start(LogFlusher *f)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc == 0)
 		f->started = true;
+	else
+	{
+		pthread_mutex_destroy(&f->lock);
+		pthread_cond_destroy(&f->cond);
+	}
 	return rc;
 }
 
@@ -206,6 +213,8 @@ log_flusher_submit(LogFlusher *f, LogFlushRound *round)
 {
 	bool		taken = false;
 
+	if (!f->started)
+		return false;
 	pthread_mutex_lock(&f->lock);
 	if (f->pending == NULL && f->running == NULL && f->done == NULL && !f->stop)
 	{
@@ -222,6 +231,8 @@ log_flusher_collect(LogFlusher *f, bool wait)
 {
 	LogFlushRound *round;
 
+	if (!f->started)
+		return NULL;
 	pthread_mutex_lock(&f->lock);
 	while (wait && f->done == NULL && (f->pending != NULL || f->running != NULL))
 		pthread_cond_wait(&f->cond, &f->lock);
@@ -236,6 +247,8 @@ log_flusher_busy(LogFlusher *f)
 {
 	bool		busy;
 
+	if (!f->started)
+		return false;
 	pthread_mutex_lock(&f->lock);
 	busy = f->pending != NULL || f->running != NULL;
 	pthread_mutex_unlock(&f->lock);

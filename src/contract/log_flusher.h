@@ -69,7 +69,8 @@ extern bool log_flusher_submit(LogFlusher *flusher, LogFlushRound *round);
 /* The finished round, or NULL; with `wait`, waits for the one in flight. */
 extern LogFlushRound *log_flusher_collect(LogFlusher *flusher, bool wait);
 
-/* Whether a round is pending or running. */
+/* Whether a round is pending or running.  Submit, collect and busy on a
+ * flusher that is not started refuse, find nothing, and say no. */
 extern bool log_flusher_busy(LogFlusher *flusher);
 
 /* Finishes the round in flight, ends the thread; what it finished is freed. */
