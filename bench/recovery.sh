@@ -5,7 +5,9 @@
 # src/pg/worker/log_files.c): a restart keeps every shape and its handle, and a client resumes
 # at its (handle, offset) with no 409 and no new snapshot. bench/recovery.mjs runs the clients
 # (raw long-poll clients that behave like the official one: a cut or refused connection is
-# retried after 100-300 ms on the same handle and offset).
+# retried after 100-300 ms on the same handle and offset). The cluster's HTTP port is searched
+# from 3900 up (SHAPE_SYNC_HTTP_PORT_FROM), away from other clusters on the machine, which
+# could take it while the server is down.
 #
 # Each run starts a fresh cluster, and times the clients' first sync (the baseline: from their
 # start until all are live, as before durable logs). Then three restarts, in an order that
@@ -16,12 +18,13 @@
 #   discarded  pg_ctl stop -m fast, the store's manifest removed, pg_ctl start: the store is
 #              discarded, every client gets 409 and fetches its shape from -1 (what every
 #              restart did before durable logs)
-# For each, from the restart command on, the script polls every 20 ms: once postmaster.pid
-# names a new postmaster (the old one and its children are gone), GET /v1/health; the server
-# accepts connections again at its first 200. Right then it sets the payload of one row per
-# shape to a marker, in one transaction, so that every live request returns; a client is
+# For each, bench/recovery_watch.mjs (started before the restart command, its own process)
+# polls every 20 ms: once postmaster.pid names a new postmaster (the old one and its children
+# are gone), GET /v1/health; the server accepts connections again at its first 200. Right
+# then it connects and sets the payload of one row per shape to a marker, in one transaction,
+# so that every live request returns; a client is
 # served again once it holds all its rows, has received the marker and is up to date. Times
-# are from the server accepting connections again, from the marker's commit (psql returned)
+# are from the server accepting connections again, from the marker's commit
 # and from the restart command. Snapshots re-taken: shape_sync_snapshots_started_total of
 # the new server (its counters start at 0) once all clients were served; rotations likewise.
 # The server log's lines on what was restored are printed after each restart, and the load
@@ -57,23 +60,23 @@ wait_for() {
 	return 1
 }
 
-# metric NAME: the sum of NAME's series in GET /metrics
-metric() {
-	curl -sS --max-time 5 "$SHAPE_SYNC_URL/metrics" |
-		awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%d\n", s }'
-}
-
 pg_ctl_as_pg() { _cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" "$@" >/dev/null; }
 
 # restart_case RUN N CASE: one restart of the live clients, its results in $out/run<RUN>.<CASE>.*
 restart_case() {
-	local run=$1 n=$2 case=$3 marker pm t_restart t_accept t_update ctl log_from
+	local run=$1 n=$2 case=$3 marker pm t_restart t_accept t_update ctl watch log_from
 	marker="r$run-$case"
 	echo "$marker" >"$out/phase$n.tmp"
 	mv "$out/phase$n.tmp" "$out/phase$n"
 	wait_for "$out/phase$n.ack" 10
 	log_from=$(($(wc -l <"$SHAPE_SYNC_LOG") + 1))
 	pm=$(head -n 1 "$SHAPE_SYNC_PGDATA/postmaster.pid")
+	rm -f "$out/watch.ready"
+	node "$here/recovery_watch.mjs" "$SHAPE_SYNC_PGDATA/postmaster.pid" "$pm" "$SHAPE_SYNC_URL" \
+		"$marker" "$out/watch.ready" >"$out/watch" &
+	watch=$!
+	bench_track "$watch"
+	wait_for "$out/watch.ready" 30
 	t_restart=$(date +%s.%N)
 	case $case in
 	fast) pg_ctl_as_pg -l "$SHAPE_SYNC_LOG" -m fast -w -t 60 restart & ;;
@@ -83,47 +86,22 @@ restart_case() {
 	esac
 	ctl=$!
 	bench_track "$ctl"
-	t_accept=$(python3 - "$SHAPE_SYNC_PGDATA/postmaster.pid" "$pm" "$SHAPE_SYNC_HTTP_PORT" <<'PY'
-# every 20 ms: once postmaster.pid names a new postmaster (the old one and its children are
-# gone), GET /v1/health; prints the time of its first 200
-import http.client, sys, time
-pidfile, old, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-deadline = time.time() + 60
-while time.time() < deadline:
-    try:
-        pid = open(pidfile).readline().strip()
-    except OSError:
-        pid = ""
-    if pid and pid != old:
-        conn = http.client.HTTPConnection("localhost", port, timeout=1)
-        try:
-            conn.request("GET", "/v1/health")
-            if conn.getresponse().status == 200:
-                print(f"{time.time():.6f}")
-                sys.exit(0)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-    time.sleep(0.02)
-sys.exit(1)
-PY
-) || { echo "$case: the server did not accept connections within 60 s" >&2; exit 1; }
-	cluster_psql -c "UPDATE bench_recovery SET payload = '$marker' WHERE id = 1"
-	t_update=$(date +%s.%N)
+	wait "$watch" || { echo "$case: bench/recovery_watch.mjs failed (above)" >&2; exit 1; }
+	read -r t_accept t_update <"$out/watch"
 	wait "$ctl"
 	wait_for "$out/phase$n.json" 90
 	cp "$out/phase$n.json" "$out/run$run.$case.json"
 	echo "$t_restart $t_accept $t_update" >"$out/run$run.$case.times"
-	metric shape_sync_snapshots_started_total >"$out/run$run.$case.snap_after"
-	metric shape_sync_shape_rotations_total >"$out/run$run.$case.rot_after"
+	curl -sS --max-time 5 "$SHAPE_SYNC_URL/metrics" >"$out/run$run.$case.metrics"
 	# what the server says about its store, this restart only
 	tail -n +"$log_from" "$SHAPE_SYNC_LOG" | grep -E "restored|not restored|discards|decoding from" |
 		tee "$out/run$run.$case.log" | sed "s/^/[$marker] /" >&2 || true
 }
 
 for ((run = 1; run <= RUNS; run++)); do
-	bench_cluster_start
+	# an HTTP port far above where other clusters look for one (from 3000): while the server
+	# is down its port is free, and recovery_watch.mjs fails if another process took it
+	SHAPE_SYNC_HTTP_PORT_FROM=${SHAPE_SYNC_HTTP_PORT_FROM:-3900} bench_cluster_start
 	cluster_psql -q <<SQL
 CREATE EXTENSION shape_sync;
 CREATE TABLE bench_recovery (tenant int, id int, payload text, PRIMARY KEY (tenant, id));
@@ -158,7 +136,29 @@ from results_section import machine, write_section
 med = statistics.median
 cold = [float(open(f"{out}/cold{r}").read()) for r in range(1, runs + 1)]
 load = [open(f"{out}/load{r}").read().strip() for r in range(1, runs + 1)]
-num = lambda path: int(open(path).read())
+
+def metrics(path):
+    """{name: {labels: value}} of a GET /metrics text"""
+    m = {}
+    for line in open(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        key, value = line.rsplit(" ", 1)
+        name, _, labels = key.partition("{")
+        m.setdefault(name, {})[labels.rstrip("}")] = float(value)
+    return m
+
+def total(m, name):
+    return int(sum(m.get(name, {}).values()))
+
+def live_delivery(m):
+    """(the smallest bucket bound that holds every live response's time from its change
+    reaching the log, the number of those responses)"""
+    buckets = m.get("shape_sync_log_to_client_seconds_bucket", {})
+    count = int(m.get("shape_sync_log_to_client_seconds_count", {}).get('kind="live"', 0))
+    bounds = sorted((float(l.split('le="')[1].rstrip('"')), v) for l, v in buckets.items()
+                    if l.startswith('kind="live"'))
+    return next((b for b, v in bounds if v >= count), float("inf")) if count else 0.0, count
 
 def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -169,6 +169,7 @@ for c in cases:
     for r in range(1, runs + 1):
         res = json.load(open(f"{out}/run{r}.{c}.json"))
         t_restart, t_accept, t_update = map(float, open(f"{out}/run{r}.{c}.times").read().split())
+        m = metrics(f"{out}/run{r}.{c}.metrics")
         served = sorted(res["served"])
         acc = [t - t_accept for t in served] or [float("nan")]
         per.append({
@@ -180,8 +181,9 @@ for c in cases:
             "stall": res["stall_max"],
             "unserved": res["unserved"], "same": res["same_handle"],
             "statuses": res["statuses"],
-            "snap_after": num(f"{out}/run{r}.{c}.snap_after"),
-            "rot_after": num(f"{out}/run{r}.{c}.rot_after"),
+            "snap_after": total(m, "shape_sync_snapshots_started_total"),
+            "rot_after": total(m, "shape_sync_shape_rotations_total"),
+            "delivery": live_delivery(m),
             "log": open(f"{out}/run{r}.{c}.log").read().splitlines(),
         })
     statuses = {}
@@ -197,7 +199,7 @@ import re
 def restored(p):
     m = next((re.search(r"restored (\d+ of \d+) shapes", l) for l in p["log"] if "shape_sync restored" in l), None)
     return m.group(1) if m else "none"
-total = runs * clients
+all_clients = runs * clients
 lines = [
     "## Recovery after a restart",
     "",
@@ -228,13 +230,15 @@ lines = [
     row("p99 client, from accepting", lambda s: f"{s['p99']:.3f}"),
     row("last client, from accepting", lambda s: f"{s['max']:.3f}"),
     row("last client, from the marker's commit", lambda s: f"{s['max_update']:.3f}"),
+    row("server: a change in the log to its live response, all within (responses, all runs)",
+        lambda s: f"{max(p['delivery'][0] for p in s['per']):g} ({sum(p['delivery'][1] for p in s['per'])})"),
     row("longest event-loop stall of the clients' process (their own delay)", lambda s: f"{med(p['stall'] for p in s['per']):.3f}"),
     row("last client, from the restart command", lambda s: f"{s['max_restart']:.2f}"),
     row(f"... against the cold start ({med(cold):.2f} s, baseline)", lambda s: f"{s['max_restart'] / med(cold):.2f}x"),
     "",
     "| all runs | " + " | ".join(names[c] for c in cases) + " |",
     "|---|" + "---:|" * len(cases),
-    row("clients served on the handle they held", lambda s: f"{sum(p['same'] for p in s['per'])} of {total}"),
+    row("clients served on the handle they held", lambda s: f"{sum(p['same'] for p in s['per'])} of {all_clients}"),
     row("clients not served within 60 s", lambda s: f"{sum(p['unserved'] for p in s['per'])}"),
     row("shapes restored (server log), each run", lambda s: ", ".join(restored(p) for p in s["per"])),
     row("snapshots re-taken, each run", lambda s: ", ".join(str(p["snap_after"]) for p in s["per"])),
