@@ -254,6 +254,11 @@ lines = [
     row("requests with no response (server down)", lambda s: str(s["statuses"].get("network", 0))),
     "",
 ]
+lines.append("A fast restart's live requests are answered 503 with retry-after 1 s by the stopping "
+             "server (`SHUTDOWN_RETRY_AFTER_S`, src/net/shape_serve.c), so those clients ask again "
+             "about 1 s after that answer, even when the server accepts connections sooner; after "
+             "an immediate stop their connections are cut and they retry every 100-300 ms.")
+lines.append("")
 lines.append("Before durable logs (this section on 2026-12-01, on 2 CPUs of an Intel Xeon), every "
              "restart took the path of the discarded store: the last client was served 12.59 s after "
              "the restart, 1.07x the cold start of 11.79 s, with 3,000 409s and 3,306 503s in 3 runs.")
