@@ -76,7 +76,8 @@
 
 /*
  * retry-after of what a stopping server answers: a restart takes about a
- * second, and the client then learns (409) that its shape is gone.
+ * second, after which the client goes on with its shape, restored from
+ * disk (pg/worker/log_files.c), or learns (409) that it is gone.
  */
 #define SHUTDOWN_RETRY_AFTER_S 1
 

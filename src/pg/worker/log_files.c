@@ -146,6 +146,7 @@ static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
 static uint64 lf_incarnations;
+static bool lf_discard_said;	/* the manifest's problem was logged */
 static bool lf_unsynced_under_off;	/* files written with log_fsync = off
 									 * since they were last all fsynced */
 static LogStoreManifest lf_previous;	/* the manifest found at start */
@@ -156,7 +157,7 @@ static TimestampTz lf_last_round;
 static TimestampTz lf_warned_at;
 static char *lf_buffer;
 
-static void lf_remove_files(bool (*keep) (const char *name));
+static int	lf_remove_files(bool (*keep) (const char *name));
 
 static ShapeTable *
 lf_table(void)
@@ -303,23 +304,27 @@ log_files_start(uint32 nslots)
 	bytes = lf_read_small_file(MANIFEST_PATH, &len);
 	if (bytes == NULL)
 		return;
-	if (!log_manifest_decode(bytes, len, &lf_previous, error, sizeof(error)))
+	if (log_manifest_decode(bytes, len, &lf_previous, error, sizeof(error)))
+		lf_have_previous = true;
+	else
+	{
 		ereport(LOG,
 				(errmsg("shape_sync discards its stored shape logs: file \"%s\" cannot be used: %s",
 						MANIFEST_PATH, error),
 				 errdetail("Clients of those shapes get 409 and fetch them again.")));
-	else
-		lf_have_previous = true;
+		lf_discard_said = true;
+	}
 	pfree(bytes);
 }
 
-/* Removes every file of the store but those `keep` says to keep. */
-static void
+/* Removes every file of the store but those `keep` says to keep; how many went. */
+static int
 lf_remove_files(bool (*keep) (const char *name))
 {
 	DIR		   *dir = AllocateDir(LOG_FILES_DIR);
 	struct dirent *de;
 	char		path[MAXPGPATH];
+	int			removed = 0;
 
 	while ((de = ReadDir(dir, LOG_FILES_DIR)) != NULL)
 	{
@@ -328,12 +333,15 @@ lf_remove_files(bool (*keep) (const char *name))
 		if (keep != NULL && keep(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", LOG_FILES_DIR, de->d_name);
-		if (unlink(path) != 0 && errno != ENOENT)
+		if (unlink(path) == 0)
+			removed++;
+		else if (errno != ENOENT)
 			ereport(LOG,
 					(errcode_for_file_access(),
 					 errmsg("could not remove file \"%s\": %m", path)));
 	}
 	FreeDir(dir);
+	return removed;
 }
 
 static void
@@ -393,7 +401,11 @@ log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
 		return NULL;			/* durable logs are off, or have no directory */
 	if (!lf_have_previous)
 	{
-		lf_remove_files(NULL);	/* what a store without manifest left */
+		/* what a store without a (usable) manifest left: said once, if anything */
+		if (lf_remove_files(NULL) > 0 && !lf_discard_said)
+			ereport(LOG,
+					(errmsg("shape_sync discards its stored shape logs: they have no usable manifest"),
+					 errdetail("Clients of those shapes get 409 and fetch them again.")));
 		return NULL;
 	}
 	lf_header_now(&now, InvalidXLogRecPtr);
