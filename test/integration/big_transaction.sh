@@ -142,8 +142,15 @@ check "no other warning in the log" bash -c '! grep -E "WARNING|ERROR" "$1" | gr
 # --- SIGTERM during a replay
 
 cluster_psql -c "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1000001, 2000000) g" >/dev/null
-# SIGTERM once the replay is under way
-wait_for_replay "PERFORM pg_terminate_backend($pid);" >"$work/term.out"
+# once the replay is under way, a request for an existing shape (it waits for the end of the
+# replay), then SIGTERM
+wait_for_replay >/dev/null
+curl -s -m 60 -o "$work/deferred.json" -w '%{http_code}' \
+	"$SHAPE_SYNC_URL/v1/shape?table=other&handle=$(header electric-handle "$work/other.h")&offset=$(header electric-offset "$work/other.h")" \
+	>"$work/deferred.code" &
+deferred=$!
+sleep 0.5	# for it to be queued behind the replay
+cluster_psql -c "SELECT pg_terminate_backend($pid)" >"$work/term.out"
 t0=$(now)
 gone() { [[ $(cluster_psql -At -c "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 0 ]]; }
 check "the worker exits" wait_for 30 gone
@@ -152,6 +159,9 @@ expect_match "it was stopped in the middle of the replay, not after it" 'shape_s
 	"$(cat "$SHAPE_SYNC_LOG")"
 back() { local p; p=$(worker_pid); [[ -n $p && $p != "$pid" ]] && [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "it comes back" wait_for 30 back
+wait "$deferred" || true
+expect_eq "the request that waited for the replay gets 503, not 409 (its shape is kept)" 503 \
+	"$(cat "$work/deferred.code")"
 # (while it skips the WAL written before it started it answers 503, retry-after 1)
 rows_back() { [[ $(curl -s -m 60 "$url&offset=-1&where=$(q 'id <= 10')" | grep -o '"operation":"insert"' | wc -l) == 11 ]]; }
 check "and serves the table's shapes with their rows" wait_for 30 rows_back

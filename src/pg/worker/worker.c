@@ -214,11 +214,18 @@ static void
 worker_shutdown(int code, Datum arg)
 {
 	subset_jobs_stop();
-	/* requests waiting for a lock get their 503 now */
+	/*
+	 * Requests waiting for a lock get their 503 now; so do those waiting
+	 * for the end of a replay, which were never resolved (their shape
+	 * exists, and is restored at the next start: not a 409).
+	 */
 	while (worker_deferred != NULL)
 	{
 		ShapeRequest *next = worker_deferred->next;
 
+		if (worker_deferred->result.status == SHAPE_RESOLVE_OK &&
+			worker_deferred->result.handle[0] == '\0')
+			worker_deferred->result.status = SHAPE_RESOLVE_UNAVAILABLE;
 		worker_deferred->done(worker_deferred);
 		worker_deferred = next;
 	}
