@@ -23,9 +23,12 @@
 //      inserts, upserts, updates moving rows in and out of the where clauses, primary-key
 //      changes, deletes, no-op updates, updates of unchanged TOASTed rows, savepoint
 //      rollbacks, full rollbacks, large transactions (500+ rows) and multi-table transactions;
-//   4. stops the writers and waits (bounded) until every client's rows equal the shape's
-//      SELECT, then checks each one, and checks that every 409 of the phase is explained
-//      (see "409s" below);
+//   4. stops the writers and waits until every client's rows equal the shape's SELECT
+//      (CONVERGE_TIMEOUT, and up to as long again while clients that are not done still move
+//      through their logs: a client that resumed after an outage replays the log from its
+//      offset), then checks each one (a DIVERGENCE when it is caught up and its rows differ;
+//      a SERVER failure when it is still behind), and checks that every 409 of the phase is
+//      explained (see "409s" below);
 //   5. restart phase: writers start again (no chaos: no table event), and PostgreSQL goes
 //      down while clients are live, in one of three ways drawn from the seed (printed; a
 //      stream of its own, or INTEGRITY_RESTART_MODE): `fast` (pg_ctl restart -m fast),
@@ -417,6 +420,23 @@ function short(v, n = 160) {
   return s.length > n ? `${s.slice(0, n)}...(${s.length} chars)` : s
 }
 
+// Whether the rows are equal, at a low cost (converge asks many times, for many clients, while
+// they catch up: a CPU-bound comparison would slow down the clients of this very process): the
+// expected rows' strings are made once, and the first difference ends it.
+const expectedStrings = new WeakMap() // expected Map -> { text: Map, typed: Map } of key -> stableRow
+function sameRows(expected, actual, asText) {
+  if (expected.size !== actual.size) return false
+  let cache = expectedStrings.get(expected)
+  if (!cache) expectedStrings.set(expected, (cache = {}))
+  const kind = asText ? 'text' : 'typed'
+  if (!cache[kind]) cache[kind] = new Map([...expected].map(([k, row]) => [k, stableRow(row, asText)]))
+  for (const [k, e] of cache[kind]) {
+    const a = actual.get(k)
+    if (a === undefined || stableRow(a, false) !== e) return false
+  }
+  return true
+}
+
 // Returns null when equal, else a description of the first differences.
 function diffRows(expected, actual, asText) {
   const out = []
@@ -457,6 +477,13 @@ function diffRows(expected, actual, asText) {
 function noteHandle(c, h) {
   if (h && !c.handleSeen.has(h)) c.handleSeen.set(h, nowS())
 }
+// The client's last request, for a check that failed: when it was sent, when and how it ended.
+function describeLastRequest(c) {
+  const r = c.lastRequest
+  if (!r) return ''
+  const q = r.url.includes('?') ? r.url.slice(r.url.indexOf('?') + 1) : r.url
+  return ` lastRequest=[sent at ${r.sent.toFixed(1)}s, ${r.t === null ? 'not answered yet' : `${r.status} at ${r.t.toFixed(1)}s`}: ${short(q, 200)}]`
+}
 // A 409 answered at t to a request sent at `sent` for `handle`, naming `next` as the new handle
 // (null when the server has none yet); `since`: when the client first heard of `handle`.
 function note409(c, sent, handle, next) {
@@ -494,8 +521,11 @@ class OfficialClient {
       }
       if (sse) stats.sseRequests++
       const sentAt = nowS()
+      const req = (this.lastRequest = { sent: sentAt, url, status: null, t: null })
       try {
         const res = await fetch(input, init)
+        req.status = res.status
+        req.t = nowS()
         stats.status[res.status] = (stats.status[res.status] ?? 0) + 1
         if (res.status === 409) {
           this.resyncTimes.push(nowS())
@@ -513,6 +543,8 @@ class OfficialClient {
         }
         return res
       } catch (e) {
+        req.status = e?.name ?? 'error'
+        req.t = nowS()
         if (e?.name !== 'AbortError') stats.netErrors++
         throw e
       }
@@ -553,6 +585,7 @@ class OfficialClient {
   describe() {
     return `requests=${this.stats.requests} live=${this.stats.liveRequests} status=${JSON.stringify(this.stats.status)} netErrors=${this.stats.netErrors}` +
       ` 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}` +
+      describeLastRequest(this) +
       (this.mode === 'sse' ? ` sseRequests=${this.stats.sseRequests} sseContentTypes=${JSON.stringify(this.stats.sseContentTypes)} liveLongPollsAfterSse=${this.stats.longPollAfterSse}${this.stats.longPollAfterSse ? ' (fell back to long-polling)' : ''}` : '')
   }
 }
@@ -632,12 +665,17 @@ class RawClient {
       let res
       let text
       const sentAt = nowS()
+      const req = (this.lastRequest = { sent: sentAt, url, status: null, t: null })
       this.stats.requests++
       try {
         const signal = AbortSignal.any([this.ac.signal, AbortSignal.timeout(30000)])
         res = await fetch(url, { signal })
         text = await res.text()
+        req.status = res.status
+        req.t = nowS()
       } catch (e) {
+        req.status = e?.name ?? 'error'
+        req.t = nowS()
         if (this.stopped) return
         this.stats.netErrors++
         if (e?.name === 'TimeoutError') this.anomaly(`request took over 30 s: ${url}`)
@@ -839,7 +877,8 @@ class RawClient {
   }
   describe() {
     return `requests=${this.stats.requests} status=${JSON.stringify(this.stats.status)} netErrors=${this.stats.netErrors} resets=${this.stats.resets} changes=${this.stats.changes} upToDates=${this.stats.upToDates} excused4xx=${this.stats.excused4xx}` +
-      ` columns=[${this.cols ?? '?'}] 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}`
+      ` columns=[${this.cols ?? '?'}] 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}` +
+      describeLastRequest(this)
   }
 }
 
@@ -1875,8 +1914,18 @@ async function snapshotExpected() {
   })
 }
 
+// Where a client is in its shape's log: its handle and offset.
+const logPosition = (c) => (c instanceof RawClient ? `${c.handle}@${c.offset}` : `${c.stream.shapeHandle}@${c.stream.lastOffset}`)
+// How long a client counts as still catching up after its position last moved (ms).
+const CATCHING_UP_MS = 3000
+
 // After the writers stopped: waits until each client equals the SELECT (and, for raw clients,
 // has seen a global_last_seen_lsn at or past the end of the workload); then one check per client.
+// The wait is CONVERGE_TIMEOUT, and up to as long again while a client that is not done still
+// moves through its log (a client that resumed after an outage replays the log from its
+// offset, 16 kB a request, where it used to fetch a new snapshot after a 409). A client that is
+// not done at the end is a DIVERGENCE when it is caught up (up-to-date, not moving) and its rows
+// differ; a SERVER failure when it is still behind.
 async function converge(clients, phase, phaseStart) {
   const { lsnBefore } = await withDb(async (db) => {
     const l = (await db.query(`SELECT (pg_current_wal_lsn() - '0/0')::text AS l`)).rows[0].l
@@ -1888,32 +1937,51 @@ async function converge(clients, phase, phaseStart) {
   const start = Date.now()
   const pending = new Set(clients)
   const doneAt = new Map()
-  while (pending.size && Date.now() - start < CONVERGE_TIMEOUT_MS) {
+  const moved = new Map(clients.map((c) => [c, { pos: logPosition(c), at: Date.now() }])) // when its position last changed
+  const stillMoving = (c) => Date.now() - moved.get(c).at < CATCHING_UP_MS
+  for (;;) {
+    const waited = Date.now() - start
+    if (!pending.size || waited >= 2 * CONVERGE_TIMEOUT_MS || (waited >= CONVERGE_TIMEOUT_MS && ![...pending].some(stillMoving))) break
     for (const c of [...pending]) {
+      const pos = logPosition(c)
+      if (pos !== moved.get(c).pos) moved.set(c, { pos, at: Date.now() })
       const exp = expected.get(c.shape.name)
       const isRaw = c instanceof RawClient
       const upToDate = isRaw ? c.upToDate && c.globalLsn >= lsnBefore : c.stream.isUpToDate
-      if (upToDate && diffRows(exp, c.rows(), isRaw) === null) {
+      if (upToDate && sameRows(exp, c.rows(), isRaw)) {
         pending.delete(c)
         doneAt.set(c, Date.now() - start)
       }
     }
     if (pending.size) await sleep(200)
   }
+  const waited = Date.now() - start
+  if (waited > CONVERGE_TIMEOUT_MS + 500)
+    log(`${phase}: waited ${waited} ms for the clients, past CONVERGE_TIMEOUT (${CONVERGE_TIMEOUT_MS} ms) while clients not done yet still moved through their logs`)
   for (const c of clients) {
     const exp = expected.get(c.shape.name)
     const isRaw = c instanceof RawClient
     const d = diffRows(exp, c.rows(), isRaw)
     const extra = []
-    if (isRaw && !(c.globalLsn >= lsnBefore))
+    let behind = false
+    if (isRaw && !(c.globalLsn >= lsnBefore)) {
       extra.push(`raw client's last global_last_seen_lsn ${c.globalLsn} < ${lsnBefore} (pg_current_wal_lsn after the writers stopped)`)
-    if (!isRaw && !c.stream.isUpToDate) extra.push('the ShapeStream is not up-to-date')
+      behind = true
+    }
+    if (!isRaw && !c.stream.isUpToDate) {
+      extra.push('the ShapeStream is not up-to-date')
+      behind = true
+    }
+    if (!doneAt.has(c) && stillMoving(c)) {
+      extra.push(`still moving through its log: at ${logPosition(c)} ${Date.now() - moved.get(c).at} ms ago`)
+      behind = true
+    }
     const detail = [`shape ${c.shape.name}: table ${c.shape.table}, where ${c.shape.where ?? '(none)'}, columns ${c.shape.columns ?? '(all)'}, replica ${c.shape.replica}; client kind: ${c instanceof RawClient ? 'raw materializer' : `official client, ${c.mode}`}`,
       d, ...extra, c.describe()]
     if (d !== null || extra.length) detail.push(`events on ${c.shape.table} (and global ones) during ${phase}:`, eventsBefore(c.shape.table, tEnd, 14, phaseStart))
     ok(d === null && extra.length === 0,
-      `${phase}: ${c.label} equals SELECT (${exp.size} rows)${doneAt.has(c) ? ` after ${doneAt.get(c)} ms` : ` - not within ${CONVERGE_TIMEOUT_MS} ms`}`,
-      detail.filter(Boolean).join('\n'), d !== null ? 'DIVERGENCE' : 'SERVER')
+      `${phase}: ${c.label} equals SELECT (${exp.size} rows)${doneAt.has(c) ? ` after ${doneAt.get(c)} ms` : ` - not within ${waited} ms${behind ? ' (not caught up)' : ''}`}`,
+      detail.filter(Boolean).join('\n'), d !== null && !behind ? 'DIVERGENCE' : 'SERVER')
   }
 }
 
