@@ -23,11 +23,23 @@
 //      inserts, upserts, updates moving rows in and out of the where clauses, primary-key
 //      changes, deletes, no-op updates, updates of unchanged TOASTed rows, savepoint
 //      rollbacks, full rollbacks, large transactions (500+ rows) and multi-table transactions;
-//   4. stops the writers and waits (bounded) until every client's rows equal the shape's
-//      SELECT, then checks each one;
-//   5. restart phase: writers start again, PostgreSQL is restarted (pg_ctl restart -m fast)
-//      while clients are live, writers continue after it; clients must recover (409 /
-//      network errors, re-sync) and again end equal to the SELECT.
+//   4. stops the writers and waits until every client's rows equal the shape's SELECT
+//      (CONVERGE_TIMEOUT, and up to as long again while clients that are not done still move
+//      through their logs: a client that resumed after an outage replays the log from its
+//      offset), then checks each one (a DIVERGENCE when it is caught up and its rows differ;
+//      a SERVER failure when it is still behind), and checks that every 409 of the phase is
+//      explained (see "409s" below);
+//   5. restart phase: writers start again (no chaos: no table event), and PostgreSQL goes
+//      down while clients are live, in one of three ways drawn from the seed (printed; a
+//      stream of its own, or INTEGRITY_RESTART_MODE): `fast` (pg_ctl restart -m fast),
+//      `immediate` (pg_ctl stop -m immediate, then start: crash recovery) or `kill` (SIGKILL
+//      of the shape_sync worker: the postmaster restarts the whole instance; the crash is
+//      announced with cluster_expect_crash of scripts/lib/cluster.sh, so that the crash
+//      checks let it pass); writers continue after it. Durable shape logs keep every shape
+//      with its handle, so clients resume at their (handle, offset) through network errors
+//      and 503s only: the checks are that no client got a 409 in this phase, that every
+//      client follows the handle it had before the restart, and that each again ends equal
+//      to the SELECT.
 //
 // Chaos (phase 1, INTEGRITY_CHAOS=0 turns it off): alongside the writers, one sequential
 // "chaos" loop injects events at moments drawn from its own PRNG stream (derived from SEED
@@ -55,7 +67,8 @@
 //               inserts, updates, deletes), over logical_decoding_work_mem (1MB), so the
 //               reorder buffer spills to disk (pg_stat_replication_slots is printed)
 //   terminate   pg_terminate_backend() of the worker (backend_type 'shape_sync'); the
-//               postmaster starts it again after bgw_restart_time (5 s)
+//               postmaster starts it again after bgw_restart_time (5 s), and it restores
+//               every shape with its handle: it explains no 409
 //   standby     only with a synchronous standby (run.sh, INTEGRITY_SYNC_STANDBY=1): pg_ctl
 //               stop of the standby for 0.5-3 s, so that commits stall, then start again
 // At the end of phase 1 pending reversals are done (types back to int, REPLICA IDENTITY
@@ -64,8 +77,26 @@
 // (a client that re-synced after a 409 sees the current columns). The events and their
 // counts per kind are printed; a failing check lists the events before it.
 //
+// 409s. A shape is rotated (409 must-refetch, a new handle) only when its definition changed,
+// so every 409 a client gets must follow a table event that changed what its shape reads:
+// addcol, dropcol or renamecol on its table for a shape of all columns (the columns they touch
+// are read by no other shape), altertype of a column the shape selects or its where clause
+// reads, TRUNCATE of its table (not of another table in the same transaction), replident or
+// renametable on its table. Such an event explains a 409 that ends handle H when it began
+// before the 409 and either ended after the client first heard of H (the shape changed while
+// H was current), or ended at most 5 s before the 409 (H was handed out before the worker
+// decoded the event); those 5 s are longer when they meet a moment at which the worker
+// decodes late or not at all (8 s after a terminate or a restart, 3 s after a stopped
+// standby or a bigtxn). A restart of PostgreSQL or a terminate of the worker explains no
+// 409: a 409 that no table event explains is a SERVER failure, "409 after a
+// terminate/restart for a shape whose definition did not change" when one came in the 20 s
+// before it (the detail names the handle, when the client heard of it and sent the request,
+// the events before it and the server log's lines that name the handle). The 409s of each
+// phase are printed by shape and by the kind of event that explains them.
+//
 // Failures are classed: DIVERGENCE (a client's rows differ from the SELECT: a server bug),
-// SERVER (protocol anomalies, errors surfaced to the client, a crash), HARNESS (this test's
+// SERVER (protocol anomalies, errors surfaced to the client, a 409 that no table event
+// explains, a crash), HARNESS (this test's
 // own machinery failed: a chaos statement that should not fail, a prepared transaction left
 // behind, a writer error that no event explains, a timeout of the test itself). Writer
 // errors are counted by cause: attributed to an event window (a lock timeout during DDL,
@@ -80,8 +111,9 @@
 // Environment knobs: SEED, DURATION (s, phase 1 writer time, default 22 with chaos, 16
 // without), RESTART_DURATION (s, phase 2, default 10), WRITERS (default 4), INTEGRITY_SSE
 // (1/0, default 1), INTEGRITY_RESTART (1/0/force, default 1; phase 2 is skipped when phase 1
-// already found a divergence or a crash, unless `force`), CONVERGE_TIMEOUT (s, default 25),
-// VERBOSE=1, and for chaos:
+// already found a divergence or a crash, unless `force`), INTEGRITY_RESTART_MODE
+// (fast/immediate/kill: how phase 2 restarts PostgreSQL; default: drawn from SEED),
+// CONVERGE_TIMEOUT (s, default 25), VERBOSE=1, and for chaos:
 //   INTEGRITY_CHAOS            1/0, default 1
 //   INTEGRITY_CHAOS_EVENTS     which kinds and their weights, e.g. `addcol:3,truncate,terminate:0`
 //                              (a kind without weight gets its default; kinds not named are
@@ -98,6 +130,7 @@
 // from its dist/index.mjs.
 
 import { createRequire } from 'node:module'
+import { readFileSync, statSync } from 'node:fs'
 import { dirname, join } from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { execFile } from 'node:child_process'
@@ -128,11 +161,16 @@ const { ShapeStream, Shape } = await import(pathToFileURL(join(clientDir, 'dist/
 let sseFallbackWarnings = 0
 let noHandle409Warnings = 0 // a 409 without electric-handle (the server sends none when it has no new shape yet)
 let retryExhaustedWarnings = [] // the client gave up after 50 onError retries in a row
+// The client got a handle that it (or another client of the same shape: the client keeps one
+// expired handle per shape URL for the whole process) had marked expired after a 409.
+const staleHandleWarnings = []
 {
   const realWarn = console.warn
   console.warn = (...a) => {
     if (typeof a[0] === 'string' && a[0].includes('Falling back to long polling')) sseFallbackWarnings++
     else if (typeof a[0] === 'string' && a[0].includes('409 response without a shape handle header')) noHandle409Warnings++
+    else if (typeof a[0] === 'string' && a[0].includes('Received stale cached response with expired shape handle'))
+      staleHandleWarnings.push(`[${((Date.now() - T0) / 1000).toFixed(1)}s] ${/handle "([^"]*)"/.exec(a[0])?.[1] ?? '?'}`)
     else if (typeof a[0] === 'string' && a[0].includes('onError retry loop exhausted')) retryExhaustedWarnings.push(`[${((Date.now() - T0) / 1000).toFixed(1)}s] ${a[0].slice(0, 300)}`)
     else realWarn(...a)
   }
@@ -159,6 +197,16 @@ function offsetCmp(a, b) {
 }
 const DO_RESTART = (env.INTEGRITY_RESTART ?? '1') !== '0'
 const FORCE_RESTART = env.INTEGRITY_RESTART === 'force'
+// How phase 2 restarts PostgreSQL: drawn from SEED (a stream of its own), or
+// INTEGRITY_RESTART_MODE.
+const RESTART_MODES = {
+  fast: 'pg_ctl restart -m fast',
+  immediate: 'pg_ctl stop -m immediate, then pg_ctl start',
+  kill: 'SIGKILL of the shape_sync worker (PostgreSQL restarts the instance after the crash)',
+}
+const RESTART_MODE = env.INTEGRITY_RESTART_MODE || Object.keys(RESTART_MODES)[Math.floor(prng((SEED ^ 0x2c1b3c6d) >>> 0).next() * 3)]
+if (!(RESTART_MODE in RESTART_MODES))
+  throw new Error(`INTEGRITY_RESTART_MODE: unknown mode ${RESTART_MODE} (known: ${Object.keys(RESTART_MODES).join(', ')})`)
 const CONVERGE_TIMEOUT_MS = Number(env.CONVERGE_TIMEOUT ?? 25) * 1000
 const VERBOSE = env.VERBOSE === '1'
 const BASE_URL = (env.SHAPE_SYNC_URL ?? 'http://localhost:3000').replace(/\/+$/, '')
@@ -372,6 +420,23 @@ function short(v, n = 160) {
   return s.length > n ? `${s.slice(0, n)}...(${s.length} chars)` : s
 }
 
+// Whether the rows are equal, at a low cost (converge asks many times, for many clients, while
+// they catch up: a CPU-bound comparison would slow down the clients of this very process): the
+// expected rows' strings are made once, and the first difference ends it.
+const expectedStrings = new WeakMap() // expected Map -> { text: Map, typed: Map } of key -> stableRow
+function sameRows(expected, actual, asText) {
+  if (expected.size !== actual.size) return false
+  let cache = expectedStrings.get(expected)
+  if (!cache) expectedStrings.set(expected, (cache = {}))
+  const kind = asText ? 'text' : 'typed'
+  if (!cache[kind]) cache[kind] = new Map([...expected].map(([k, row]) => [k, stableRow(row, asText)]))
+  for (const [k, e] of cache[kind]) {
+    const a = actual.get(k)
+    if (a === undefined || stableRow(a, false) !== e) return false
+  }
+  return true
+}
+
 // Returns null when equal, else a description of the first differences.
 function diffRows(expected, actual, asText) {
   const out = []
@@ -407,6 +472,26 @@ function diffRows(expected, actual, asText) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// handles and 409s, as a client sees them
+
+function noteHandle(c, h) {
+  if (h && !c.handleSeen.has(h)) c.handleSeen.set(h, nowS())
+}
+// The client's last request, for a check that failed: when it was sent, when and how it ended.
+function describeLastRequest(c) {
+  const r = c.lastRequest
+  if (!r) return ''
+  const q = r.url.includes('?') ? r.url.slice(r.url.indexOf('?') + 1) : r.url
+  return ` lastRequest=[sent at ${r.sent.toFixed(1)}s, ${r.t === null ? 'not answered yet' : `${r.status} at ${r.t.toFixed(1)}s`}: ${short(q, 200)}]`
+}
+// A 409 answered at t to a request sent at `sent` for `handle`, naming `next` as the new handle
+// (null when the server has none yet); `since`: when the client first heard of `handle`.
+function note409(c, sent, handle, next) {
+  c.conflicts.push({ t: nowS(), sent, handle, next, since: handle ? c.handleSeen.get(handle) ?? null : null })
+  noteHandle(c, next)
+}
+
+// ---------------------------------------------------------------------------------------------
 // official client
 
 class OfficialClient {
@@ -417,6 +502,8 @@ class OfficialClient {
     this.errors = [] // { t, status, text }
     this.excusedErrors = 0 // 4xx while the shape's table had another name (renametable)
     this.resyncTimes = [] // when a 409 came
+    this.conflicts = [] // each 409 (see note409)
+    this.handleSeen = new Map() // handle -> when this client first heard of it
     this.stats = { requests: 0, status: {}, sseRequests: 0, sseContentTypes: {}, netErrors: 0, liveRequests: 0, longPollAfterSse: 0 }
     this.ac = new AbortController()
     const params = { table: shape.table }
@@ -433,16 +520,31 @@ class OfficialClient {
         if (!sse && stats.sseRequests > 0) stats.longPollAfterSse++
       }
       if (sse) stats.sseRequests++
+      const sentAt = nowS()
+      const req = (this.lastRequest = { sent: sentAt, url, status: null, t: null })
       try {
         const res = await fetch(input, init)
+        req.status = res.status
+        req.t = nowS()
         stats.status[res.status] = (stats.status[res.status] ?? 0) + 1
-        if (res.status === 409) this.resyncTimes.push(nowS())
+        if (res.status === 409) {
+          this.resyncTimes.push(nowS())
+          let handle = null
+          try {
+            handle = new URL(url).searchParams.get('handle')
+          } catch {}
+          note409(this, sentAt, handle, res.headers.get('electric-handle'))
+        } else if (res.ok) {
+          noteHandle(this, res.headers.get('electric-handle'))
+        }
         if (sse && res.ok) {
           const ct = res.headers.get('content-type') ?? '(none)'
           stats.sseContentTypes[ct] = (stats.sseContentTypes[ct] ?? 0) + 1
         }
         return res
       } catch (e) {
+        req.status = e?.name ?? 'error'
+        req.t = nowS()
         if (e?.name !== 'AbortError') stats.netErrors++
         throw e
       }
@@ -470,6 +572,9 @@ class OfficialClient {
   rows() {
     return this.shapeObj.currentValue
   }
+  currentHandle() {
+    return this.stream.shapeHandle ?? null
+  }
   stop() {
     this.stopped = true
     try {
@@ -480,6 +585,7 @@ class OfficialClient {
   describe() {
     return `requests=${this.stats.requests} live=${this.stats.liveRequests} status=${JSON.stringify(this.stats.status)} netErrors=${this.stats.netErrors}` +
       ` 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}` +
+      describeLastRequest(this) +
       (this.mode === 'sse' ? ` sseRequests=${this.stats.sseRequests} sseContentTypes=${JSON.stringify(this.stats.sseContentTypes)} liveLongPollsAfterSse=${this.stats.longPollAfterSse}${this.stats.longPollAfterSse ? ' (fell back to long-polling)' : ''}` : '')
   }
 }
@@ -501,6 +607,8 @@ class RawClient {
     this.anomalyCount = 0
     this.stats = { requests: 0, status: {}, netErrors: 0, resets: 0, changes: 0, upToDates: 0, excused4xx: 0 }
     this.resyncTimes = []
+    this.conflicts = [] // each 409 (see note409)
+    this.handleSeen = new Map() // handle -> when this client first heard of it
     this.firstAnomalyT = null
     this.globalLsn = 0n
     this.ac = new AbortController()
@@ -515,6 +623,9 @@ class RawClient {
   }
   rows() {
     return this.rowsMap
+  }
+  currentHandle() {
+    return this.handle ?? null
   }
   reset(handle) {
     this.rowsMap = new Map()
@@ -554,12 +665,17 @@ class RawClient {
       let res
       let text
       const sentAt = nowS()
+      const req = (this.lastRequest = { sent: sentAt, url, status: null, t: null })
       this.stats.requests++
       try {
         const signal = AbortSignal.any([this.ac.signal, AbortSignal.timeout(30000)])
         res = await fetch(url, { signal })
         text = await res.text()
+        req.status = res.status
+        req.t = nowS()
       } catch (e) {
+        req.status = e?.name ?? 'error'
+        req.t = nowS()
         if (this.stopped) return
         this.stats.netErrors++
         if (e?.name === 'TimeoutError') this.anomaly(`request took over 30 s: ${url}`)
@@ -577,6 +693,7 @@ class RawClient {
           this.anomaly(`409 body is not [must-refetch]: ${short(text)}`)
         this.stats.resets++
         this.resyncTimes.push(nowS())
+        note409(this, sentAt, this.handle, h)
         this.reset(h)
         continue
       }
@@ -676,6 +793,7 @@ class RawClient {
       this.offset = offset
     }
     if (handle) this.handle = handle
+    noteHandle(this, handle)
     if (h.get('electric-cursor')) this.cursor = h.get('electric-cursor')
     if (sawUpToDate) {
       this.live = true
@@ -759,7 +877,8 @@ class RawClient {
   }
   describe() {
     return `requests=${this.stats.requests} status=${JSON.stringify(this.stats.status)} netErrors=${this.stats.netErrors} resets=${this.stats.resets} changes=${this.stats.changes} upToDates=${this.stats.upToDates} excused4xx=${this.stats.excused4xx}` +
-      ` columns=[${this.cols ?? '?'}] 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}`
+      ` columns=[${this.cols ?? '?'}] 409s at [${this.resyncTimes.slice(-6).map((t) => t.toFixed(1)).join(', ')}]${this.resyncTimes.length > 6 ? ` (${this.resyncTimes.length} in all)` : ''}` +
+      describeLastRequest(this)
   }
 }
 
@@ -1018,6 +1137,51 @@ function pgCtl(args) {
   })
 }
 
+// cluster_expect_crash of scripts/lib/cluster.sh: a marker line in the server log that lets the
+// next crash pass the crash checks (run.sh's and cluster_stop's). Resolves to null, or an error.
+const CLUSTER_SH = new URL('../../scripts/lib/cluster.sh', import.meta.url).pathname
+function expectCrash(reason) {
+  return new Promise((resolve) => {
+    execFile('bash', ['-c', 'source "$1" && cluster_expect_crash "$2"', 'expect-crash', CLUSTER_SH, reason], { timeout: 10000 },
+      (err, stdout, stderr) => resolve(err ? `${err.message} ${stderr}` : null))
+  })
+}
+
+// Restarts PostgreSQL as RESTART_MODES[mode] says; resolves to null, or what went wrong.
+async function restartPostgres(mode) {
+  const pgdata = env.SHAPE_SYNC_PGDATA
+  const fail = (what, res) => `${what}: ${res.err.message}\n${res.stderr}`
+  if (mode === 'fast') {
+    const res = await pgCtl(['-D', pgdata, '-l', env.SHAPE_SYNC_LOG, '-m', 'fast', '-w', '-t', '60', 'restart'])
+    return res.err ? fail('pg_ctl restart -m fast', res) : null
+  }
+  if (mode === 'immediate') {
+    const stop = await pgCtl(['-D', pgdata, '-m', 'immediate', '-w', '-t', '60', 'stop'])
+    if (stop.err) return fail('pg_ctl stop -m immediate', stop)
+    const start = await pgCtl(['-D', pgdata, '-l', env.SHAPE_SYNC_LOG, '-w', '-t', '60', 'start'])
+    return start.err ? fail('pg_ctl start', start) : null
+  }
+  // kill: the postmaster sees its child die by a signal and restarts the whole instance
+  const pids = await withDb(async (db) => (await db.query(`SELECT pid FROM pg_stat_activity WHERE backend_type = 'shape_sync'`)).rows.map((x) => x.pid))
+  if (pids.length !== 1) return `found ${pids.length} processes of backend_type shape_sync (${pids.join(', ')}), not one`
+  const pid = pids[0]
+  const marked = await expectCrash(`integrity.mjs (seed ${SEED}): SIGKILL to the shape_sync worker, PID ${pid}`)
+  if (marked) return `cluster_expect_crash failed: ${marked}`
+  try {
+    process.kill(pid, 'SIGKILL')
+  } catch (e) {
+    return `kill -KILL ${pid}: ${e.message}`
+  }
+  for (const t = Date.now(); Date.now() - t < 10000; await sleep(50)) {
+    try {
+      process.kill(pid, 0)
+    } catch {
+      return null // gone (reaped by the postmaster)
+    }
+  }
+  return `the worker (PID ${pid}) still runs 10 s after SIGKILL`
+}
+
 // ---------------------------------------------------------------------------------------------
 // chaos: events injected while the writers run (see the header)
 
@@ -1069,6 +1233,139 @@ const tablesIn = (stmts) => [...new Set(stmts.flatMap(([sql]) => sql.match(/\bin
 // the shapes that read column `col` of table `t` (selected, in the where clause, or all columns)
 const readersOf = (t, col) =>
   SHAPES.filter((s) => s.table === t && (!s.columns || s.columns.includes(col) || new RegExp(`\\b${col}\\b`).test(s.where ?? ''))).map((s) => s.name)
+
+// ---------------------------------------------------------------------------------------------
+// 409s: which event explains one
+//
+// A shape is rotated (its clients get 409 must-refetch and a new handle) only when its
+// definition changed: a table event that changes what the shape reads. A restart of
+// PostgreSQL (fast, immediate, or the crash-restart after a SIGKILL of the worker) and a
+// pg_terminate_backend() of the worker keep every shape with its handle and log (durable shape
+// logs: src/pg/worker/log_files.c), so they explain no 409; they only delay the 409s of table
+// events that the worker decodes after them.
+
+// The shapes (names) whose definition event `e` changes: those it may rotate.
+function shapesChangedBy(e) {
+  const on = (t) => SHAPES.filter((s) => s.table === t)
+  switch (e.kind) {
+    case 'addcol': // an added column is read only by the shapes of all columns
+    case 'dropcol':
+    case 'renamecol':
+      return on(e.tables[0]).filter((s) => !s.columns).map((s) => s.name)
+    case 'altertype':
+      return readersOf(e.tables[0], e.col)
+    case 'truncate': // the truncated table only, not the others its transaction wrote
+      return on(e.truncated).map((s) => s.name)
+    case 'renametable':
+    case 'replident': // every shape needs its table's old rows in full
+      return e.tables.flatMap(on).map((s) => s.name)
+    default: // prepared, bigtxn: rows only; terminate, standby, restart: no table at all
+      return []
+  }
+}
+
+// How long after an event's end its 409s may still come (s): the worker decodes its commit,
+// rotates the shape between two decoding batches, and the clients' next requests (after a
+// long poll of 2 s, a retry's backoff of up to 2 s) get 409.
+const ROTATION_GRACE_S = 5
+// Events during which, and this long after their end, the worker decodes late or not at all
+// (s): after a terminate it starts again bgw_restart_time (5 s) later and restores its shapes
+// first; a stopped synchronous standby holds decoding back; a big transaction takes a while to
+// decode. A table event's window that meets one of these lasts that much longer.
+const DECODING_HELD_S = { terminate: 8, restart: 8, standby: 3, bigtxn: 3 }
+
+// The end of the window in which event `e` explains the 409s of the shapes it changed.
+function rotationDeadline(e) {
+  let end = (e.t1 ?? Infinity) + ROTATION_GRACE_S
+  for (let longer = true; longer; ) {
+    longer = false
+    for (const h of chaosEvents) {
+      if (!(h.kind in DECODING_HELD_S)) continue
+      const held = (h.t1 ?? Infinity) + DECODING_HELD_S[h.kind]
+      if (h.t0 <= end && held >= e.t0 && held + ROTATION_GRACE_S > end) {
+        end = held + ROTATION_GRACE_S
+        longer = true
+      }
+    }
+  }
+  return end
+}
+
+// The event (the latest one, begun since `since`) that explains 409 `x` (note409) of
+// `shape`, or null: an event that changed the shape's definition, began before the 409, and
+// either ended after the client first heard of the handle that the 409 ends (the shape
+// changed while that handle was current: the 409 is right however late the client asked
+// again, after a long poll or an SSE stream that the rotation should have ended at once, or
+// a backoff), or ended shortly enough before the 409 (rotationDeadline: a handle handed out
+// after the event's commit and before the worker decoded it).
+function explain409(shape, x, since) {
+  let by = null
+  for (const e of chaosEvents) {
+    if (e.t0 < since || e.t0 > x.t || !shapesChangedBy(e).includes(shape.name)) continue
+    if ((x.since !== null && (e.t1 ?? Infinity) >= x.since) || x.t <= rotationDeadline(e)) by = e
+  }
+  return by
+}
+
+// The server log's lines from byte `from` that match `re` (at most `max`, the last ones).
+function serverLogLines(re, max = 8, from = 0) {
+  try {
+    const lines = readFileSync(env.SHAPE_SYNC_LOG).subarray(from).toString('utf8').split('\n').filter((l) => re.test(l))
+    return lines.slice(-max)
+  } catch (e) {
+    return [`(server log not readable: ${e.message})`]
+  }
+}
+const serverLogSize = () => {
+  try {
+    return statSync(env.SHAPE_SYNC_LOG).size
+  } catch {
+    return 0
+  }
+}
+const escapeRe = (x) => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+
+// Every 409 that a client got since `since`, each explained by an event of the phase (since
+// `since`) that changed its shape's definition, or not. Prints the 409s of the phase by shape
+// and by explaining event; one check: none is unexplained. In the restart phase (`restartEv`)
+// there is no table event, so the check is that there is no 409 at all.
+function check409s(clients, phase, since, restartEv = null) {
+  const all = []
+  for (const c of clients) for (const x of c.conflicts) if (x.t >= since) all.push({ c, ...x, by: explain409(c.shape, x, since) })
+  all.sort((a, b) => a.t - b.t)
+  const byShape = {}
+  const byKind = {}
+  let latest = null // the explained 409 that came longest after its event's end
+  for (const x of all) {
+    byShape[x.c.shape.name] = (byShape[x.c.shape.name] ?? 0) + 1
+    if (!x.by) continue
+    byKind[x.by.kind] = (byKind[x.by.kind] ?? 0) + 1
+    if (latest === null || x.t - x.by.t1 > latest.t - latest.by.t1) latest = x
+  }
+  const bad = all.filter((x) => !x.by)
+  log(`${phase}: ${all.length} 409s on ${new Set(all.map((x) => x.c)).size} clients${all.length ? ` ${JSON.stringify(byShape)}` : ''}` +
+    (all.length > bad.length ? `; explained by ${JSON.stringify(byKind)}, the latest ${(latest.t - latest.by.t1).toFixed(1)} s after its event ended (${latest.c.label}, request sent at ${latest.sent.toFixed(1)}s, ${fmtEvent(latest.by)})` : '') +
+    (bad.length ? `; ${bad.length} unexplained` : ''))
+  const detail = []
+  for (const x of bad.slice(0, 10)) {
+    const rs = chaosEvents.filter((e) => (e.kind === 'restart' || e.kind === 'terminate') && e.t0 <= x.t && e.t0 >= x.t - 20).at(-1)
+    detail.push(`[${x.t.toFixed(1)}s] ${x.c.label}: 409 for handle ${x.handle ?? '(none)'} (first heard of at ${x.since?.toFixed(1) ?? '?'}s; request sent at ${x.sent.toFixed(1)}s; new handle: ${x.next ?? '(none)'}): ` +
+      (rs ? `409 after a ${rs.kind === 'restart' ? `restart (${rs.what})` : 'terminate of the worker'} at ${rs.t0.toFixed(1)}s for a shape whose definition did not change`
+        : `no table event that changed ${x.c.shape.name}'s definition explains it`))
+  }
+  if (bad.length > 10) detail.push(`(${bad.length - 10} more)`)
+  if (bad.length) {
+    const first = bad[0]
+    detail.push(`events on ${first.c.shape.table} (and global ones) in the 20 s before the first one:`, eventsBefore(first.c.shape.table, first.t, 12, first.t - 20))
+    for (const h of [...new Set(bad.map((x) => x.handle).filter(Boolean))].slice(0, 3))
+      detail.push(`server log lines that name handle ${h}:`, ...serverLogLines(new RegExp(escapeRe(h)), 6).map((l) => `  ${l}`))
+  }
+  const title = restartEv
+    ? `${phase}: no client got a 409 across the ${restartEv.what} (no table event in this phase: every shape keeps its handle)`
+    : `${phase}: every 409 follows a table event that changed its shape's definition (a terminate of the worker explains none)`
+  ok(bad.length === 0, title, detail.join('\n'), 'SERVER')
+  return all.length
+}
 
 class Chaos {
   constructor(seed) {
@@ -1275,6 +1572,7 @@ class Chaos {
     const key = `${c.table}.${c.name}`
     const readers = readersOf(c.table, c.name)
     const ev = this.begin('altertype', [c.table], `${c.name} int -> bigint (read by ${readers.join(', ') || 'no shape'}); back ${after} event(s) later`)
+    ev.col = c.name
     await this.retrying(() => this.db.query(`ALTER TABLE ${c.table} ALTER COLUMN ${c.name} TYPE bigint`))
     this.end(ev)
     this.typePending.add(key)
@@ -1283,6 +1581,7 @@ class Chaos {
       kind: 'altertype', due: this.eventNo + after,
       revert: async () => {
         const back = this.begin('altertype', [c.table], `${c.name} bigint -> int (back)`, false)
+        back.col = c.name
         await this.retrying(() => this.db.query(`ALTER TABLE ${c.table} ALTER COLUMN ${c.name} TYPE int`), 30)
         this.typePending.delete(key)
         if (c.busy !== undefined) c.busy = false
@@ -1390,6 +1689,7 @@ class Chaos {
     const stmts = [...pre, [`TRUNCATE ${t}`, []], ...(refill ? [refill] : []), ...post]
     const ev = this.begin('truncate', multi ? tablesIn(stmts) : [t],
       `TRUNCATE ${t}${multi ? ` inside a transaction of ${stmts.length} statements on ${tablesIn(stmts).join(', ')}` : ' alone'}${refill ? ', refilled' : ''}`)
+    ev.truncated = t
     try {
       if (multi) await this.retrying(() => this.txn(stmts))
       else {
@@ -1614,8 +1914,18 @@ async function snapshotExpected() {
   })
 }
 
+// Where a client is in its shape's log: its handle and offset.
+const logPosition = (c) => (c instanceof RawClient ? `${c.handle}@${c.offset}` : `${c.stream.shapeHandle}@${c.stream.lastOffset}`)
+// How long a client counts as still catching up after its position last moved (ms).
+const CATCHING_UP_MS = 3000
+
 // After the writers stopped: waits until each client equals the SELECT (and, for raw clients,
 // has seen a global_last_seen_lsn at or past the end of the workload); then one check per client.
+// The wait is CONVERGE_TIMEOUT, and up to as long again while a client that is not done still
+// moves through its log (a client that resumed after an outage replays the log from its
+// offset, 16 kB a request, where it used to fetch a new snapshot after a 409). A client that is
+// not done at the end is a DIVERGENCE when it is caught up (up-to-date, not moving) and its rows
+// differ; a SERVER failure when it is still behind.
 async function converge(clients, phase, phaseStart) {
   const { lsnBefore } = await withDb(async (db) => {
     const l = (await db.query(`SELECT (pg_current_wal_lsn() - '0/0')::text AS l`)).rows[0].l
@@ -1627,32 +1937,51 @@ async function converge(clients, phase, phaseStart) {
   const start = Date.now()
   const pending = new Set(clients)
   const doneAt = new Map()
-  while (pending.size && Date.now() - start < CONVERGE_TIMEOUT_MS) {
+  const moved = new Map(clients.map((c) => [c, { pos: logPosition(c), at: Date.now() }])) // when its position last changed
+  const stillMoving = (c) => Date.now() - moved.get(c).at < CATCHING_UP_MS
+  for (;;) {
+    const waited = Date.now() - start
+    if (!pending.size || waited >= 2 * CONVERGE_TIMEOUT_MS || (waited >= CONVERGE_TIMEOUT_MS && ![...pending].some(stillMoving))) break
     for (const c of [...pending]) {
+      const pos = logPosition(c)
+      if (pos !== moved.get(c).pos) moved.set(c, { pos, at: Date.now() })
       const exp = expected.get(c.shape.name)
       const isRaw = c instanceof RawClient
       const upToDate = isRaw ? c.upToDate && c.globalLsn >= lsnBefore : c.stream.isUpToDate
-      if (upToDate && diffRows(exp, c.rows(), isRaw) === null) {
+      if (upToDate && sameRows(exp, c.rows(), isRaw)) {
         pending.delete(c)
         doneAt.set(c, Date.now() - start)
       }
     }
     if (pending.size) await sleep(200)
   }
+  const waited = Date.now() - start
+  if (waited > CONVERGE_TIMEOUT_MS + 500)
+    log(`${phase}: waited ${waited} ms for the clients, past CONVERGE_TIMEOUT (${CONVERGE_TIMEOUT_MS} ms) while clients not done yet still moved through their logs`)
   for (const c of clients) {
     const exp = expected.get(c.shape.name)
     const isRaw = c instanceof RawClient
     const d = diffRows(exp, c.rows(), isRaw)
     const extra = []
-    if (isRaw && !(c.globalLsn >= lsnBefore))
+    let behind = false
+    if (isRaw && !(c.globalLsn >= lsnBefore)) {
       extra.push(`raw client's last global_last_seen_lsn ${c.globalLsn} < ${lsnBefore} (pg_current_wal_lsn after the writers stopped)`)
-    if (!isRaw && !c.stream.isUpToDate) extra.push('the ShapeStream is not up-to-date')
+      behind = true
+    }
+    if (!isRaw && !c.stream.isUpToDate) {
+      extra.push('the ShapeStream is not up-to-date')
+      behind = true
+    }
+    if (!doneAt.has(c) && stillMoving(c)) {
+      extra.push(`still moving through its log: at ${logPosition(c)} ${Date.now() - moved.get(c).at} ms ago`)
+      behind = true
+    }
     const detail = [`shape ${c.shape.name}: table ${c.shape.table}, where ${c.shape.where ?? '(none)'}, columns ${c.shape.columns ?? '(all)'}, replica ${c.shape.replica}; client kind: ${c instanceof RawClient ? 'raw materializer' : `official client, ${c.mode}`}`,
       d, ...extra, c.describe()]
     if (d !== null || extra.length) detail.push(`events on ${c.shape.table} (and global ones) during ${phase}:`, eventsBefore(c.shape.table, tEnd, 14, phaseStart))
     ok(d === null && extra.length === 0,
-      `${phase}: ${c.label} equals SELECT (${exp.size} rows)${doneAt.has(c) ? ` after ${doneAt.get(c)} ms` : ` - not within ${CONVERGE_TIMEOUT_MS} ms`}`,
-      detail.filter(Boolean).join('\n'), d !== null ? 'DIVERGENCE' : 'SERVER')
+      `${phase}: ${c.label} equals SELECT (${exp.size} rows)${doneAt.has(c) ? ` after ${doneAt.get(c)} ms` : ` - not within ${waited} ms${behind ? ' (not caught up)' : ''}`}`,
+      detail.filter(Boolean).join('\n'), d !== null && !behind ? 'DIVERGENCE' : 'SERVER')
   }
 }
 
@@ -1722,7 +2051,7 @@ let stage = 'start'
 
 async function main() {
   console.log(`# seed ${SEED} (replay: SEED=${SEED} bash test/integrity/run.sh)`)
-  console.log(`# writers=${WRITERS} duration=${DURATION_S}s restart=${DO_RESTART ? `${RESTART_DURATION_S}s` : 'off'} sse=${USE_SSE ? 'on' : 'off'} url=${BASE_URL}`)
+  console.log(`# writers=${WRITERS} duration=${DURATION_S}s restart=${DO_RESTART ? `${RESTART_DURATION_S}s (${RESTART_MODE}: ${RESTART_MODES[RESTART_MODE]})` : 'off'} sse=${USE_SSE ? 'on' : 'off'} url=${BASE_URL}`)
   console.log(`# chaos=${CHAOS ? `on: ${Object.entries(CHAOS_WEIGHTS).map(([k, v]) => `${k}:${v}`).join(',')} gap=${CHAOS_GAP_MS / 1000}s big_rows=${CHAOS_BIG_ROWS}` : 'off'} sync_standby=${STANDBY_PGDATA ? 'on' : 'off'}`)
   const master = prng(SEED)
   stage = 'setup'
@@ -1776,6 +2105,7 @@ async function main() {
   stage = 'phase 1 (converging)'
   await converge(clients, 'phase 1', phase1Start)
   checkClientHealth(clients, 'phase 1')
+  check409s(clients, 'phase 1', phase1Start)
   if (chaos?.fatal) throw new Error('a chaos event left the cluster in a state the test cannot go on from (see above)')
 
   const phase1Bad = failuresByClass.DIVERGENCE > 0 || lostConnections > 0
@@ -1787,12 +2117,15 @@ async function main() {
     const phase2Start = nowS()
     for (const w of writers) w.start()
     await sleep(2500)
-    log('restarting PostgreSQL (pg_ctl restart -m fast)')
-    const ev = { n: chaosEvents.length + 1, kind: 'restart', tables: [], what: 'pg_ctl restart -m fast', t0: nowS(), t1: null }
+    // the handle each client follows now: the same after the restart (no re-sync)
+    const handlesBefore = new Map(clients.map((c) => [c, c.currentHandle()]))
+    const logFrom = serverLogSize()
+    log(`restarting PostgreSQL (${RESTART_MODE}): ${RESTART_MODES[RESTART_MODE]}`)
+    const ev = { n: chaosEvents.length + 1, kind: 'restart', tables: [], what: RESTART_MODES[RESTART_MODE], t0: nowS(), t1: null }
     chaosEvents.push(ev)
     const t = Date.now()
-    const res = await pgCtl(['-D', env.SHAPE_SYNC_PGDATA, '-l', env.SHAPE_SYNC_LOG, '-m', 'fast', '-w', '-t', '60', 'restart'])
-    ok(!res.err, `phase 2: pg_ctl restart -m fast succeeded in ${Date.now() - t} ms`, res.err ? `${res.err.message}\n${res.stderr}` : '', 'HARNESS')
+    const err = await restartPostgres(RESTART_MODE)
+    ok(!err, `phase 2: ${RESTART_MODES[RESTART_MODE]} succeeded in ${Date.now() - t} ms`, err ?? '', 'HARNESS')
     let healthy = false
     const hStart = Date.now()
     while (Date.now() - hStart < 30000) {
@@ -1807,18 +2140,25 @@ async function main() {
     }
     ev.t1 = nowS()
     ok(healthy, `phase 2: /v1/health answers 200 after the restart (${Date.now() - hStart} ms)`)
+    for (const l of serverLogLines(/restored \d+ of \d+ shapes|is not restored|cannot be restored|discards its stored/, 10, logFrom))
+      log(`server log: ${l}`)
     await sleep(Math.max(0, RESTART_DURATION_S * 1000 - 2500))
     await stopWriters(writers, 'phase 2')
     writerErrorReport(writers, 'phase 2', phase2Start)
     stage = 'phase 2 (converging)'
     await converge(clients, 'phase 2 (after restart)', phase2Start)
     checkClientHealth(clients, 'phase 2 (after restart)')
+    check409s(clients, 'phase 2 (after restart)', phase2Start, ev)
+    const moved = clients.filter((c) => c.currentHandle() !== handlesBefore.get(c))
+    ok(moved.length === 0, `phase 2 (after restart): every client follows the shape handle it had before the restart (${RESTART_MODE})`,
+      moved.slice(0, 10).map((c) => `${c.label}: ${handlesBefore.get(c)} before, ${c.currentHandle()} now`).join('\n'))
     for (const c of clients) if (c instanceof RawClient) log(`${c.label}: ${c.describe()}`)
     if (chaos) await checkNoPrepared('phase 2')
   }
 
   for (const c of clients) if (VERBOSE || (c instanceof OfficialClient && c.mode === 'sse')) log(`${c.label}: ${c.describe()}`)
-  log(`SSE clients that fell back to long-polling (client warning): ${sseFallbackWarnings}; 409s without electric-handle (client warning): ${noHandle409Warnings}`)
+  log(`SSE clients that fell back to long-polling (client warning): ${sseFallbackWarnings}; 409s without electric-handle (client warning): ${noHandle409Warnings}` +
+    `; responses with a handle marked expired after a 409 (client warning): ${staleHandleWarnings.length}${staleHandleWarnings.length ? ` (${staleHandleWarnings.slice(0, 6).join(', ')})` : ''}`)
   if (chaos) log(`chaos events (seed ${SEED}): ${chaos.summary()}`)
   stage = 'stopping clients'
   await Promise.race([Promise.all(clients.map((c) => c.stop())), sleep(10000)])

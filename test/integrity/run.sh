@@ -9,7 +9,8 @@
 # non-zero when any check of any seed failed.
 #
 # Environment passed through to integrity.mjs: SEED, DURATION, RESTART_DURATION, WRITERS,
-# INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, CONVERGE_TIMEOUT, VERBOSE,
+# INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, INTEGRITY_RESTART_MODE
+# (fast/immediate/kill; default: drawn from the seed), CONVERGE_TIMEOUT, VERBOSE,
 # INTEGRITY_EQUALITY_SHAPES (N more shapes that the equality index routes, one raw client each),
 # and the chaos knobs INTEGRITY_CHAOS (0 turns all chaos events off), INTEGRITY_CHAOS_EVENTS
 # (kinds and weights, e.g. `truncate,addcol:3`), INTEGRITY_CHAOS_GAP, INTEGRITY_CHAOS_BIG_ROWS
@@ -25,6 +26,9 @@
 # named in synchronous_standby_names, and the chaos loop stops it for 0.5-3 s now and then,
 # so that commits stall and resume.
 #
+# A seed fails too when the server log shows a PANIC, a failed assertion or a crash that no
+# cluster_expect_crash marker announced (cluster_crash_check of scripts/lib/cluster.sh; the
+# SIGKILL of the worker that integrity.mjs's restart phase may do is announced).
 # A failing seed prints the lines of the server log with ERROR/WARNING/FATAL/PANIC; each
 # failing check of integrity.mjs is classed [DIVERGENCE] (a client's rows differ from
 # PostgreSQL's), [SERVER] (another server misbehaviour) or [HARNESS] (the test's own
@@ -103,9 +107,15 @@ for seed in "${seeds[@]}"; do
 		echo "# another process meanwhile); the clients talked to that process. This seed's result says"
 		echo "# nothing about shape_sync: run it again."
 	fi
-	if grep -qE 'PANIC|TRAP:|terminated by signal|server process .* was terminated|panic at' "$SHAPE_SYNC_LOG"; then
+	# a crash: a PANIC or failed assertion, or a process killed by a signal that no
+	# cluster_expect_crash marker announced (integrity.mjs marks its SIGKILL of the worker)
+	crashes=$({
+		grep -E 'PANIC|TRAP:|panic at' "$SHAPE_SYNC_LOG" || true
+		cluster_crash_check "$SHAPE_SYNC_LOG" || true
+	} | head -n 10) || true
+	if [[ -n $crashes ]]; then
 		echo "not ok - seed $seed: [SERVER] the server log shows a crash"
-		grep -E 'PANIC|TRAP:|terminated by signal|was terminated|panic at' "$SHAPE_SYNC_LOG" | head -n 10 | sed 's/^/#   /' || true
+		sed 's/^/#   /' <<<"$crashes"
 		failed+=("$seed")
 	fi
 	cluster_stop
