@@ -179,7 +179,7 @@ def manifest(name, expr=None, *args):
         shapes.append(s)
     out["shapes"] = shapes
     if expr is not None:
-        print(eval(expr, {}, {"m": out, "a": list(args)}))  # noqa: S307 (the test's own)
+        print(eval(expr, {"m": out, "a": list(args)}))  # noqa: S307 (the test's own)
         return
     json.dump(out, sys.stdout)
     print()
@@ -199,7 +199,7 @@ def main():
         sync(args)
     elif cmd == "get":
         d = load(args[0])
-        print(eval(args[1], {}, {"d": d}))  # noqa: S307 (the test's own expressions)
+        print(eval(args[1], {"d": d}))  # noqa: S307 (the test's own expressions)
     elif cmd == "count":
         d = load(args[0])
         print(sum(1 for _, _, val in d["log"] if val.get(args[1]) == args[2]))
