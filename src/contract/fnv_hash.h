@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FNV_HASH_START	1469598103934665603ULL
+#define FNV_HASH_START	14695981039346656037ULL	/* the offset basis, 0xcbf29ce484222325 */
 
 /* Hashes n more bytes into h (start with FNV_HASH_START). */
 static inline uint64_t

@@ -113,6 +113,8 @@
 
 static LogicalDecodingContext *dec_ctx = NULL;
 static DecoderReplayHook dec_replay_hook = NULL;
+/* the restored shape logs hold every commit before it */
+static XLogRecPtr dec_restored_up_to = InvalidXLogRecPtr;
 static uint32 dec_replay_changes = 0;
 static TimestampTz dec_replay_hook_at = 0;
 static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
@@ -317,11 +319,14 @@ decoder_open_slot(DecoderReplayHook hook, bool *made_now, XLogRecPtr *confirmed)
 }
 
 void
-decoder_start(bool shapes_restored)
+decoder_start(XLogRecPtr restored_up_to)
 {
+	bool		shapes_restored = restored_up_to != InvalidXLogRecPtr;
+
 	const char *name = NameStr(MyReplicationSlot->data.name);
 	XLogRecPtr	flushed;
 
+	dec_restored_up_to = restored_up_to;
 	flushed = GetFlushRecPtr(NULL);
 	/* the lag gauges start from the slot, not from an earlier worker's numbers */
 	atomic_store_explicit(&shape_sync_shared->decoder.wal_end_lsn, (uint64) flushed,
@@ -462,7 +467,9 @@ decoder_note_commit(XLogRecPtr end_lsn, TimestampTz commit_time)
 	atomic_store_explicit(&status->decoded_lsn, (uint64) end_lsn, memory_order_relaxed);
 	atomic_store_explicit(&status->last_commit_us, (int64) commit_time, memory_order_relaxed);
 	atomic_store_explicit(&status->last_commit_lag_us, lag_us, memory_order_relaxed);
-	dec_check_lag(end_lsn, now, lag_us);
+	/* commits the restored logs hold, decoded again: old, but not late */
+	if (end_lsn > dec_restored_up_to)
+		dec_check_lag(end_lsn, now, lag_us);
 }
 
 /* Reads the next record; false when the rest of the WAL is not flushed yet. */

@@ -31,7 +31,7 @@ typedef void (*DecoderReplayHook) (void);
  * none was.
  */
 extern void decoder_open_slot(DecoderReplayHook hook, bool *made_now, XLogRecPtr *confirmed);
-extern void decoder_start(bool shapes_restored);
+extern void decoder_start(XLogRecPtr restored_up_to);
 extern XLogRecPtr decoder_position(void);
 extern void decoder_confirm_durable(void);
 extern void decoder_replay_tick(void);

@@ -147,6 +147,7 @@ static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
 static uint64 lf_incarnations;
 static bool lf_discard_said;	/* the manifest's problem was logged */
+static bool lf_manifest_stale;	/* it lists a shape that is gone */
 static bool lf_unsynced_under_off;	/* files written with log_fsync = off
 									 * since they were last all fsynced */
 static LogStoreManifest lf_previous;	/* the manifest found at start */
@@ -711,6 +712,8 @@ lf_fail(uint32 slot, const char *what, const char *path)
 			 errmsg("shape %s is kept in memory only: could not %s file \"%s\": %m",
 					fs->handle, what, path),
 			 errdetail("It is served as before, but a restart drops it: its clients then get 409 and fetch it again.")));
+	if (fs->listed || fs->in_round)
+		lf_manifest_stale = true;
 	fs->failed = true;
 	fs->listed = false;
 	if (fs->file >= 0)
@@ -879,6 +882,8 @@ log_files_forget(uint32 slot)
 	if (lf_shapes == NULL || !lf_shapes[slot].in_use)
 		return;
 	fs = &lf_shapes[slot];
+	if (fs->listed || fs->in_round)
+		lf_manifest_stale = true;	/* the next round says it is gone */
 	if (fs->file >= 0)
 		FileClose(fs->file);
 	/* a manifest that still names it: the next start finds no file and drops it */
@@ -1122,6 +1127,7 @@ lf_apply_round(LogFlushRound *round)
 						MANIFEST_PATH),
 				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
 	lf_requeue_round();
+	lf_manifest_stale = true;	/* what it would have said is still to say */
 	/* what this round would have removed waits for one that succeeds */
 	lf_obsolete = list_concat(lf_obsolete_in_round, lf_obsolete);
 	lf_obsolete_in_round = NIL;
@@ -1150,7 +1156,7 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 	if (!due)
 		return;
 	lf_last_round = GetCurrentTimestamp();
-	if (lf_nunsynced == 0 && lf_obsolete == NIL &&
+	if (lf_nunsynced == 0 && lf_obsolete == NIL && !lf_manifest_stale &&
 		(!lf_lists_shapes || Max(decoded, lf_durable) == lf_durable))
 	{
 		/* nothing to list, nothing new: no round (an idle server writes nothing) */
@@ -1171,6 +1177,7 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 		}
 	}
 	lf_unsynced_under_off = shape_sync_log_fsync == LOG_FSYNC_OFF;
+	lf_manifest_stale = false;	/* the round lists what is here now */
 	round = lf_build_round(decoded);
 	if (round == NULL)
 		return;

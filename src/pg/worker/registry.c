@@ -709,7 +709,7 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 		if (why != NULL)
 			ereport(LOG,
 					(errmsg("shape %s on %s is not restored: %s", extent->handle, table, why),
-					 errdetail("Its clients get 409 and fetch it again.")));
+					 errdetail("Its clients are answered as if it had been deleted: 409, or the error a new request for it gets.")));
 		else
 			restored++;
 		log_store_shape_free(stored);

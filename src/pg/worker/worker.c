@@ -442,6 +442,7 @@ shape_sync_worker_main(Datum arg)
 		XLogRecPtr	slot_confirmed;
 		const LogStoreManifest *stored;
 		int			restored = 0;
+		XLogRecPtr	stored_up_to;
 
 		decoder_open_slot(worker_during_replay, &slot_made_now, &slot_confirmed);
 		stored = log_files_restorable(slot_made_now, slot_confirmed);
@@ -451,11 +452,11 @@ shape_sync_worker_main(Datum arg)
 		 * What the server has seen (shape_table.c): what the restored logs
 		 * hold, not what an earlier life of the worker saw past them.
 		 */
-		atomic_store(&shape_sync_shared->table->last_seen_lsn,
-					 restored > 0 ? stored->header.durable_lsn : 0);
+		stored_up_to = restored > 0 ? stored->header.durable_lsn : InvalidXLogRecPtr;
+		atomic_store(&shape_sync_shared->table->last_seen_lsn, stored_up_to);
 		worker_resuming = restored > 0;
 		log_files_restore_done();
-		decoder_start(restored > 0);
+		decoder_start(restored > 0 ? stored_up_to : InvalidXLogRecPtr);
 	}
 	if (request_queue_init(&worker_queue) != 0)
 		ereport(ERROR,
