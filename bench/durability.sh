@@ -34,8 +34,11 @@
 #
 # Knobs: RUNS (3), COMMITS (20000), SHAPES (20), ROWS (200000), LAT_COMMITS (300),
 # LAT_SCENARIOS (notify,raw-1,raw-100), RAW (unset: a folder that gets a copy of the raw
-# measurements, runs.txt and latency.mjs's JSON files). About 14 minutes with the defaults on
-# 2 CPUs.
+# measurements, runs.txt and latency.mjs's JSON files), LIBDIR (unset: the installed
+# shape_sync.so; else a folder holding a shape_sync.so to run instead, found first through
+# dynamic_library_path, so that another build can be measured without installing it). The
+# library is loaded again at every restart: the script fails if its file changes during the run.
+# About 14 minutes with the defaults on 2 CPUs.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -49,6 +52,17 @@ LAT_SCENARIOS=${LAT_SCENARIOS:-notify,raw-1,raw-100}
 [[ ,$LAT_SCENARIOS, == *,notify,* ]] || { echo "LAT_SCENARIOS must hold notify (the baseline)" >&2; exit 1; }
 bench_need_node_modules
 bench_init
+if [[ -n ${LIBDIR:-} ]]; then
+	LIBDIR=$(cd "$LIBDIR" && pwd)
+	library=$LIBDIR/shape_sync.so
+	library_conf="dynamic_library_path = '$LIBDIR:\$libdir'"
+else
+	library=$(pg_config --pkglibdir)/shape_sync.so
+	library_conf=
+fi
+[[ -r $library ]] || { echo "no $library" >&2; exit 1; }
+library_sum=$(sha256sum "$library" | cut -c1-12)
+library_time=$(date -u -r "$library" '+%Y-%m-%d %H:%M UTC')
 
 # Follows SHAPES + 1 shapes of TABLE live (a thread each) until each has read the last row
 # of its shape, id <= LAST: writes READY once all are up to date, then prints "first last",
@@ -115,7 +129,8 @@ SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = 60s
 shape_sync.allow_shape_deletion = on
 logical_decoding_work_mem = '64MB'
 synchronous_standby_names = 'bench_gate'
-synchronous_commit = local" bench_cluster_start
+synchronous_commit = local
+$library_conf" bench_cluster_start
 cluster_psql <<'SQL' >/dev/null
 CREATE TABLE bench_dur_gate (id serial PRIMARY KEY);
 CREATE PROCEDURE bench_dur_write(tbl regclass, n int) LANGUAGE plpgsql AS $$
@@ -160,6 +175,8 @@ set_mode() {	# off|batch|commit: ALTER SYSTEM, restart, wait for the worker
 	worker=$(bench_worker_pid)
 	[[ $worker =~ ^[0-9]+$ && -r /proc/$worker/task/$worker/schedstat ]] ||
 		{ echo "cannot read the CPU time of the shape_sync worker ($worker)" >&2; exit 1; }
+	grep -q " $library\$" "/proc/$worker/maps" ||
+		{ echo "the worker does not run $library" >&2; exit 1; }
 	worker_settled
 }
 
@@ -264,6 +281,8 @@ for ((i = 1; i <= RUNS; i++)); do
 done
 echo "# $((SECONDS - t_start)) s" >&2
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+[[ $(sha256sum "$library" | cut -c1-12) == "$library_sum" ]] ||
+	{ echo "$library changed during the run: the measurements mix two builds" >&2; exit 1; }
 if [[ -n ${RAW:-} ]]; then
 	mkdir -p "$RAW"
 	cp "$out"/runs.txt "$out"/latency_*.json "$RAW"/
@@ -273,9 +292,10 @@ grep -E 'WARNING|ERROR|discards|restored' "$SHAPE_SYNC_LOG" | grep -v 'canceling
 cluster_stop
 
 python3 - "$out" "$RUNS" "$COMMITS" "$SHAPES" "$ROWS" "$LAT_COMMITS" "$here" "$pg_version" \
-	"$load_before" "$load_after" <<'PY'
+	"$load_before" "$load_after" "${library/#$root\//}" "$library_sum" "$library_time" <<'PY'
 import json, statistics, sys
-out, runs, commits, shapes, rows, lat_commits, here, pg, load_before, load_after = sys.argv[1:]
+(out, runs, commits, shapes, rows, lat_commits, here, pg, load_before, load_after,
+ library, library_sum, library_time) = sys.argv[1:]
 runs, commits, shapes, rows, lat_commits = int(runs), int(commits), int(shapes), int(rows), int(lat_commits)
 sys.path.insert(0, here)
 from results_section import machine, write_section
@@ -302,7 +322,8 @@ lines = [
     "## Durable logs: what the disk costs",
     "",
     f"{machine(pg)} `bash bench/durability.sh`: medians of {runs} runs. Load average before "
-    f"{load_before}, after {load_after}; other work on the machine was not controlled.",
+    f"{load_before}, after {load_after}; other work on the machine was not controlled. Library: "
+    f"`{library}` (sha256 {library_sum}..., built {library_time}).",
     "",
     "Three modes, each on a server restarted into it (`shape_sync.durable_logs` is restart-only): "
     "in memory only (the baseline), durable logs with `log_fsync = batch` (files written after the "
