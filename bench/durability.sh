@@ -281,12 +281,12 @@ for ((i = 1; i <= RUNS; i++)); do
 done
 echo "# $((SECONDS - t_start)) s" >&2
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-[[ $(sha256sum "$library" | cut -c1-12) == "$library_sum" ]] ||
-	{ echo "$library changed during the run: the measurements mix two builds" >&2; exit 1; }
 if [[ -n ${RAW:-} ]]; then
 	mkdir -p "$RAW"
 	cp "$out"/runs.txt "$out"/latency_*.json "$RAW"/
 fi
+[[ $(sha256sum "$library" | cut -c1-12) == "$library_sum" ]] ||
+	{ echo "$library changed during the run: the measurements mix two builds" >&2; exit 1; }
 grep -E 'WARNING|ERROR|discards|restored' "$SHAPE_SYNC_LOG" | grep -v 'canceling statement due to user request' |
 	sed 's/^/# log: /' >&2 || true
 cluster_stop
