@@ -38,7 +38,7 @@
 # shape_sync.so; else a folder holding a shape_sync.so to run instead, found first through
 # dynamic_library_path, so that another build can be measured without installing it). The
 # library is loaded again at every restart: the script fails if its file changes during the run.
-# About 14 minutes with the defaults on 2 CPUs.
+# About 10 minutes with the defaults on 2 CPUs (14 under a load average of 8).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
