@@ -28,9 +28,10 @@
  * again every DECODER_HOLD_RECHECK_MS).  The main loop decodes
  * whenever its latch is set, and every backend sets it when a transaction
  * that wrote anything commits (shape_sync.c registers that callback), so
- * a commit reaches the shape logs without a polling delay.  The worker's
- * shapes are rebuilt (retired) when it restarts, so confirming the
- * decoded position right away loses nothing.
+ * a commit reaches the shape logs without a polling delay.  The slot is
+ * confirmed as far as decoding went, but never past what the shape logs
+ * on disk hold (log_files_confirmable): after a crash, what they lack is
+ * decoded again.
  *
  * The worker reads the catalog in two ways: decoding reads it as of each
  * transaction it decodes (historic snapshots), and everything else
@@ -46,16 +47,20 @@
  * cache callbacks of shape_stream.c ignore these resets
  * (catalog_use_resetting_caches): nothing changed.
  *
- * A (re)started worker holds no shape (shared memory is rebuilt), so the
- * WAL written since the slot's confirmed position concerns nobody: it is
- * skipped in fast-forward mode (the recipe of pg_replication_slot_advance:
+ * A (re)started worker that restored no shape from disk (log_files.c)
+ * holds none, so the WAL written since the slot's confirmed position
+ * concerns nobody: it is skipped in fast-forward mode (the recipe of pg_replication_slot_advance:
  * records are read for the snapshot builder, no transaction is assembled
  * and the plugin is not called), up to the flushed end at start, in
  * batches between which requests are served.  Skipping stops early at a
  * commit whose transaction is still in the proc array, for the reason
  * above: a shape created meanwhile may not see it.  Then decoding goes on
  * normally from there.  No shape is made while skipping (decoder_skipping),
- * so that no skipped commit is one a new snapshot lacks.  A slot that was
+ * so that no skipped commit is one a new snapshot lacks.  A worker that
+ * restored shapes skips the same way, but only up to the position their
+ * logs hold (re-reading starts at the slot's restart_lsn, before it), and
+ * shapes may be made meanwhile: every commit below that position was
+ * decoded in an earlier life, so it has left the proc array.  A slot that was
  * invalidated (max_slot_wal_keep_size)
  * is dropped and made again, and slots that an earlier shape_sync.database
  * left behind (shape_sync_<other oid>, our plugin, not in use) are dropped,
@@ -118,6 +123,7 @@ static XLogRecPtr dec_restored_up_to = InvalidXLogRecPtr;
 static uint32 dec_replay_changes = 0;
 static TimestampTz dec_replay_hook_at = 0;
 static XLogRecPtr dec_skip_to = InvalidXLogRecPtr;	/* fast-forwarding to here */
+static bool dec_skip_restored = false;	/* ... what restored logs hold */
 static XLogRecPtr dec_skip_from = InvalidXLogRecPtr;
 static TimestampTz dec_skip_started;
 static TransactionId dec_held_xid = InvalidTransactionId;	/* see the header */
@@ -322,9 +328,9 @@ void
 decoder_start(XLogRecPtr restored_up_to)
 {
 	bool		shapes_restored = restored_up_to != InvalidXLogRecPtr;
-
 	const char *name = NameStr(MyReplicationSlot->data.name);
 	XLogRecPtr	flushed;
+	XLogRecPtr	skip_to;
 
 	dec_restored_up_to = restored_up_to;
 	flushed = GetFlushRecPtr(NULL);
@@ -335,11 +341,16 @@ decoder_start(XLogRecPtr restored_up_to)
 						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
 	atomic_store_explicit(&shape_sync_shared->decoder.confirmed_flush_lsn,
 						  (uint64) MyReplicationSlot->data.confirmed_flush, memory_order_relaxed);
-	if (MyReplicationSlot->data.confirmed_flush < flushed && !shapes_restored)
+	/*
+	 * Nothing of it concerns a shape: skip it (see the header); or, with
+	 * shapes restored, what their logs hold already.
+	 */
+	skip_to = shapes_restored ? restored_up_to : flushed;
+	if (MyReplicationSlot->data.confirmed_flush < skip_to)
 	{
-		/* nothing of it concerns a shape: skip it (see the header) */
 		dec_skip_from = MyReplicationSlot->data.confirmed_flush;
-		dec_skip_to = flushed;
+		dec_skip_to = skip_to;
+		dec_skip_restored = shapes_restored;
 		dec_skip_started = GetCurrentTimestamp();
 		dec_ctx = CreateDecodingContext(InvalidXLogRecPtr, NIL, true,
 										XL_ROUTINE(.page_read = dec_page_read,
@@ -350,7 +361,9 @@ decoder_start(XLogRecPtr restored_up_to)
 		ereport(LOG,
 				(errmsg("shape_sync skips the WAL from %X/%X to %X/%X in slot \"%s\"",
 						LSN_FORMAT_ARGS(dec_skip_from), LSN_FORMAT_ARGS(dec_skip_to), name),
-				 errdetail("No shape outlives a restart of the worker, so no change written before it is needed.")));
+				 shapes_restored ?
+				 errdetail("The restored shape logs hold every change written before it.") :
+				 errdetail("No shape was restored, so no change written before it is needed.")));
 		return;
 	}
 	dec_begin_decoding();
@@ -575,7 +588,12 @@ dec_skip_step(void)
 bool
 decoder_skipping(void)
 {
-	return dec_skip_to != InvalidXLogRecPtr;
+	/*
+	 * Skipping what restored logs hold is no reason to wait: every commit
+	 * skipped then was decoded in an earlier life, so it has left the proc
+	 * array, and a new snapshot sees it.
+	 */
+	return dec_skip_to != InvalidXLogRecPtr && !dec_skip_restored;
 }
 
 /*

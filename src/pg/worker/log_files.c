@@ -400,6 +400,13 @@ log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
 
 	if (lf_shapes == NULL)
 		return NULL;			/* durable logs are off, or have no directory */
+	if (lf_have_previous && lf_previous.nshapes == 0)
+	{
+		/* nothing to restore, nothing to discard: no need to say anything */
+		log_manifest_free(&lf_previous);
+		lf_have_previous = false;
+		lf_discard_said = true;
+	}
 	if (!lf_have_previous)
 	{
 		/* what a store without a (usable) manifest left: said once, if anything */
@@ -694,6 +701,9 @@ log_files_restore_done(void)
 		hash_destroy(lf_keep);
 		lf_keep = NULL;
 	}
+	/* the manifest still names the shapes that were not restored */
+	if (lf_have_previous)
+		lf_manifest_stale = true;
 	log_manifest_free(&lf_previous);
 	lf_have_previous = false;
 }
@@ -1015,7 +1025,11 @@ lf_build_round(XLogRecPtr decoded)
 
 	memset(&manifest, 0, sizeof(manifest));
 	lf_header_now(&manifest.header, decoded);
-	manifest.shapes = palloc0(sizeof(LogStoreExtent) * Max(lf_nslots, 1));
+	for (uint32 slot = 0; slot < lf_nslots; slot++)
+		if (lf_shapes[slot].in_use && (lf_shapes[slot].listed || lf_shapes[slot].in_round))
+			n++;
+	manifest.shapes = palloc0(sizeof(LogStoreExtent) * Max(n, 1));
+	n = 0;
 	for (uint32 slot = 0; slot < lf_nslots; slot++)
 	{
 		FileShape  *fs = &lf_shapes[slot];
@@ -1210,9 +1224,9 @@ log_files_step(XLogRecPtr decoded)
 			fs->dirty = false;
 			continue;
 		}
-		/* complete logs first and whole: a round lists only those */
+		/* listed logs (and those a round in flight lists) whole: a round lists only complete ones */
 		unbounded = UINT64_MAX;
-		done = lf_write(slot, fs->listed ? &unbounded : &budget);
+		done = lf_write(slot, fs->listed || fs->in_round ? &unbounded : &budget);
 		if (done)
 			fs->dirty = false;
 		else

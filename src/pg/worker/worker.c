@@ -37,6 +37,7 @@
 #include <sys/resource.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -73,6 +74,7 @@ static uint32 *worker_changed;	/* shapes to wake once their logs are durable */
 static uint32 worker_nchanged;
 static uint32 worker_changed_cap;
 static bool worker_resuming;	/* restored shapes; decoding not caught up yet */
+static XLogRecPtr worker_resume_until;	/* ... with the WAL flushed at start */
 
 static void
 worker_emit_thread_log(ThreadLogLevel level, const char *line)
@@ -388,8 +390,7 @@ worker_wake_changed_shapes(bool between_transactions)
 {
 	uint32		slots[256];
 	uint32		n;
-	bool		durable_first = between_transactions &&
-		shape_sync_log_fsync == LOG_FSYNC_COMMIT;
+	bool		durable_first = shape_sync_log_fsync == LOG_FSYNC_COMMIT;
 
 	do
 	{
@@ -404,7 +405,7 @@ worker_wake_changed_shapes(bool between_transactions)
 		}
 	} while (n == lengthof(slots));
 	if (!between_transactions)
-		return;
+		return;					/* with commit, woken after the replay's round */
 	log_files_step(decoder_position());
 	decoder_confirm_durable();
 	for (uint32 i = 0; i < worker_nchanged; i++)
@@ -455,6 +456,7 @@ shape_sync_worker_main(Datum arg)
 		stored_up_to = restored > 0 ? stored->header.durable_lsn : InvalidXLogRecPtr;
 		atomic_store(&shape_sync_shared->table->last_seen_lsn, stored_up_to);
 		worker_resuming = restored > 0;
+		worker_resume_until = GetFlushRecPtr(NULL);
 		log_files_restore_done();
 		decoder_start(restored > 0 ? stored_up_to : InvalidXLogRecPtr);
 	}
@@ -539,7 +541,8 @@ shape_sync_worker_main(Datum arg)
 		subset_jobs_launch();
 		shape_stream_maintain(registry_rotate);
 		more_wal = decoder_step();
-		if (worker_resuming && !more_wal)
+		if (worker_resuming && !more_wal &&
+			shape_table_seen_lsn(shape_sync_shared->table) >= worker_resume_until)
 		{
 			/*
 			 * Decoding caught up with what was written while the worker was
