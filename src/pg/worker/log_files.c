@@ -919,19 +919,6 @@ lf_complete(uint32 slot)
 	return fs->written == pub.data_end;
 }
 
-/* A malloc'd copy, or an out-of-memory error. */
-static char *
-lf_strdup(const char *s)
-{
-	char	   *copy = strdup(s);
-
-	if (copy == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	return copy;
-}
-
 /* The round's shapes go back on lf_unsynced, for the next one. */
 static void
 lf_requeue_round(void)
@@ -965,6 +952,7 @@ lf_build_round(XLogRecPtr decoded)
 	uint32		n = 0;
 	uint32		kept = 0;
 	char		path[MAXPGPATH];
+	bool		out_of_memory = false;
 
 	if (round == NULL)
 		return NULL;
@@ -1013,15 +1001,24 @@ lf_build_round(XLogRecPtr decoded)
 		if (fs->synced < fs->written)
 		{
 			lf_data_path(fs->handle, fs->generation, path);
-			round->paths[round->npaths++] = lf_strdup(path);
+			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
+				out_of_memory = true;
 		}
 		if (!fs->shape_file_synced)
 		{
 			lf_shape_path(fs->handle, path);
-			round->paths[round->npaths++] = lf_strdup(path);
+			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
+				out_of_memory = true;
 		}
 	}
 	lf_nunsynced = kept;
+	if (out_of_memory)
+	{
+		/* no round this time: its shapes wait for the next */
+		log_flush_round_free(round);
+		lf_requeue_round();
+		return NULL;
+	}
 
 	memset(&manifest, 0, sizeof(manifest));
 	lf_header_now(&manifest.header, decoded);
