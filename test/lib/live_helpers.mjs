@@ -446,9 +446,57 @@ export function startClientShape(params, streamOptions = {}) {
   const controller = new AbortController()
   const requests = []
   const errors = []
-  const fetchClient = (input, init) => {
-    requests.push(new URL(typeof input === 'string' ? input : input.url))
-    return fetch(input, init)
+  // Live requests whose bodies are still being read: the official client sometimes runs two
+  // live loops at once (after requestSnapshot's pause, a loop asleep in its short-connection
+  // backoff wakes beside the new one), and then both rightly get the same changes.
+  let openLive = 0
+  let liveOverlaps = 0
+  const { fetchClient: callerFetch = fetch, ...options } = streamOptions
+  const fetchClient = async (input, init) => {
+    const url = new URL(typeof input === 'string' ? input : input.url)
+    requests.push(url)
+    if (url.searchParams.get('live') !== 'true') return callerFetch(input, init)
+    if (openLive > 0) liveOverlaps++
+    openLive++
+    let open = true
+    const done = () => {
+      if (open) {
+        open = false
+        openLive--
+      }
+    }
+    init?.signal?.addEventListener('abort', done, { once: true })
+    let res
+    try {
+      res = await callerFetch(input, init)
+    } catch (err) {
+      done()
+      throw err
+    }
+    if (res.status !== 200 || !res.body) {
+      done()
+      return res
+    }
+    const reader = res.body.getReader()
+    const body = new ReadableStream({
+      async pull(ctrl) {
+        try {
+          const { done: end, value } = await reader.read()
+          if (end) {
+            done()
+            ctrl.close()
+          } else ctrl.enqueue(value)
+        } catch (err) {
+          done()
+          ctrl.error(err)
+        }
+      },
+      cancel(reason) {
+        done()
+        return reader.cancel(reason)
+      },
+    })
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers })
   }
   const stream = new ShapeStream({
     url: SHAPE_URL,
@@ -459,7 +507,7 @@ export function startClientShape(params, streamOptions = {}) {
     onError: (err) => {
       errors.push(err)
     },
-    ...streamOptions,
+    ...options,
   })
   const shape = new Shape(stream)
   return {
@@ -467,6 +515,7 @@ export function startClientShape(params, streamOptions = {}) {
     shape,
     requests,
     errors,
+    liveOverlaps: () => liveOverlaps,
     close() {
       controller.abort()
       shape.unsubscribeAll()
