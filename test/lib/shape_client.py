@@ -9,13 +9,14 @@ store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge
         value has FIELD=VALUE arrives.  Every change is applied by its "key" (insert,
         update merged into the row, delete); an insert of a key it has, or an update or
         delete of one it lacks, is a violation.  A 4xx (409 must-refetch, 403...) ends the
-        run and leaves the state as it was (handle and offset kept); a 5xx or a refused
-        connection is tried again.  Keeps in STATE as "last" a JSON object {"status":
-        "up-to-date" | "found" | "timeout" | the 4xx status, "statuses": [...], "handles":
-        [...], "changes": N, "violations": [...]} and prints it as one line: the status, the HTTP
-        statuses seen (sorted, without repeats, comma-separated), the electric-handle values
-        seen (in order; "-" when none) and the number of violations, say
-        "up-to-date 200 1234-5678 0".
+        run and leaves the state as it was (handle and offset kept); a 5xx, a refused
+        connection or a response cut short (the server went away in its middle) is tried
+        again.  Keeps in STATE as "last" a JSON object {"status": "up-to-date" | "found" |
+        "timeout" | the 4xx status, "statuses": [...], "handles": [...], "changes": N,
+        "violations": [...]} and prints it as one line: the status, the HTTP statuses seen
+        (sorted, without repeats, comma-separated; a failed request as "error:" and the
+        exception's name), the electric-handle values seen (in order; "-" when none) and the
+        number of violations, say "up-to-date 200 1234-5678 0".
     shape_client.py get STATE EXPR       prints EXPR (Python, over the state `d`)
     shape_client.py count STATE FIELD VALUE
         the changes (of every run) whose value has FIELD=VALUE
@@ -29,6 +30,7 @@ store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge
                                          bytes [8, len-8): "ok" or "bad"
 """
 
+import http.client
 import json
 import os
 import struct
@@ -83,8 +85,11 @@ def sync(args):
             url += "&live=true"
         try:
             code, headers, body = fetch(url, 30)
-        except OSError as err:  # the server is not there (yet)
-            last["statuses"].append(f"error: {err}")
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            # the server is not there (yet), or went away in the middle of a response (a body
+            # cut short, JSON that does not parse): nothing of it was applied, so the same
+            # request is made again
+            last["statuses"].append(f"error:{type(err).__name__}")
             time.sleep(0.2)
             continue
         last["statuses"].append(code)
