@@ -200,8 +200,16 @@ snapshot_seen() {
 # the kill left it to $work/manifest.ROUND and lists the store's files in $work/files.ROUND
 # (the worker is dead, and no new one has started yet: PostgreSQL restarts the instance
 # first), then waits until shape_sync serves again
+# our_worker PID: PID is this cluster's shape_sync worker (a child of its postmaster)
+our_worker() {
+	[[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) == "postgres: shape_sync server"* &&
+		$(ps -o ppid= -p "$1" | tr -d ' ') == "$(head -n 1 "$SHAPE_SYNC_PGDATA/postmaster.pid")" ]]
+}
 kill_worker() {
 	local r=$1 pid=$2 ready restored
+	# (the PID was read before the round's sleep, so that no query delays the kill)
+	our_worker "$pid" || pid=$(worker_pid)
+	our_worker "$pid" || return 1
 	ready=$(ready_lines)
 	restored=$(restored_lines)
 	cluster_expect_crash "durable_crash.sh round $r: SIGKILL to the shape_sync worker $pid"
