@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """test/lib/shape_client.py: a shape client whose state outlives it, and a reader of the
-store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge.sh).
+store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge.sh,
+durable_crash.sh).
 
     shape_client.py sync STATE [--url URL --query Q] [--until FIELD=VALUE] [--timeout S]
         Goes on from the (handle, offset) kept in STATE (a JSON file; without one, from
