@@ -105,7 +105,7 @@ rows_differ() {
 first_read() {
 	local s=$1 out
 	rm -f "$work/$s.json"
-	out=$(sc sync "$work/$s.json" --url "$SHAPE_SYNC_URL" --query "${query[$s]}" --timeout 300)
+	out=$(sc sync "$work/$s.json" --url "$SHAPE_SYNC_URL" --query "${query[$s]}" --log off --timeout 300)
 	handle[$s]=$(awk '{ print $(NF - 1) }' <<<"$out")
 	unsafe[$s]=1
 	why[$s]="made in this round"
@@ -131,9 +131,9 @@ try:
         k += 1
         tag = f"s{session}t{k}"
         sql = ["BEGIN;"]
-        if r.random() < 0.03:  # a long transaction: chunks close inside it
-            lo = r.randrange(1, 1500)
-            sql.append(f"UPDATE hot SET n = n + 1, v = '{tag}' WHERE id BETWEEN {lo} AND {lo + 1499};")
+        if r.random() < 0.01:  # a long transaction: chunks close inside it
+            lo = r.randrange(1, 2000)
+            sql.append(f"UPDATE hot SET n = n + 1, v = '{tag}' WHERE id BETWEEN {lo} AND {lo + 999};")
         else:
             ids = ",".join(str(r.randrange(1, 3001)) for _ in range(r.randrange(5, 30)))
             sql.append(f"UPDATE hot SET n = n + 1, v = '{tag}' WHERE id IN ({ids});")
@@ -269,7 +269,7 @@ resume() {
 }
 
 while read -r r kind mode sleep delay; do
-	echo "# round $r: $mode, killed by $kind after ${sleep}s"
+	echo "# round $r ($SECONDS s into the test): $mode, killed by $kind after ${sleep}s"
 	pid=$(worker_pid)
 	big=
 	sleep "$sleep"
@@ -284,7 +284,8 @@ while read -r r kind mode sleep delay; do
 		columns[$big]="id grp payload"
 		last_change[$big]="id=2000003"
 		rm -f "$work/$big.json"
-		sc sync "$work/$big.json" --url "$SHAPE_SYNC_URL" --query "${query[$big]}" --timeout 300 >"$work/$big.first" &
+		sc sync "$work/$big.json" --url "$SHAPE_SYNC_URL" --query "${query[$big]}" --log off --timeout 300 \
+			>"$work/$big.first" &
 		big_pid=$!
 		helpers+=("$big_pid")
 		sleep "$delay"
@@ -377,6 +378,7 @@ done <"$work/schedule"
 
 # the end: the writer stops, one last transaction that every shape sees, and each client
 # reads up to it
+echo "# the end ($SECONDS s into the test)"
 touch "$work/stop"
 wait "$writer_pid" || true
 cluster_psql >/dev/null -c "BEGIN" -c "UPDATE hot SET v = 'final' WHERE id = 1" \
@@ -411,7 +413,7 @@ out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
 expect_eq "no crash but the SIGKILLs the test made" "" "$out"
 grep -nE "is not restored|cannot be restored" "$SHAPE_SYNC_LOG" | sed 's/^/# log: /' || true
 grep -nE "(ERROR|WARNING):.*shape" "$SHAPE_SYNC_LOG" | sed 's/^/# log: /' | head -n 20 || true
-echo "# seed $seed: kills: $kills_sigkill SIGKILL of the worker, $kills_immediate immediate stop;" \
+echo "# seed $seed, $SECONDS s: kills: $kills_sigkill SIGKILL of the worker, $kills_immediate immediate stop;" \
 	"snapshots running when last seen before a kill: $snapshots_at_kill; compactions: $compactions (a hot shape with two generations of its log on disk at a kill: $two_generations);" \
 	"409s: $refetch_allowed allowed (shape not in the manifest at a kill), $refetch_failed not;" \
 	"writer: $(cluster_psql -At -c "SELECT sum(n) FROM hot") row updates of hot, app at $(cluster_psql -At -c "SELECT count(*) || ' rows, last id ' || max(id) FROM app")," \
