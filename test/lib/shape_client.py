@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """test/lib/shape_client.py: a shape client whose state outlives it, and a reader of the
-store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge.sh).
+store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge.sh,
+durable_crash.sh).
 
-    shape_client.py sync STATE [--url URL --query Q] [--until FIELD=VALUE] [--timeout S]
+    shape_client.py sync STATE [--url URL --query Q [--log off]] [--until FIELD=VALUE]
+                        [--timeout S]
         Goes on from the (handle, offset) kept in STATE (a JSON file; without one, from
-        offset=-1 with URL and Q, say "table=t&where=id%20%3C%3D%20100"), request after
-        request, until up-to-date; with --until, then live (live=true) until a change whose
-        value has FIELD=VALUE arrives.  Every change is applied by its "key" (insert,
-        update merged into the row, delete); an insert of a key it has, or an update or
-        delete of one it lacks, is a violation.  A 4xx (409 must-refetch, 403...) ends the
-        run and leaves the state as it was (handle and offset kept); a 5xx or a refused
-        connection is tried again.  Keeps in STATE as "last" a JSON object {"status":
+        offset=-1 with URL and Q, say "table=t&where=id%20%3C%3D%20100"; with --log off, the
+        changes are applied but not kept for `count`, so that a long-lived client's state
+        stays small), request after request, until up-to-date; with --until, then live
+        (live=true) until a change whose value has FIELD=VALUE arrives.  Every change is
+        applied by its "key" (insert, update merged into the row, delete); an insert of a key
+        it has, or an update or delete of one it lacks, is a violation.  A 4xx (409
+        must-refetch, 403...) ends the run and leaves the state as it was (handle and offset
+        kept); a 5xx, a refused connection or a response cut short (the server went away in
+        its middle) is tried again.  Keeps in STATE as "last" a JSON object {"status":
         "up-to-date" | "found" | "timeout" | the 4xx status, "statuses": [...], "handles":
-        [...], "changes": N, "violations": [...]} and prints it as one line: the status, the HTTP
-        statuses seen (sorted, without repeats, comma-separated), the electric-handle values
-        seen (in order; "-" when none) and the number of violations, say
-        "up-to-date 200 1234-5678 0".
+        [...], "changes": N, "violations": [...]} and prints it as one line: the status, the
+        HTTP statuses seen (sorted, without repeats, comma-separated; a failed request as
+        "error:" and the exception's name), the electric-handle values seen (in order; "-"
+        when none) and the number of violations, say "up-to-date 200 1234-5678 0".
     shape_client.py get STATE EXPR       prints EXPR (Python, over the state `d`)
     shape_client.py count STATE FIELD VALUE
         the changes (of every run) whose value has FIELD=VALUE
@@ -29,6 +33,7 @@ store's manifest, for the durable-log scripts (durable_restart.sh, durable_purge
                                          bytes [8, len-8): "ok" or "bad"
 """
 
+import http.client
 import json
 import os
 import struct
@@ -68,7 +73,7 @@ def sync(args):
     d = load(path)
     if d is None:
         d = {"url": opts["--url"], "query": opts["--query"], "handle": None, "offset": "-1",
-             "rows": {}, "log": []}
+             "rows": {}, "log": [], "keep_log": opts.get("--log", "on") != "off"}
     until = opts.get("--until")
     field, value = until.split("=", 1) if until else (None, None)
     deadline = time.monotonic() + float(opts.get("--timeout", "60"))
@@ -83,8 +88,11 @@ def sync(args):
             url += "&live=true"
         try:
             code, headers, body = fetch(url, 30)
-        except OSError as err:  # the server is not there (yet)
-            last["statuses"].append(f"error: {err}")
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            # the server is not there (yet), or went away in the middle of a response (a body
+            # cut short, JSON that does not parse): nothing of it was applied, so the same
+            # request is made again
+            last["statuses"].append(f"error:{type(err).__name__}")
             time.sleep(0.2)
             continue
         last["statuses"].append(code)
@@ -103,7 +111,8 @@ def sync(args):
             if op is None:
                 continue
             key, val = msg["key"], msg.get("value", {})
-            d["log"].append([op, key, val])
+            if d.get("keep_log", True):
+                d["log"].append([op, key, val])
             last["changes"] += 1
             rows = d["rows"]
             if op == "insert":
