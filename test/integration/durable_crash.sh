@@ -317,10 +317,10 @@ while read -r r kind mode sleep delay <&3; do
 	life_compactions=$(metric shape_sync_log_compactions_total)
 	compactions=$((compactions + life_compactions))
 	if [[ $kind == sigkill ]]; then
-		check "round $r: SIGKILL of the worker; PostgreSQL restarts and shape_sync serves again" kill_worker "$r" "$pid"
+		check "round $r: SIGKILL of the worker; PostgreSQL restarts, shape_sync restores its shapes and serves again" kill_worker "$r" "$pid"
 		kills_sigkill=$((kills_sigkill + 1))
 	else
-		check "round $r: immediate stop and start; shape_sync serves again" immediate_restart "$r"
+		check "round $r: immediate stop and start; shape_sync restores its shapes and serves again" immediate_restart "$r"
 		kills_immediate=$((kills_immediate + 1))
 	fi
 	line=$({ grep -o 'shape_sync restored [0-9]* of [0-9]* shapes from disk in [0-9]* ms' "$SHAPE_SYNC_LOG" || true; } | tail -n 1)
