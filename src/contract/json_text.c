@@ -25,6 +25,11 @@
 #error "json_text.c is shared by threads and processes and must not include postgres.h"
 #endif
 
+/* U+FFFD, written for a byte that is not UTF-8. */
+#define UTF8_REPLACEMENT_CHARACTER "\xEF\xBF\xBD"
+
+static size_t utf8_sequence_length(const unsigned char *p, const unsigned char *end);
+
 void
 json_buf_init(JsonBuf *buf)
 {
@@ -139,27 +144,54 @@ json_escape_byte(unsigned char c, char tmp[JSON_ESCAPE_MAX])
 	}
 }
 
+/*
+ * Appends s escaped as the inside of a JSON string.  A byte that does not
+ * start a well-formed UTF-8 sequence is written as U+FFFD, so the document
+ * stays valid JSON whatever the text came from (an error message PostgreSQL
+ * cut in the middle of a character, for example).
+ */
+void
+json_buf_put_escaped(JsonBuf *buf, const char *s)
+{
+	const unsigned char *end = (const unsigned char *) s + strlen(s);
+	const unsigned char *run = (const unsigned char *) s;
+	const unsigned char *p = run;
+
+	while (p < end)
+	{
+		char		tmp[JSON_ESCAPE_MAX];
+		const char *replacement;
+		size_t		n;
+
+		if (*p < 0x80)
+		{
+			if (!json_byte_needs_escape(*p))
+			{
+				p++;
+				continue;
+			}
+			replacement = json_escape_byte(*p, tmp);
+		}
+		else if ((n = utf8_sequence_length(p, end)) > 0)
+		{
+			p += n;
+			continue;
+		}
+		else
+			replacement = UTF8_REPLACEMENT_CHARACTER;
+		json_buf_put(buf, (const char *) run, (size_t) (p - run));
+		json_buf_puts(buf, replacement);
+		run = ++p;
+	}
+	json_buf_put(buf, (const char *) run, (size_t) (p - run));
+}
+
 /* Appends s as a JSON string literal, quotes included. */
 void
 json_buf_put_string(JsonBuf *buf, const char *s)
 {
-	const char *run = s;
-
 	json_buf_putc(buf, '"');
-	for (const char *p = s;; p++)
-	{
-		char		tmp[JSON_ESCAPE_MAX];
-		const char *escape;
-
-		if (*p && !json_byte_needs_escape((unsigned char) *p))
-			continue;
-		escape = *p ? json_escape_byte((unsigned char) *p, tmp) : NULL;
-		json_buf_put(buf, run, (size_t) (p - run));
-		if (*p == '\0')
-			break;
-		json_buf_puts(buf, escape);
-		run = p + 1;
-	}
+	json_buf_put_escaped(buf, s);
 	json_buf_putc(buf, '"');
 }
 
@@ -191,6 +223,43 @@ json_message_body(const char *key, const char *message)
 	return json_buf_finish(&out);
 }
 
+/*
+ * The length of the well-formed UTF-8 sequence that starts at p (an ASCII
+ * byte is one), or 0 when p starts none: a continuation byte, C0, C1,
+ * F5..FF, a truncated sequence, an overlong form, a surrogate or a code
+ * point past U+10FFFF.
+ */
+static size_t
+utf8_sequence_length(const unsigned char *p, const unsigned char *end)
+{
+	unsigned char c = *p;
+	size_t		n;
+	uint32_t	cp;
+	uint32_t	min;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xC2 && c <= 0xDF)
+		n = 1, cp = c & 0x1F, min = 0x80;
+	else if (c >= 0xE0 && c <= 0xEF)
+		n = 2, cp = c & 0x0F, min = 0x800;
+	else if (c >= 0xF0 && c <= 0xF4)
+		n = 3, cp = c & 0x07, min = 0x10000;
+	else
+		return 0;
+	if ((size_t) (end - p) <= n)
+		return 0;
+	for (size_t i = 1; i <= n; i++)
+	{
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+		cp = (cp << 6) | (p[i] & 0x3F);
+	}
+	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return n + 1;
+}
+
 bool
 utf8_is_valid(const char *s, size_t len)
 {
@@ -199,35 +268,11 @@ utf8_is_valid(const char *s, size_t len)
 
 	while (p < end)
 	{
-		unsigned char c = *p;
-		size_t		n;
-		uint32_t	cp;
-		uint32_t	min;
+		size_t		n = utf8_sequence_length(p, end);
 
-		if (c < 0x80)
-		{
-			p++;
-			continue;
-		}
-		if (c >= 0xC2 && c <= 0xDF)
-			n = 1, cp = c & 0x1F, min = 0x80;
-		else if (c >= 0xE0 && c <= 0xEF)
-			n = 2, cp = c & 0x0F, min = 0x800;
-		else if (c >= 0xF0 && c <= 0xF4)
-			n = 3, cp = c & 0x07, min = 0x10000;
-		else
-			return false;		/* a continuation byte, C0, C1 or F5..FF */
-		if ((size_t) (end - p) <= n)
+		if (n == 0)
 			return false;
-		for (size_t i = 1; i <= n; i++)
-		{
-			if ((p[i] & 0xC0) != 0x80)
-				return false;
-			cp = (cp << 6) | (p[i] & 0x3F);
-		}
-		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return false;
-		p += n + 1;
+		p += n;
 	}
 	return true;
 }

@@ -28,6 +28,7 @@ extern void json_buf_puts(JsonBuf *buf, const char *s);
 extern void json_buf_putc(JsonBuf *buf, char c);
 extern void json_buf_printf(JsonBuf *buf, const char *fmt,...)
 			__attribute__((format(printf, 2, 3)));
+extern void json_buf_put_escaped(JsonBuf *buf, const char *s);
 extern void json_buf_put_string(JsonBuf *buf, const char *s);
 
 #define JSON_ESCAPE_MAX 8		/* "\\u001f" and its NUL */

@@ -17,10 +17,10 @@
  *	  503;
  *	- 409 must-refetch for a shape that is made again.
  * Every string is escaped as PostgreSQL's escape_json does (json_text.c),
- * so a text reaches the client as the PostgreSQL side wrote it.  Bytes
- * that are not UTF-8 pass as they are: the texts are the database's
- * (UTF-8) and only a sentence cut at SHAPE_ERROR_LEN may end in the middle
- * of a character.
+ * so a text reaches the client as the PostgreSQL side wrote it, except
+ * bytes that are not UTF-8, which become U+FFFD: a sentence cut at
+ * SHAPE_ERROR_LEN, or an error PostgreSQL cut itself (a jsonpath's), may
+ * end in the middle of a character, and the body must stay JSON.
  *
  * IDENTIFICATION
  *	  src/net/refusal_render.c
@@ -118,22 +118,8 @@ rr_put_string3(JsonBuf *buf, const char *prefix, const char *text, const char *s
 	json_buf_putc(buf, '"');
 	for (int i = 0; i < 3; i++)
 	{
-		const char *run = parts[i];
-
-		if (run == NULL)
-			continue;
-		for (const char *p = run;; p++)
-		{
-			char		tmp[JSON_ESCAPE_MAX];
-
-			if (*p && !json_byte_needs_escape((unsigned char) *p))
-				continue;
-			json_buf_put(buf, run, (size_t) (p - run));
-			if (*p == '\0')
-				break;
-			json_buf_puts(buf, json_escape_byte((unsigned char) *p, tmp));
-			run = p + 1;
-		}
+		if (parts[i] != NULL)
+			json_buf_put_escaped(buf, parts[i]);
 	}
 	json_buf_putc(buf, '"');
 }

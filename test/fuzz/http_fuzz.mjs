@@ -451,6 +451,9 @@ function fixedCorpus(port) {
     ["issue 24: where=(j @? '$.a')", get(`/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1&where=${enc("(j @? '$.a')", false)}`)],
     ['a POST body of 100,000 digits', post('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1', `{"where":"n = $1","params":{"1":${'9'.repeat(100000)}}}`)],
     ['a POST body over 256 kB', post('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1', `{"where":"${'x'.repeat(270000)}"}`)],
+    // seed 3179421464: PostgreSQL's jsonpath error quoted the text cut inside U+FEFF; the 400's
+    // JSON body was not UTF-8 until json_buf_put_string wrote U+FFFD for such bytes
+    ["a jsonpath error cut inside a character", get(`/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1&where=${enc("j @@ '$.214748\uFEFF3648a =$0= 3'", false)}`)],
     ['a POST body with a NUL', post('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1', '{"where":"id = 1\x00"}')],
     ['a POST body of bad UTF-8', post('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1', bytesOf('{"where":"title = \'\xff\xfe\'"}'))],
     ['subset__params of a huge number', get('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1&subset__where=n%20%3E%20$1&subset__params={"1":1e999999}')],

@@ -77,6 +77,23 @@ TEST(definition_refusals)
 		   "{\"message\":\"The server is skipping the WAL written before it started, please retry\"}");
 }
 
+/*
+ * The fuzz finding of seed 3179421464: PostgreSQL's jsonpath error quoted
+ * the clause cut after the first byte of U+FEFF, and the body went out as
+ * it was, not UTF-8.  Such bytes become U+FFFD; whole characters stay.
+ */
+TEST(text_cut_inside_a_character_stays_utf8)
+{
+	Refusal		r;
+
+	r = refusal(REFUSAL_INVALID, "where", "at or near \".214748\xEF\" of jsonpath input", 0);
+	ANSWER(&r, 400, 0,
+		   "{\"message\":\"Invalid request\",\"errors\":{\"where\":"
+		   "[\"at or near \\\".214748\xEF\xBF\xBD\\\" of jsonpath input\"]}}");
+	r = refusal(REFUSAL_SNAPSHOT_FAILED, NULL, "caf\xC3\xA9 \xE2\x82", 0);
+	ANSWER(&r, 500, 0, "{\"message\":\"The shape's snapshot failed: caf\xC3\xA9 \xEF\xBF\xBD\xEF\xBF\xBD\"}");
+}
+
 TEST(limit_refusals)
 {
 	Refusal		r;
