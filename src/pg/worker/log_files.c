@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * log_files.c
- *		Shape logs on disk: written behind the shared-memory logs, made
- *		durable in rounds, read back when the worker starts.
+ *		Shape logs on disk: written behind the shared-memory logs and made
+ *		durable in rounds (log_restore.c reads them back at start).
  *
  * Every shape whose snapshot is done has, in $PGDATA/pg_shape_sync, a
  * data file that is its log's bytes exactly (<handle>.<generation>.log:
@@ -42,17 +42,6 @@
  * store written so is purged after a reboot.  Files a round makes obsolete
  * (a compacted shape's previous generation) are removed after it.
  *
- * Restoring.  At start (registry_restore_shapes), the manifest must match
- * the cluster's system identifier, timeline, database and slot name, the
- * slot must not be new and must not be confirmed past durable_lsn;
- * otherwise every file goes, and the shapes' clients get 409.  Each listed
- * shape is validated again against the current catalog by the registry;
- * its data file, cut to its durable length (bytes past it were never
- * confirmed), is read back into the arena record by record, with its
- * chunks closed where the manifest says.  A file shorter than its length,
- * a record that does not parse, a chunk or last offset that does not match
- * purges that shape alone.  Files no restored shape owns are removed.
- *
  * A write or fsync that fails (the disk is full, an I/O error) leaves the
  * shape it was for in memory only: it is served as before, its files are
  * removed and it leaves the manifest, so that a restart drops it (its
@@ -76,20 +65,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/fd.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "guc.h"
-#include "log_files.h"
+#include "log_files_internal.h"
 #include "log_flusher.h"
 #include "log_record.h"
 #include "shape_stream.h"
@@ -97,33 +84,12 @@
 
 #define LOG_FILES_ROUND_MS			1000
 #define LOG_FILES_WRITE_PER_STEP	((uint64) 8 << 20)
-#define LOG_FILES_BUFFER			((size_t) 256 * 1024)
 #define LOG_FILES_WARN_INTERVAL_MS	60000
-#define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
 #define MANIFEST_TMP_PATH			LOG_FILES_DIR "/manifest.tmp"
-#define RESTORING_PATH				LOG_FILES_DIR "/restoring"
-#define RESTORE_ATTEMPTS			2
-
-typedef struct FileShape
-{
-	bool		in_use;			/* it has a shape file */
-	bool		listed;			/* its file is complete: in every manifest */
-	bool		dirty;			/* on lf_dirty */
-	bool		unsynced;		/* on lf_unsynced */
-	bool		shape_file_synced;
-	bool		failed;			/* a write failed: in memory only from now on */
-	bool		in_round;		/* in the round in flight */
-	uint64		incarnation;	/* tells this shape from a later one in the slot */
-	char		handle[LOG_STORE_HANDLE_LEN];
-	uint32		generation;
-	File		file;			/* its data file, or -1 */
-	uint64		written;
-	uint64		synced;
-} FileShape;
 
 static MemoryContext lf_context;
-static FileShape *lf_shapes;
-static uint32 lf_nslots;
+FileShape  *lf_shapes;
+uint32		lf_nslots;
 static uint32 *lf_dirty;		/* slots whose logs grew since written */
 static uint32 lf_ndirty;
 static uint32 *lf_unsynced;		/* slots written since the last round */
@@ -146,36 +112,19 @@ static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
 static uint64 lf_incarnations;
-static bool lf_discard_said;	/* the manifest's problem was logged */
 static bool lf_manifest_stale;	/* it lists a shape that is gone */
 static bool lf_unsynced_under_off;	/* files written with log_fsync = off
 									 * since they were last all fsynced */
-static LogStoreManifest lf_previous;	/* the manifest found at start */
-static bool lf_have_previous;
 static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
 static XLogRecPtr lf_durable;	/* ... and its durable_lsn */
 static TimestampTz lf_last_round;
 static TimestampTz lf_warned_at;
-static char *lf_buffer;
-
-static int	lf_remove_files(bool (*keep) (const char *name));
+char	   *lf_buffer;
 
 static ShapeTable *
 lf_table(void)
 {
 	return shape_sync_shared->table;
-}
-
-static void
-lf_data_path(const char *handle, uint32 generation, char *path)
-{
-	snprintf(path, MAXPGPATH, "%s/%s.%u.log", LOG_FILES_DIR, handle, generation);
-}
-
-static void
-lf_shape_path(const char *handle, char *path)
-{
-	snprintf(path, MAXPGPATH, "%s/%s.shape", LOG_FILES_DIR, handle);
 }
 
 /*
@@ -209,7 +158,7 @@ lf_may_warn(void)
 }
 
 /* The header that describes this cluster, slot and database now. */
-static void
+void
 lf_header_now(LogStoreHeader *h, XLogRecPtr durable)
 {
 	char		slot[NAMEDATALEN];
@@ -234,45 +183,11 @@ lf_header_now(LogStoreHeader *h, XLogRecPtr durable)
 	}
 }
 
-/* Reads a whole small file into palloc'd memory; NULL when it is absent. */
-static char *
-lf_read_small_file(const char *path, size_t *len)
-{
-	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-	struct stat st;
-	char	   *data;
-	size_t		done = 0;
-
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) != 0 || st.st_size > (off_t) MaxAllocSize)
-	{
-		CloseTransientFile(fd);
-		return NULL;
-	}
-	data = palloc((size_t) st.st_size + 1);
-	while (done < (size_t) st.st_size)
-	{
-		ssize_t		n = read(fd, data + done, (size_t) st.st_size - done);
-
-		if (n <= 0)
-			break;
-		done += (size_t) n;
-	}
-	CloseTransientFile(fd);
-	*len = done;
-	return data;
-}
-
 /* ---------------------------------------------------------------- start */
 
 void
 log_files_start(uint32 nslots)
 {
-	char	   *bytes;
-	size_t		len;
-	char		error[LOG_STORE_ERROR_LEN];
-
 	if (MakePGDirectory(LOG_FILES_DIR) != 0 && errno != EEXIST)
 	{
 		ereport(WARNING,
@@ -302,24 +217,10 @@ log_files_start(uint32 nslots)
 				(errmsg("shape_sync could not start its thread for fsync: %m"),
 				 errdetail("Shape logs are made durable on the worker's main thread instead.")));
 	lf_last_round = GetCurrentTimestamp();
-	bytes = lf_read_small_file(MANIFEST_PATH, &len);
-	if (bytes == NULL)
-		return;
-	if (log_manifest_decode(bytes, len, &lf_previous, error, sizeof(error)))
-		lf_have_previous = true;
-	else
-	{
-		ereport(LOG,
-				(errmsg("shape_sync discards its stored shape logs: file \"%s\" cannot be used: %s",
-						MANIFEST_PATH, error),
-				 errdetail("Clients of those shapes get 409 and fetch them again.")));
-		lf_discard_said = true;
-	}
-	pfree(bytes);
 }
 
 /* Removes every file of the store but those `keep` says to keep; how many went. */
-static int
+int
 lf_remove_files(bool (*keep) (const char *name))
 {
 	DIR		   *dir = AllocateDir(LOG_FILES_DIR);
@@ -345,285 +246,20 @@ lf_remove_files(bool (*keep) (const char *name))
 	return removed;
 }
 
-static void
-lf_purge_all(const char *why)
+/* ---------------------------------------------- the restore's hand-over */
+
+void
+lf_resume_from(const LogStoreHeader *stored)
 {
-	ereport(LOG,
-			(errmsg("shape_sync discards its stored shape logs: %s", why),
-			 errdetail("Clients of those shapes get 409 and fetch them again.")));
-	lf_remove_files(NULL);
-	log_manifest_free(&lf_previous);
-	lf_have_previous = false;
+	lf_durable = stored->durable_lsn;
+	lf_unsynced_under_off = stored->fsync_policy == LOG_FSYNC_OFF;
 }
 
-/*
- * Counts this start's attempt to restore in a marker that the end of the
- * restore removes: a shape whose restore crashes the worker would
- * otherwise crash every start.  False once RESTORE_ATTEMPTS starts in a row
- * did not finish.
- */
-static bool
-lf_note_restore_attempt(void)
+void
+lf_restored(uint32 slot, const LogStoreExtent *extent, File file)
 {
-	size_t		len = 0;
-	char	   *before = lf_read_small_file(RESTORING_PATH, &len);
-	int			attempts = 0;
-	char		text[16];
-	int			fd;
-
-	if (before != NULL)
-	{
-		before[len] = '\0';
-		attempts = atoi(before);
-		pfree(before);
-	}
-	if (attempts >= RESTORE_ATTEMPTS)
-		return false;
-	snprintf(text, sizeof(text), "%d\n", attempts + 1);
-	fd = OpenTransientFile(RESTORING_PATH, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	if (fd >= 0)
-	{
-		if (write(fd, text, strlen(text)) < 0 || pg_fsync(fd) != 0)
-			ereport(LOG,
-					(errcode_for_file_access(),
-					 errmsg("could not write file \"%s\": %m", RESTORING_PATH)));
-		CloseTransientFile(fd);
-	}
-	return true;
-}
-
-const LogStoreManifest *
-log_files_restorable(bool slot_made_now, XLogRecPtr slot_confirmed)
-{
-	LogStoreHeader now;
-	const char *differs;
-
-	if (lf_shapes == NULL)
-		return NULL;			/* durable logs are off, or have no directory */
-	if (lf_have_previous && lf_previous.nshapes == 0)
-	{
-		/* nothing to restore, nothing to discard: no need to say anything */
-		log_manifest_free(&lf_previous);
-		lf_have_previous = false;
-		lf_discard_said = true;
-	}
-	if (!lf_have_previous)
-	{
-		/* what a store without a (usable) manifest left: said once, if anything */
-		if (lf_remove_files(NULL) > 0 && !lf_discard_said)
-			ereport(LOG,
-					(errmsg("shape_sync discards its stored shape logs: they have no usable manifest"),
-					 errdetail("Clients of those shapes get 409 and fetch them again.")));
-		return NULL;
-	}
-	lf_header_now(&now, InvalidXLogRecPtr);
-	differs = log_store_header_mismatch(&lf_previous.header, &now);
-	if (differs != NULL)
-	{
-		lf_purge_all(psprintf("%s is not the one they were written for", differs));
-		return NULL;
-	}
-	if (slot_made_now)
-	{
-		lf_purge_all(psprintf("replication slot \"%s\" was made again", now.slot));
-		return NULL;
-	}
-	if (slot_confirmed > lf_previous.header.durable_lsn)
-	{
-		lf_purge_all(psprintf("replication slot \"%s\" is confirmed up to %X/%X, past the %X/%X they hold",
-							  now.slot, LSN_FORMAT_ARGS(slot_confirmed),
-							  LSN_FORMAT_ARGS(lf_previous.header.durable_lsn)));
-		return NULL;
-	}
-	if (!lf_note_restore_attempt())
-	{
-		lf_purge_all(psprintf("the last %d starts did not finish restoring them", RESTORE_ATTEMPTS));
-		return NULL;
-	}
-	lf_durable = lf_previous.header.durable_lsn;
-	lf_unsynced_under_off = lf_previous.header.fsync_policy == LOG_FSYNC_OFF;
-	return &lf_previous;
-}
-
-LogStoreShape *
-log_files_read_shape(const char *handle)
-{
-	char		path[MAXPGPATH];
-	char	   *bytes;
-	size_t		len;
-	char		error[LOG_STORE_ERROR_LEN];
-	LogStoreShape *shape = palloc0(sizeof(LogStoreShape));
-
-	lf_shape_path(handle, path);
-	bytes = lf_read_small_file(path, &len);
-	if (bytes == NULL)
-	{
-		ereport(LOG,
-				(errmsg("shape %s cannot be restored: its file \"%s\" is missing", handle, path)));
-		pfree(shape);
-		return NULL;
-	}
-	if (!log_store_shape_decode(bytes, len, shape, error, sizeof(error)) ||
-		strcmp(shape->handle, handle) != 0)
-	{
-		ereport(LOG,
-				(errmsg("shape %s cannot be restored: file \"%s\" cannot be used: %s", handle,
-						path, error)));
-		pfree(bytes);
-		pfree(shape);
-		return NULL;
-	}
-	pfree(bytes);
-	return shape;
-}
-
-/* Reads a data file forward through a buffer of its own. */
-typedef struct LfReader
-{
-	File		file;
-	char	   *buffer;			/* LOG_FILES_READ_BUFFER bytes */
-	uint64		buffer_pos;		/* the file position of buffer[0] */
-	size_t		buffer_len;
-	uint64		end;			/* read nothing past it */
-} LfReader;
-
-#define LOG_FILES_READ_BUFFER	((size_t) 1 << 20)
-
-/* n bytes at pos into dst; false when the file has fewer */
-static bool
-lf_read_at(LfReader *r, uint64 pos, char *dst, size_t n)
-{
-	if (pos + n > r->end)
-		return false;
-	if (pos < r->buffer_pos || pos + n > r->buffer_pos + r->buffer_len)
-	{
-		int			got;
-
-		if (n > LOG_FILES_READ_BUFFER)
-			return FileRead(r->file, dst, n, (off_t) pos, WAIT_EVENT_DATA_FILE_READ) == (int) n;
-		got = FileRead(r->file, r->buffer, (int) Min(LOG_FILES_READ_BUFFER, r->end - pos),
-					   (off_t) pos, WAIT_EVENT_DATA_FILE_READ);
-		if (got < (int) n)
-			return false;
-		r->buffer_pos = pos;
-		r->buffer_len = (size_t) got;
-	}
-	memcpy(dst, r->buffer + (pos - r->buffer_pos), n);
-	return true;
-}
-
-/*
- * Reads a data file back into the slot's log: its records up to
- * `extent->length`, its chunks closed where the manifest says.
- */
-bool
-log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_len)
-{
-	ShapeTable *table = lf_table();
-	ShapeLog   *log = shape_table_log(table, slot);
 	FileShape  *fs = &lf_shapes[slot];
-	char		path[MAXPGPATH];
-	File		file;
-	off_t		size;
-	uint64		pos = 0;
-	uint32		chunk = 0;
-	char	   *record = lf_buffer;
-	size_t		record_cap = LOG_FILES_BUFFER;
-	LogOffset	last = {-1, 0};
-	bool		ok = false;
-	LfReader	reader;
 
-	memset(&reader, 0, sizeof(reader));
-	lf_data_path(extent->handle, extent->generation, path);
-	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
-	if (file < 0)
-	{
-		snprintf(why, why_len, "could not open file \"%s\": %m", path);
-		return false;
-	}
-	size = FileSize(file);
-	if (size < 0 || (uint64) size < extent->length)
-	{
-		snprintf(why, why_len, "file \"%s\" has %lld bytes, fewer than the %llu it held",
-				 path, (long long) size, (unsigned long long) extent->length);
-		goto done;
-	}
-	/* what was written after the last round was never confirmed: cut */
-	if ((uint64) size > extent->length &&
-		FileTruncate(file, (off_t) extent->length, WAIT_EVENT_DATA_FILE_TRUNCATE) != 0)
-	{
-		snprintf(why, why_len, "could not truncate file \"%s\": %m", path);
-		goto done;
-	}
-	reader.file = file;
-	reader.buffer = palloc(LOG_FILES_READ_BUFFER);
-	reader.end = extent->length;
-	while (pos < extent->length)
-	{
-		SlogRecordHeader hdr;
-		uint64		span;
-		SlogResult	res;
-
-		if (!lf_read_at(&reader, pos, (char *) &hdr, sizeof(hdr)))
-		{
-			snprintf(why, why_len, "file \"%s\" ends inside a record at byte %llu", path,
-					 (unsigned long long) pos);
-			goto done;
-		}
-		span = slog_record_span(hdr.len);
-		if (hdr.kind < SLOG_RECORD_CHANGE || hdr.kind > SLOG_RECORD_TOMBSTONE ||
-			span > extent->length - pos)
-		{
-			snprintf(why, why_len, "file \"%s\" has no valid record at byte %llu", path,
-					 (unsigned long long) pos);
-			goto done;
-		}
-		if (hdr.len > record_cap)
-		{
-			if (record != lf_buffer)
-				pfree(record);
-			record_cap = hdr.len;
-			record = MemoryContextAllocHuge(CurrentMemoryContext, record_cap);
-		}
-		if (hdr.len > 0 && !lf_read_at(&reader, pos + sizeof(hdr), record, hdr.len))
-		{
-			snprintf(why, why_len, "could not read file \"%s\" at byte %llu", path,
-					 (unsigned long long) pos);
-			goto done;
-		}
-		last.tx = hdr.tx;
-		last.op = hdr.op;
-		res = slog_append(table->arena, log, last, hdr.kind, record, hdr.len);
-		pos += span;
-		if (res == SLOG_OK && chunk < extent->nchunks && extent->chunks[chunk].end_pos == pos)
-		{
-			LogOffset	end = {extent->chunks[chunk].end_tx, extent->chunks[chunk].end_op};
-
-			res = slog_close_chunk(table->arena, log, end);
-			chunk++;
-		}
-		if (res != SLOG_OK)
-		{
-			snprintf(why, why_len, res == SLOG_FULL ?
-					 "the shape log memory (\"shape_sync.log_memory\") is full" :
-					 "it is larger than a shape log may be");
-			goto done;
-		}
-		if (chunk < extent->nchunks && extent->chunks[chunk].end_pos < pos)
-		{
-			snprintf(why, why_len, "a chunk of file \"%s\" does not end where a record does", path);
-			goto done;
-		}
-	}
-	if (chunk != extent->nchunks || log->write_pos != extent->length)
-	{
-		snprintf(why, why_len, "file \"%s\" does not end as its manifest says (%u of %u chunks, %llu of %llu bytes)",
-				 path, chunk, extent->nchunks, (unsigned long long) log->write_pos,
-				 (unsigned long long) extent->length);
-		goto done;
-	}
-	/* the published last offset: a snapshot's is its end, past its last row */
-	slog_publish(log, extent->last, SLOG_SNAPSHOT_DONE);
 	lf_reset(fs);
 	fs->in_use = true;
 	fs->incarnation = ++lf_incarnations;
@@ -634,78 +270,12 @@ log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_
 	fs->file = file;
 	fs->written = fs->synced = extent->length;
 	lf_lists_shapes = true;
-	ok = true;
-done:
-	if (reader.buffer != NULL)
-		pfree(reader.buffer);
-	if (record != lf_buffer)
-		pfree(record);
-	if (!ok)
-		FileClose(file);
-	return ok;
-}
-
-/* The file names of the restored shapes, while log_files_restore_done runs. */
-static HTAB *lf_keep;
-
-typedef struct LfKeptName
-{
-	char		name[LOG_STORE_HANDLE_LEN + 32];	/* the hash key */
-} LfKeptName;
-
-/* Whether a file name belongs to a shape that is restored. */
-static bool
-lf_restored_file(const char *name)
-{
-	char		key[LOG_STORE_HANDLE_LEN + 32];
-
-	if (strcmp(name, "manifest") == 0)
-		return true;
-	if (strlen(name) >= sizeof(key))
-		return false;
-	memset(key, 0, sizeof(key));
-	strcpy(key, name);
-	return hash_search(lf_keep, key, HASH_FIND, NULL) != NULL;
 }
 
 void
-log_files_restore_done(void)
+lf_manifest_outdated(void)
 {
-	if (lf_shapes == NULL)
-		return;					/* shape_sync.durable_logs is off */
-	/* the files of shapes that could not be restored, strays, the marker */
-	{
-		HASHCTL		ctl;
-		char		path[MAXPGPATH];
-		LfKeptName	key;
-
-		ctl.keysize = sizeof(key.name);
-		ctl.entrysize = sizeof(LfKeptName);
-		ctl.hcxt = CurrentMemoryContext;
-		lf_keep = hash_create("shape_sync restored files", 256, &ctl,
-							  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		for (uint32 i = 0; i < lf_nslots; i++)
-		{
-			if (!lf_shapes[i].in_use)
-				continue;
-			lf_data_path(lf_shapes[i].handle, lf_shapes[i].generation, path);
-			memset(&key, 0, sizeof(key));
-			strlcpy(key.name, path + strlen(LOG_FILES_DIR) + 1, sizeof(key.name));
-			hash_search(lf_keep, &key, HASH_ENTER, NULL);
-			lf_shape_path(lf_shapes[i].handle, path);
-			memset(&key, 0, sizeof(key));
-			strlcpy(key.name, path + strlen(LOG_FILES_DIR) + 1, sizeof(key.name));
-			hash_search(lf_keep, &key, HASH_ENTER, NULL);
-		}
-		lf_remove_files(lf_restored_file);
-		hash_destroy(lf_keep);
-		lf_keep = NULL;
-	}
-	/* the manifest still names the shapes that were not restored */
-	if (lf_have_previous)
-		lf_manifest_stale = true;
-	log_manifest_free(&lf_previous);
-	lf_have_previous = false;
+	lf_manifest_stale = true;
 }
 
 /* -------------------------------------------------------------- writing */

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * log_files.h
- *		Shape logs on disk: written behind the shared-memory logs, made
- *		durable in rounds, read back when the worker starts.
+ *		Shape logs on disk: written behind the shared-memory logs and made
+ *		durable in rounds (log_restore.h reads them back at start).
  *
  * IDENTIFICATION
  *	  src/pg/worker/log_files.h
@@ -20,20 +20,11 @@
 
 #define LOG_FILES_DIR			"pg_shape_sync"
 
-/* Start: the directory, and what the last manifest says (or NULL). */
-extern void log_files_start(uint32 nslots);
-
 /*
- * The manifest of the previous life, checked against the cluster, the slot
- * (`slot_made_now`: created or replaced just now) and its confirmed position;
- * NULL when nothing may be restored (the reason is logged and the files are
- * gone).  Freed by log_files_restore_done.
+ * Start: the directory, and the flusher thread.  With
+ * shape_sync.durable_logs off, the files of an earlier life are removed.
  */
-extern const LogStoreManifest *log_files_restorable(bool slot_made_now,
-													XLogRecPtr slot_confirmed);
-extern LogStoreShape *log_files_read_shape(const char *handle);
-extern bool log_files_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_len);
-extern void log_files_restore_done(void);
+extern void log_files_start(uint32 nslots);
 
 /* The shape stream's notes. */
 extern void log_files_shape_ready(uint32 slot, const LogStoreShape *shape);

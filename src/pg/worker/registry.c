@@ -80,6 +80,7 @@
 #include "decoder.h"
 #include "guc.h"
 #include "log_files.h"
+#include "log_restore.h"
 #include "name_lookup.h"
 #include "registry.h"
 #include "shape_def.h"
@@ -599,7 +600,7 @@ reg_restore_one(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
 	table->slots[slot].snapshot_lsn = stored->snapshot_lsn;
 	atomic_store(&table->slots[slot].snapshot_rows, stored->snapshot_rows);
 	atomic_store(&table->slots[slot].snapshot_ms, stored->snapshot_ms);
-	if (!log_files_load(slot, extent, why, sizeof(why)))
+	if (!log_restore_load(slot, extent, why, sizeof(why)))
 		return pstrdup(why);
 	visibility = palloc(offsetof(SnapshotVisibility, xip) + sizeof(uint64) * Max(stored->nxip, 1));
 	visibility->xmin = stored->xmin;
@@ -669,7 +670,7 @@ reg_try_restore(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
 
 /*
  * Restores the shapes of the previous life that the manifest lists
- * (log_files.c checked it against the cluster and the slot): each with its
+ * (log_restore.c checked it against the cluster and the slot): each with its
  * handle, so that its clients go on at their offsets.  Main thread, at
  * start, before decoding: returns how many were restored.
  */
@@ -690,7 +691,7 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 	for (uint32 i = 0; i < manifest->nshapes; i++)
 	{
 		const LogStoreExtent *extent = &manifest->shapes[i];
-		LogStoreShape *stored = log_files_read_shape(extent->handle);
+		LogStoreShape *stored = log_restore_read_shape(extent->handle);
 		const char *why;
 		char	   *table;
 		bool		lock_timeout;

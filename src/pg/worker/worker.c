@@ -57,6 +57,7 @@
 #include "http_server.h"
 #include "log_files.h"
 #include "log_prefault.h"
+#include "log_restore.h"
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
@@ -446,7 +447,7 @@ shape_sync_worker_main(Datum arg)
 		XLogRecPtr	stored_up_to;
 
 		decoder_open_slot(worker_during_replay, &slot_made_now, &slot_confirmed);
-		stored = log_files_restorable(slot_made_now, slot_confirmed);
+		stored = log_restore_check_header(slot_made_now, slot_confirmed);
 		if (stored != NULL)
 			restored = registry_restore_shapes(stored);
 		/*
@@ -457,7 +458,7 @@ shape_sync_worker_main(Datum arg)
 		atomic_store(&shape_sync_shared->table->last_seen_lsn, stored_up_to);
 		worker_resuming = restored > 0;
 		worker_resume_until = GetFlushRecPtr(NULL);
-		log_files_restore_done();
+		log_restore_done();
 		decoder_start(restored > 0 ? stored_up_to : InvalidXLogRecPtr);
 	}
 	if (request_queue_init(&worker_queue) != 0)

@@ -1,0 +1,84 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_files_internal.h
+ *		What the files of the shape logs on disk share: each slot's files,
+ *		their paths, and what the restore hands over to the writing side.
+ *
+ * The shape logs on disk (log_files.c explains the store) are two files:
+ *	 log_files.c     writing behind memory, rounds, the slot's confirmation
+ *	 log_restore.c   at start: the manifest checked, the files read back
+ * Everything declared here is used on the worker's main thread only: the
+ * flusher thread gets a round's paths and manifest as copies of its own.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/log_files_internal.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LOG_FILES_INTERNAL_H
+#define LOG_FILES_INTERNAL_H
+
+#include "postgres.h"
+
+#include "access/xlogdefs.h"
+#include "storage/fd.h"
+
+#include "log_files.h"
+#include "log_manifest.h"
+
+#define LOG_FILES_BUFFER			((size_t) 256 * 1024)
+#define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
+
+typedef struct FileShape
+{
+	bool		in_use;			/* it has a shape file */
+	bool		listed;			/* its file is complete: in every manifest */
+	bool		dirty;			/* on lf_dirty */
+	bool		unsynced;		/* on lf_unsynced */
+	bool		shape_file_synced;
+	bool		failed;			/* a write failed: in memory only from now on */
+	bool		in_round;		/* in the round in flight */
+	uint64		incarnation;	/* tells this shape from a later one in the slot */
+	char		handle[LOG_STORE_HANDLE_LEN];
+	uint32		generation;
+	File		file;			/* its data file, or -1 */
+	uint64		written;
+	uint64		synced;
+} FileShape;
+
+/* One per slot; NULL when shape_sync.durable_logs is off or has no directory. */
+extern FileShape *lf_shapes;
+extern uint32 lf_nslots;
+extern char *lf_buffer;			/* LOG_FILES_BUFFER bytes on their way */
+
+static inline void
+lf_data_path(const char *handle, uint32 generation, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/%s.%u.log", LOG_FILES_DIR, handle, generation);
+}
+
+static inline void
+lf_shape_path(const char *handle, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/%s.shape", LOG_FILES_DIR, handle);
+}
+
+/* Removes every file of the store but those `keep` says to keep; how many went. */
+extern int	lf_remove_files(bool (*keep) (const char *name));
+
+/* The header that describes this cluster, slot and database now. */
+extern void lf_header_now(LogStoreHeader *h, XLogRecPtr durable);
+
+/*
+ * What the restore hands over to the writing side: the header of the
+ * manifest it restores from (no round says less than its durable_lsn, and
+ * files written under shape_sync.log_fsync = off are fsynced again), each
+ * shape it restored (its data file open and `extent->length` bytes long,
+ * listed from now on), and that the manifest on disk may name shapes that
+ * were not restored (the next round replaces it).
+ */
+extern void lf_resume_from(const LogStoreHeader *stored);
+extern void lf_restored(uint32 slot, const LogStoreExtent *extent, File file);
+extern void lf_manifest_outdated(void);
+
+#endif							/* LOG_FILES_INTERNAL_H */
