@@ -47,7 +47,7 @@
  * cache callbacks of shape_stream.c ignore these resets
  * (catalog_use_resetting_caches): nothing changed.
  *
- * A (re)started worker that restored no shape from disk (log_files.c)
+ * A (re)started worker that restored no shape from disk (log_restore.c)
  * holds none, so the WAL written since the slot's confirmed position
  * concerns nobody: it is skipped in fast-forward mode (the recipe of pg_replication_slot_advance:
  * records are read for the snapshot builder, no transaction is assembled

@@ -34,7 +34,7 @@ extern void shape_stream_remove(uint32 slot);
 extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
 
 /*
- * A shape restored from disk (log_files.c): commits before `lsn` are in
+ * A shape restored from disk (log_restore.c): commits before `lsn` are in
  * its log already, and are skipped when the WAL is decoded again.
  */
 extern void shape_stream_resume_after(uint32 slot, XLogRecPtr lsn);

@@ -256,7 +256,7 @@ ss_touch(ShapeStream *s)
 	ss_touched = lappend(ss_touched, s);
 	MemoryContextSwitchTo(old);
 	if (s->ready && ss_lsn < s->resume_lsn)
-		s->skip_txn = true;		/* restored with it (log_files.c) */
+		s->skip_txn = true;		/* restored with it (log_restore.c) */
 	else if (s->ready && s->filtering)
 	{
 		/*
