@@ -42,6 +42,12 @@
  * whose links live outside the blocks, in arena->next[], so that a popped
  * block's contents never race with a stale reader of its link.
  *
+ * A log that also lives in a file (log_files.c writes it behind memory)
+ * can give the blocks of its oldest bytes back (slog_trim): its readers
+ * then read those bytes from the file, and memory keeps the recent part
+ * of the log, which live clients read, plus the indexes of the whole log
+ * (about 0.3% of its bytes), so a shape may be larger than the arena.
+ *
  * Nothing here calls PostgreSQL: the writer is a PostgreSQL process (the
  * snapshot worker, later the decoder), the readers are HTTP threads, and
  * standalone tests drive both.
@@ -72,9 +78,17 @@
  *   published range, and then without a lock.  A failed append writes no
  *   entry; index blocks it attached stay attached, for the next append or
  *   for slog_release, as data blocks do.
- * - Blocks return to the arena only through slog_release, which the caller
+ * - Blocks return to the arena through slog_release, which the caller
  *   runs when no reader can still hold the log (the pin protocol of
- *   shape_table.c guarantees it).
+ *   shape_table.c guarantees it), and, for the oldest data blocks of a log
+ *   that lives on disk too, through slog_trim: it moves mem_start past
+ *   them (seq_cst), and the caller gives them back only once every reader
+ *   that could have loaded the previous mem_start has left its epoch
+ *   section (reader_epochs.c).  Every reader function is one section: it
+ *   loads mem_start once, reads blocks at or past it from memory and
+ *   blocks below it from the log's file (file_path, written before the
+ *   first trim), whole blocks at a time.  Chunk and position index blocks
+ *   and the block maps stay in memory for the log's life.
  * - The free stack head packs an ABA tag with the block number and changes
  *   by CAS; pops acquire, pushes release, so a block's previous life
  *   happens-before its next one.
@@ -87,9 +101,12 @@
 #include "shape_log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "reader_epochs.h"
 
 #ifdef POSTGRES_H
 #error "shape_log.c is shared by threads and must not include postgres.h"
@@ -284,6 +301,33 @@ slog_map_get(const ShapeLogArena *arena, const SlogBlockMap *map, uint64_t nth)
 	return ((const uint32_t *) slog_block(arena, dir))[nth % SLOG_DIR_FANOUT];
 }
 
+/*
+ * Unnames the nth block of a map (attached), so that releasing the map
+ * leaves it alone.  Only when no reader can use the map (slog_release).
+ */
+static void
+slog_map_forget(const ShapeLogArena *arena, SlogBlockMap *map, uint64_t nth)
+{
+	uint32_t	dir;
+
+	if (nth < SLOG_MAP_DIRECT)
+	{
+		atomic_store_explicit(&map->direct[nth], SLOG_NO_BLOCK, relaxed);
+		return;
+	}
+	nth -= SLOG_MAP_DIRECT;
+	if (nth < (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT)
+		dir = atomic_load_explicit(&map->indirect[nth / SLOG_DIR_FANOUT], relaxed);
+	else
+	{
+		nth -= (uint64_t) SLOG_MAP_INDIRECT * SLOG_DIR_FANOUT;
+		dir = ((const uint32_t *) slog_block(arena, atomic_load_explicit(&map->double_indirect,
+																		   relaxed)))
+			[nth / SLOG_DIR_FANOUT];
+	}
+	((uint32_t *) slog_block(arena, dir))[nth % SLOG_DIR_FANOUT] = SLOG_NO_BLOCK;
+}
+
 /* Takes a block for the log; a directory block starts with no entries. */
 static uint32_t
 slog_take(ShapeLogArena *arena, ShapeLog *log, bool directory)
@@ -435,6 +479,8 @@ slog_init(ShapeLog *log)
 	atomic_init(&log->pub_flags, 0);
 	atomic_init(&log->pub_last_tx, LOG_OFFSET_BEFORE_ALL.tx);
 	atomic_init(&log->pub_last_op, LOG_OFFSET_BEFORE_ALL.op);
+	atomic_init(&log->mem_start, 0);
+	log->file_path[0] = '\0';
 	slog_map_init(&log->data);
 	slog_map_init(&log->chunk_blocks);
 	slog_map_init(&log->pos_blocks);
@@ -644,10 +690,80 @@ slog_publish(ShapeLog *log, LogOffset last, uint32_t flags)
 void
 slog_release(ShapeLogArena *arena, ShapeLog *log)
 {
+	uint64_t	trimmed = atomic_load_explicit(&log->mem_start, relaxed) / SLOG_BLOCK_SIZE;
+
+	/* blocks slog_trim retired go back through slog_arena_give_back */
+	for (uint64_t nth = 0; nth < trimmed; nth++)
+		slog_map_forget(arena, &log->data, nth);
 	slog_map_release(arena, &log->data);
 	slog_map_release(arena, &log->chunk_blocks);
 	slog_map_release(arena, &log->pos_blocks);
 	slog_init(log);
+}
+
+/* ------------------------------------------------------ memory to disk */
+
+/*
+ * Names the file that holds the log's bytes, relative to the working
+ * directory of the processes that read the log.  Writer, before the first
+ * slog_trim; the name stays until slog_init.
+ */
+void
+slog_set_file(ShapeLog *log, const char *path)
+{
+	size_t		len = strlen(path);
+
+	if (len >= sizeof(log->file_path) ||
+		atomic_load_explicit(&log->mem_start, relaxed) != 0)
+		return;
+	memcpy(log->file_path, path, len + 1);
+}
+
+/* The first byte of the log still in memory (0: all of it). */
+uint64_t
+slog_mem_start(const ShapeLog *log)
+{
+	return atomic_load(&log->mem_start);
+}
+
+/*
+ * Takes from memory the data blocks of the log that lie wholly below
+ * `upto` (clipped to what the writer appended), max_blocks at most: their
+ * numbers go to `blocks`, and readers read those bytes from the file named
+ * by slog_set_file from now on, which must hold them.  Returns how many.
+ * The caller gives the blocks back to the arena once every reader that
+ * could still copy from them has left (reader_epoch_retire, then
+ * reader_epoch_passed, then slog_arena_give_back).  Writer only.
+ */
+uint32_t
+slog_trim(ShapeLog *log, uint64_t upto, const ShapeLogArena *arena, uint32_t *blocks,
+		  uint32_t max_blocks)
+{
+	uint64_t	from = atomic_load_explicit(&log->mem_start, relaxed) / SLOG_BLOCK_SIZE;
+	uint64_t	to;
+	uint32_t	n = 0;
+
+	if (log->file_path[0] == '\0')
+		return 0;
+	if (upto > log->write_pos)
+		upto = log->write_pos;
+	to = upto / SLOG_BLOCK_SIZE;
+	for (uint64_t nth = from; nth < to && n < max_blocks; nth++)
+		blocks[n++] = slog_map_get(arena, &log->data, nth);
+	if (n == 0)
+		return 0;
+	log->blocks_held -= n;
+	/* seq_cst: see reader_epochs.c */
+	atomic_store(&log->mem_start, (from + n) * SLOG_BLOCK_SIZE);
+	return n;
+}
+
+/* Gives blocks that slog_trim took back to the arena. */
+void
+slog_arena_give_back(ShapeLogArena *arena, const uint32_t *blocks, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		slog_block_push(arena, blocks[i]);
 }
 
 /* -------------------------------------------------------------- readers */
@@ -672,28 +788,133 @@ slog_read_published(const ShapeLog *log, SlogPublished *out)
 	}
 }
 
-void
-slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos,
-			  char *dst, size_t n)
+/*
+ * A reader's access to a log's data, for the length of one call of a
+ * reader function: an epoch section (reader_epochs.c), so that the blocks
+ * it finds in memory stay there until it returns; the log's mem_start as
+ * the section began; and the block it read last, so that the records of
+ * one block (a hundred or more of typical rows) cost one directory lookup,
+ * or one read of the file, not one each.  A block below mem_start is read
+ * whole from the log's file, opened once per call.
+ */
+typedef struct SlogBlockCache
+{
+	uint64_t	nth;			/* the block's number in the log, or UINT64_MAX */
+	const char *base;
+	uint64_t	mem_start;
+	int			fd;				/* the log's file, or -1 */
+	bool		failed;			/* the file could not be read */
+	char		file_block[SLOG_BLOCK_SIZE];
+} SlogBlockCache;
+
+static void
+slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
+{
+	reader_epoch_enter();
+	cache->nth = UINT64_MAX;
+	cache->base = NULL;
+	cache->mem_start = log ? atomic_load(&log->mem_start) : 0;	/* seq_cst */
+	cache->fd = -1;
+	cache->failed = false;
+}
+
+static void
+slog_cache_end(SlogBlockCache *cache)
+{
+	if (cache->fd >= 0)
+		close(cache->fd);
+	reader_epoch_exit();
+}
+
+/* Reads n bytes at off of fd, retrying short reads; false at EOF or error. */
+static bool
+slog_pread_all(int fd, char *dst, size_t n, uint64_t off)
+{
+	while (n > 0)
+	{
+		ssize_t		got = pread(fd, dst, n, (off_t) off);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got == 0)
+			errno = ENODATA;	/* the file is shorter than the log */
+		if (got <= 0)
+			return false;
+		dst += got;
+		off += (uint64_t) got;
+		n -= (size_t) got;
+	}
+	return true;
+}
+
+/* The bytes of the log's nth data block; NULL when its file cannot be read. */
+static const char *
+slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				 uint64_t nth)
+{
+	if (nth == cache->nth)
+		return cache->base;
+	if (nth * SLOG_BLOCK_SIZE >= cache->mem_start)
+	{
+		cache->base = slog_block(arena, slog_map_get(arena, &log->data, nth));
+		cache->nth = nth;
+		return cache->base;
+	}
+	if (cache->failed)
+		return NULL;
+	if (cache->fd < 0)
+		cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
+	if (cache->fd < 0 ||
+		!slog_pread_all(cache->fd, cache->file_block, SLOG_BLOCK_SIZE, nth * SLOG_BLOCK_SIZE))
+	{
+		cache->failed = true;
+		cache->nth = UINT64_MAX;
+		return NULL;
+	}
+	cache->nth = nth;
+	cache->base = cache->file_block;
+	return cache->base;
+}
+
+/* Copies [pos, pos + n) of published data out; false when the file failed. */
+static bool
+slog_cached_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				 uint64_t pos, char *dst, size_t n)
 {
 	while (n > 0)
 	{
 		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
 		size_t		step = n < in_block ? n : in_block;
+		const char *base = slog_cache_block(arena, log, cache, pos / SLOG_BLOCK_SIZE);
 
-		memcpy(dst, slog_block(arena, slog_data_block(arena, log, pos)) +
-			   pos % SLOG_BLOCK_SIZE, step);
+		if (base == NULL)
+			return false;
+		memcpy(dst, base + pos % SLOG_BLOCK_SIZE, step);
 		pos += step;
 		dst += step;
 		n -= step;
 	}
+	return true;
 }
 
-void
+bool
+slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos,
+			  char *dst, size_t n)
+{
+	SlogBlockCache cache;
+	bool		ok;
+
+	slog_cache_begin(log, &cache);
+	ok = slog_cached_copy(arena, log, &cache, pos, dst, n);
+	slog_cache_end(&cache);
+	return ok;
+}
+
+bool
 slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
 				 uint64_t pos, SlogRecordHeader *hdr)
 {
-	slog_copy_out(arena, log, pos, (char *) hdr, sizeof(*hdr));
+	return slog_copy_out(arena, log, pos, (char *) hdr, sizeof(*hdr));
 }
 
 static LogOffset
@@ -715,15 +936,16 @@ slog_header_offset(const SlogRecordHeader *hdr)
 
 /*
  * The first record of [start, end) whose offset is past `after`, or end if
- * none is.  start and end are record boundaries of published data.  The
- * entries whose byte lies in (start, end) name records of the range; the
- * binary search finds the last of them at or before `after`, and the scan
- * from there stops at the next entry's record at the latest: it reads the
- * headers of records that start within one stride.
+ * none is; UINT64_MAX when the log's file could not be read.  start and
+ * end are record boundaries of published data.  The entries whose byte
+ * lies in (start, end) name records of the range; the binary search finds
+ * the last of them at or before `after`, and the scan from there stops at
+ * the next entry's record at the latest: it reads the headers of records
+ * that start within one stride.
  */
 static uint64_t
-slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
-		  uint64_t end, LogOffset after)
+slog_seek(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+		  uint64_t start, uint64_t end, LogOffset after)
 {
 	SlogRecordHeader hdr;
 	uint64_t	pos = start;
@@ -738,7 +960,8 @@ slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
 			uint64_t	mid = lo + (hi - lo) / 2;
 			uint64_t	p = slog_pos_get(arena, log, mid);
 
-			slog_read_header(arena, log, p, &hdr);
+			if (!slog_cached_copy(arena, log, cache, p, (char *) &hdr, sizeof(hdr)))
+				return UINT64_MAX;
 			if (log_offset_cmp(slog_header_offset(&hdr), after) <= 0)
 			{
 				pos = p + slog_record_span(hdr.len);
@@ -750,7 +973,8 @@ slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
 	}
 	while (pos < end)
 	{
-		slog_read_header(arena, log, pos, &hdr);
+		if (!slog_cached_copy(arena, log, cache, pos, (char *) &hdr, sizeof(hdr)))
+			return UINT64_MAX;
 		if (log_offset_cmp(slog_header_offset(&hdr), after) > 0)
 			break;
 		pos += slog_record_span(hdr.len);
@@ -766,12 +990,14 @@ slog_seek(const ShapeLogArena *arena, const ShapeLog *log, uint64_t start,
  * end past its last record (log_compact.c makes such ends), so a reader at
  * that record finds nothing in it: the next chunk is its answer, since an
  * empty range means "nothing yet" to a live request.  (A chunk with no
- * records at all is answered as it is.)
+ * records at all is answered as it is.)  A range whose headers could not
+ * be read from the log's file is ready and failed.
  */
 void
 slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			const SlogPublished *pub, LogOffset after, SlogRange *range)
 {
+	SlogBlockCache cache;
 	uint32_t	lo = 0;
 	uint32_t	hi = pub->chunk_count;
 	bool		has_records;
@@ -787,6 +1013,7 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			lo = mid + 1;
 	}
 
+	slog_cache_begin(log, &cache);
 	for (;; lo++)
 	{
 		memset(range, 0, sizeof(*range));
@@ -807,19 +1034,37 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			range->beyond_end = log_offset_cmp(after, pub->last) > 0;
 		}
 		else
-			return;				/* the chunk is still being written */
+			break;				/* the chunk is still being written */
 
 		range->ready = true;
 		has_records = range->start < range->end;
 		if (!log_offset_is_before_all(after))
-			range->start = slog_seek(arena, log, range->start, range->end, after);
+		{
+			range->start = slog_seek(arena, log, &cache, range->start, range->end, after);
+			if (range->start == UINT64_MAX)
+			{
+				range->start = range->end;
+				range->failed = true;
+				break;
+			}
+		}
 		/* the tail, a chunk with records after `after`, or one with none at all */
 		if (lo >= pub->chunk_count || range->start < range->end || !has_records)
-			return;
+			break;
 	}
+	slog_cache_end(&cache);
 }
 
 /* ------------------------------------------------------------- cursors */
+
+/* The cursor's file could not be read: it has no more records. */
+static void
+slog_cursor_fail(SlogCursor *cursor)
+{
+	cursor->failed = true;
+	cursor->in_record = false;
+	cursor->pos = cursor->end;
+}
 
 /*
  * Moves past the tombstones this reader is not to see: those of a key
@@ -827,19 +1072,29 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
  * log_compact.c).
  */
 static void
-slog_cursor_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)
+slog_cursor_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				 SlogCursor *cursor)
 {
 	while (cursor->pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
 		LogOffset	born;
 
-		slog_read_header(arena, log, cursor->pos, &hdr);
+		if (!slog_cached_copy(arena, log, cache, cursor->pos, (char *) &hdr, sizeof(hdr)))
+		{
+			slog_cursor_fail(cursor);
+			return;
+		}
 		if (hdr.kind != SLOG_RECORD_TOMBSTONE)
 			return;
-		slog_copy_out(arena, log, cursor->pos + sizeof(hdr), (char *) &born.tx, sizeof(born.tx));
-		slog_copy_out(arena, log, cursor->pos + sizeof(hdr) + sizeof(born.tx),
-					  (char *) &born.op, sizeof(born.op));
+		if (!slog_cached_copy(arena, log, cache, cursor->pos + sizeof(hdr),
+							  (char *) &born.tx, sizeof(born.tx)) ||
+			!slog_cached_copy(arena, log, cache, cursor->pos + sizeof(hdr) + sizeof(born.tx),
+							  (char *) &born.op, sizeof(born.op)))
+		{
+			slog_cursor_fail(cursor);
+			return;
+		}
 		if (log_offset_cmp(born, cursor->after) <= 0)
 			return;				/* it had the row: it needs the delete */
 		cursor->pos += slog_record_span(hdr.len);
@@ -859,8 +1114,15 @@ slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 	cursor->after = after;
 	cursor->len = cursor->sent = cursor->skip = 0;
 	cursor->in_record = false;
+	cursor->failed = false;
 	if (start < end)
-		slog_cursor_skip(arena, log, cursor);
+	{
+		SlogBlockCache cache;
+
+		slog_cache_begin(log, &cache);
+		slog_cursor_skip(arena, log, &cache, cursor);
+		slog_cache_end(&cache);
+	}
 }
 
 /* Whether records remain: one being copied, or one not yet begun. */
@@ -870,55 +1132,24 @@ slog_cursor_more(const SlogCursor *cursor)
 	return cursor->in_record || cursor->pos < cursor->end;
 }
 
-/* The length of the next record's message; call when !in_record and more. */
+/*
+ * The length of the next record's message; call when !in_record and more.
+ * 0 when the log's file cannot be read (slog_cursor_begin then fails).
+ */
 uint32_t
 slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor)
 {
 	SlogRecordHeader hdr;
 
-	slog_read_header(arena, log, cursor->pos, &hdr);
+	if (!slog_read_header(arena, log, cursor->pos, &hdr))
+		return 0;
 	return hdr.kind == SLOG_RECORD_TOMBSTONE ? hdr.len - SLOG_TOMBSTONE_PREFIX : hdr.len;
 }
 
 /*
- * A reader walking forward through a log remembers the block of the last
- * position it read, so that the records of one block (a hundred or more of
- * typical rows) cost one directory lookup, not one each.
- */
-typedef struct SlogBlockCache
-{
-	uint64_t	nth;			/* the block's number in the log, or UINT64_MAX */
-	const char *base;
-} SlogBlockCache;
-
-#define SLOG_BLOCK_CACHE_INIT {UINT64_MAX, NULL}
-
-/* Copies [pos, pos + n) of published data out, through the cache. */
-static inline void
-slog_cached_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
-				 uint64_t pos, char *dst, size_t n)
-{
-	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
-
-	if (n == 0)
-		return;					/* pos may be the end of what is published */
-	if (pos % SLOG_BLOCK_SIZE + n > SLOG_BLOCK_SIZE)
-	{
-		slog_copy_out(arena, log, pos, dst, n); /* it straddles blocks */
-		return;
-	}
-	if (nth != cache->nth)
-	{
-		cache->nth = nth;
-		cache->base = slog_block(arena, slog_data_block(arena, log, pos));
-	}
-	memcpy(dst, cache->base + pos % SLOG_BLOCK_SIZE, n);
-}
-
-/*
  * The bytes before the message in the record at `pos` with header `hdr`,
- * or -1 when it is a tombstone the cursor's reader does not need (it never
- * had the row: see slog_cursor_skip).
+ * -1 when it is a tombstone the cursor's reader does not need (it never
+ * had the row: see slog_cursor_skip), -2 when the file failed.
  */
 static inline int
 slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
@@ -928,9 +1159,11 @@ slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCach
 
 	if (hdr->kind != SLOG_RECORD_TOMBSTONE)
 		return 0;
-	slog_cached_copy(arena, log, cache, pos + sizeof(*hdr), (char *) &born.tx, sizeof(born.tx));
-	slog_cached_copy(arena, log, cache, pos + sizeof(*hdr) + sizeof(born.tx),
-					 (char *) &born.op, sizeof(born.op));
+	if (!slog_cached_copy(arena, log, cache, pos + sizeof(*hdr), (char *) &born.tx,
+						  sizeof(born.tx)) ||
+		!slog_cached_copy(arena, log, cache, pos + sizeof(*hdr) + sizeof(born.tx),
+						  (char *) &born.op, sizeof(born.op)))
+		return -2;
 	return log_offset_cmp(born, cursor->after) > 0 ? -1 : (int) SLOG_TOMBSTONE_PREFIX;
 }
 
@@ -938,32 +1171,38 @@ slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCach
  * The message bytes a cursor that has not begun a record would copy out
  * from here to the end of its range, and how many messages: a walk of the
  * record headers, which a response of known length needs before it starts.
+ * False when the log's file could not be read.
  */
-uint64_t
+bool
 slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor,
-					uint64_t *messages)
+					uint64_t *bytes, uint64_t *messages)
 {
-	SlogBlockCache cache = SLOG_BLOCK_CACHE_INIT;
+	SlogBlockCache cache;
 	uint64_t	pos = cursor->pos;
-	uint64_t	bytes = 0;
-	uint64_t	count = 0;
+	bool		ok = true;
 
+	*bytes = *messages = 0;
+	slog_cache_begin(log, &cache);
 	while (pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
 		int			skip;
 
-		slog_cached_copy(arena, log, &cache, pos, (char *) &hdr, sizeof(hdr));
-		skip = slog_message_skip(arena, log, &cache, cursor, pos, &hdr);
+		if (!slog_cached_copy(arena, log, &cache, pos, (char *) &hdr, sizeof(hdr)) ||
+			(skip = slog_message_skip(arena, log, &cache, cursor, pos, &hdr)) == -2)
+		{
+			ok = false;
+			break;
+		}
 		if (skip >= 0)
 		{
-			bytes += hdr.len - (uint32_t) skip;
-			count++;
+			*bytes += hdr.len - (uint32_t) skip;
+			(*messages)++;
 		}
 		pos += slog_record_span(hdr.len);
 	}
-	*messages = count;
-	return bytes;
+	slog_cache_end(&cache);
+	return ok;
 }
 
 /*
@@ -972,47 +1211,64 @@ slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogC
  * array's body, one header read and one copy per message.  Returns the
  * bytes written; stops at the end of the range or before the first message
  * that does not fit whole, which slog_cursor_begin and slog_cursor_copy
- * then split.  Call when the cursor is not inside a record.
+ * then split.  Call when the cursor is not inside a record.  When the
+ * log's file cannot be read, the cursor fails (cursor->failed) and has no
+ * more records.
  */
 size_t
 slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
 						  char *dst, size_t n, bool *any)
 {
-	SlogBlockCache cache = SLOG_BLOCK_CACHE_INIT;
+	SlogBlockCache cache;
 	size_t		done = 0;
 
+	slog_cache_begin(log, &cache);
 	while (cursor->pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
 		int			skip;
 		size_t		len;
 
-		slog_cached_copy(arena, log, &cache, cursor->pos, (char *) &hdr, sizeof(hdr));
-		skip = slog_message_skip(arena, log, &cache, cursor, cursor->pos, &hdr);
+		if (!slog_cached_copy(arena, log, &cache, cursor->pos, (char *) &hdr, sizeof(hdr)) ||
+			(skip = slog_message_skip(arena, log, &cache, cursor, cursor->pos, &hdr)) == -2)
+		{
+			slog_cursor_fail(cursor);
+			break;
+		}
 		if (skip >= 0)
 		{
 			len = hdr.len - (uint32_t) skip;
 			if (len + (*any ? 1 : 0) > n - done)
 				break;
+			if (!slog_cached_copy(arena, log, &cache,
+								  cursor->pos + sizeof(hdr) + (uint32_t) skip,
+								  dst + done + (*any ? 1 : 0), len))
+			{
+				slog_cursor_fail(cursor);
+				break;
+			}
 			if (*any)
 				dst[done++] = ',';
 			*any = true;
-			slog_cached_copy(arena, log, &cache, cursor->pos + sizeof(hdr) + (uint32_t) skip,
-							 dst + done, len);
 			done += len;
 		}
 		cursor->pos += slog_record_span(hdr.len);
 	}
+	slog_cache_end(&cache);
 	return done;
 }
 
-/* Starts copying the next record. */
+/* Starts copying the next record (or fails the cursor: see above). */
 void
 slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor)
 {
 	SlogRecordHeader hdr;
 
-	slog_read_header(arena, log, cursor->pos, &hdr);
+	if (!slog_read_header(arena, log, cursor->pos, &hdr))
+	{
+		slog_cursor_fail(cursor);
+		return;
+	}
 	cursor->skip = hdr.kind == SLOG_RECORD_TOMBSTONE ? SLOG_TOMBSTONE_PREFIX : 0;
 	cursor->len = hdr.len - cursor->skip;
 	cursor->sent = 0;
@@ -1022,23 +1278,33 @@ slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *c
 /*
  * Copies up to n bytes of the current record's message and returns how
  * many; the cursor moves to the next record once the message is out.
+ * Returns 0, and fails the cursor, when the log's file cannot be read.
  */
 size_t
 slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
 				 char *dst, size_t n)
 {
+	SlogBlockCache cache;
 	size_t		step = cursor->len - cursor->sent;
 
 	if (step > n)
 		step = n;
-	slog_copy_out(arena, log, cursor->pos + sizeof(SlogRecordHeader) + cursor->skip + cursor->sent,
-				  dst, step);
+	slog_cache_begin(log, &cache);
+	if (!slog_cached_copy(arena, log, &cache,
+						  cursor->pos + sizeof(SlogRecordHeader) + cursor->skip + cursor->sent,
+						  dst, step))
+	{
+		slog_cursor_fail(cursor);
+		slog_cache_end(&cache);
+		return 0;
+	}
 	cursor->sent += (uint32_t) step;
 	if (cursor->sent == cursor->len)
 	{
 		cursor->pos += slog_record_span(cursor->len + cursor->skip);
 		cursor->in_record = false;
-		slog_cursor_skip(arena, log, cursor);
+		slog_cursor_skip(arena, log, &cache, cursor);
 	}
+	slog_cache_end(&cache);
 	return step;
 }

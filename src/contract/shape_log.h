@@ -38,6 +38,7 @@
 	 (uint64_t) SLOG_DIR_FANOUT * SLOG_DIR_FANOUT)
 
 #define SLOG_MAX_DATA_BYTES		((uint64_t) 8 << 30)
+#define SLOG_FILE_PATH_LEN		96	/* "pg_shape_sync/<handle>.<generation>.log" */
 #define SLOG_CHUNKS_INLINE		2	/* closed chunks kept in the log itself */
 #define SLOG_CHUNKS_PER_BLOCK	(SLOG_BLOCK_SIZE / sizeof(SlogChunk))
 #define SLOG_MAX_CHUNKS			(1u << 20)
@@ -127,6 +128,15 @@ typedef struct ShapeLog
 	_Atomic int64_t pub_last_tx;
 	_Atomic uint64_t pub_last_op;
 
+	/*
+	 * Bytes below mem_start are not in memory but in the file at file_path
+	 * (relative to the process's working directory), which the writer sets
+	 * before mem_start first moves (slog_trim) and keeps until slog_init.
+	 * mem_start is a multiple of SLOG_BLOCK_SIZE and only grows.
+	 */
+	_Atomic uint64_t mem_start;
+	char		file_path[SLOG_FILE_PATH_LEN];
+
 	/* Block maps: set by the writer before the range is published. */
 	SlogBlockMap data;			/* the log's bytes */
 	SlogBlockMap chunk_blocks;	/* closed chunks past the inline ones */
@@ -148,6 +158,7 @@ typedef struct ShapeLog
 typedef struct SlogRange
 {
 	bool		ready;			/* false: wait for the writer */
+	bool		failed;			/* its file could not be read */
 	bool		beyond_end;		/* the request is past the last offset */
 	uint64_t	start;			/* first record to send */
 	uint64_t	end;			/* end of the last record to send */
@@ -169,17 +180,22 @@ extern SlogResult slog_close_chunk(ShapeLogArena *arena, ShapeLog *log,
 								   LogOffset end);
 extern void slog_publish(ShapeLog *log, LogOffset last, uint32_t flags);
 extern void slog_release(ShapeLogArena *arena, ShapeLog *log);
+extern void slog_set_file(ShapeLog *log, const char *path);
+extern uint32_t slog_trim(ShapeLog *log, uint64_t upto, const ShapeLogArena *arena,
+						  uint32_t *blocks, uint32_t max_blocks);
+extern void slog_arena_give_back(ShapeLogArena *arena, const uint32_t *blocks, uint32_t n);
+extern uint64_t slog_mem_start(const ShapeLog *log);
 
 /* Readers (any thread or process, no lock) */
 extern void slog_read_published(const ShapeLog *log, SlogPublished *out);
 extern void slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 						const SlogPublished *pub, LogOffset after,
 						SlogRange *range);
-extern void slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
+extern bool slog_read_header(const ShapeLogArena *arena, const ShapeLog *log,
 							 uint64_t pos, SlogRecordHeader *hdr);
 extern void slog_chunk_read(const ShapeLogArena *arena, const ShapeLog *log, uint32_t i,
 							SlogChunk *out);
-extern void slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
+extern bool slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
 						  uint64_t pos, char *dst, size_t n);
 
 /*
@@ -195,6 +211,7 @@ typedef struct SlogCursor
 	uint32_t	sent;			/* ... copied out so far */
 	uint32_t	skip;			/* bytes of its payload before the message */
 	bool		in_record;
+	bool		failed;			/* its file could not be read: no more records */
 } SlogCursor;
 
 extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
@@ -202,8 +219,8 @@ extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, Sl
 extern bool slog_cursor_more(const SlogCursor *cursor);
 extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
 								 const SlogCursor *cursor);
-extern uint64_t slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
-									const SlogCursor *cursor, uint64_t *messages);
+extern bool slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
+								const SlogCursor *cursor, uint64_t *bytes, uint64_t *messages);
 extern size_t slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log,
 										SlogCursor *cursor, char *dst, size_t n, bool *any);
 extern void slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log,

@@ -34,6 +34,8 @@
  */
 #include "shape_answer.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,35 @@ shape_respond_unavailable(ShapeConn *sc, const char *message, int retry_after)
 
 	free(body);
 	return ret;
+}
+
+/*
+ * A shape log's bytes that left memory could not be read back from its
+ * file (an I/O error, a file removed by hand): said once a minute at most,
+ * since every reader of the shape meets it.
+ */
+void
+shape_note_unreadable_log(void)
+{
+	static _Atomic int64_t said_us;
+	int64_t		now = http_monotonic_us();
+	int64_t		last = atomic_load_explicit(&said_us, memory_order_relaxed);
+
+	if (last != 0 && now - last < 60 * 1000000LL)
+		return;
+	if (!atomic_compare_exchange_strong(&said_us, &last, now))
+		return;
+	thread_log(THREAD_LOG_WARNING, "could not read a shape log file in \"pg_shape_sync\": %s",
+			   strerror(errno));
+}
+
+/* 503: the part of the log a request needs could not be read from disk. */
+enum MHD_Result
+shape_respond_unreadable(ShapeConn *sc)
+{
+	shape_note_unreadable_log();
+	return shape_respond_unavailable(sc, "The shape's log could not be read from disk, "
+									 "please retry", 1);
 }
 
 /* 409: the handle the client holds is gone; `handle` is its replacement. */
@@ -261,6 +292,11 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 		else
 			break;
 	}
+	if (b->records.failed)
+	{
+		shape_note_unreadable_log();
+		return MHD_CONTENT_READER_END_WITH_ERROR;	/* the length cannot be kept */
+	}
 	if (n == 0)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	return (ssize_t) n;
@@ -283,12 +319,18 @@ shape_body_measure(ShapeConn *sc)
 {
 	BodyCursor *b = &sc->body;
 	uint64_t	messages = 0;
+	uint64_t	bytes = 0;
 	uint64_t	size = (b->head ? b->head_len : 1) + b->tail_len;
 
-	if (slog_cursor_more(&b->records))
-		size += slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc),
-									&b->records, &messages) + messages - 1;
-	return size;
+	if (!slog_cursor_more(&b->records))
+		return size;
+	if (!slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc), &b->records,
+							 &bytes, &messages))
+	{
+		shape_note_unreadable_log();
+		return SHAPE_BODY_UNREADABLE;
+	}
+	return size + bytes + messages - 1;
 }
 
 /* The whole body, malloc'd, of the length measured; NULL on failure. */
@@ -308,6 +350,11 @@ shape_body_build(ShapeConn *sc, size_t size)
 		if (step <= 0)
 			break;
 		n += (size_t) step;
+	}
+	if (b->records.failed)
+	{
+		free(buf);
+		return NULL;			/* said by shape_body_fill */
 	}
 	if (n != size || slog_cursor_more(&b->records) || b->tail_off < b->tail_len)
 	{

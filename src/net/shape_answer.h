@@ -25,6 +25,8 @@ extern enum MHD_Result shape_respond_refusal(ShapeConn *sc, const Refusal *refus
 extern enum MHD_Result shape_respond_unavailable(ShapeConn *sc, const char *message,
 												 int retry_after);
 extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
+extern enum MHD_Result shape_respond_unreadable(ShapeConn *sc);
+extern void shape_note_unreadable_log(void);
 extern enum MHD_Result shape_respond_deleted(ShapeConn *sc);
 
 /* The version of its shape's log a request reads. */
@@ -32,7 +34,11 @@ extern const ShapeLog *shape_conn_pin_log(ShapeConn *sc);
 extern const ShapeLog *shape_conn_log(const ShapeConn *sc);
 extern void shape_conn_unpin_log(ShapeConn *sc);
 
-/* The body of a 200: its length first, then the response that sends it. */
+/*
+ * The body of a 200: its length first (SHAPE_BODY_UNREADABLE when the
+ * log's file could not be read), then the response that sends it.
+ */
+#define SHAPE_BODY_UNREADABLE	UINT64_MAX
 extern uint64_t shape_body_measure(ShapeConn *sc);
 extern struct MHD_Response *shape_body_response(ShapeConn *sc, uint64_t size);
 

@@ -245,6 +245,8 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	 */
 	if (data && range->start == range->end && log_offset_cmp(requested, response_offset) > 0)
 		response_offset = requested;
+	if (data && range->failed)
+		return shape_respond_unreadable(sc);
 	uint64_t	lsn;
 	char		req_text[LOG_OFFSET_TEXT_LEN];
 	char		resp_text[LOG_OFFSET_TEXT_LEN];
@@ -340,6 +342,8 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	if (live)
 		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
 	body_size = not_modified || sc->head_only ? 0 : shape_body_measure(sc);
+	if (body_size == SHAPE_BODY_UNREADABLE)
+		return shape_respond_unreadable(sc);
 	shared = live && data && !not_modified && !sc->head_only && response_offset.tx > 0 &&
 		shape_shared_key(sc, req_text, resp_text, up_to_date, cursor, body_size, &key,
 						 &shared_body, &shared_len);

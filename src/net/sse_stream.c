@@ -81,6 +81,14 @@ sse_next_range(ShapeConn *sc)
 	st->seen_lsn = shape_table_seen_lsn(shapes);	/* before the range: see shape_table.c */
 	slog_read_published(log, &pub);
 	slog_locate(shapes->arena, log, &pub, st->after, &range);
+	if (range.failed)
+	{
+		/* its file could not be read: the client comes back, and is told */
+		shape_note_unreadable_log();
+		shape_conn_unpin_log(sc);
+		st->finished = true;
+		return false;
+	}
 	if (!range.ready || range.start >= range.end)
 	{
 		shape_conn_unpin_log(sc);	/* a waiting stream holds no version */
@@ -141,6 +149,11 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 
 	for (;;)
 	{
+		if (st->records.failed)
+		{
+			shape_note_unreadable_log();
+			return MHD_CONTENT_READER_END_WITH_ERROR;	/* an event is cut */
+		}
 		if (st->pending_off < st->pending_len)
 		{
 			n += http_copy_some(buf + n, limit - n, st->pending, st->pending_len,

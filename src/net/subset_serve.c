@@ -378,6 +378,8 @@ subset_respond(ShapeConn *sc)
 	else
 		log_offset_format(sc->query.offset, offset_text, sizeof(offset_text));
 	size = sc->head_only ? 0 : shape_body_measure(sc);
+	if (size == SHAPE_BODY_UNREADABLE)
+		return MHD_NO;			/* a subset's log is never on disk */
 	response = sc->head_only ? MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT) :
 		shape_body_response(sc, size);
 	if (response == NULL)

@@ -6,10 +6,13 @@
  */
 #include "unit.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "reader_epochs.h"
 #include "shape_log.h"
 
 /* ---------------------------------------------------------- helpers */
@@ -1053,6 +1056,139 @@ TEST(locate_small_records_in_the_tail)
 
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	ref_free(&ref);
+	free(mem);
+}
+
+/* Writes the log's published bytes to `path`, as log_files.c does. */
+static bool
+write_log_file(const ShapeLogArena *arena, const ShapeLog *log, const char *path)
+{
+	SlogPublished pub;
+	char	   *buf;
+	int			fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	bool		ok;
+
+	slog_read_published(log, &pub);
+	buf = malloc(pub.data_end + 1);
+	ok = fd >= 0 && buf != NULL && slog_copy_out(arena, log, 0, buf, pub.data_end) &&
+		write(fd, buf, pub.data_end) == (ssize_t) pub.data_end;
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return ok;
+}
+
+/*
+ * A log whose closed chunks left memory: every lookup and every record is
+ * as before, read from its file; the tail stays in memory; the blocks come
+ * back to the arena once given back, and its release frees the rest
+ * exactly once.  Without its file, what lies on disk fails cleanly (the
+ * range or cursor says so) while the tail is still served.
+ */
+TEST(trimmed_log_reads_from_its_file)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(24u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	x = 31337;
+	int64_t		tx = 10;
+	uint32_t	blocks[1024];
+	uint32_t	n;
+	uint32_t	free_before;
+	uint64_t	trim_to;
+	char		dir[] = "/tmp/test_shape_log.XXXXXX";
+	char		path[SLOG_FILE_PATH_LEN];
+	SlogPublished pub;
+	SlogRange	range;
+	SlogCursor	cursor;
+	char		buf[4096];
+	bool		any = false;
+	uint64_t	bytes;
+	uint64_t	messages;
+
+	REQUIRE(arena != NULL);
+	REQUIRE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/h.1.log", dir);
+	slog_init(&log);
+	ref_init(&ref);
+	/* 40 chunks of about 100 kB, records of 0 to 3000 bytes, then a tail */
+	for (int c = 0; c < 40; c++)
+	{
+		while (ref.write_pos - ref.chunk_start < 100 * 1024)
+		{
+			tx += 1 + (int64_t) (next_rand(&x) % 3);
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0),
+								  (uint32_t) (next_rand(&x) % 3001)), SLOG_OK);
+		}
+		REQUIRE_EQ(ref_close(&ref, arena, &log, off(tx, c % 3 == 0 ? 5 : 0)), SLOG_OK);
+	}
+	for (int i = 0; i < 200; i++)
+		REQUIRE_EQ(ref_append(&ref, arena, &log, off(++tx, 0), (uint32_t) (next_rand(&x) % 300)),
+				   SLOG_OK);
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	REQUIRE(write_log_file(arena, &log, path));
+
+	/* nothing leaves memory before the log names its file */
+	CHECK_EQ(slog_trim(&log, ref.chunks[20].end, arena, blocks, 1024), 0);
+	slog_set_file(&log, path);
+	trim_to = ref.chunks[ref.nchunks - 1].end;
+	free_before = slog_arena_free_blocks(arena);
+	n = slog_trim(&log, trim_to, arena, blocks, 1024);
+	CHECK_EQ(n, trim_to / SLOG_BLOCK_SIZE);
+	CHECK_EQ(slog_mem_start(&log), (uint64_t) n * SLOG_BLOCK_SIZE);
+	CHECK(reader_epoch_passed(reader_epoch_retire()));	/* no reader here */
+	slog_arena_give_back(arena, blocks, n);
+	CHECK_EQ(slog_arena_free_blocks(arena), free_before + n);
+	/* a trim to where it is already is none; one past the log stops at its end */
+	CHECK_EQ(slog_trim(&log, trim_to, arena, blocks, 1024), 0);
+
+	/* fill the blocks given back with other bytes: nothing may read them */
+	{
+		ShapeLog	other;
+
+		slog_init(&other);
+		for (uint32_t i = 0; i < n; i++)
+			REQUIRE_EQ(append_id(arena, &other, 99999, SLOG_BLOCK_SIZE - 64,
+								 SLOG_RECORD_CHANGE, off(1, i)), SLOG_OK);
+		CHECK(SWEEP(&log, &ref) > 1000);
+		check_all_records(__FILE__, __LINE__, arena, &log, &ref);
+		slog_release(arena, &other);
+	}
+
+	/* a cursor through trimmed chunks copies what the reference holds */
+	slog_read_published(&log, &pub);
+	slog_locate(arena, &log, &pub, ref.recs[5].o, &range);
+	CHECK(range.ready && !range.failed && range.start == ref.recs[6].pos);
+	slog_cursor_init(arena, &log, &cursor, range.start, range.end, ref.recs[5].o);
+	CHECK(slog_cursor_measure(arena, &log, &cursor, &bytes, &messages));
+	CHECK(messages > 0 && bytes > 0);
+
+	/* without its file: lookups and cursors in trimmed chunks fail, the tail does not */
+	slog_cursor_init(arena, &log, &cursor, ref.chunks[3].start, ref.chunks[3].end,
+					 LOG_OFFSET_BEFORE_ALL);
+	REQUIRE(unlink(path) == 0);
+	CHECK(!slog_cursor_measure(arena, &log, &cursor, &bytes, &messages));
+	CHECK_EQ(slog_cursor_copy_messages(arena, &log, &cursor, buf, sizeof(buf), &any), 0);
+	CHECK(cursor.failed && !slog_cursor_more(&cursor));
+	slog_locate(arena, &log, &pub, ref.recs[5].o, &range);
+	CHECK(range.ready && range.failed && range.start == range.end);
+	slog_cursor_init(arena, &log, &cursor, ref.chunks[3].start, ref.chunks[3].end,
+					 LOG_OFFSET_BEFORE_ALL);
+	CHECK(cursor.failed && !slog_cursor_more(&cursor));
+	CHECK(!slog_copy_out(arena, &log, 0, buf, 16));
+	slog_locate(arena, &log, &pub, ref.chunks[ref.nchunks - 1].end_off, &range);
+	CHECK(range.ready && !range.failed && range.start < range.end);
+	slog_cursor_init(arena, &log, &cursor, range.start, range.end,
+					 ref.chunks[ref.nchunks - 1].end_off);
+	CHECK(slog_cursor_copy_messages(arena, &log, &cursor, buf, sizeof(buf), &any) > 0);
+	CHECK(!cursor.failed);
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	CHECK_EQ(slog_mem_start(&log), 0);
+	rmdir(dir);
 	ref_free(&ref);
 	free(mem);
 }
@@ -2246,6 +2382,9 @@ typedef struct ConcState
 {
 	ShapeLogArena *arena;
 	ShapeLog	log;
+	bool		trim;			/* the writer writes a file and trims */
+	char		path[SLOG_FILE_PATH_LEN];
+	_Atomic uint64_t trimmed_blocks;
 	_Atomic bool stop;
 	_Atomic uint64_t published_records;
 	_Atomic uint64_t reads[CONC_READERS];
@@ -2273,6 +2412,59 @@ conc_len(uint64_t i)
 	return (h >> 40) % 20 == 0 ? (uint32_t) ((h >> 20) % 40000) : (uint32_t) ((h >> 20) % 1500);
 }
 
+/*
+ * What the trimming writer keeps: its file, how much of the log it holds,
+ * and the blocks of the last trim, given back once the readers moved on.
+ * Freed blocks are taken again first (the free list is a stack), so a
+ * reader that copied from a block after it was given back would find the
+ * bytes of a later record there.
+ */
+typedef struct ConcTrim
+{
+	int			fd;
+	uint64_t	written;
+	uint64_t	ticket;
+	uint32_t	n;
+	uint32_t	blocks[4096];
+} ConcTrim;
+
+static bool
+conc_trim(ConcState *s, ConcTrim *t, uint64_t closed_end)
+{
+	char		buf[65536];
+
+	while (t->written < s->log.write_pos)
+	{
+		size_t		n = s->log.write_pos - t->written < sizeof(buf) ?
+			(size_t) (s->log.write_pos - t->written) : sizeof(buf);
+
+		if (!slog_copy_out(s->arena, &s->log, t->written, buf, n) ||
+			pwrite(t->fd, buf, n, (off_t) t->written) != (ssize_t) n)
+		{
+			FAIL("the writer could not write its file");
+			return false;
+		}
+		t->written += n;
+	}
+	if (t->n > 0)
+	{
+		if (!reader_epoch_passed(t->ticket))
+			return true;		/* the previous trim's blocks are still held */
+		slog_arena_give_back(s->arena, t->blocks, t->n);
+		t->n = 0;
+	}
+	/* the open chunk stays, and so does the last closed block or two */
+	if (closed_end > 2 * SLOG_BLOCK_SIZE)
+		t->n = slog_trim(&s->log, closed_end - 2 * SLOG_BLOCK_SIZE, s->arena, t->blocks,
+						 (uint32_t) (sizeof(t->blocks) / sizeof(t->blocks[0])));
+	if (t->n > 0)
+	{
+		t->ticket = reader_epoch_retire();
+		atomic_fetch_add(&s->trimmed_blocks, t->n);
+	}
+	return true;
+}
+
 static void *
 conc_writer(void *arg)
 {
@@ -2280,6 +2472,20 @@ conc_writer(void *arg)
 	uint64_t	i = 0;
 	double		until = unit_now() + 1.0;
 	uint64_t	x = 12345;
+	uint64_t	closed_end = 0;
+	ConcTrim	trim = {.fd = -1};
+
+	if (s->trim)
+	{
+		trim.fd = open(s->path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (trim.fd < 0)
+		{
+			FAIL("could not create %s", s->path);
+			atomic_store(&s->stop, true);
+			return NULL;
+		}
+		slog_set_file(&s->log, s->path);
+	}
 
 	while (unit_now() < until)
 	{
@@ -2295,14 +2501,28 @@ conc_writer(void *arg)
 						  conc_offset(i)) != SLOG_OK)
 				goto out;
 		}
-		if (x % 5 != 0 && slog_close_chunk(s->arena, &s->log, conc_offset(i - 1)) != SLOG_OK)
-			goto out;
+		if (x % 5 != 0)
+		{
+			if (slog_close_chunk(s->arena, &s->log, conc_offset(i - 1)) != SLOG_OK)
+				goto out;
+			closed_end = s->log.write_pos;
+		}
 		slog_publish(&s->log, conc_offset(i - 1), SLOG_SNAPSHOT_DONE);
 		atomic_store(&s->published_records, i);
+		if (s->trim && !conc_trim(s, &trim, closed_end))
+			goto out;
 		usleep(300);
 	}
 out:
 	atomic_store(&s->stop, true);
+	if (s->trim)
+	{
+		while (trim.n > 0 && !reader_epoch_passed(trim.ticket))
+			usleep(100);
+		slog_arena_give_back(s->arena, trim.blocks, trim.n);
+		if (trim.fd >= 0)
+			close(trim.fd);
+	}
 	return NULL;
 }
 
@@ -2355,6 +2575,8 @@ conc_reader(void *arg)
 		x ^= x << 17;
 		/* -1, a record's own offset, or an offset between records */
 		pick = (int64_t) (x % (nrec + 1)) - 1;
+		if (s->trim && (x >> 33) % 4 != 0)
+			pick = (int64_t) nrec - 1 - (int64_t) ((x >> 8) % (nrec < 400 ? nrec : 400));	/* near the trim */
 		after = pick < 0 ? LOG_OFFSET_BEFORE_ALL : conc_offset((uint64_t) pick);
 		if (pick >= 0 && (x >> 32) % 3 == 0)
 			after.op++;			/* odd ops never name a record */
@@ -2385,7 +2607,12 @@ conc_reader(void *arg)
 			SlogRecordHeader hdr;
 			uint32_t	len = conc_len(expect);
 
-			slog_read_header(s->arena, &s->log, pos, &hdr);
+			if (!slog_read_header(s->arena, &s->log, pos, &hdr))
+			{
+				FAIL("reader %d: record %llu at %llu could not be read", ra->id,
+					 (unsigned long long) expect, (unsigned long long) pos);
+				goto done;
+			}
 			if (hdr.len != len || hdr.tx != conc_offset(expect).tx ||
 				hdr.op != conc_offset(expect).op || hdr.kind != SLOG_RECORD_CHANGE)
 			{
@@ -2394,7 +2621,12 @@ conc_reader(void *arg)
 					 hdr.len, (long long) hdr.tx, (unsigned long long) hdr.op);
 				goto done;
 			}
-			slog_copy_out(s->arena, &s->log, pos + sizeof(hdr), buf, len);
+			if (!slog_copy_out(s->arena, &s->log, pos + sizeof(hdr), buf, len))
+			{
+				FAIL("reader %d: record %llu's payload could not be read", ra->id,
+					 (unsigned long long) expect);
+				goto done;
+			}
 			fill_payload(want, len, expect);
 			if (memcmp(buf, want, len) != 0)
 			{
@@ -2426,7 +2658,8 @@ done:
 	return NULL;
 }
 
-TEST(concurrent_writer_and_readers)
+static void
+concurrent_writer_and_readers(bool trim)
 {
 	void	   *mem;
 	ConcState  *s = calloc(1, sizeof(ConcState));
@@ -2434,12 +2667,19 @@ TEST(concurrent_writer_and_readers)
 	pthread_t	readers[CONC_READERS];
 	ReaderArg	args[CONC_READERS];
 	uint32_t	nblocks;
+	char		dir[] = "/tmp/test_shape_log.XXXXXX";
 
 	REQUIRE(s != NULL);
 	s->arena = arena_new(64u << 20, &mem);
 	REQUIRE(s->arena != NULL);
 	nblocks = s->arena->nblocks;
 	slog_init(&s->log);
+	s->trim = trim;
+	if (trim)
+	{
+		REQUIRE(mkdtemp(dir) != NULL);
+		snprintf(s->path, sizeof(s->path), "%s/log", dir);
+	}
 	for (int i = 0; i < CONC_READERS; i++)
 	{
 		args[i].s = s;
@@ -2461,11 +2701,39 @@ TEST(concurrent_writer_and_readers)
 			(unsigned long long) atomic_load(&s->reads[1]),
 			(unsigned long long) atomic_load(&s->reads[2]),
 			(unsigned long long) atomic_load(&s->records_checked));
+	if (trim)
+	{
+		fprintf(stderr, "  # %llu blocks trimmed, %llu bytes of %llu left in memory\n",
+				(unsigned long long) atomic_load(&s->trimmed_blocks),
+				(unsigned long long) (s->log.write_pos - slog_mem_start(&s->log)),
+				(unsigned long long) s->log.write_pos);
+		CHECK(atomic_load(&s->trimmed_blocks) > 100);
+	}
 
 	slog_release(s->arena, &s->log);
 	CHECK_EQ(slog_arena_free_blocks(s->arena), nblocks);
+	if (trim)
+	{
+		unlink(s->path);
+		rmdir(dir);
+	}
 	free(mem);
 	free(s);
+}
+
+TEST(concurrent_writer_and_readers)
+{
+	concurrent_writer_and_readers(false);
+}
+
+/*
+ * The same while the writer writes the log to a file and takes the blocks
+ * of its closed chunks back from memory: readers read those from the file
+ * and never a block given back (reader_epochs.c).
+ */
+TEST(concurrent_writer_trimming_and_readers)
+{
+	concurrent_writer_and_readers(true);
 }
 
 /*

@@ -1,0 +1,97 @@
+/*
+ * test_reader_epochs.c
+ *		Epochs announced by lock-free readers (src/contract/reader_epochs.c):
+ *		a ticket passes once every reader that entered before it has left.
+ */
+#include "unit.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "reader_epochs.h"
+
+TEST(a_ticket_waits_for_readers_that_entered_before_it)
+{
+	uint64_t	ticket;
+	uint64_t	later;
+
+	CHECK(reader_epoch_passed(reader_epoch_retire()));	/* nobody reads */
+	reader_epoch_enter();
+	ticket = reader_epoch_retire();
+	CHECK(!reader_epoch_passed(ticket));
+	reader_epoch_exit();
+	CHECK(reader_epoch_passed(ticket));
+
+	/* a reader that entered after the ticket does not hold it */
+	reader_epoch_enter();
+	later = reader_epoch_retire();
+	CHECK(!reader_epoch_passed(later));
+	CHECK(reader_epoch_passed(ticket));
+	reader_epoch_exit();
+	CHECK(reader_epoch_passed(later));
+}
+
+TEST(sections_nest)
+{
+	uint64_t	ticket;
+
+	reader_epoch_enter();
+	reader_epoch_enter();
+	ticket = reader_epoch_retire();
+	reader_epoch_exit();
+	CHECK(!reader_epoch_passed(ticket));	/* still inside the outer one */
+	reader_epoch_exit();
+	CHECK(reader_epoch_passed(ticket));
+}
+
+typedef struct Reader
+{
+	_Atomic int stage;			/* 1: inside; 2: told to leave; 3: left */
+} Reader;
+
+static void *
+reader_main(void *arg)
+{
+	Reader	   *r = arg;
+
+	reader_epoch_enter();
+	atomic_store(&r->stage, 1);
+	while (atomic_load(&r->stage) != 2)
+		usleep(100);
+	reader_epoch_exit();
+	atomic_store(&r->stage, 3);
+	return NULL;
+}
+
+/* Other threads' sections count; a thread's slot is free again once it exits. */
+TEST(other_threads_hold_tickets_and_give_their_slots_back)
+{
+	Reader		readers[8];
+	pthread_t	threads[8];
+	uint32_t	claimed = reader_epoch_slots_claimed();
+	uint64_t	ticket;
+
+	for (int i = 0; i < 8; i++)
+	{
+		atomic_init(&readers[i].stage, 0);
+		REQUIRE(pthread_create(&threads[i], NULL, reader_main, &readers[i]) == 0);
+	}
+	for (int i = 0; i < 8; i++)
+		while (atomic_load(&readers[i].stage) != 1)
+			usleep(100);
+	CHECK_EQ(reader_epoch_slots_claimed(), claimed + 8);
+	ticket = reader_epoch_retire();
+	for (int i = 0; i < 8; i++)
+	{
+		CHECK(!reader_epoch_passed(ticket));
+		atomic_store(&readers[i].stage, 2);
+		while (atomic_load(&readers[i].stage) != 3)
+			usleep(100);
+	}
+	CHECK(reader_epoch_passed(ticket));
+	for (int i = 0; i < 8; i++)
+		pthread_join(threads[i], NULL);
+	CHECK_EQ(reader_epoch_slots_claimed(), claimed);
+}
+
+UNIT_MAIN()
