@@ -476,7 +476,11 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 		}
 		slog_cursor_init(arena, log, &cur, r.start, r.end, after);
 		/* what a response of known length measures first (shape_answer.c) */
-		measured = slog_cursor_measure(arena, log, &cur, &measured_count);
+		if (!slog_cursor_measure(arena, log, &cur, &measured, &measured_count))
+		{
+			snprintf(why, whylen, "the range could not be measured");
+			return false;
+		}
 		start = cur;
 		joined_len = 0;
 		copied = copied_count = 0;

@@ -386,6 +386,9 @@ ss_maybe_compact(ShapeStream *s)
 		log->write_pos < COMPACTION_MIN_BYTES ||
 		(double) log->write_pos < shape_sync_compaction_factor * (double) s->compacted_bytes)
 		return;
+	/* compaction builds the next version in memory: not for a log larger than it */
+	if (slog_mem_start(log) > 0)
+		return;
 	spare = shape_table_spare_log(table, s->slot);
 	if (spare == NULL)
 		return;					/* responses still read the previous one */
