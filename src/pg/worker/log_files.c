@@ -300,7 +300,9 @@ lf_fail(uint32 slot, const char *what, const char *path)
 		FileClose(fs->file);
 	fs->file = -1;
 	lf_data_path(fs->handle, fs->generation, other);
-	(void) unlink(other);
+	/* a log that left memory is read from its file: it goes with the shape */
+	if (slog_mem_start(shape_table_log(lf_table(), slot)) == 0)
+		(void) unlink(other);
 	lf_shape_path(fs->handle, other);
 	(void) unlink(other);
 }

@@ -39,6 +39,7 @@
 #include "log_files_internal.h"
 #include "log_record.h"
 #include "log_restore.h"
+#include "log_trim.h"
 #include "shared_state.h"
 
 #define RESTORING_PATH				LOG_FILES_DIR "/restoring"
@@ -357,6 +358,8 @@ log_restore_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t wh
 
 			res = slog_close_chunk(table->arena, log, end);
 			chunk++;
+			if (res == SLOG_OK)
+				log_trim_loading(log, path, pos);	/* a log larger than memory */
 		}
 		if (res != SLOG_OK)
 		{

@@ -56,6 +56,7 @@
 #include "guc.h"
 #include "http_server.h"
 #include "log_files.h"
+#include "log_trim.h"
 #include "log_prefault.h"
 #include "log_restore.h"
 #include "registry.h"
@@ -408,6 +409,7 @@ worker_wake_changed_shapes(bool between_transactions)
 	if (!between_transactions)
 		return;					/* with commit, woken after the replay's round */
 	log_files_step(decoder_position());
+	log_trim_step();			/* what was just written may leave memory */
 	decoder_confirm_durable();
 	for (uint32 i = 0; i < worker_nchanged; i++)
 		http_server_wake_shape(worker_http, worker_changed[i]);

@@ -1,0 +1,177 @@
+/*-------------------------------------------------------------------------
+ *
+ * log_trim.c
+ *		Shape logs larger than memory: their written chunks leave the
+ *		arena, and their blocks come back once no reader holds them.
+ *
+ * With durable logs every ready shape's log is also in its data file
+ * (log_files.c writes it behind memory), so the arena need not hold all
+ * of it.  When the arena's free blocks fall under a quarter of it, each
+ * log whose file holds its bytes gives back the blocks of its closed
+ * chunks that the file holds (slog_trim); its open chunk, which live
+ * clients read, stays.  Readers find those bytes in the file from then on
+ * (shape_log_read.c: a whole block per read, from the page cache as a
+ * rule).  A trimmed block returns to the arena only once every HTTP
+ * thread that may have seen it in memory has left its reader section
+ * (reader_epochs.c): each trim is a batch with a ticket, and each step
+ * gives back the batches whose ticket has passed.  So a shape's size is
+ * bounded by the disk, not by shape_sync.log_memory, which keeps the
+ * recent part of every log and the indexes of all of it (about 0.3% of
+ * its bytes).  Eviction (shape_eviction.c) still runs under its own, lower
+ * reserve: it is what is left when trimming cannot free enough (logs that
+ * are not on disk, open chunks).
+ *
+ * A trimmed log is not compacted (compaction builds the next version in
+ * memory; shape_stream_log.c), and a trimmed log whose file later fails a
+ * write keeps that file for its readers (log_files.c).
+ *
+ * Everything here runs on the worker's main thread, the writer of every
+ * ready shape's log.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/log_trim.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "log_files_internal.h"
+#include "log_trim.h"
+#include "reader_epochs.h"
+#include "shape_stream.h"
+#include "shared_state.h"
+
+/* Blocks trimmed together, given back together once their ticket passes. */
+typedef struct TrimBatch
+{
+	struct TrimBatch *next;
+	uint64		ticket;
+	uint32		n;
+	uint32		blocks[FLEXIBLE_ARRAY_MEMBER];
+} TrimBatch;
+
+static TrimBatch *lt_pending;	/* oldest first */
+static TrimBatch *lt_pending_tail;
+static TimestampTz lt_fruitless_at;	/* a walk that trimmed nothing */
+
+#define LOG_TRIM_RETRY_MS	100
+
+static ShapeLogArena *
+lt_arena(void)
+{
+	return shape_sync_shared->table->arena;
+}
+
+bool
+log_trim_wanted(void)
+{
+	ShapeLogArena *arena = lt_arena();
+
+	return slog_arena_free_blocks(arena) < arena->nblocks / 4;
+}
+
+/* Gives back the batches whose readers have all left. */
+static void
+lt_give_back(void)
+{
+	while (lt_pending != NULL && reader_epoch_passed(lt_pending->ticket))
+	{
+		TrimBatch  *b = lt_pending;
+
+		slog_arena_give_back(lt_arena(), b->blocks, b->n);
+		lt_pending = b->next;
+		if (lt_pending == NULL)
+			lt_pending_tail = NULL;
+		free(b);
+	}
+}
+
+/*
+ * Trims one ready shape's log to what its file holds and its closed chunks
+ * end at, into `batch` (room for `room` more blocks); the blocks taken.
+ */
+static uint32
+lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room)
+{
+	ShapeTable *table = shape_sync_shared->table;
+	FileShape  *fs = &lf_shapes[slot];
+	ShapeLog   *log;
+	SlogPublished pub;
+	SlogChunk	last;
+	char		path[MAXPGPATH];
+
+	if (!fs->in_use || fs->failed || fs->file < 0 || fs->written == 0 ||
+		!shape_stream_durable(slot))
+		return 0;
+	log = shape_table_log(table, slot);
+	slog_read_published(log, &pub);
+	if (pub.chunk_count == 0)
+		return 0;
+	slog_chunk_read(table->arena, log, pub.chunk_count - 1, &last);
+	if (slog_mem_start(log) >= Min(last.end_pos, fs->written))
+		return 0;
+	lf_data_path(fs->handle, fs->generation, path);
+	slog_set_file(log, path);
+	return slog_trim(log, Min(last.end_pos, fs->written), table->arena,
+					 batch->blocks + batch->n, room);
+}
+
+void
+log_trim_step(void)
+{
+	ShapeLogArena *arena;
+	TrimBatch  *batch;
+	uint32		room;
+
+	if (lf_shapes == NULL)
+		return;
+	lt_give_back();
+	if (!log_trim_wanted() ||
+		!TimestampDifferenceExceeds(lt_fruitless_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS))
+		return;
+	arena = lt_arena();
+	/* room for what would bring the arena back to half free */
+	room = arena->nblocks / 2;
+	batch = malloc(offsetof(TrimBatch, blocks) + sizeof(uint32) * (size_t) room);
+	if (batch == NULL)
+		return;
+	batch->next = NULL;
+	batch->n = 0;
+	for (uint32 slot = 0; slot < lf_nslots && batch->n < room; slot++)
+		batch->n += lt_trim_shape(slot, batch, room - batch->n);
+	if (batch->n == 0)
+	{
+		/* nothing on disk to give back: a walk of every shape, not again at once */
+		lt_fruitless_at = GetCurrentTimestamp();
+		free(batch);
+		return;
+	}
+	batch->ticket = reader_epoch_retire();
+	if (lt_pending_tail != NULL)
+		lt_pending_tail->next = batch;
+	else
+		lt_pending = batch;
+	lt_pending_tail = batch;
+	ereport(DEBUG1,
+			(errmsg_internal("%u blocks of shape logs left memory for their files", batch->n)));
+}
+
+void
+log_trim_loading(ShapeLog *log, const char *path, uint64 upto)
+{
+	uint32		blocks[256];
+	uint32		n;
+
+	if (!log_trim_wanted())
+		return;
+	slog_set_file(log, path);
+	do
+	{
+		n = slog_trim(log, upto, lt_arena(), blocks, lengthof(blocks));
+		slog_arena_give_back(lt_arena(), blocks, n);	/* unpublished: no reader */
+	} while (n == lengthof(blocks));
+}

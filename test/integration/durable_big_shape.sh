@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+#
+# A shape larger than shape_sync.log_memory (8 MB here, chunks of 1 MB): its changes grow its
+# log to five times the arena while a client follows it live; its closed chunks leave memory for
+# its data file and are read back from there.  The live client never gets 409 (the shape is
+# neither rotated nor evicted), a new client reads all of it from offset -1 and holds the
+# table's rows, a fast restart restores it (read back chunk by chunk into a smaller arena than
+# it needs) and both clients go on at their (handle, offset); a third client after the restart
+# holds the table's rows too.
+set -euo pipefail
+source "$(dirname "$0")/../lib/lib.sh"
+init_work
+client=$here/shape_client.py
+py=$(python3 -c 'import sys; print(sys.executable)')
+sc() { "$py" "$client" "$@"; }
+
+export SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '8MB'
+shape_sync.chunk_bytes_threshold = 1048576${SHAPE_SYNC_EXTRA_CONF:+
+$SHAPE_SYNC_EXTRA_CONF}"
+start_cluster_retrying 4730
+cluster_psql >/dev/null <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE t (id int PRIMARY KEY, v text);
+INSERT INTO t SELECT g, 'r' || g FROM generate_series(1, 100) g;
+SQL
+
+serving() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
+manifest() { _cluster_as_pg cat "$SHAPE_SYNC_PGDATA/pg_shape_sync/manifest" 2>/dev/null | sc manifest - "$@"; }
+same_rows() {
+	sc rows "$work/$1.json" id v >"$work/$1.client"
+	cluster_psql -At -c "SELECT id, v FROM t ORDER BY id" >"$work/$1.table"
+	cmp -s "$work/$1.client" "$work/$1.table"
+}
+# write N: N transactions of 100 rows of 4 kB each (about 400 kB of log each), inserts, then
+# updates of earlier rows
+write() {
+	for ((k = 0; k < $1; k++)); do
+		cluster_psql -q >/dev/null <<SQL
+INSERT INTO t SELECT g, repeat(md5(g::text), 128) FROM generate_series($next, $((next + 99))) g;
+UPDATE t SET v = 'updated ' || id WHERE id = $((next / 2));
+SQL
+		next=$((next + 100))
+	done
+}
+next=1000
+
+out=$(sc sync "$work/live.json" --url "$SHAPE_SYNC_URL" --query "table=t")
+handle=$(cut -d' ' -f3 <<<"$out")
+expect_match "a client reads the shape ($handle)" '^up-to-date 200 [0-9]+-[0-9]+ 0$' "$out"
+write 50
+expect_eq "the live client follows 20 MB of changes on its handle" "up-to-date 200 $handle 0" \
+	"$(sc sync "$work/live.json")"
+check "and holds the table's rows" same_rows live
+write 50
+expect_eq "and 20 MB more" "up-to-date 200 $handle 0" "$(sc sync "$work/live.json")"
+check "and holds the table's rows" same_rows live
+big() { (($(manifest 'm["shapes"][0]["length"]') > 5 * 8 * 1024 * 1024)); }
+check "the manifest lists a log of more than 5 times shape_sync.log_memory" wait_for 60 big
+
+out=$(sc sync "$work/new.json" --url "$SHAPE_SYNC_URL" --query "table=t")
+expect_eq "a new client reads all of it from offset -1, on the same handle" "up-to-date 200 $handle 0" "$out"
+check "and holds the table's rows" same_rows new
+expect_eq "no shape was evicted or rotated" "0" \
+	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+
+cluster_restart
+check "after a restart shape_sync serves again" wait_for 90 serving
+restored() { grep -q "shape_sync restored 1 of 1 shapes from disk" "$SHAPE_SYNC_LOG"; }
+check "the log says \"restored 1 of 1 shapes\"" wait_for 60 restored
+write 10
+for c in live new; do
+	expect_eq "client $c goes on at its (handle, offset)" "up-to-date 200 $handle 0" "$(sc sync "$work/$c.json")"
+	check "and holds the table's rows" same_rows "$c"
+done
+out=$(sc sync "$work/third.json" --url "$SHAPE_SYNC_URL" --query "table=t")
+expect_eq "a client after the restart reads all of it on the same handle" "up-to-date 200 $handle 0" "$out"
+check "and holds the table's rows" same_rows third
+
+check "no ERROR, PANIC or WARNING from shape_sync" \
+	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1"' _ "$SHAPE_SYNC_LOG"
+out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
+expect_eq "no crash" "" "$out"
+finish
