@@ -18,8 +18,10 @@
  * that entered after cannot; reader_epoch_passed(ticket) is true once no
  * slot announces an epoch below the ticket.
  *
- * A section is short: one call of a reader function of shape_log.c, which
- * copies at most what one response buffer holds.  Sections nest (a reader
+ * A section is one call of a reader function of shape_log_read.c: a copy
+ * of at most one response buffer, or a walk of the record headers of one
+ * chunk (a response's length, a request's range), which for a chunk on
+ * disk reads it from the page cache, or the disk.  Sections nest (a reader
  * function calling another), and only the outermost announces.  Its cost
  * is two stores to the thread's own slot, on its own cache line; the
  * reclaimer's check reads every claimed slot, and runs once per main loop

@@ -648,17 +648,20 @@ slog_release(ShapeLogArena *arena, ShapeLog *log)
 /*
  * Names the file that holds the log's bytes, relative to the working
  * directory of the processes that read the log.  Writer, before the first
- * slog_trim; the name stays until slog_init.
+ * slog_trim; the name stays until slog_init.  False when the name does not
+ * fit, or another one is in use already (the log is trimmed).
  */
-void
+bool
 slog_set_file(ShapeLog *log, const char *path)
 {
 	size_t		len = strlen(path);
 
-	if (len >= sizeof(log->file_path) ||
-		atomic_load_explicit(&log->mem_start, relaxed) != 0)
-		return;
+	if (atomic_load_explicit(&log->mem_start, relaxed) != 0)
+		return strcmp(log->file_path, path) == 0;
+	if (len >= sizeof(log->file_path))
+		return false;
 	memcpy(log->file_path, path, len + 1);
+	return true;
 }
 
 /* The first byte of the log still in memory (0: all of it). */

@@ -158,7 +158,8 @@ typedef struct ShapeLog
 typedef struct SlogRange
 {
 	bool		ready;			/* false: wait for the writer */
-	bool		failed;			/* its file could not be read */
+	bool		failed;			/* its file could not be read ... */
+	int			error;			/* ... for this errno */
 	bool		beyond_end;		/* the request is past the last offset */
 	uint64_t	start;			/* first record to send */
 	uint64_t	end;			/* end of the last record to send */
@@ -180,7 +181,7 @@ extern SlogResult slog_close_chunk(ShapeLogArena *arena, ShapeLog *log,
 								   LogOffset end);
 extern void slog_publish(ShapeLog *log, LogOffset last, uint32_t flags);
 extern void slog_release(ShapeLogArena *arena, ShapeLog *log);
-extern void slog_set_file(ShapeLog *log, const char *path);
+extern bool slog_set_file(ShapeLog *log, const char *path);
 extern uint32_t slog_trim(ShapeLog *log, uint64_t upto, const ShapeLogArena *arena,
 						  uint32_t *blocks, uint32_t max_blocks);
 extern void slog_arena_give_back(ShapeLogArena *arena, const uint32_t *blocks, uint32_t n);
@@ -212,6 +213,7 @@ typedef struct SlogCursor
 	uint32_t	skip;			/* bytes of its payload before the message */
 	bool		in_record;
 	bool		failed;			/* its file could not be read: no more records */
+	int			error;			/* ... for this errno */
 } SlogCursor;
 
 extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
@@ -220,7 +222,7 @@ extern bool slog_cursor_more(const SlogCursor *cursor);
 extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
 								 const SlogCursor *cursor);
 extern bool slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
-								const SlogCursor *cursor, uint64_t *bytes, uint64_t *messages);
+								SlogCursor *cursor, uint64_t *bytes, uint64_t *messages);
 extern size_t slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log,
 										SlogCursor *cursor, char *dst, size_t n, bool *any);
 extern void slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log,

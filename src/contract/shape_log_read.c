@@ -67,7 +67,8 @@ typedef struct SlogBlockCache
 	const char *base;
 	uint64_t	mem_start;
 	int			fd;				/* the log's file, or -1 */
-	bool		failed;			/* the file could not be read */
+	bool		failed;			/* the file could not be read ... */
+	int			error;			/* ... for this errno */
 	char		file_block[SLOG_BLOCK_SIZE];
 } SlogBlockCache;
 
@@ -80,6 +81,7 @@ slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
 	cache->mem_start = log ? atomic_load(&log->mem_start) : 0;	/* seq_cst */
 	cache->fd = -1;
 	cache->failed = false;
+	cache->error = 0;
 }
 
 static void
@@ -132,6 +134,7 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 		!slog_pread_all(cache->fd, cache->file_block, SLOG_BLOCK_SIZE, nth * SLOG_BLOCK_SIZE))
 	{
 		cache->failed = true;
+		cache->error = errno;
 		cache->nth = UINT64_MAX;
 		return NULL;
 	}
@@ -309,6 +312,7 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			{
 				range->start = range->end;
 				range->failed = true;
+				range->error = cache.error;
 				break;
 			}
 		}
@@ -323,9 +327,10 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 
 /* The cursor's file could not be read: it has no more records. */
 static void
-slog_cursor_fail(SlogCursor *cursor)
+slog_cursor_fail(SlogCursor *cursor, int error)
 {
 	cursor->failed = true;
+	cursor->error = error;
 	cursor->in_record = false;
 	cursor->pos = cursor->end;
 }
@@ -346,7 +351,7 @@ slog_cursor_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 
 		if (!slog_cached_copy(arena, log, cache, cursor->pos, (char *) &hdr, sizeof(hdr)))
 		{
-			slog_cursor_fail(cursor);
+			slog_cursor_fail(cursor, cache->error);
 			return;
 		}
 		if (hdr.kind != SLOG_RECORD_TOMBSTONE)
@@ -356,7 +361,7 @@ slog_cursor_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 			!slog_cached_copy(arena, log, cache, cursor->pos + sizeof(hdr) + sizeof(born.tx),
 							  (char *) &born.op, sizeof(born.op)))
 		{
-			slog_cursor_fail(cursor);
+			slog_cursor_fail(cursor, cache->error);
 			return;
 		}
 		if (log_offset_cmp(born, cursor->after) <= 0)
@@ -379,6 +384,7 @@ slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 	cursor->len = cursor->sent = cursor->skip = 0;
 	cursor->in_record = false;
 	cursor->failed = false;
+	cursor->error = 0;
 	if (start < end)
 	{
 		SlogBlockCache cache;
@@ -435,10 +441,10 @@ slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCach
  * The message bytes a cursor that has not begun a record would copy out
  * from here to the end of its range, and how many messages: a walk of the
  * record headers, which a response of known length needs before it starts.
- * False when the log's file could not be read.
+ * False, and the cursor fails, when the log's file could not be read.
  */
 bool
-slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogCursor *cursor,
+slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
 					uint64_t *bytes, uint64_t *messages)
 {
 	SlogBlockCache cache;
@@ -455,6 +461,7 @@ slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, const SlogC
 		if (!slog_cached_copy(arena, log, &cache, pos, (char *) &hdr, sizeof(hdr)) ||
 			(skip = slog_message_skip(arena, log, &cache, cursor, pos, &hdr)) == -2)
 		{
+			slog_cursor_fail(cursor, cache.error);
 			ok = false;
 			break;
 		}
@@ -496,7 +503,7 @@ slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogC
 		if (!slog_cached_copy(arena, log, &cache, cursor->pos, (char *) &hdr, sizeof(hdr)) ||
 			(skip = slog_message_skip(arena, log, &cache, cursor, cursor->pos, &hdr)) == -2)
 		{
-			slog_cursor_fail(cursor);
+			slog_cursor_fail(cursor, cache.error);
 			break;
 		}
 		if (skip >= 0)
@@ -508,7 +515,7 @@ slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogC
 								  cursor->pos + sizeof(hdr) + (uint32_t) skip,
 								  dst + done + (*any ? 1 : 0), len))
 			{
-				slog_cursor_fail(cursor);
+				slog_cursor_fail(cursor, cache.error);
 				break;
 			}
 			if (*any)
@@ -530,7 +537,7 @@ slog_cursor_begin(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *c
 
 	if (!slog_read_header(arena, log, cursor->pos, &hdr))
 	{
-		slog_cursor_fail(cursor);
+		slog_cursor_fail(cursor, errno);
 		return;
 	}
 	cursor->skip = hdr.kind == SLOG_RECORD_TOMBSTONE ? SLOG_TOMBSTONE_PREFIX : 0;
@@ -558,7 +565,7 @@ slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 						  cursor->pos + sizeof(SlogRecordHeader) + cursor->skip + cursor->sent,
 						  dst, step))
 	{
-		slog_cursor_fail(cursor);
+		slog_cursor_fail(cursor, cache.error);
 		slog_cache_end(&cache);
 		return 0;
 	}

@@ -124,7 +124,7 @@ shape_respond_unavailable(ShapeConn *sc, const char *message, int retry_after)
  * since every reader of the shape meets it.
  */
 void
-shape_note_unreadable_log(void)
+shape_note_unreadable_log(const ShapeLog *log, int error)
 {
 	static _Atomic int64_t said_us;
 	int64_t		now = http_monotonic_us();
@@ -134,15 +134,15 @@ shape_note_unreadable_log(void)
 		return;
 	if (!atomic_compare_exchange_strong(&said_us, &last, now))
 		return;
-	thread_log(THREAD_LOG_WARNING, "could not read a shape log file in \"pg_shape_sync\": %s",
-			   strerror(errno));
+	thread_log(THREAD_LOG_WARNING, "could not read file \"%s\": %s", log->file_path,
+			   strerror(error));
 }
 
 /* 503: the part of the log a request needs could not be read from disk. */
 enum MHD_Result
-shape_respond_unreadable(ShapeConn *sc)
+shape_respond_unreadable(ShapeConn *sc, const ShapeLog *log, int error)
 {
-	shape_note_unreadable_log();
+	shape_note_unreadable_log(log, error);
 	return shape_respond_unavailable(sc, "The shape's log could not be read from disk, "
 									 "please retry", 1);
 }
@@ -294,7 +294,7 @@ shape_body_fill(ShapeConn *sc, char *buf, size_t max)
 	}
 	if (b->records.failed)
 	{
-		shape_note_unreadable_log();
+		shape_note_unreadable_log(log, b->records.error);
 		return MHD_CONTENT_READER_END_WITH_ERROR;	/* the length cannot be kept */
 	}
 	if (n == 0)
@@ -326,10 +326,7 @@ shape_body_measure(ShapeConn *sc)
 		return size;
 	if (!slog_cursor_measure(sc->server->shapes->arena, shape_conn_log(sc), &b->records,
 							 &bytes, &messages))
-	{
-		shape_note_unreadable_log();
-		return SHAPE_BODY_UNREADABLE;
-	}
+		return SHAPE_BODY_UNREADABLE;	/* b->records says why */
 	return size + bytes + messages - 1;
 }
 

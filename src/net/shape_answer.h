@@ -25,8 +25,8 @@ extern enum MHD_Result shape_respond_refusal(ShapeConn *sc, const Refusal *refus
 extern enum MHD_Result shape_respond_unavailable(ShapeConn *sc, const char *message,
 												 int retry_after);
 extern enum MHD_Result shape_respond_must_refetch(ShapeConn *sc, const char *handle);
-extern enum MHD_Result shape_respond_unreadable(ShapeConn *sc);
-extern void shape_note_unreadable_log(void);
+extern enum MHD_Result shape_respond_unreadable(ShapeConn *sc, const ShapeLog *log, int error);
+extern void shape_note_unreadable_log(const ShapeLog *log, int error);
 extern enum MHD_Result shape_respond_deleted(ShapeConn *sc);
 
 /* The version of its shape's log a request reads. */

@@ -246,7 +246,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	if (data && range->start == range->end && log_offset_cmp(requested, response_offset) > 0)
 		response_offset = requested;
 	if (data && range->failed)
-		return shape_respond_unreadable(sc);
+		return shape_respond_unreadable(sc, shape_conn_log(sc), range->error);
 	uint64_t	lsn;
 	char		req_text[LOG_OFFSET_TEXT_LEN];
 	char		resp_text[LOG_OFFSET_TEXT_LEN];
@@ -313,6 +313,8 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 	slog_cursor_init(sc->server->shapes->arena, data ? shape_conn_log(sc) : NULL,
 					 &sc->body.records, data ? range->start : 0, data ? range->end : 0,
 					 sc->query.offset);
+	if (sc->body.records.failed)
+		return shape_respond_unreadable(sc, shape_conn_log(sc), sc->body.records.error);
 	lsn = sc->seen_lsn;
 	if (live && data && response_offset.tx > 0)
 		lsn = (uint64_t) response_offset.tx;
@@ -343,7 +345,7 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 		snprintf(cursor, sizeof(cursor), "%lld", shape_cursor(server, sc->query.cursor));
 	body_size = not_modified || sc->head_only ? 0 : shape_body_measure(sc);
 	if (body_size == SHAPE_BODY_UNREADABLE)
-		return shape_respond_unreadable(sc);
+		return shape_respond_unreadable(sc, shape_conn_log(sc), sc->body.records.error);
 	shared = live && data && !not_modified && !sc->head_only && response_offset.tx > 0 &&
 		shape_shared_key(sc, req_text, resp_text, up_to_date, cursor, body_size, &key,
 						 &shared_body, &shared_len);
@@ -446,7 +448,9 @@ shape_decide(ServeCheck *c)
 	else
 	{
 		slog_locate(shapes->arena, log, &c->pub, sc->query.offset, &c->range);
-		if (!c->range.ready)
+		if (c->range.failed)
+			decision = SERVE_RESPOND;	/* with a 503: it cannot wait that away */
+		else if (!c->range.ready)
 			decision = SERVE_WAIT;
 		else if (c->range.beyond_end && !shape_resumes_at_end(sc, &c->pub))
 			decision = SERVE_WAIT_BOUNDS;
@@ -543,7 +547,7 @@ shape_respond_or_wait(ShapeConn *sc)
 		if (!shape_admission_follow(sc, c.decision == SERVE_WAIT))
 			return shape_respond_over_limit(sc);
 		if (sc->query.live_sse && c.state != SHAPE_RETIRED && c.state != SHAPE_FAILED &&
-			(c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
+			!c.range.failed && (c.decision == SERVE_RESPOND || c.decision == SERVE_WAIT_LIVE))
 		{
 			char		cursor[32];
 

@@ -84,7 +84,7 @@ sse_next_range(ShapeConn *sc)
 	if (range.failed)
 	{
 		/* its file could not be read: the client comes back, and is told */
-		shape_note_unreadable_log();
+		shape_note_unreadable_log(log, range.error);
 		shape_conn_unpin_log(sc);
 		st->finished = true;
 		return false;
@@ -151,7 +151,7 @@ sse_fill(ShapeConn *sc, char *buf, size_t max)
 	{
 		if (st->records.failed)
 		{
-			shape_note_unreadable_log();
+			shape_note_unreadable_log(shape_conn_log(sc), st->records.error);
 			return MHD_CONTENT_READER_END_WITH_ERROR;	/* an event is cut */
 		}
 		if (st->pending_off < st->pending_len)
@@ -278,6 +278,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 	{
 		slog_cursor_init(sc->server->shapes->arena, shape_conn_log(sc), &st->records, range->start,
 						 range->end, st->after);
+		if (st->records.failed)
+			return shape_respond_unreadable(sc, shape_conn_log(sc), st->records.error);
 		st->in_range = true;
 		st->range_end = range->chunk_end;
 		st->range_up_to_date = (pub->flags & SLOG_SNAPSHOT_DONE) &&

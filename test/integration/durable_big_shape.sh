@@ -6,7 +6,8 @@
 # neither rotated nor evicted), a new client reads all of it from offset -1 and holds the
 # table's rows, a fast restart restores it (read back chunk by chunk into a smaller arena than
 # it needs) and both clients go on at their (handle, offset); a third client after the restart
-# holds the table's rows too.
+# holds the table's rows too.  With its data file put aside by hand, what left memory is
+# answered 503 (also to live and SSE requests), with one warning that names the file.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -63,6 +64,21 @@ check "and holds the table's rows" same_rows new
 expect_eq "no shape was evicted or rotated" "0" \
 	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
 
+# its file, put aside by hand, cannot be read: a 503 with retry-after (never a wrong or cut
+# body, never a wait), and one warning that names the file; back in place, all is well
+data=$(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep '\.log$')
+_cluster_as_pg mv "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside"
+url="$SHAPE_SYNC_URL/v1/shape?table=t&offset=-1"
+expect_eq "without its file, a read of what left memory gets 503" 503 "$(http_status "$url")"
+expect_match "with retry-after" 'retry-after: 1' "$(curl -s -D - -o /dev/null "$url" | tr -d '\r' | tr 'A-Z' 'a-z')"
+live_url="$SHAPE_SYNC_URL/v1/shape?table=t&handle=$handle&offset=0_0&live=true"
+expect_eq "a live request there too, at once" 503 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$live_url")"
+expect_eq "and an SSE one" 503 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$live_url&live_sse=true")"
+warned() { grep -q "WARNING:  shape_sync http: could not read file \"pg_shape_sync/$data\": No such file or directory" "$SHAPE_SYNC_LOG"; }
+check "the log names the file and why" wait_for 10 warned
+_cluster_as_pg mv "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data"
+expect_eq "back in place, it is read again" 200 "$(http_status "$url")"
+
 cluster_restart
 check "after a restart shape_sync serves again" wait_for 90 serving
 restored() { grep -q "shape_sync restored 1 of 1 shapes from disk" "$SHAPE_SYNC_LOG"; }
@@ -76,8 +92,8 @@ out=$(sc sync "$work/third.json" --url "$SHAPE_SYNC_URL" --query "table=t")
 expect_eq "a client after the restart reads all of it on the same handle" "up-to-date 200 $handle 0" "$out"
 check "and holds the table's rows" same_rows third
 
-check "no ERROR, PANIC or WARNING from shape_sync" \
-	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1"' _ "$SHAPE_SYNC_LOG"
+check "no ERROR, PANIC or WARNING from shape_sync but the file put aside" \
+	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v "could not read file \"pg_shape_sync/$2\""' _ "$SHAPE_SYNC_LOG" "$data"
 out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
 expect_eq "no crash" "" "$out"
 finish

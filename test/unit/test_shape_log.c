@@ -1141,7 +1141,7 @@ TEST(trimmed_log_reads_from_its_file)
 	CHECK(reader_epoch_passed(reader_epoch_retire()));	/* no reader here */
 	slog_arena_give_back(arena, blocks, n);
 	CHECK_EQ(slog_arena_free_blocks(arena), free_before + n);
-	/* a trim to where it is already is none; one past the log stops at its end */
+	/* a trim to where it is already is none */
 	CHECK_EQ(slog_trim(&log, trim_to, arena, blocks, 1024), 0);
 
 	/* fill the blocks given back with other bytes: nothing may read them */
@@ -2428,6 +2428,20 @@ typedef struct ConcTrim
 	uint32_t	blocks[4096];
 } ConcTrim;
 
+/* Takes n blocks of the arena (those just given back) and fills them with other bytes. */
+static void
+conc_scribble(ConcState *s, uint32_t n)
+{
+	ShapeLog	scratch;
+
+	slog_init(&scratch);
+	for (uint32_t i = 0; i < n; i++)
+		if (append_id(s->arena, &scratch, 4242, SLOG_BLOCK_SIZE - 64, SLOG_RECORD_CHANGE,
+					  off(1, i)) != SLOG_OK)
+			break;
+	slog_release(s->arena, &scratch);
+}
+
 static bool
 conc_trim(ConcState *s, ConcTrim *t, uint64_t closed_end)
 {
@@ -2451,6 +2465,7 @@ conc_trim(ConcState *s, ConcTrim *t, uint64_t closed_end)
 		if (!reader_epoch_passed(t->ticket))
 			return true;		/* the previous trim's blocks are still held */
 		slog_arena_give_back(s->arena, t->blocks, t->n);
+		conc_scribble(s, t->n);
 		t->n = 0;
 	}
 	/* the open chunk stays, and so does the last closed block or two */
@@ -2575,8 +2590,18 @@ conc_reader(void *arg)
 		x ^= x << 17;
 		/* -1, a record's own offset, or an offset between records */
 		pick = (int64_t) (x % (nrec + 1)) - 1;
-		if (s->trim && (x >> 33) % 4 != 0)
-			pick = (int64_t) nrec - 1 - (int64_t) ((x >> 8) % (nrec < 400 ? nrec : 400));	/* near the trim */
+		if (s->trim && (x >> 33) % 2 == 0 && pub.data_end > 0)
+		{
+			/* about where memory starts: the blocks being trimmed and given back */
+			int64_t		at = (int64_t) ((double) nrec * (double) slog_mem_start(&s->log) /
+										(double) pub.data_end);
+
+			pick = at - 20 + (int64_t) ((x >> 8) % 60);
+			if (pick < -1)
+				pick = -1;
+			if (pick > (int64_t) nrec - 1)
+				pick = (int64_t) nrec - 1;
+		}
 		after = pick < 0 ? LOG_OFFSET_BEFORE_ALL : conc_offset((uint64_t) pick);
 		if (pick >= 0 && (x >> 32) % 3 == 0)
 			after.op++;			/* odd ops never name a record */

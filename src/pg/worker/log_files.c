@@ -96,6 +96,20 @@ static uint32 *lf_unsynced;		/* slots written since the last round */
 static uint32 lf_nunsynced;
 static List *lf_obsolete;		/* paths to remove after the next round */
 
+/*
+ * Data files of forgotten shapes whose logs left memory for them: readers
+ * that still hold the log read them, so they go once the slot is free or
+ * claimed again.
+ */
+typedef struct LfHeldFile
+{
+	uint32		slot;
+	uint32		generation;		/* the slot's, when its shape was forgotten */
+	char		path[MAXPGPATH];
+} LfHeldFile;
+
+static List *lf_held_files;
+
 /* A shape of the round in flight, and what the round saw of it. */
 typedef struct LfRoundShape
 {
@@ -470,10 +484,42 @@ log_files_forget(uint32 slot)
 		FileClose(fs->file);
 	/* a manifest that still names it: the next start finds no file and drops it */
 	lf_data_path(fs->handle, fs->generation, path);
-	(void) unlink(path);
+	if (slog_mem_start(shape_table_log(lf_table(), slot)) > 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(lf_context);
+		LfHeldFile *held = palloc(sizeof(LfHeldFile));
+
+		held->slot = slot;
+		held->generation = atomic_load(&lf_table()->slots[slot].generation);
+		strlcpy(held->path, path, sizeof(held->path));
+		lf_held_files = lappend(lf_held_files, held);
+		MemoryContextSwitchTo(old);
+	}
+	else
+		(void) unlink(path);
 	lf_shape_path(fs->handle, path);
 	(void) unlink(path);
 	lf_reset(fs);
+}
+
+/* The held data files whose readers are gone: their slot is free or another shape's. */
+static void
+lf_remove_held_files(void)
+{
+	ShapeTable *table = lf_table();
+	ListCell   *lc;
+
+	foreach(lc, lf_held_files)
+	{
+		LfHeldFile *held = lfirst(lc);
+
+		if (shape_table_state(table, held->slot) != SHAPE_FREE &&
+			atomic_load(&table->slots[held->slot].generation) == held->generation)
+			continue;
+		(void) unlink(held->path);
+		lf_held_files = foreach_delete_current(lf_held_files, lc);
+		pfree(held);
+	}
 }
 
 /* --------------------------------------------------------------- rounds */
@@ -782,6 +828,8 @@ log_files_step(XLogRecPtr decoded)
 
 	if (lf_shapes == NULL)
 		return;
+	if (lf_held_files != NIL)
+		lf_remove_held_files();
 	for (uint32 i = 0; i < lf_ndirty; i++)
 	{
 		uint32		slot = lf_dirty[i];

@@ -21,9 +21,16 @@
  * reserve: it is what is left when trimming cannot free enough (logs that
  * are not on disk, open chunks).
  *
- * A trimmed log is not compacted (compaction builds the next version in
- * memory; shape_stream_log.c), and a trimmed log whose file later fails a
- * write keeps that file for its readers (log_files.c).
+ * A trimmed log is not compacted any more (compaction builds the next
+ * version in memory; shape_stream_log.c): an update-heavy shape that once
+ * left memory keeps its whole history, on disk, until it is evicted or the
+ * server restarts with room for it.  A trimmed log whose file later fails a
+ * write keeps that file for its readers, and the file of a trimmed log
+ * whose shape is dropped stays until its last reader lets go (log_files.c).
+ *
+ * The worker's pending batches are given back when it stops, once its HTTP
+ * threads are joined (log_trim_shutdown): shared memory outlives a worker
+ * that is terminated and starts again.
  *
  * Everything here runs on the worker's main thread, the writer of every
  * ready shape's log.
@@ -56,7 +63,7 @@ typedef struct TrimBatch
 
 static TrimBatch *lt_pending;	/* oldest first */
 static TrimBatch *lt_pending_tail;
-static TimestampTz lt_fruitless_at;	/* a walk that trimmed nothing */
+static TimestampTz lt_walked_at;	/* the last walk of the shapes */
 
 #define LOG_TRIM_RETRY_MS	100
 
@@ -74,11 +81,11 @@ log_trim_wanted(void)
 	return slog_arena_free_blocks(arena) < arena->nblocks / 4;
 }
 
-/* Gives back the batches whose readers have all left. */
+/* Gives back the batches whose readers have all left (all, with `all`). */
 static void
-lt_give_back(void)
+lt_give_back(bool all)
 {
-	while (lt_pending != NULL && reader_epoch_passed(lt_pending->ticket))
+	while (lt_pending != NULL && (all || reader_epoch_passed(lt_pending->ticket)))
 	{
 		TrimBatch  *b = lt_pending;
 
@@ -115,7 +122,8 @@ lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room)
 	if (slog_mem_start(log) >= Min(last.end_pos, fs->written))
 		return 0;
 	lf_data_path(fs->handle, fs->generation, path);
-	slog_set_file(log, path);
+	if (!slog_set_file(log, path))
+		return 0;
 	return slog_trim(log, Min(last.end_pos, fs->written), table->arena,
 					 batch->blocks + batch->n, room);
 }
@@ -129,13 +137,15 @@ log_trim_step(void)
 
 	if (lf_shapes == NULL)
 		return;
-	lt_give_back();
+	lt_give_back(false);
 	if (!log_trim_wanted() ||
-		!TimestampDifferenceExceeds(lt_fruitless_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS))
+		!TimestampDifferenceExceeds(lt_walked_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS))
 		return;
 	arena = lt_arena();
-	/* room for what would bring the arena back to half free */
-	room = arena->nblocks / 2;
+	/* what would bring the arena back to half free */
+	room = arena->nblocks / 2 - Min(slog_arena_free_blocks(arena), arena->nblocks / 2);
+	if (room == 0)
+		return;
 	batch = malloc(offsetof(TrimBatch, blocks) + sizeof(uint32) * (size_t) room);
 	if (batch == NULL)
 		return;
@@ -143,10 +153,10 @@ log_trim_step(void)
 	batch->n = 0;
 	for (uint32 slot = 0; slot < lf_nslots && batch->n < room; slot++)
 		batch->n += lt_trim_shape(slot, batch, room - batch->n);
+	/* a walk of every shape: not again for LOG_TRIM_RETRY_MS */
+	lt_walked_at = GetCurrentTimestamp();
 	if (batch->n == 0)
 	{
-		/* nothing on disk to give back: a walk of every shape, not again at once */
-		lt_fruitless_at = GetCurrentTimestamp();
 		free(batch);
 		return;
 	}
@@ -161,14 +171,19 @@ log_trim_step(void)
 }
 
 void
+log_trim_shutdown(void)
+{
+	lt_give_back(true);
+}
+
+void
 log_trim_loading(ShapeLog *log, const char *path, uint64 upto)
 {
 	uint32		blocks[256];
 	uint32		n;
 
-	if (!log_trim_wanted())
+	if (!log_trim_wanted() || !slog_set_file(log, path))
 		return;
-	slog_set_file(log, path);
 	do
 	{
 		n = slog_trim(log, upto, lt_arena(), blocks, lengthof(blocks));

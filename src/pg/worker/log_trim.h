@@ -19,6 +19,9 @@
 /* Main loop: gives back blocks readers let go, trims when memory runs low. */
 extern void log_trim_step(void);
 
+/* The worker stops, its HTTP threads joined: every trimmed block goes back. */
+extern void log_trim_shutdown(void);
+
 /* Whether the arena is low enough on free blocks that logs should trim. */
 extern bool log_trim_wanted(void);
 

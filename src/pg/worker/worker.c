@@ -239,6 +239,7 @@ worker_shutdown(int code, Datum arg)
 		worker_http = NULL;
 		request_queue_destroy(&worker_queue);
 	}
+	log_trim_shutdown();		/* no reader is left */
 	thread_log_drain(worker_emit_thread_log);
 	atomic_store(&shape_sync_shared->worker_latch, 0);
 	decoder_stop();
