@@ -27,9 +27,14 @@
  * reclaimer's check reads every claimed slot, and runs once per main loop
  * at most, not per read.  No reader ever waits.
  *
- * Slots are process-local: the readers that need them (the HTTP threads)
- * run in the process that reclaims (the worker's main thread).  A thread
- * claims a slot at its first section and gives it back when it exits.
+ * The readers are threads of the main worker (its HTTP threads, and its
+ * main thread when it reads a log it writes); the reclaimers are its main
+ * thread and the snapshot workers, other processes that take blocks of the
+ * snapshots they write back from memory.  So the slots live in shared
+ * memory (reader_epochs_use, from shared_state.c); a process that has none
+ * (a unit test) uses its own.  A thread claims a slot at its first section
+ * and gives it back when it exits; the main worker lays the slots out again
+ * when it starts, since no reader of its previous life is alive.
  *
  * Notes on synchronization
  * ------------------------
@@ -61,22 +66,33 @@
 #error "reader_epochs.c is shared by threads and must not include postgres.h"
 #endif
 
-typedef struct ReaderEpochSlot
-{
-	_Atomic uint64_t announced; /* the epoch a section entered with; 0: none */
-	_Atomic uint32_t owned;
-	char		pad[64 - sizeof(uint64_t) - sizeof(uint32_t)];
-} ReaderEpochSlot;
-
-static ReaderEpochSlot re_slots[READER_EPOCH_SLOTS];
-static _Atomic uint32_t re_high;	/* slots ever claimed: [0, re_high) */
-static _Atomic uint64_t re_epoch = 1;
+static ReaderEpochs re_own = {.epoch = 1};
+static ReaderEpochs *re = &re_own;
 
 static _Thread_local ReaderEpochSlot *re_mine;
+static _Thread_local ReaderEpochs *re_mine_in;	/* the epochs re_mine belongs to */
 static _Thread_local uint32_t re_depth;
 
 static pthread_once_t re_once = PTHREAD_ONCE_INIT;
 static pthread_key_t re_key;
+
+void
+reader_epochs_init(ReaderEpochs *epochs)
+{
+	atomic_init(&epochs->epoch, 1);
+	atomic_init(&epochs->high, 0);
+	for (uint32_t i = 0; i < READER_EPOCH_SLOTS; i++)
+	{
+		atomic_init(&epochs->slots[i].announced, 0);
+		atomic_init(&epochs->slots[i].owned, 0);
+	}
+}
+
+void
+reader_epochs_use(ReaderEpochs *epochs)
+{
+	re = epochs;
+}
 
 static void
 re_thread_exit(void *slot)
@@ -108,22 +124,22 @@ re_claim(void)
 		{
 			uint32_t	expected = 0;
 
-			if (atomic_load_explicit(&re_slots[i].owned, memory_order_relaxed) != 0 ||
-				!atomic_compare_exchange_strong_explicit(&re_slots[i].owned, &expected, 1,
+			if (atomic_load_explicit(&re->slots[i].owned, memory_order_relaxed) != 0 ||
+				!atomic_compare_exchange_strong_explicit(&re->slots[i].owned, &expected, 1,
 														 memory_order_acq_rel,
 														 memory_order_relaxed))
 				continue;
 			{
-				uint32_t	high = atomic_load_explicit(&re_high, memory_order_relaxed);
+				uint32_t	high = atomic_load_explicit(&re->high, memory_order_relaxed);
 
 				while (high < i + 1 &&
-					   !atomic_compare_exchange_weak_explicit(&re_high, &high, i + 1,
+					   !atomic_compare_exchange_weak_explicit(&re->high, &high, i + 1,
 															  memory_order_seq_cst,
 															  memory_order_relaxed))
 					;
 			}
-			(void) pthread_setspecific(re_key, &re_slots[i]);
-			return &re_slots[i];
+			(void) pthread_setspecific(re_key, &re->slots[i]);
+			return &re->slots[i];
 		}
 		sched_yield();
 	}
@@ -134,9 +150,12 @@ reader_epoch_enter(void)
 {
 	if (re_depth++ > 0)
 		return;
-	if (re_mine == NULL)
+	if (re_mine == NULL || re_mine_in != re)
+	{
 		re_mine = re_claim();
-	atomic_store(&re_mine->announced, atomic_load(&re_epoch));
+		re_mine_in = re;
+	}
+	atomic_store(&re_mine->announced, atomic_load(&re->epoch));
 }
 
 void
@@ -150,17 +169,17 @@ reader_epoch_exit(void)
 uint64_t
 reader_epoch_retire(void)
 {
-	return atomic_fetch_add(&re_epoch, 1) + 1;
+	return atomic_fetch_add(&re->epoch, 1) + 1;
 }
 
 bool
 reader_epoch_passed(uint64_t ticket)
 {
-	uint32_t	high = atomic_load(&re_high);
+	uint32_t	high = atomic_load(&re->high);
 
 	for (uint32_t i = 0; i < high; i++)
 	{
-		uint64_t	announced = atomic_load(&re_slots[i].announced);
+		uint64_t	announced = atomic_load(&re->slots[i].announced);
 
 		if (announced != 0 && announced < ticket)
 			return false;
@@ -171,10 +190,10 @@ reader_epoch_passed(uint64_t ticket)
 uint32_t
 reader_epoch_slots_claimed(void)
 {
-	uint32_t	high = atomic_load(&re_high);
+	uint32_t	high = atomic_load(&re->high);
 	uint32_t	n = 0;
 
 	for (uint32_t i = 0; i < high; i++)
-		n += atomic_load_explicit(&re_slots[i].owned, memory_order_relaxed);
+		n += atomic_load_explicit(&re->slots[i].owned, memory_order_relaxed);
 	return n;
 }

@@ -17,8 +17,33 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* More threads of one process than can ever read a log at once. */
+#include <stdatomic.h>
+
+/* More threads than can ever read logs at once. */
 #define READER_EPOCH_SLOTS	1024
+
+typedef struct ReaderEpochSlot
+{
+	_Atomic uint64_t announced; /* the epoch a section entered with; 0: none */
+	_Atomic uint32_t owned;
+	char		pad[64 - sizeof(uint64_t) - sizeof(uint32_t)];
+} ReaderEpochSlot;
+
+/* The epochs: process-local, or in shared memory (reader_epochs_use). */
+typedef struct ReaderEpochs
+{
+	_Atomic uint64_t epoch;
+	_Atomic uint32_t high;		/* slots ever claimed: [0, high) */
+	ReaderEpochSlot slots[READER_EPOCH_SLOTS];
+} ReaderEpochs;
+
+/*
+ * Lays out `epochs` with no reader.  Then reader_epochs_use makes it the
+ * one this process (and every process forked from it afterwards) uses;
+ * until then a process uses one of its own.
+ */
+extern void reader_epochs_init(ReaderEpochs *epochs);
+extern void reader_epochs_use(ReaderEpochs *epochs);
 
 /* Readers: around every access to memory that a reclaimer may retire. */
 extern void reader_epoch_enter(void);

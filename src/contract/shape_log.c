@@ -703,6 +703,29 @@ slog_trim(ShapeLog *log, uint64_t upto, const ShapeLogArena *arena, uint32_t *bl
 	return n;
 }
 
+/*
+ * Copies [pos, pos + n) of what the writer appended out of memory, for the
+ * writer itself (its file): no reader section, since only the writer
+ * trims its log, and only below what it copies.  Writer only; pos at or
+ * past slog_mem_start.
+ */
+void
+slog_writer_copy_out(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos,
+					 char *dst, size_t n)
+{
+	while (n > 0)
+	{
+		size_t		in_block = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
+		size_t		step = n < in_block ? n : in_block;
+
+		memcpy(dst, slog_block(arena, slog_data_block(arena, log, pos)) +
+			   pos % SLOG_BLOCK_SIZE, step);
+		pos += step;
+		dst += step;
+		n -= step;
+	}
+}
+
 /* Gives blocks that slog_trim took back to the arena. */
 void
 slog_arena_give_back(ShapeLogArena *arena, const uint32_t *blocks, uint32_t n)

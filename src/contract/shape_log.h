@@ -186,6 +186,8 @@ extern uint32_t slog_trim(ShapeLog *log, uint64_t upto, const ShapeLogArena *are
 						  uint32_t *blocks, uint32_t max_blocks);
 extern void slog_arena_give_back(ShapeLogArena *arena, const uint32_t *blocks, uint32_t n);
 extern uint64_t slog_mem_start(const ShapeLog *log);
+extern void slog_writer_copy_out(const ShapeLogArena *arena, const ShapeLog *log,
+								 uint64_t pos, char *dst, size_t n);
 
 /* Readers (any thread or process, no lock) */
 extern void slog_read_published(const ShapeLog *log, SlogPublished *out);

@@ -181,6 +181,7 @@ shape_table_claim(ShapeTable *table)
 		atomic_fetch_add_explicit(&s->generation, 1, memory_order_relaxed);
 		s->snapshot_rows = 0;
 		s->snapshot_ms = 0;
+		s->snapshot_file_bytes = 0;
 		s->compactions = 0;
 		atomic_store_explicit(&s->published_us, 0, memory_order_relaxed);
 		atomic_store_explicit(&s->changes, 0, memory_order_relaxed);

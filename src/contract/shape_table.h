@@ -69,6 +69,9 @@ typedef struct ShapeSlot
 	_Atomic int64_t snapshot_ms;
 	uint64_t	snapshot_lsn;	/* WAL insert position once the snapshot was
 								 * taken; stored before the state is READY */
+	uint64_t	snapshot_file_bytes;	/* its log's first bytes that the
+										 * worker wrote to the data file;
+										 * stored before the state is READY */
 	uint32_t	error_reason;	/* RefusalReason, once state is FAILED: a
 								 * REFUSAL_SNAPSHOT_* (REFUSAL_MUST_REFETCH:
 								 * rotate it) */

@@ -22,6 +22,10 @@
  *   read by snapshot workers to wake it; an atomic, since they race.
  * - `decoder` is written by the main worker only (relaxed stores, each
  *   value standing on its own) and read by anyone.
+ * - `epochs` holds the reader sections of the main worker's threads, so
+ *   that a snapshot worker that takes blocks of its log back from memory
+ *   sees them (reader_epochs.c); the main worker lays it out again when it
+ *   starts, since no reader of an earlier life can still be in a section.
  * - Everything else has its own notes: shape_table.c, shape_log.c,
  *   admission.c, snapshot_jobs.c, subset_results.c, metrics.c,
  *   server_metrics.c and conn_activity.c.
@@ -107,6 +111,7 @@ sstate_shmem_startup(void)
 		memset(&shape_sync_shared->decoder, 0, sizeof(shape_sync_shared->decoder));
 		snapshot_jobs_init(&shape_sync_shared->snapshot_jobs);
 		subset_results_init(&shape_sync_shared->subsets);
+		reader_epochs_init(&shape_sync_shared->epochs);
 		shape_sync_shared->metric_stripes = stripes;
 		shape_sync_shared->nconnections = (uint32) shape_sync_max_connections;
 		shape_sync_shared->connections = (ConnActivity *) TYPEALIGN(128, activity_mem);
@@ -127,6 +132,8 @@ sstate_shmem_startup(void)
 					 errmsg("out of memory")));
 	}
 	LWLockRelease(AddinShmemInitLock);
+	/* inherited by every process forked from here: they see each other's readers */
+	reader_epochs_use(&shape_sync_shared->epochs);
 }
 
 void

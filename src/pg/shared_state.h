@@ -19,6 +19,7 @@
 
 #include "admission.h"
 #include "conn_activity.h"
+#include "reader_epochs.h"
 #include "server_metrics.h"
 #include "shape_table.h"
 #include "snapshot_jobs.h"
@@ -35,6 +36,7 @@ typedef struct ShapeSyncShared
 	uint32		metric_stripes; /* writers' stripes in the metrics area */
 	SnapshotJobs snapshot_jobs; /* snapshots to take, and who takes them */
 	SubsetResults subsets;		/* answers of subset queries in flight */
+	ReaderEpochs epochs;		/* sections of the HTTP threads reading logs */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

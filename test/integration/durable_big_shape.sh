@@ -6,7 +6,8 @@
 # neither rotated nor evicted), a new client reads all of it from offset -1 and holds the
 # table's rows, a fast restart restores it (read back chunk by chunk into a smaller arena than
 # it needs) and both clients go on at their (handle, offset); a third client after the restart
-# holds the table's rows too.  With its data file put aside by hand, what left memory is
+# holds the table's rows too.  A shape whose snapshot is five times the arena is taken (written
+# to its file as it goes), read whole, and restored.  With its data file put aside by hand, what left memory is
 # answered 503 (also to live and SSE requests), with one warning that names the file.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
@@ -79,10 +80,34 @@ check "the log names the file and why" wait_for 10 warned
 _cluster_as_pg mv "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data"
 expect_eq "back in place, it is read again" 200 "$(http_status "$url")"
 
+# a snapshot five times larger than memory: written to its file as it is taken, its chunks
+# leave memory while it goes on
+cluster_psql -q >/dev/null <<'SQL'
+CREATE TABLE big (id int PRIMARY KEY, v text);
+INSERT INTO big SELECT g, repeat(md5(g::text), 128) FROM generate_series(1, 10000) g;
+SQL
+same_big() {
+	sc rows "$work/big.json" id v >"$work/big.client"
+	cluster_psql -At -c "SELECT id, v FROM big ORDER BY id" >"$work/big.table"
+	cmp -s "$work/big.client" "$work/big.table"
+}
+out=$(sc sync "$work/big.json" --url "$SHAPE_SYNC_URL" --query "table=big" --timeout 300)
+big_handle=$(cut -d' ' -f3 <<<"$out")
+expect_match "a shape of a 40 MB table is read whole ($big_handle)" '^up-to-date 200 [0-9]+-[0-9]+ 0$' "$out"
+check "and its client holds the table's rows" same_big
+expect_eq "no shape was evicted or rotated for it" "0" \
+	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+big_listed() { [[ $(manifest 'len(m["shapes"])') == 2 ]]; }
+check "the manifest lists it" wait_for 60 big_listed
+
 cluster_restart
 check "after a restart shape_sync serves again" wait_for 90 serving
-restored() { grep -q "shape_sync restored 1 of 1 shapes from disk" "$SHAPE_SYNC_LOG"; }
-check "the log says \"restored 1 of 1 shapes\"" wait_for 60 restored
+restored() { grep -q "shape_sync restored 2 of 2 shapes from disk" "$SHAPE_SYNC_LOG"; }
+check "the log says \"restored 2 of 2 shapes\"" wait_for 60 restored
+cluster_psql -q -c "UPDATE big SET v = 'after' WHERE id % 1000 = 0" >/dev/null
+expect_eq "the big shape's client goes on at its (handle, offset)" "up-to-date 200 $big_handle 0" \
+	"$(sc sync "$work/big.json")"
+check "and holds the table's rows" same_big
 write 10
 for c in live new; do
 	expect_eq "client $c goes on at its (handle, offset)" "up-to-date 200 $handle 0" "$(sc sync "$work/$c.json")"

@@ -6,6 +6,7 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "reader_epochs.h"
@@ -92,6 +93,42 @@ TEST(other_threads_hold_tickets_and_give_their_slots_back)
 	for (int i = 0; i < 8; i++)
 		pthread_join(threads[i], NULL);
 	CHECK_EQ(reader_epoch_slots_claimed(), claimed);
+}
+
+/*
+ * Epochs of their own (shared memory, in the server): a section announced
+ * there holds tickets of that instance only, and a new layout forgets the
+ * readers of an earlier life.
+ */
+TEST(epochs_elsewhere)
+{
+	ReaderEpochs *mine = calloc(1, sizeof(ReaderEpochs));
+	ReaderEpochs *other = calloc(1, sizeof(ReaderEpochs));
+	uint64_t	ticket;
+
+	REQUIRE(mine != NULL && other != NULL);
+	reader_epochs_init(mine);
+	reader_epochs_init(other);
+	reader_epochs_use(mine);
+	reader_epoch_enter();
+	ticket = reader_epoch_retire();
+	CHECK(!reader_epoch_passed(ticket));
+	reader_epochs_use(other);
+	CHECK(reader_epoch_passed(reader_epoch_retire()));	/* nobody reads there */
+	reader_epochs_use(mine);
+	reader_epoch_exit();
+	CHECK(reader_epoch_passed(ticket));
+
+	/* a reader that never left, then a new layout: nobody holds anything */
+	reader_epoch_enter();
+	ticket = reader_epoch_retire();
+	CHECK(!reader_epoch_passed(ticket));
+	reader_epochs_init(mine);
+	CHECK(reader_epoch_passed(ticket));
+	CHECK_EQ(reader_epoch_slots_claimed(), 0);
+	reader_epoch_exit();
+	free(other);
+	/* mine stays in use: this thread's slot pointer still points into it */
 }
 
 UNIT_MAIN()

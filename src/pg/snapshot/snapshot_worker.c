@@ -21,7 +21,10 @@
  * reaches shape_sync.chunk_bytes_threshold, and each closed chunk is
  * published at once, so clients read the first chunks of a large table
  * while the rest is still being read.  The last chunk ends with the
- * snapshot-end control message.  The worker then stores the snapshot's
+ * snapshot-end control message.  With durable logs, each closed chunk is
+ * also written to the shape's data file, and leaves memory when it runs
+ * low (snapshot_spill.c), so a snapshot may be larger than the log memory.
+ * The worker then stores the snapshot's
  * visibility in the job's segment and moves the shape from SNAPSHOTTING
  * to READY; the main thread takes the log over from there (shape_stream_log.c).
  *
@@ -65,6 +68,7 @@
 #include "shared_state.h"
 #include "snapshot_definition.h"
 #include "snapshot_query.h"
+#include "snapshot_spill.h"
 #include "snapshot_worker.h"
 #include "subset_query.h"
 
@@ -134,6 +138,9 @@ snap_wait_for_room(SnapshotWriter *w, SlogResult res, TimestampTz *since)
 {
 	ShapeLogArena *arena = w->table->arena;
 
+	/* first what this snapshot wrote to its file */
+	if (res == SLOG_FULL && snapshot_spill_make_room())
+		return;
 	if (res == SLOG_FULL && shape_table_log_blocks(w->table, w->slot_index) + 8 < arena->nblocks &&
 		shape_sync_shape_eviction == SHAPE_EVICTION_LRU)
 	{
@@ -207,6 +214,7 @@ snap_emit(void *arg, const char *message, int len)
 		snap_close_chunk(w, offset);
 		atomic_store_explicit(&w->slot->snapshot_rows, w->rows, memory_order_relaxed);
 		snap_publish(w, offset, 0);
+		snapshot_spill_chunk();
 		w->chunk++;
 		w->chunk_bytes = 0;
 		if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
@@ -458,6 +466,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, dsm_segment *definitio
 	writer->slot->snapshot_ms = (GetCurrentTimestamp() - started) / 1000;
 
 	snapshot_end(&saved);
+	snapshot_spill_finish();
 
 	/*
 	 * Publish, then hand over: the main thread takes the pen when it sees
@@ -471,7 +480,11 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, dsm_segment *definitio
 	 */
 	slog_publish(writer->log, LOG_OFFSET_SNAPSHOT_END, 0);
 	if (!shape_table_transition(table, job->slot, SHAPE_SNAPSHOTTING, SHAPE_READY))
+	{
+		snapshot_spill_abort();
 		return;					/* retired while we finished: it stays retired */
+	}
+	snapshot_spill_handed_over();
 	shape_table_mark_dirty(table, job->slot);
 	shape_sync_wake_worker();
 	pgstat_report_activity(STATE_IDLE, NULL);
@@ -501,6 +514,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 	snap_writer.slot_index = job->slot;
 	snap_writer.log = shape_table_log(table, job->slot);
 	sm_add(SM_SNAPSHOTS_STARTED, 0, 1);
+	snapshot_spill_begin(table, job->slot, snap_writer.log);
 
 	PG_TRY();
 	{
@@ -526,6 +540,7 @@ snap_run_job(const SnapshotJob *job, MemoryContext job_context)
 		edata = CopyErrorData();
 		too_slow = snapshot_deadline_caught();
 		snapshot_worker_recover();
+		snapshot_spill_abort();
 		if (seg != NULL)
 			dsm_detach(seg);
 		if (shape_table_state(table, job->slot) != SHAPE_SNAPSHOTTING)

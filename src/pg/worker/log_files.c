@@ -337,6 +337,7 @@ void
 log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 {
 	FileShape  *fs;
+	uint64		spilled;
 	char		path[MAXPGPATH];
 	char		tmp[MAXPGPATH];
 	size_t		len;
@@ -369,12 +370,25 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 		lf_fail(slot, "write", path);
 		return;
 	}
+	/* the snapshot worker may have written the snapshot's first chunks already */
+	spilled = lf_table()->slots[slot].snapshot_file_bytes;
 	lf_data_path(fs->handle, fs->generation, path);
-	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | (spilled > 0 ? 0 : O_TRUNC) | PG_BINARY);
 	if (fs->file < 0)
 	{
 		lf_fail(slot, "create", path);
 		return;
+	}
+	if (spilled > 0)
+	{
+		off_t		size = FileSize(fs->file);
+
+		if (size < 0 || (uint64) size < spilled)
+		{
+			lf_fail(slot, "read", path);
+			return;
+		}
+		fs->written = spilled;
 	}
 	lf_note_unsynced(slot);		/* listed once complete, even when empty */
 	log_files_appended(slot);

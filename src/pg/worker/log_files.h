@@ -20,6 +20,13 @@
 
 #define LOG_FILES_DIR			"pg_shape_sync"
 
+/* A shape's data file of a generation, relative to the data directory. */
+static inline void
+log_files_data_path(const char *handle, uint32 generation, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/%s.%u.log", LOG_FILES_DIR, handle, generation);
+}
+
 /*
  * Start: the directory, and the flusher thread.  With
  * shape_sync.durable_logs off, the files of an earlier life are removed.

@@ -54,7 +54,7 @@ extern char *lf_buffer;			/* LOG_FILES_BUFFER bytes on their way */
 static inline void
 lf_data_path(const char *handle, uint32 generation, char *path)
 {
-	snprintf(path, MAXPGPATH, "%s/%s.%u.log", LOG_FILES_DIR, handle, generation);
+	log_files_data_path(handle, generation, path);
 }
 
 static inline void

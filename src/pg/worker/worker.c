@@ -438,6 +438,8 @@ shape_sync_worker_main(Datum arg)
 	/* where clauses folded or evaluated here get shape_sync.where_evaluation_timeout */
 	eval_deadline_enable();
 
+	/* the readers of an earlier life of this worker are gone with it */
+	reader_epochs_init(&shape_sync_shared->epochs);
 	registry_start();
 	log_files_start(shape_sync_shared->table->nslots);
 	worker_changed_cap = shape_sync_shared->table->nslots;

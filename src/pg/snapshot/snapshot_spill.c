@@ -1,0 +1,233 @@
+/*-------------------------------------------------------------------------
+ *
+ * snapshot_spill.c
+ *		A snapshot larger than the log memory: written to its shape's data
+ *		file as it is taken, its closed chunks leave the arena.
+ *
+ * With durable logs, a snapshot worker writes each chunk of the snapshot
+ * to the shape's data file (<handle>.1.log, log_files.c's name) as soon as
+ * it closes, and when the arena's free blocks fall under a quarter of it
+ * (log_trim_wanted), it takes the blocks of the chunks it wrote back from
+ * memory (slog_trim): clients read those from the file (shape_log_read.c).
+ * So a snapshot needs in memory its open chunk and the indexes of the rest,
+ * not its size.  Clients may read a closed chunk while the snapshot goes
+ * on, so trimmed blocks return to the arena only once the HTTP threads'
+ * reader sections have passed (reader_epochs.c, whose slots are in shared
+ * memory for this): a batch per trim, given back at the next chunk, or
+ * when an append finds the arena full, or at the end.
+ *
+ * At the end the worker hands the main thread the length its file holds
+ * (ShapeSlot.snapshot_file_bytes, stored before the shape is READY):
+ * log_files_shape_ready opens that file rather than a new one, and writes
+ * on from there.  A snapshot that fails or is dropped removes its file.  A
+ * file that cannot be written (a full disk) ends the spilling, not the
+ * snapshot: it goes on in memory, as without durable logs, and fails as
+ * those do when memory runs out; the chunks already trimmed stay in the
+ * file, which the main thread then keeps for them.
+ *
+ * The file descriptor is the worker's own (not a virtual one of fd.c: it
+ * lives across the snapshot's transaction), closed at the end or in
+ * snapshot_spill_abort, which the worker's error recovery calls.
+ *
+ * IDENTIFICATION
+ *	  src/pg/snapshot/snapshot_spill.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/file_perm.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+
+#include "guc.h"
+#include "log_files.h"
+#include "reader_epochs.h"
+#include "snapshot_spill.h"
+
+#define SPILL_BUFFER		((size_t) 256 * 1024)
+#define SPILL_MAX_BATCH		4096	/* blocks trimmed at a time */
+
+typedef struct SnapshotSpill
+{
+	bool		active;
+	ShapeTable *table;
+	uint32		slot;
+	ShapeLog   *log;
+	int			fd;				/* -1: not opened yet, or given up */
+	bool		gave_up;		/* a write failed */
+	uint64		written;		/* the file holds the log's [0, written) */
+	char		path[MAXPGPATH];
+	/* the last trim's blocks, until no reader can hold them */
+	uint64		ticket;
+	uint32		npending;
+	uint32		pending[SPILL_MAX_BATCH];
+} SnapshotSpill;
+
+static SnapshotSpill spill;
+
+void
+snapshot_spill_begin(ShapeTable *table, uint32 slot, ShapeLog *log)
+{
+	memset(&spill, 0, sizeof(spill));
+	spill.fd = -1;
+	if (!shape_sync_durable_logs)
+		return;
+	spill.active = true;
+	spill.table = table;
+	spill.slot = slot;
+	spill.log = log;
+	log_files_data_path(table->slots[slot].handle, 1, spill.path);
+}
+
+/* Gives the pending batch back once its readers are gone; true if it did. */
+static bool
+spill_give_back(bool wait)
+{
+	if (spill.npending == 0)
+		return false;
+	while (!reader_epoch_passed(spill.ticket))
+	{
+		if (!wait)
+			return false;
+		/* a reader section is one copy: this is a few microseconds */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	slog_arena_give_back(spill.table->arena, spill.pending, spill.npending);
+	spill.npending = 0;
+	return true;
+}
+
+/* Writes what the log holds past the file's end; false when it cannot. */
+static bool
+spill_write(void)
+{
+	char	   *buf;
+
+	if (spill.gave_up)
+		return false;
+	if (spill.fd < 0)
+	{
+		spill.fd = open(spill.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | PG_BINARY,
+						pg_file_create_mode);
+		if (spill.fd < 0)
+			goto fail;
+	}
+	buf = palloc(SPILL_BUFFER);
+	while (spill.written < spill.log->write_pos)
+	{
+		size_t		n = (size_t) Min(spill.log->write_pos - spill.written, SPILL_BUFFER);
+		ssize_t		done;
+
+		slog_writer_copy_out(spill.table->arena, spill.log, spill.written, buf, n);
+		pgstat_report_wait_start(WAIT_EVENT_DATA_FILE_WRITE);
+		done = pwrite(spill.fd, buf, n, (off_t) spill.written);
+		pgstat_report_wait_end();
+		if (done != (ssize_t) n)
+		{
+			if (done >= 0)
+				errno = ENOSPC;
+			pfree(buf);
+			goto fail;
+		}
+		spill.written += n;
+	}
+	pfree(buf);
+	return true;
+
+fail:
+	ereport(WARNING,
+			(errcode_for_file_access(),
+			 errmsg("could not write file \"%s\": %m", spill.path),
+			 errdetail("The snapshot of shape %s goes on in memory only.",
+					   spill.table->slots[spill.slot].handle)));
+	spill.gave_up = true;
+	return false;
+}
+
+/* Takes the written closed chunks out of memory, as one pending batch. */
+static void
+spill_trim(void)
+{
+	SlogChunk	last;
+
+	if (spill.npending > 0 || spill.log->chunk_count == 0)
+		return;
+	slog_chunk_read(spill.table->arena, spill.log, spill.log->chunk_count - 1, &last);
+	slog_set_file(spill.log, spill.path);
+	spill.npending = slog_trim(spill.log, Min(last.end_pos, spill.written), spill.table->arena,
+							   spill.pending, SPILL_MAX_BATCH);
+	if (spill.npending > 0)
+		spill.ticket = reader_epoch_retire();
+}
+
+static bool
+spill_memory_low(void)
+{
+	ShapeLogArena *arena = spill.table->arena;
+
+	return slog_arena_free_blocks(arena) < arena->nblocks / 4;
+}
+
+void
+snapshot_spill_chunk(void)
+{
+	if (!spill.active || !spill_write())
+		return;
+	(void) spill_give_back(false);
+	if (spill_memory_low())
+		spill_trim();
+}
+
+bool
+snapshot_spill_make_room(void)
+{
+	if (!spill.active)
+		return false;
+	if (spill_give_back(true))
+		return true;
+	if (!spill_write())
+		return false;
+	spill_trim();
+	return spill_give_back(true);
+}
+
+void
+snapshot_spill_finish(void)
+{
+	if (!spill.active)
+		return;
+	(void) spill_write();
+	(void) spill_give_back(true);
+	if (spill.fd >= 0)
+		close(spill.fd);
+	spill.fd = -1;
+	/* what the main thread finds: the whole log, or its first bytes */
+	spill.table->slots[spill.slot].snapshot_file_bytes = spill.written;
+}
+
+void
+snapshot_spill_handed_over(void)
+{
+	spill.active = false;		/* the file is the main thread's now */
+}
+
+void
+snapshot_spill_abort(void)
+{
+	if (!spill.active)
+		return;
+	(void) spill_give_back(true);
+	if (spill.fd >= 0)
+		close(spill.fd);
+	spill.fd = -1;
+	(void) unlink(spill.path);
+	spill.active = false;
+}
