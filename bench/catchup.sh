@@ -10,11 +10,18 @@
 # reports the median requests per second of each and their ratio. Writes the section
 # "Catch-up against nginx" of bench/RESULTS.md.
 #
+# With DISK=1, the big chunk is one that lives only in its shape's data file (durable logs,
+# docs/storage.md): shape_sync.log_memory is 16 MB, the big table five times that, so its
+# snapshot's first chunks leave memory as it is taken; the script checks that the chunk it
+# fetches lies below what memory can hold (shape_sync.log_memory_usage()) and writes the
+# section "Catch-up of a chunk on disk against nginx" instead (SIZES is "big").
+#
 # Needs nginx and wrk: SHAPE_SYNC_BENCH=1 scripts/install-deps.sh installs them.
 # Knobs: RUNS (3), DURATION (5 s per wrk run of the small chunk), BIG_DURATION (20 s per run
 # of the big one: at 1,000 connections each takes seconds to get one), CONNS ("100 1000"),
 # WRK_THREADS (2), SIZES ("small big"), SERVER_CONF (postgresql.conf lines added to the
-# cluster's, to compare settings such as shape_sync.write_piece_size). About 5 minutes.
+# cluster's, to compare settings such as shape_sync.write_piece_size), DISK (0). About 5
+# minutes.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -25,6 +32,14 @@ CONNS=${CONNS:-100 1000}
 WRK_THREADS=${WRK_THREADS:-2}
 SIZES=${SIZES:-small big}
 SERVER_CONF=${SERVER_CONF:-}
+DISK=${DISK:-0}
+big_rows=130000
+if ((DISK)); then
+	SIZES=big
+	big_rows=260000
+	SERVER_CONF="shape_sync.log_memory = '16MB'
+$SERVER_CONF"
+fi
 bench_need nginx wrk
 bench_init
 chmod 755 "$out"
@@ -41,7 +56,7 @@ ALTER TABLE catchup_small REPLICA IDENTITY FULL;
 INSERT INTO catchup_small SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 40) g;
 CREATE TABLE catchup_big (id int PRIMARY KEY, payload text NOT NULL);
 ALTER TABLE catchup_big REPLICA IDENTITY FULL;
-INSERT INTO catchup_big SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 130000) g;
+INSERT INTO catchup_big SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, $big_rows) g;
 SQL
 
 # second_chunk TABLE NAME: the URL of its shape's second chunk, whose body goes to $out/www/NAME
@@ -65,6 +80,17 @@ sleep 0.5
 big_url=$(second_chunk catchup_big big.json)
 small_bytes=$(stat -c %s "$out/www/small.json")
 big_bytes=$(stat -c %s "$out/www/big.json")
+if ((DISK)); then
+	# memory holds at most its used bytes of the log, the newest ones (a log leaves memory
+	# from its start): the second chunk ends within 2.2 bodies of the start
+	read -r log_bytes used < <(cluster_psql -At -F' ' -c "SELECT s.log_bytes, m.total_bytes - m.free_bytes
+		FROM shape_sync.shapes s, shape_sync.log_memory_usage() m WHERE s.relation LIKE '%catchup_big%'")
+	if ((log_bytes - used < big_bytes * 22 / 10)); then
+		echo "the second chunk of catchup_big may still be in memory ($log_bytes bytes of log, $used in memory)" >&2
+		exit 1
+	fi
+	echo "catchup_big: $log_bytes bytes of log, $used bytes of memory in use: its second chunk is on disk only" >&2
+fi
 
 nginx_port=$(bench_free_port)
 cat >"$out/nginx.conf" <<CONF
@@ -116,7 +142,8 @@ for ((run = 1; run <= RUNS; run++)); do
 	done
 done
 
-BENCH_PG="$pg_version" BENCH_SMALL=$small_bytes BENCH_BIG=$big_bytes BENCH_RUNS=$RUNS \
+BENCH_DISK=$DISK BENCH_LOG_BYTES=${log_bytes:-0} BENCH_USED=${used:-0} \
+	BENCH_PG="$pg_version" BENCH_SMALL=$small_bytes BENCH_BIG=$big_bytes BENCH_RUNS=$RUNS \
 	BENCH_DURATION=$DURATION BENCH_BIG_DURATION=$BIG_DURATION BENCH_THREADS=$WRK_THREADS BENCH_CONF="$SERVER_CONF" \
 	python3 - "$here/RESULTS.md" "$out/results" <<'PY'
 import collections, os, statistics, sys
@@ -139,11 +166,16 @@ for size in ("small", "big"):
         label = f"{sizes[size] / 1024:.1f} kB" if size == "small" else f"{sizes[size] / 1048576:.1f} MB"
         table.append(f"| {label} | {conns:,} | {s:,.0f} | {n:,.0f} | **{s / n:.2f}x** | "
                      f"{bad[(size, conns, 'shape_sync')]} |")
+disk = E["BENCH_DISK"] == "1"
 lines = [
-    "## Catch-up against nginx",
+    "## Catch-up of a chunk on disk against nginx" if disk else "## Catch-up against nginx",
     "",
     machine(E["BENCH_PG"]),
     "",
+    *([f"`DISK=1 bash bench/catchup.sh`: the chunk lives only in its shape's data file: `shape_sync.log_memory` "
+       f"is 16 MB, the shape's log {int(E['BENCH_LOG_BYTES']) / 1048576:.0f} MB, of which at most "
+       f"{int(E['BENCH_USED']) / 1048576:.0f} MB (the newest) are in memory; it is read from the page cache, "
+       "8 kB at a time, as nginx reads its file (with sendfile). Otherwise as below.", ""] if disk else []),
     "`bash bench/catchup.sh`: wrk "
     f"({E['BENCH_THREADS']} threads, {E['BENCH_DURATION']} s a run for the small chunk and "
     f"{E['BENCH_BIG_DURATION']} s for the big one) fetches one catch-up chunk (a known handle "
@@ -158,5 +190,7 @@ lines = [
 ]
 if E["BENCH_CONF"].strip():
     lines += ["", "shape_sync ran with: " + "; ".join(f"`{l.strip()}`" for l in E["BENCH_CONF"].splitlines() if l.strip()) + "."]
-write_section(sys.argv[1], "catchup", lines)
+if disk:
+    lines += ["", "Target (issue 26): at least 1.0x nginx."]
+write_section(sys.argv[1], "catchup_disk" if disk else "catchup", lines)
 PY

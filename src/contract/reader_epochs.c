@@ -24,8 +24,9 @@
  * disk reads it from the page cache, or the disk.  Sections nest (a reader
  * function calling another), and only the outermost announces.  Its cost
  * is two stores to the thread's own slot, on its own cache line; the
- * reclaimer's check reads every claimed slot, and runs once per main loop
- * at most, not per read.  No reader ever waits.
+ * reclaimer's check reads every claimed slot, and runs once per trim (a
+ * main loop's, or a snapshot chunk's), not per read.  No reader ever
+ * waits.
  *
  * The readers are threads of the main worker (its HTTP threads, and its
  * main thread when it reads a log it writes); the reclaimers are its main
@@ -86,6 +87,17 @@ reader_epochs_init(ReaderEpochs *epochs)
 		atomic_init(&epochs->slots[i].announced, 0);
 		atomic_init(&epochs->slots[i].owned, 0);
 	}
+}
+
+void
+reader_epochs_reset(ReaderEpochs *epochs)
+{
+	for (uint32_t i = 0; i < READER_EPOCH_SLOTS; i++)
+	{
+		atomic_store(&epochs->slots[i].announced, 0);
+		atomic_store(&epochs->slots[i].owned, 0);
+	}
+	atomic_store(&epochs->high, 0);
 }
 
 void

@@ -45,6 +45,12 @@ typedef struct ReaderEpochs
 extern void reader_epochs_init(ReaderEpochs *epochs);
 extern void reader_epochs_use(ReaderEpochs *epochs);
 
+/*
+ * Forgets every reader of `epochs` (in use by others: their threads are
+ * gone); its epoch goes on.
+ */
+extern void reader_epochs_reset(ReaderEpochs *epochs);
+
 /* Readers: around every access to memory that a reclaimer may retire. */
 extern void reader_epoch_enter(void);
 extern void reader_epoch_exit(void);

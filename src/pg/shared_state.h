@@ -36,7 +36,7 @@ typedef struct ShapeSyncShared
 	uint32		metric_stripes; /* writers' stripes in the metrics area */
 	SnapshotJobs snapshot_jobs; /* snapshots to take, and who takes them */
 	SubsetResults subsets;		/* answers of subset queries in flight */
-	ReaderEpochs epochs;		/* sections of the HTTP threads reading logs */
+	ReaderEpochs epochs;		/* sections of the main worker's threads reading logs */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

@@ -7,7 +7,9 @@
 # table's rows, a fast restart restores it (read back chunk by chunk into a smaller arena than
 # it needs) and both clients go on at their (handle, offset); a third client after the restart
 # holds the table's rows too.  A shape whose snapshot is five times the arena is taken (written
-# to its file as it goes), read whole, and restored.  With its data file put aside by hand, what left memory is
+# to its file as it goes), read whole, and restored.  Four shapes whose open chunks together
+# are twice the arena stay (their written logs leave memory) instead of being evicted.  With
+# its data file put aside by hand, what left memory is
 # answered 503 (also to live and SSE requests), with one warning that names the file.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
@@ -17,7 +19,8 @@ py=$(python3 -c 'import sys; print(sys.executable)')
 sc() { "$py" "$client" "$@"; }
 
 export SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '8MB'
-shape_sync.chunk_bytes_threshold = 1048576${SHAPE_SYNC_EXTRA_CONF:+
+shape_sync.chunk_bytes_threshold = 1048576
+shape_sync.allow_shape_deletion = on${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 start_cluster_retrying 4730
 cluster_psql >/dev/null <<'SQL'
@@ -100,10 +103,43 @@ expect_eq "no shape was evicted or rotated for it" "0" \
 big_listed() { [[ $(manifest 'len(m["shapes"])') == 2 ]]; }
 check "the manifest lists it" wait_for 60 big_listed
 
+# open chunks that together outgrow memory (chunks of 64 MB never close here): under eviction's
+# reserve, the least recently read shapes on disk give back their whole written logs and stay,
+# where before they were evicted (409)
+cluster_psql -q >/dev/null <<'SQL'
+ALTER SYSTEM SET shape_sync.chunk_bytes_threshold = '64MB';
+SELECT pg_reload_conf();
+CREATE TABLE tails (id int PRIMARY KEY, v text);
+INSERT INTO tails VALUES (0, 'first'), (1, 'first'), (2, 'first'), (3, 'first');
+SQL
+sleep 1
+declare -A tail_handle
+for k in 0 1 2 3; do
+	out=$(sc sync "$work/tail$k.json" --url "$SHAPE_SYNC_URL" --query "table=tails&where=$(uri "id % 4 = $k")" --log off)
+	tail_handle[$k]=$(cut -d' ' -f3 <<<"$out")
+done
+for ((b = 0; b < 40; b++)); do
+	cluster_psql -q -c "INSERT INTO tails SELECT g, repeat(md5(g::text), 128) FROM generate_series($((4 + b * 100)), $((3 + (b + 1) * 100))) g" >/dev/null
+	for k in 0 1 2 3; do sc sync "$work/tail$k.json" >/dev/null; done
+done
+same_tail() {
+	sc rows "$work/tail$1.json" id v >"$work/tail$1.client"
+	cluster_psql -At -c "SELECT id, v FROM tails WHERE id % 4 = $1 ORDER BY id" >"$work/tail$1.table"
+	cmp -s "$work/tail$1.client" "$work/tail$1.table"
+}
+for k in 0 1 2 3; do
+	expect_eq "shape tails/$k (a 4 MB open chunk) kept its handle" "up-to-date 200 ${tail_handle[$k]} 0" \
+		"$(sc sync "$work/tail$k.json")"
+	check "and its client holds the table's rows" same_tail "$k"
+done
+expect_eq "16 MB of open chunks in 8 MB of memory: nothing evicted or rotated" "0" \
+	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.chunk_bytes_threshold" -c "SELECT pg_reload_conf()" >/dev/null
+
 cluster_restart
 check "after a restart shape_sync serves again" wait_for 90 serving
-restored() { grep -q "shape_sync restored 2 of 2 shapes from disk" "$SHAPE_SYNC_LOG"; }
-check "the log says \"restored 2 of 2 shapes\"" wait_for 60 restored
+restored() { grep -q "shape_sync restored 6 of 6 shapes from disk" "$SHAPE_SYNC_LOG"; }
+check "the log says \"restored 6 of 6 shapes\"" wait_for 60 restored
 cluster_psql -q -c "UPDATE big SET v = 'after' WHERE id % 1000 = 0" >/dev/null
 expect_eq "the big shape's client goes on at its (handle, offset)" "up-to-date 200 $big_handle 0" \
 	"$(sc sync "$work/big.json")"
@@ -116,6 +152,17 @@ done
 out=$(sc sync "$work/third.json" --url "$SHAPE_SYNC_URL" --query "table=t")
 expect_eq "a client after the restart reads all of it on the same handle" "up-to-date 200 $handle 0" "$out"
 check "and holds the table's rows" same_rows third
+
+# every shape deleted: every block of the arena comes back, no file but the manifest stays
+for c in live big tail0 tail1 tail2 tail3; do
+	h=$(sc get "$work/$c.json" 'd["handle"]')
+	q=$(sc get "$work/$c.json" 'd["query"]' 2>/dev/null || true)
+	curl -s -o /dev/null -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=$h&$q"
+done
+all_free() { [[ $(cluster_psql -At -c "SELECT total_bytes = free_bytes FROM shape_sync.log_memory_usage()") == t ]]; }
+check "with every shape deleted, all of shape_sync.log_memory is free again" wait_for 60 all_free
+only_manifest() { [[ $(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -v '^manifest$' | wc -l) == 0 ]]; }
+check "and pg_shape_sync holds nothing but the manifest" wait_for 60 only_manifest
 
 check "no ERROR, PANIC or WARNING from shape_sync but the file put aside" \
 	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v "could not read file \"pg_shape_sync/$2\""' _ "$SHAPE_SYNC_LOG" "$data"

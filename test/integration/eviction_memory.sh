@@ -3,12 +3,14 @@
 # When shape_sync.log_memory runs out, a new shape's snapshot waits while the
 # least recently read shapes without live clients are evicted (409 for their
 # clients), instead of failing with 503 while idle shapes hold the memory; a
-# shape with a parked live request is passed over.
+# shape with a parked live request is passed over.  With durable logs off: with them, shapes
+# give their logs back to their files before any is evicted (durable_big_shape.sh).
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '4MB'
+shape_sync.durable_logs = off
 shape_sync.long_poll_timeout = 60s" start_cluster_retrying 4560
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;

@@ -7,6 +7,8 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "reader_epochs.h"
@@ -129,6 +131,55 @@ TEST(epochs_elsewhere)
 	reader_epoch_exit();
 	free(other);
 	/* mine stays in use: this thread's slot pointer still points into it */
+}
+
+/*
+ * Epochs in shared memory: a reader in another process (a child, as the
+ * server's processes are the postmaster's) holds this process's ticket.
+ */
+typedef struct SharedEpochs
+{
+	ReaderEpochs epochs;
+	_Atomic int child_stage;	/* 1: inside its section; 2: left it */
+	_Atomic int parent_done;
+} SharedEpochs;
+
+TEST(epochs_across_processes)
+{
+	SharedEpochs *shared = mmap(NULL, sizeof(SharedEpochs), PROT_READ | PROT_WRITE,
+								MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t		child;
+	uint64_t	ticket;
+	int			status = 0;
+
+	REQUIRE(shared != MAP_FAILED);
+	reader_epochs_init(&shared->epochs);
+	atomic_init(&shared->child_stage, 0);
+	atomic_init(&shared->parent_done, 0);
+	reader_epochs_use(&shared->epochs);
+	child = fork();
+	REQUIRE(child >= 0);
+	if (child == 0)
+	{
+		reader_epoch_enter();
+		atomic_store(&shared->child_stage, 1);
+		while (atomic_load(&shared->parent_done) == 0)
+			usleep(100);
+		reader_epoch_exit();
+		atomic_store(&shared->child_stage, 2);
+		_exit(0);
+	}
+	while (atomic_load(&shared->child_stage) != 1)
+		usleep(100);
+	ticket = reader_epoch_retire();
+	CHECK(!reader_epoch_passed(ticket));
+	atomic_store(&shared->parent_done, 1);
+	while (atomic_load(&shared->child_stage) != 2)
+		usleep(100);
+	CHECK(reader_epoch_passed(ticket));
+	waitpid(child, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* shared stays mapped: this process uses it from now on */
 }
 
 UNIT_MAIN()

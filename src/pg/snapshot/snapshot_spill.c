@@ -13,21 +13,26 @@
  * not its size.  Clients may read a closed chunk while the snapshot goes
  * on, so trimmed blocks return to the arena only once the HTTP threads'
  * reader sections have passed (reader_epochs.c, whose slots are in shared
- * memory for this): a batch per trim, given back at the next chunk, or
- * when an append finds the arena full, or at the end.
+ * memory for this).
  *
  * At the end the worker hands the main thread the length its file holds
  * (ShapeSlot.snapshot_file_bytes, stored before the shape is READY):
  * log_files_shape_ready opens that file rather than a new one, and writes
- * on from there.  A snapshot that fails or is dropped removes its file.  A
- * file that cannot be written (a full disk) ends the spilling, not the
- * snapshot: it goes on in memory, as without durable logs, and fails as
- * those do when memory runs out; the chunks already trimmed stay in the
- * file, which the main thread then keeps for them.
+ * on from there.  The worker never removes the file: a shape dropped
+ * before it was taken over has its file removed by the main thread once
+ * the worker let go of the slot (log_files_forget), so that a client still
+ * reading a trimmed chunk finds it, and the worker cannot make it again
+ * after its removal.  A file that cannot be written (a full disk) ends the
+ * spilling, not the snapshot: it goes on in memory, as without durable
+ * logs, and fails as those do when memory runs out; the chunks already
+ * trimmed stay in the file.
  *
- * The file descriptor is the worker's own (not a virtual one of fd.c: it
- * lives across the snapshot's transaction), closed at the end or in
- * snapshot_spill_abort, which the worker's error recovery calls.
+ * A trimmed batch is given back right away: the worker waits for the
+ * readers' sections to pass (one call each), since blocks held meanwhile
+ * would count as free for nobody.  The file descriptor is the worker's own
+ * (an external one of fd.c's accounting: it lives across the snapshot's
+ * transaction), closed at the end or in snapshot_spill_abort, which the
+ * worker's error recovery and its exit callback call.
  *
  * IDENTIFICATION
  *	  src/pg/snapshot/snapshot_spill.c
@@ -47,7 +52,9 @@
 
 #include "guc.h"
 #include "log_files.h"
+#include "log_trim.h"
 #include "reader_epochs.h"
+#include "storage/fd.h"
 #include "snapshot_spill.h"
 
 #define SPILL_BUFFER		((size_t) 256 * 1024)
@@ -82,23 +89,28 @@ snapshot_spill_begin(ShapeTable *table, uint32 slot, ShapeLog *log)
 	spill.table = table;
 	spill.slot = slot;
 	spill.log = log;
-	log_files_data_path(table->slots[slot].handle, 1, spill.path);
+	log_files_data_path(table->slots[slot].handle, LOG_FILES_FIRST_GENERATION, spill.path);
 }
 
-/* Gives the pending batch back once its readers are gone; true if it did. */
+/*
+ * Gives the pending batch back once its readers are gone (waiting for
+ * them: a reader section is one call, a copy or a walk of one chunk's
+ * headers); true if it did.  `exiting`: on the way out (an error, or
+ * proc_exit), where no interrupt is taken.
+ */
 static bool
-spill_give_back(bool wait)
+spill_give_back(bool exiting)
 {
 	if (spill.npending == 0)
 		return false;
 	while (!reader_epoch_passed(spill.ticket))
 	{
-		if (!wait)
-			return false;
-		/* a reader section is one copy: this is a few microseconds */
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT |
+						 (exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH), 1,
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		if (!exiting)
+			CHECK_FOR_INTERRUPTS();
 	}
 	slog_arena_give_back(spill.table->arena, spill.pending, spill.npending);
 	spill.npending = 0;
@@ -110,15 +122,25 @@ static bool
 spill_write(void)
 {
 	char	   *buf;
+	const char *what = "write";
 
 	if (spill.gave_up)
 		return false;
 	if (spill.fd < 0)
 	{
+		if (!AcquireExternalFD())
+		{
+			what = "create";
+			goto fail;
+		}
 		spill.fd = open(spill.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | PG_BINARY,
 						pg_file_create_mode);
 		if (spill.fd < 0)
+		{
+			ReleaseExternalFD();
+			what = "create";
 			goto fail;
+		}
 	}
 	buf = palloc(SPILL_BUFFER);
 	while (spill.written < spill.log->write_pos)
@@ -145,7 +167,7 @@ spill_write(void)
 fail:
 	ereport(WARNING,
 			(errcode_for_file_access(),
-			 errmsg("could not write file \"%s\": %m", spill.path),
+			 errmsg("could not %s file \"%s\": %m", what, spill.path),
 			 errdetail("The snapshot of shape %s goes on in memory only.",
 					   spill.table->slots[spill.slot].handle)));
 	spill.gave_up = true;
@@ -168,35 +190,34 @@ spill_trim(void)
 		spill.ticket = reader_epoch_retire();
 }
 
-static bool
-spill_memory_low(void)
+/* The descriptor goes (the file stays: the main thread owns it from here). */
+static void
+spill_close(void)
 {
-	ShapeLogArena *arena = spill.table->arena;
-
-	return slog_arena_free_blocks(arena) < arena->nblocks / 4;
+	if (spill.fd < 0)
+		return;
+	close(spill.fd);
+	ReleaseExternalFD();
+	spill.fd = -1;
 }
 
 void
 snapshot_spill_chunk(void)
 {
-	if (!spill.active || !spill_write())
+	if (!spill.active || !spill_write() || !log_trim_wanted())
 		return;
+	spill_trim();
+	/* back at once: held, they would count for nobody (eviction would see less room) */
 	(void) spill_give_back(false);
-	if (spill_memory_low())
-		spill_trim();
 }
 
 bool
 snapshot_spill_make_room(void)
 {
-	if (!spill.active)
-		return false;
-	if (spill_give_back(true))
-		return true;
-	if (!spill_write())
+	if (!spill.active || !spill_write())
 		return false;
 	spill_trim();
-	return spill_give_back(true);
+	return spill_give_back(false);
 }
 
 void
@@ -205,10 +226,7 @@ snapshot_spill_finish(void)
 	if (!spill.active)
 		return;
 	(void) spill_write();
-	(void) spill_give_back(true);
-	if (spill.fd >= 0)
-		close(spill.fd);
-	spill.fd = -1;
+	spill_close();
 	/* what the main thread finds: the whole log, or its first bytes */
 	spill.table->slots[spill.slot].snapshot_file_bytes = spill.written;
 }
@@ -225,9 +243,6 @@ snapshot_spill_abort(void)
 	if (!spill.active)
 		return;
 	(void) spill_give_back(true);
-	if (spill.fd >= 0)
-		close(spill.fd);
-	spill.fd = -1;
-	(void) unlink(spill.path);
+	spill_close();
 	spill.active = false;
 }

@@ -34,7 +34,10 @@ extern void snapshot_spill_finish(void);
 /* ... and the shape became READY: the main thread owns the file now. */
 extern void snapshot_spill_handed_over(void);
 
-/* The snapshot failed or was dropped (even once finished): the file goes, the blocks come back. */
+/*
+ * The snapshot failed, was dropped, or its worker exits: the blocks come
+ * back, the descriptor closes (the main thread removes the file).
+ */
 extern void snapshot_spill_abort(void);
 
 #endif							/* SNAPSHOT_SPILL_H */

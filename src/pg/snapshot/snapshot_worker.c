@@ -321,6 +321,7 @@ snap_on_exit(int code, Datum arg)
 	subset_abandon();
 	if (snap_slot == SHAPE_NO_SLOT)
 		return;
+	snapshot_spill_abort();		/* its trimmed blocks back, before the unpin */
 	snap_fail(w, REFUSAL_SNAPSHOT_WORKER_STOPPED, 0, NULL);
 	shape_table_unpin(table, snap_slot);
 	snap_slot = SHAPE_NO_SLOT;

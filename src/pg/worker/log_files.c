@@ -97,9 +97,9 @@ static uint32 lf_nunsynced;
 static List *lf_obsolete;		/* paths to remove after the next round */
 
 /*
- * Data files of forgotten shapes whose logs left memory for them: readers
- * that still hold the log read them, so they go once the slot is free or
- * claimed again.
+ * Data files of forgotten shapes whose logs left memory for them (readers
+ * that still hold the log read them), or whose snapshot worker may still
+ * write them: they go once the slot is free or claimed again.
  */
 typedef struct LfHeldFile
 {
@@ -350,7 +350,7 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 	fs = &lf_shapes[slot];
 	lf_reset(fs);
 	strlcpy(fs->handle, shape->handle, sizeof(fs->handle));
-	fs->generation = 1;
+	fs->generation = LOG_FILES_FIRST_GENERATION;
 	fs->in_use = true;
 	fs->incarnation = ++lf_incarnations;
 	bytes = log_store_shape_encode(shape, &len);
@@ -385,6 +385,8 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 
 		if (size < 0 || (uint64) size < spilled)
 		{
+			if (size >= 0)
+				errno = ENODATA;	/* shorter than the snapshot worker wrote */
 			lf_fail(slot, "read", path);
 			return;
 		}
@@ -483,14 +485,39 @@ log_files_replaced(uint32 slot)
 	lf_note_unsynced(slot);		/* listed again once synced, even when empty */
 }
 
+/* The data file at `path` goes once the slot is free or another shape's. */
+static void
+lf_hold_file(uint32 slot, const char *path)
+{
+	MemoryContext old = MemoryContextSwitchTo(lf_context);
+	LfHeldFile *held = palloc(sizeof(LfHeldFile));
+
+	held->slot = slot;
+	held->generation = atomic_load(&lf_table()->slots[slot].generation);
+	strlcpy(held->path, path, sizeof(held->path));
+	lf_held_files = lappend(lf_held_files, held);
+	MemoryContextSwitchTo(old);
+}
+
 void
 log_files_forget(uint32 slot)
 {
 	FileShape  *fs;
 	char		path[MAXPGPATH];
 
-	if (lf_shapes == NULL || !lf_shapes[slot].in_use)
+	if (lf_shapes == NULL)
 		return;
+	if (!lf_shapes[slot].in_use)
+	{
+		/*
+		 * Not taken over: its snapshot worker may be writing its first data
+		 * file (snapshot_spill.c), or have left it; it goes once the worker
+		 * has let go of the slot.
+		 */
+		log_files_data_path(lf_table()->slots[slot].handle, LOG_FILES_FIRST_GENERATION, path);
+		lf_hold_file(slot, path);
+		return;
+	}
 	fs = &lf_shapes[slot];
 	if (fs->listed || fs->in_round)
 		lf_manifest_stale = true;	/* the next round says it is gone */
@@ -499,16 +526,7 @@ log_files_forget(uint32 slot)
 	/* a manifest that still names it: the next start finds no file and drops it */
 	lf_data_path(fs->handle, fs->generation, path);
 	if (slog_mem_start(shape_table_log(lf_table(), slot)) > 0)
-	{
-		MemoryContext old = MemoryContextSwitchTo(lf_context);
-		LfHeldFile *held = palloc(sizeof(LfHeldFile));
-
-		held->slot = slot;
-		held->generation = atomic_load(&lf_table()->slots[slot].generation);
-		strlcpy(held->path, path, sizeof(held->path));
-		lf_held_files = lappend(lf_held_files, held);
-		MemoryContextSwitchTo(old);
-	}
+		lf_hold_file(slot, path);
 	else
 		(void) unlink(path);
 	lf_shape_path(fs->handle, path);

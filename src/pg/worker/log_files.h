@@ -19,6 +19,7 @@
 #include "log_manifest.h"
 
 #define LOG_FILES_DIR			"pg_shape_sync"
+#define LOG_FILES_FIRST_GENERATION	1	/* a snapshot's data file */
 
 /* A shape's data file of a generation, relative to the data directory. */
 static inline void

@@ -358,9 +358,10 @@ log_restore_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t wh
 
 			res = slog_close_chunk(table->arena, log, end);
 			chunk++;
-			if (res == SLOG_OK)
-				log_trim_loading(log, path, pos);	/* a log larger than memory */
 		}
+		/* a log larger than memory: what the file holds leaves it as it comes */
+		if (res == SLOG_OK)
+			log_trim_loading(log, path, pos);
 		if (res != SLOG_OK)
 		{
 			snprintf(why, why_len, res == SLOG_FULL ?

@@ -17,9 +17,11 @@
  * gives back the batches whose ticket has passed.  So a shape's size is
  * bounded by the disk, not by shape_sync.log_memory, which keeps the
  * recent part of every log and the indexes of all of it (about 0.3% of
- * its bytes).  Eviction (shape_eviction.c) still runs under its own, lower
- * reserve: it is what is left when trimming cannot free enough (logs that
- * are not on disk, open chunks).
+ * its bytes).  Under eviction's own, lower reserve (shape_eviction.c), the
+ * least recently read shapes give back their whole written log, open
+ * chunk included (log_trim_whole_shape): a shape on disk leaves memory
+ * rather than the server, and only what trimming cannot free (logs not on
+ * disk, bytes not written yet) is evicted.
  *
  * A trimmed log is not compacted any more (compaction builds the next
  * version in memory; shape_stream_log.c): an update-heavy shape that once
@@ -98,34 +100,88 @@ lt_give_back(bool all)
 }
 
 /*
- * Trims one ready shape's log to what its file holds and its closed chunks
- * end at, into `batch` (room for `room` more blocks); the blocks taken.
+ * Trims one ready shape's log to what its file holds and, unless `whole`,
+ * its closed chunks end at, into `batch` (room for `room` more blocks);
+ * the blocks taken.
  */
 static uint32
-lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room)
+lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room, bool whole)
 {
 	ShapeTable *table = shape_sync_shared->table;
 	FileShape  *fs = &lf_shapes[slot];
 	ShapeLog   *log;
 	SlogPublished pub;
 	SlogChunk	last;
+	uint64		upto;
 	char		path[MAXPGPATH];
 
 	if (!fs->in_use || fs->failed || fs->file < 0 || fs->written == 0 ||
 		!shape_stream_durable(slot))
 		return 0;
 	log = shape_table_log(table, slot);
-	slog_read_published(log, &pub);
-	if (pub.chunk_count == 0)
-		return 0;
-	slog_chunk_read(table->arena, log, pub.chunk_count - 1, &last);
-	if (slog_mem_start(log) >= Min(last.end_pos, fs->written))
-		return 0;
+	upto = fs->written;
+	if (!whole)
+	{
+		slog_read_published(log, &pub);
+		if (pub.chunk_count == 0)
+			return 0;
+		slog_chunk_read(table->arena, log, pub.chunk_count - 1, &last);
+		upto = Min(upto, last.end_pos);
+	}
+	if (slog_mem_start(log) + SLOG_BLOCK_SIZE > upto)
+		return 0;				/* not a whole block more */
 	lf_data_path(fs->handle, fs->generation, path);
 	if (!slog_set_file(log, path))
 		return 0;
-	return slog_trim(log, Min(last.end_pos, fs->written), table->arena,
-					 batch->blocks + batch->n, room);
+	return slog_trim(log, upto, table->arena, batch->blocks + batch->n, room);
+}
+
+/* A batch of room for `room` blocks; NULL when out of memory. */
+static TrimBatch *
+lt_batch_new(uint32 room)
+{
+	TrimBatch  *batch = malloc(offsetof(TrimBatch, blocks) + sizeof(uint32) * (size_t) room);
+
+	if (batch != NULL)
+	{
+		batch->next = NULL;
+		batch->n = 0;
+	}
+	return batch;
+}
+
+/* Queues a batch until its readers are gone (or frees it when empty). */
+static void
+lt_batch_queue(TrimBatch *batch)
+{
+	if (batch->n == 0)
+	{
+		free(batch);
+		return;
+	}
+	batch->ticket = reader_epoch_retire();
+	if (lt_pending_tail != NULL)
+		lt_pending_tail->next = batch;
+	else
+		lt_pending = batch;
+	lt_pending_tail = batch;
+}
+
+uint32
+log_trim_whole_shape(uint32 slot)
+{
+	TrimBatch  *batch;
+	uint32		n;
+
+	if (lf_shapes == NULL || slot >= lf_nslots)
+		return 0;
+	n = shape_table_log_blocks(shape_sync_shared->table, slot);
+	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
+		return 0;
+	batch->n = lt_trim_shape(slot, batch, n, true);
+	n = batch->n;
+	lt_batch_queue(batch);
+	return n;
 }
 
 void
@@ -146,28 +202,27 @@ log_trim_step(void)
 	room = arena->nblocks / 2 - Min(slog_arena_free_blocks(arena), arena->nblocks / 2);
 	if (room == 0)
 		return;
-	batch = malloc(offsetof(TrimBatch, blocks) + sizeof(uint32) * (size_t) room);
+	batch = lt_batch_new(room);
 	if (batch == NULL)
 		return;
-	batch->next = NULL;
-	batch->n = 0;
 	for (uint32 slot = 0; slot < lf_nslots && batch->n < room; slot++)
-		batch->n += lt_trim_shape(slot, batch, room - batch->n);
+		batch->n += lt_trim_shape(slot, batch, room - batch->n, false);
 	/* a walk of every shape: not again for LOG_TRIM_RETRY_MS */
 	lt_walked_at = GetCurrentTimestamp();
-	if (batch->n == 0)
-	{
-		free(batch);
-		return;
-	}
-	batch->ticket = reader_epoch_retire();
-	if (lt_pending_tail != NULL)
-		lt_pending_tail->next = batch;
-	else
-		lt_pending = batch;
-	lt_pending_tail = batch;
-	ereport(DEBUG1,
-			(errmsg_internal("%u blocks of shape logs left memory for their files", batch->n)));
+	if (batch->n > 0)
+		ereport(DEBUG1,
+				(errmsg_internal("%u blocks of shape logs left memory for their files", batch->n)));
+	lt_batch_queue(batch);
+}
+
+uint32
+log_trim_pending_blocks(void)
+{
+	uint32		n = 0;
+
+	for (TrimBatch *b = lt_pending; b != NULL; b = b->next)
+		n += b->n;
+	return n;
 }
 
 void

@@ -22,13 +22,23 @@ extern void log_trim_step(void);
 /* The worker stops, its HTTP threads joined: every trimmed block goes back. */
 extern void log_trim_shutdown(void);
 
+/*
+ * Memory is short: the shape's whole written log leaves memory, open chunk
+ * included; the blocks taken (they come back once its readers moved on).
+ */
+extern uint32 log_trim_whole_shape(uint32 slot);
+
+/* Blocks trimmed that come back once their readers moved on. */
+extern uint32 log_trim_pending_blocks(void);
+
 /* Whether the arena is low enough on free blocks that logs should trim. */
 extern bool log_trim_wanted(void);
 
 /*
  * A log being loaded at start, not yet published (no reader can hold its
- * blocks): its closed chunks up to `upto`, held by the file at `path`,
- * leave memory now, when it runs low.
+ * blocks): its bytes up to `upto`, held by the file at `path`, leave
+ * memory now, when it runs low.  Cheap when it does not: call it after
+ * each record.
  */
 extern void log_trim_loading(ShapeLog *log, const char *path, uint64 upto);
 

@@ -18,7 +18,9 @@
  *	- the arena's free memory falling under a reserve (a sixteenth of it),
  *	  or a snapshot worker asking for blocks (ShapeTable.blocks_wanted), so
  *	  that a growing log rarely finds the arena full (and is then rotated
- *	  itself, never a bystander).
+ *	  itself, never a bystander).  Before evicting for room, shapes on disk
+ *	  give their written logs back, oldest read first (log_trim.c), and
+ *	  stay: only what that cannot free is evicted.
  * With shape_sync.shape_eviction = none only idle shapes go, and a full
  * server refuses new shapes with 503.  A new shape is refused only when
  * every held shape is in active use.
@@ -40,6 +42,7 @@
 #include <stdatomic.h>
 
 #include "guc.h"
+#include "log_trim.h"
 #include "shape_eviction.h"
 #include "shared_state.h"
 
@@ -239,7 +242,8 @@ ev_make_room(void)
 	ShapeLogArena *arena = table->arena;
 	uint32		reserve = Max(arena->nblocks / 16, 4);
 	uint32		wanted = atomic_load_explicit(&table->blocks_wanted, memory_order_acquire);
-	int64		free_blocks = slog_arena_free_blocks(arena);
+	/* with the blocks trimmed a moment ago: they are on their way back */
+	int64		free_blocks = slog_arena_free_blocks(arena) + log_trim_pending_blocks();
 	int64		target;
 
 	if (free_blocks >= reserve && (wanted == 0 || free_blocks >= wanted + reserve / 2))
@@ -248,14 +252,24 @@ ev_make_room(void)
 			atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
 		return;
 	}
-	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU ||
-		(wanted == 0 && GetCurrentTimestamp() < ev_room_retry_at))
+	if (wanted == 0 && GetCurrentTimestamp() < ev_room_retry_at)
+	{
+		atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
+		return;
+	}
+	target = Max((int64) reserve * 2, (int64) wanted + reserve);
+	/* first what shapes on disk can give back: they stay (log_trim.c) */
+	for (int32 slot = ev_oldest; slot >= 0 && free_blocks < target;
+		 slot = ev_entries[slot].lru_newer)
+		free_blocks += log_trim_whole_shape((uint32) slot);
+	if (free_blocks < target && shape_sync_shape_eviction != SHAPE_EVICTION_LRU)
+		ev_room_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+	if (shape_sync_shape_eviction != SHAPE_EVICTION_LRU)
 	{
 		atomic_store_explicit(&table->blocks_wanted, 0, memory_order_relaxed);
 		return;
 	}
 	/* evict until what the victims hold would reach the target */
-	target = Max((int64) reserve * 2, (int64) wanted + reserve);
 	while (free_blocks < target)
 	{
 		int64		freed = eviction_evict_oldest(SM_EVICTION_LOG_MEMORY,

@@ -439,7 +439,7 @@ shape_sync_worker_main(Datum arg)
 	eval_deadline_enable();
 
 	/* the readers of an earlier life of this worker are gone with it */
-	reader_epochs_init(&shape_sync_shared->epochs);
+	reader_epochs_reset(&shape_sync_shared->epochs);
 	registry_start();
 	log_files_start(shape_sync_shared->table->nslots);
 	worker_changed_cap = shape_sync_shared->table->nslots;
