@@ -51,6 +51,17 @@ function assert409(res, label, { oldHandle, needHandle = false } = {}) {
 }
 
 // Non-live request at the shape's current offset with its (possibly old) handle.
+// A new shape's first request right after a table event: a 503 (its resolution met the event)
+// is retried after its retry-after, as the official client does, for 15 s at most.
+async function fetchFresh(params) {
+  const until = Date.now() + 15000
+  for (;;) {
+    const res = await fetchShape(params)
+    if (res.status !== 503 || Date.now() > until) return res
+    await sleep(1000 * Number(res.headers.get('retry-after') ?? 1))
+  }
+}
+
 function catchUp(shape, extra = {}) {
   return fetchShape({ ...shape.params, handle: shape.handle, offset: shape.offset, ...extra })
 }
@@ -82,7 +93,7 @@ describe('live: rotation and shape lifecycle', () => {
     const newHandle = assert409(later, 'old handle after TRUNCATE', { oldHandle: shape.handle, needHandle: true })
     if (liveHandle) assert.equal(liveHandle, newHandle, 'both 409s name the same new handle')
 
-    const fresh = await fetchShape({ table, offset: '-1', handle: newHandle })
+    const fresh = await fetchFresh({ table, offset: '-1', handle: newHandle })
     assert.equal(fresh.status, 200, fresh.text)
     assert.equal(fresh.headers.get('electric-handle'), newHandle, 'offset=-1 serves the new handle')
     assert.deepEqual(fresh.body.map((m) => m.headers.control ?? m.headers.operation), ['snapshot-end'], 'the new snapshot is empty')
@@ -125,7 +136,7 @@ describe('live: rotation and shape lifecycle', () => {
     await createTable([`CREATE TABLE ${table} (id int PRIMARY KEY, a text)`, `INSERT INTO ${table} VALUES (2, 'y')`])
     const later = await catchUp(shape)
     const newHandle = assert409(later, 'old handle after DROP + CREATE', { oldHandle: shape.handle, needHandle: true })
-    const fresh = await fetchShape({ table, offset: '-1', handle: newHandle })
+    const fresh = await fetchFresh({ table, offset: '-1', handle: newHandle })
     assert.equal(fresh.status, 200, fresh.text)
     assert.equal(fresh.headers.get('electric-handle'), newHandle)
     assert.deepEqual(fresh.body.filter((m) => 'key' in m).map((m) => m.value), [{ id: '2', a: 'y' }], 'the new table\'s rows')
@@ -154,7 +165,7 @@ describe('live: rotation and shape lifecycle', () => {
       ])
       await runTx([`INSERT INTO ${schema}_old.items VALUES (3, 'old table, later')`])
       assert409(await pending, 'live request during ALTER SCHEMA RENAME', { oldHandle: shape.handle })
-      const fresh = await fetchShape({ table, offset: '-1' })
+      const fresh = await fetchFresh({ table, offset: '-1' })
       assert.equal(fresh.status, 200, fresh.text)
       assert.notEqual(fresh.headers.get('electric-handle'), shape.handle)
       assert.deepEqual(fresh.body.filter((m) => 'key' in m).map((m) => m.value), [{ id: '2', a: 'new' }], 'the new table\'s rows')
@@ -181,7 +192,7 @@ describe('live: rotation and shape lifecycle', () => {
       { timeoutMs: 3000, what: 'the old handle of the no-column-list shape to get 409 after ALTER TABLE ADD COLUMN' },
     )
     const newHandle = assert409(res, 'old handle after ALTER', { oldHandle: all.handle, needHandle: true })
-    const fresh = await fetchShape({ table, offset: '-1', handle: newHandle })
+    const fresh = await fetchFresh({ table, offset: '-1', handle: newHandle })
     assert.equal(fresh.status, 200, fresh.text)
     assert.ok('z' in JSON.parse(fresh.headers.get('electric-schema')), 'the new shape has the new column')
     assert.deepEqual(fresh.body.filter((m) => 'key' in m).map((m) => m.value), [{ id: '1', a: 'x', b: '1', z: null }])
@@ -212,7 +223,7 @@ describe('live: rotation and shape lifecycle', () => {
 
     const later = await catchUp(shape)
     const newHandle = assert409(later, 'old handle after DELETE', { oldHandle: shape.handle, needHandle: true })
-    const fresh = await fetchShape({ table, offset: '-1' })
+    const fresh = await fetchFresh({ table, offset: '-1' })
     assert.equal(fresh.headers.get('electric-handle'), newHandle, 'the definition now maps to the new handle')
 
     // Deleting it again by definition.
