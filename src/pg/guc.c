@@ -49,6 +49,7 @@ int			shape_sync_max_snapshot_workers = 4;
 int			shape_sync_shape_eviction = SHAPE_EVICTION_LRU;
 bool		shape_sync_durable_logs = true;
 int			shape_sync_log_fsync = LOG_FSYNC_BATCH;
+int			shape_sync_log_disk_budget = 0;
 double		shape_sync_compaction_factor = 4.0;
 int			shape_sync_shape_idle_timeout = 30 * 60;
 int			shape_sync_max_new_shapes_per_client = 100;
@@ -278,6 +279,14 @@ shape_sync_define_gucs(void)
 							 LOG_FSYNC_BATCH, guc_log_fsync_options,
 							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.log_disk_budget",
+							"Sets the disk space the shape logs' files may take.",
+							"Past it, the least recently read shapes are evicted, and a snapshot larger than it fails. 0 sets no limit.",
+							&shape_sync_log_disk_budget,
+							0, 0, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MB,
+							NULL, NULL, NULL);
 
 	DefineCustomRealVariable("shape_sync.compaction_factor",
 							 "Compacts a shape's log once it has grown to this many times its size after its snapshot or its last compaction.",

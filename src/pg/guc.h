@@ -23,6 +23,7 @@ extern int	shape_sync_max_snapshot_workers;
 extern int	shape_sync_shape_eviction;	/* SHAPE_EVICTION_* */
 extern bool shape_sync_durable_logs;
 extern int	shape_sync_log_fsync;	/* LogFsyncPolicy (log_manifest.h) */
+extern int	shape_sync_log_disk_budget;	/* MB; 0: no limit */
 extern double shape_sync_compaction_factor;	/* 0: never */
 extern int	shape_sync_shape_idle_timeout;	/* s; 0: never */
 extern int	shape_sync_max_new_shapes_per_client;	/* per minute; 0: no limit */

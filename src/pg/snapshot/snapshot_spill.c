@@ -25,7 +25,9 @@
  * after its removal.  A file that cannot be written (a full disk) ends the
  * spilling, not the snapshot: it goes on in memory, as without durable
  * logs, and fails as those do when memory runs out; the chunks already
- * trimmed stay in the file.
+ * trimmed stay in the file.  A snapshot whose file alone passes
+ * shape_sync.log_disk_budget fails with a 400 (eviction keeps the budget
+ * for the others: shape_eviction.c).
  *
  * A trimmed batch is given back right away: the worker waits for the
  * readers' sections to pass (one call each), since blocks held meanwhile
@@ -201,10 +203,29 @@ spill_close(void)
 	spill.fd = -1;
 }
 
+/* A snapshot alone larger than shape_sync.log_disk_budget fails (400). */
+static void
+spill_check_budget(void)
+{
+	if (shape_sync_log_disk_budget > 0 &&
+		spill.written > (uint64) shape_sync_log_disk_budget * 1024 * 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("shape is too large for the shape log disk budget"),
+				 errdetail("The snapshot of relation \"%s\" needs more than the %d MB set by \"%s\".",
+						   spill.table->slots[spill.slot].relation, shape_sync_log_disk_budget,
+						   "shape_sync.log_disk_budget"),
+				 errhint("Increase \"%s\", or narrow the shape with a where clause or a column list.",
+						 "shape_sync.log_disk_budget")));
+}
+
 void
 snapshot_spill_chunk(void)
 {
-	if (!spill.active || !spill_write() || !log_trim_wanted())
+	if (!spill.active || !spill_write())
+		return;
+	spill_check_budget();
+	if (!log_trim_wanted())
 		return;
 	spill_trim();
 	/* back at once: held, they would count for nobody (eviction would see less room) */

@@ -95,6 +95,7 @@ static uint32 lf_ndirty;
 static uint32 *lf_unsynced;		/* slots written since the last round */
 static uint32 lf_nunsynced;
 static List *lf_obsolete;		/* paths to remove after the next round */
+static uint64 lf_disk_bytes;	/* what the data files of the shapes hold */
 
 /*
  * Data files of forgotten shapes whose logs left memory for them (readers
@@ -152,10 +153,31 @@ lf_reset(FileShape *fs)
 	bool		dirty = fs->dirty;
 	bool		unsynced = fs->unsynced;
 
+	lf_disk_bytes -= fs->written;
 	memset(fs, 0, sizeof(*fs));
 	fs->file = -1;
 	fs->dirty = dirty;
 	fs->unsynced = unsynced;
+}
+
+/* The shape's data file holds `bytes` of its log now. */
+static void
+lf_set_written(FileShape *fs, uint64 bytes)
+{
+	lf_disk_bytes = lf_disk_bytes - fs->written + bytes;
+	fs->written = bytes;
+}
+
+uint64
+log_files_disk_bytes(void)
+{
+	return lf_disk_bytes;
+}
+
+uint64
+log_files_shape_disk_bytes(uint32 slot)
+{
+	return lf_shapes != NULL && lf_shapes[slot].in_use ? lf_shapes[slot].written : 0;
 }
 
 /* A warning about the store as a whole, at most once a minute. */
@@ -282,7 +304,8 @@ lf_restored(uint32 slot, const LogStoreExtent *extent, File file)
 	strlcpy(fs->handle, extent->handle, sizeof(fs->handle));
 	fs->generation = extent->generation;
 	fs->file = file;
-	fs->written = fs->synced = extent->length;
+	lf_set_written(fs, extent->length);
+	fs->synced = extent->length;
 	lf_lists_shapes = true;
 }
 
@@ -390,7 +413,7 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 			lf_fail(slot, "read", path);
 			return;
 		}
-		fs->written = spilled;
+		lf_set_written(fs, spilled);
 	}
 	lf_note_unsynced(slot);		/* listed once complete, even when empty */
 	log_files_appended(slot);
@@ -441,7 +464,7 @@ lf_write(uint32 slot, uint64 *budget)
 			lf_fail(slot, "write", path);
 			return true;
 		}
-		fs->written += n;
+		lf_set_written(fs, fs->written + n);
 		*budget -= n;
 		lf_note_unsynced(slot);
 	}
@@ -468,7 +491,8 @@ log_files_replaced(uint32 slot)
 	if (fs->file >= 0)
 		FileClose(fs->file);
 	fs->generation++;
-	fs->written = fs->synced = 0;
+	lf_set_written(fs, 0);
+	fs->synced = 0;
 	fs->listed = false;			/* listed again once written whole */
 	lf_data_path(fs->handle, fs->generation, path);
 	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);

@@ -49,6 +49,10 @@ extern void log_files_step(XLogRecPtr decoded);
 extern void log_files_shutdown(XLogRecPtr decoded);
 extern bool log_files_writing(void);
 
+/* What the shapes' data files hold, all of them and one shape's. */
+extern uint64 log_files_disk_bytes(void);
+extern uint64 log_files_shape_disk_bytes(uint32 slot);
+
 /* How far the slot may be confirmed: never past what the files hold. */
 extern XLogRecPtr log_files_confirmable(XLogRecPtr lsn);
 

@@ -9,12 +9,14 @@
  * runs or a request holds it (a parked live request, an SSE stream, a
  * response being sent: its pins); every other shape may be evicted
  * (rotated: its clients get 409 must-refetch and its log memory goes back
- * to the arena once its last reader lets go).  Three things evict, always
+ * to the arena once its last reader lets go).  Four things evict, always
  * from the least recently read end, moving shapes in active use to the
  * head as they pass, so that each walk costs what it evicts plus what it
  * passes once:
  *	- a shape not read for shape_sync.shape_idle_timeout (checked each second);
  *	- a new shape finding shape_sync.max_shapes reached (registry.c);
+ *	- the shapes' data files passing shape_sync.log_disk_budget (checked
+ *	  each turn of the main loop; the files of an evicted shape go with it);
  *	- the arena's free memory falling under a reserve (a sixteenth of it),
  *	  or a snapshot worker asking for blocks (ShapeTable.blocks_wanted), so
  *	  that a growing log rarely finds the arena full (and is then rotated
@@ -42,6 +44,7 @@
 #include <stdatomic.h>
 
 #include "guc.h"
+#include "log_files.h"
 #include "log_trim.h"
 #include "shape_eviction.h"
 #include "shared_state.h"
@@ -63,6 +66,7 @@ static EvictionRotate ev_rotate;
 static TimestampTz ev_last_idle_sweep;
 static TimestampTz ev_evictions_logged_at;
 static TimestampTz ev_room_retry_at;	/* ev_make_room found nothing to evict */
+static TimestampTz ev_disk_retry_at;	/* ev_keep_disk_budget found nothing either */
 static uint64 ev_evictions_unlogged;	/* for room, since the last LOG */
 
 static ShapeTable *
@@ -179,8 +183,15 @@ ev_evict(uint32 slot, SmEvictionCause cause, const char *why)
  * the log blocks the victim held (they return to the arena at its last
  * unpin), or -1 if every shape is in active use.
  */
-int64
-eviction_evict_oldest(SmEvictionCause cause, const char *why)
+/*
+ * The least recently read shape not in active use; those in active use
+ * that the walk passes count as read now, and those read on an HTTP
+ * thread since they took their place (ev_read_since_touched) take their
+ * place anew, at the newest end, where the walk comes to them again.
+ * -1 if every shape is in active use.
+ */
+static int32
+ev_oldest_idle(void)
 {
 	int32		slot = ev_oldest;
 	uint32		passes = 2 * ev_table()->nslots;	/* those read meanwhile come round again */
@@ -190,16 +201,58 @@ eviction_evict_oldest(SmEvictionCause cause, const char *why)
 		int32		newer = ev_entries[slot].lru_newer;
 
 		if (!ev_in_active_use((uint32) slot) && !ev_read_since_touched((uint32) slot))
-		{
-			int64		blocks = shape_table_log_blocks(ev_table(), (uint32) slot);
-
-			ev_evict((uint32) slot, cause, why);
-			return blocks;
-		}
+			return slot;
 		eviction_touch((uint32) slot);
 		slot = newer;
 	}
 	return -1;
+}
+
+int64
+eviction_evict_oldest(SmEvictionCause cause, const char *why)
+{
+	int32		slot = ev_oldest_idle();
+	int64		blocks;
+
+	if (slot < 0)
+		return -1;
+	blocks = shape_table_log_blocks(ev_table(), (uint32) slot);
+	ev_evict((uint32) slot, cause, why);
+	return blocks;
+}
+
+/*
+ * Keeps the shapes' data files within shape_sync.log_disk_budget, by
+ * evicting the least recently read shapes not in active use (the others
+ * count as read now, as for memory).  A walk that finds every shape in
+ * use waits a second before the next.
+ */
+static void
+ev_keep_disk_budget(void)
+{
+	uint64		budget = (uint64) shape_sync_log_disk_budget * 1024 * 1024;
+	uint64		used = log_files_disk_bytes();
+
+	if (budget == 0 || used <= budget || shape_sync_shape_eviction != SHAPE_EVICTION_LRU ||
+		GetCurrentTimestamp() < ev_disk_retry_at)
+		return;
+	while (used > budget)
+	{
+		int32		slot = ev_oldest_idle();
+		uint64		bytes;
+
+		if (slot < 0)
+		{
+			ev_disk_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+			return;
+		}
+		bytes = log_files_shape_disk_bytes((uint32) slot);
+		ev_evict((uint32) slot, SM_EVICTION_LOG_DISK,
+				 "the shape logs' files reached \"shape_sync.log_disk_budget\"");
+		/* its files go now, not when the rotation is done: the next turn sees them gone */
+		log_files_forget((uint32) slot);
+		used -= Min(used, bytes);
+	}
 }
 
 /* Drops the shapes nobody read for shape_sync.shape_idle_timeout. */
@@ -297,8 +350,8 @@ ev_log_evictions(TimestampTz now)
 			(errmsg_plural("shape_sync evicted %llu least recently read shape to make room for others",
 						   "shape_sync evicted %llu least recently read shapes to make room for others",
 						   ev_evictions_unlogged, (unsigned long long) ev_evictions_unlogged),
-			 errdetail("\"shape_sync.max_shapes\" (%d) or \"shape_sync.log_memory\" (%d MB) was reached; their clients refetch.",
-					   shape_sync_max_shapes, shape_sync_log_memory),
+			 errdetail("\"shape_sync.max_shapes\" (%d), \"shape_sync.log_memory\" (%d MB) or \"shape_sync.log_disk_budget\" (%d MB) was reached; their clients refetch.",
+					   shape_sync_max_shapes, shape_sync_log_memory, shape_sync_log_disk_budget),
 			 errhint("Consider increasing them if evicted shapes are asked for again.")));
 	ev_evictions_unlogged = 0;
 	ev_evictions_logged_at = now;
@@ -314,5 +367,6 @@ eviction_maintain(TimestampTz now, bool replaying)
 		ev_last_idle_sweep = now;
 	}
 	ev_make_room();
+	ev_keep_disk_budget();
 	ev_log_evictions(now);
 }
