@@ -88,7 +88,12 @@ expect_eq "back in place, it is read again" 200 "$(http_status "$url")"
 cluster_psql -q >/dev/null <<'SQL'
 CREATE TABLE big (id int PRIMARY KEY, v text);
 INSERT INTO big SELECT g, repeat(md5(g::text), 128) FROM generate_series(1, 10000) g;
+-- chunks of half the arena: the snapshot makes room for the next one itself (the other shapes
+-- are idle; eviction would take them)
+ALTER SYSTEM SET shape_sync.chunk_bytes_threshold = '4MB';
+SELECT pg_reload_conf();
 SQL
+sleep 1
 same_big() {
 	sc rows "$work/big.json" id v >"$work/big.client"
 	cluster_psql -At -c "SELECT id, v FROM big ORDER BY id" >"$work/big.table"
@@ -102,6 +107,7 @@ expect_eq "no shape was evicted or rotated for it" "0" \
 	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
 big_listed() { [[ $(manifest 'len(m["shapes"])') == 2 ]]; }
 check "the manifest lists it" wait_for 60 big_listed
+cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.chunk_bytes_threshold" -c "SELECT pg_reload_conf()" >/dev/null
 
 # open chunks that together outgrow memory (chunks of 64 MB never close here): under eviction's
 # reserve, the least recently read shapes on disk give back their whole written logs and stay,

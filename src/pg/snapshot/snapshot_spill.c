@@ -7,8 +7,8 @@
  * With durable logs, a snapshot worker writes each chunk of the snapshot
  * to the shape's data file (<handle>.1.log, log_files.c's name) as soon as
  * it closes, and when the arena's free blocks fall under a quarter of it
- * (log_trim_wanted), it takes the blocks of the chunks it wrote back from
- * memory (slog_trim): clients read those from the file (shape_log_read.c).
+ * (log_trim_wanted), or under what the next chunk needs, it takes the
+ * blocks of the chunks it wrote back from memory (slog_trim): clients read those from the file (shape_log_read.c).
  * So a snapshot needs in memory its open chunk and the indexes of the rest,
  * not its size.  Clients may read a closed chunk while the snapshot goes
  * on, so trimmed blocks return to the arena only once the HTTP threads'
@@ -219,13 +219,29 @@ spill_check_budget(void)
 						 "shape_sync.log_disk_budget")));
 }
 
+/*
+ * Whether memory is short: under a quarter of the arena free, or less than
+ * the next chunk needs (`chunk_bytes` of messages, and their records'
+ * headers: half as much again covers rows of 50 bytes and more), which
+ * would otherwise take the arena under eviction's reserve and evict
+ * bystanders that this snapshot could spare.
+ */
+static bool
+spill_memory_short(int64 chunk_bytes)
+{
+	ShapeLogArena *arena = spill.table->arena;
+
+	return log_trim_wanted() ||
+		(int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE < chunk_bytes + chunk_bytes / 2;
+}
+
 void
-snapshot_spill_chunk(void)
+snapshot_spill_chunk(int64 chunk_bytes)
 {
 	if (!spill.active || !spill_write())
 		return;
 	spill_check_budget();
-	if (!log_trim_wanted())
+	if (!spill_memory_short(chunk_bytes))
 		return;
 	spill_trim();
 	/* back at once: held, they would count for nobody (eviction would see less room) */

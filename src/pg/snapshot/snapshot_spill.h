@@ -19,8 +19,11 @@
 /* Before the first row: the shape's data file is to be written (durable logs). */
 extern void snapshot_spill_begin(ShapeTable *table, uint32 slot, ShapeLog *log);
 
-/* After each closed chunk: writes it, and trims when memory runs low. */
-extern void snapshot_spill_chunk(void);
+/*
+ * After each closed chunk: writes it, and trims when memory runs low or
+ * would not hold the next chunk (`chunk_bytes` of messages).
+ */
+extern void snapshot_spill_chunk(int64 chunk_bytes);
 
 /* An append found the arena full: true when trimming gave blocks back. */
 extern bool snapshot_spill_make_room(void);

@@ -214,7 +214,7 @@ snap_emit(void *arg, const char *message, int len)
 		snap_close_chunk(w, offset);
 		atomic_store_explicit(&w->slot->snapshot_rows, w->rows, memory_order_relaxed);
 		snap_publish(w, offset, 0);
-		snapshot_spill_chunk();
+		snapshot_spill_chunk(w->threshold);
 		w->chunk++;
 		w->chunk_bytes = 0;
 		if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
