@@ -7,7 +7,7 @@
  * Every reader function below is one epoch section (reader_epochs.c): it
  * loads the log's mem_start once, reads the blocks at or past it from the
  * arena, which stay there until the section ends, and the blocks below it
- * from the log's file, a whole block per read, through one descriptor
+ * from the log's file, 64 kB per read, through one descriptor
  * opened for the call (SlogBlockCache).  A file that cannot be read fails
  * the call cleanly: a range says `failed`, a cursor stops and says
  * `failed`, a copy returns false; the caller answers 503 or closes the
@@ -58,9 +58,12 @@ slog_read_published(const ShapeLog *log, SlogPublished *out)
  * it finds in memory stay there until it returns; the log's mem_start as
  * the section began; and the block it read last, so that the records of
  * one block (a hundred or more of typical rows) cost one directory lookup,
- * or one read of the file, not one each.  A block below mem_start is read
- * whole from the log's file, opened once per call.
+ * not one each.  Blocks below mem_start are read from the log's file,
+ * opened once per call, SLOG_READ_AHEAD of them at a time (readers walk
+ * forward) into a buffer of the thread's.
  */
+#define SLOG_READ_AHEAD		8	/* blocks: 64 kB a read */
+
 typedef struct SlogBlockCache
 {
 	uint64_t	nth;			/* the block's number in the log, or UINT64_MAX */
@@ -69,8 +72,12 @@ typedef struct SlogBlockCache
 	int			fd;				/* the log's file, or -1 */
 	bool		failed;			/* the file could not be read ... */
 	int			error;			/* ... for this errno */
-	char		file_block[SLOG_BLOCK_SIZE];
+	uint64_t	window_first;	/* blocks read from the file: the first ... */
+	uint64_t	window_blocks;	/* ... and how many (0: none) */
 } SlogBlockCache;
+
+/* Where a thread reads blocks from files; one call of a reader at a time uses it. */
+static _Thread_local char slog_read_window[SLOG_READ_AHEAD * SLOG_BLOCK_SIZE];
 
 static void
 slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
@@ -82,6 +89,8 @@ slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
 	cache->fd = -1;
 	cache->failed = false;
 	cache->error = 0;
+	cache->window_first = 0;
+	cache->window_blocks = 0;
 }
 
 static void
@@ -126,20 +135,32 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 		cache->nth = nth;
 		return cache->base;
 	}
-	if (cache->failed)
-		return NULL;
-	if (cache->fd < 0)
-		cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
-	if (cache->fd < 0 ||
-		!slog_pread_all(cache->fd, cache->file_block, SLOG_BLOCK_SIZE, nth * SLOG_BLOCK_SIZE))
+	if (nth < cache->window_first || nth >= cache->window_first + cache->window_blocks)
 	{
-		cache->failed = true;
-		cache->error = errno;
-		cache->nth = UINT64_MAX;
-		return NULL;
+		/* the file holds every byte below mem_start: read ahead up to there */
+		uint64_t	blocks = cache->mem_start / SLOG_BLOCK_SIZE - nth;
+
+		if (blocks > SLOG_READ_AHEAD)
+			blocks = SLOG_READ_AHEAD;
+		if (cache->failed)
+			return NULL;
+		if (cache->fd < 0)
+			cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
+		if (cache->fd < 0 ||
+			!slog_pread_all(cache->fd, slog_read_window, blocks * SLOG_BLOCK_SIZE,
+							nth * SLOG_BLOCK_SIZE))
+		{
+			cache->failed = true;
+			cache->error = errno;
+			cache->nth = UINT64_MAX;
+			cache->window_blocks = 0;
+			return NULL;
+		}
+		cache->window_first = nth;
+		cache->window_blocks = blocks;
 	}
 	cache->nth = nth;
-	cache->base = cache->file_block;
+	cache->base = slog_read_window + (nth - cache->window_first) * SLOG_BLOCK_SIZE;
 	return cache->base;
 }
 
