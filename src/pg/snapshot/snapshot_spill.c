@@ -50,6 +50,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "guc.h"
@@ -61,6 +62,7 @@
 
 #define SPILL_BUFFER		((size_t) 256 * 1024)
 #define SPILL_MAX_BATCH		4096	/* blocks trimmed at a time */
+#define SPILL_GIVE_BACK_WAIT_MS	5000
 
 typedef struct SnapshotSpill
 {
@@ -98,19 +100,31 @@ snapshot_spill_begin(ShapeTable *table, uint32 slot, ShapeLog *log)
  * Gives the pending batch back once its readers are gone (waiting for
  * them: a reader section is one call, a copy or a walk of one chunk's
  * headers); true if it did.  `exiting`: on the way out (an error, or
- * proc_exit), where no interrupt is taken.
+ * proc_exit), where no interrupt is taken.  A reader that does not leave
+ * within SPILL_GIVE_BACK_WAIT_MS belongs to a main worker that died in a
+ * section (its next life resets the sections): the batch stays pending,
+ * or, on the way out, is left to the arena's next layout.
  */
 static bool
 spill_give_back(bool exiting)
 {
+	TimestampTz since;
+
 	if (spill.npending == 0)
 		return false;
+	since = GetCurrentTimestamp();
 	while (!reader_epoch_passed(spill.ticket))
 	{
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT |
-						 (exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH), 1,
-						 PG_WAIT_EXTENSION);
+		int			rc;
+
+		if (TimestampDifferenceExceeds(since, GetCurrentTimestamp(), SPILL_GIVE_BACK_WAIT_MS))
+			return false;
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT |
+					   (exiting ? WL_POSTMASTER_DEATH : WL_EXIT_ON_PM_DEATH), 1,
+					   PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		if (rc & WL_POSTMASTER_DEATH)
+			return false;		/* shared memory goes with the cluster */
 		if (!exiting)
 			CHECK_FOR_INTERRUPTS();
 	}
@@ -132,6 +146,7 @@ spill_write(void)
 	{
 		if (!AcquireExternalFD())
 		{
+			errno = EMFILE;
 			what = "create";
 			goto fail;
 		}
@@ -263,6 +278,7 @@ snapshot_spill_finish(void)
 	if (!spill.active)
 		return;
 	(void) spill_write();
+	(void) spill_give_back(false);	/* a batch a reader held too long before */
 	spill_close();
 	/* what the main thread finds: the whole log, or its first bytes */
 	spill.table->slots[spill.slot].snapshot_file_bytes = spill.written;
