@@ -14,9 +14,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
-client=$here/shape_client.py
-py=$(python3 -c 'import sys; print(sys.executable)')
-sc() { "$py" "$client" "$@"; }
+shape_client_init
 
 export SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '8MB'
 shape_sync.chunk_bytes_threshold = 1048576

@@ -37,9 +37,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
-client=$here/shape_client.py
-# the interpreter itself: a version manager's python3 shim may take a second to start
-py=$(python3 -c 'import sys; print(sys.executable)')
+shape_client_init
 rounds=${CRASH_ROUNDS:-6}
 seed=${SEED:-$(((RANDOM << 15) | RANDOM))}
 echo "# seed $seed, $rounds rounds (replay: SEED=$seed CRASH_ROUNDS=$rounds $0)"
@@ -61,7 +59,6 @@ ALTER TABLE app REPLICA IDENTITY FULL;
 ALTER TABLE big REPLICA IDENTITY FULL;
 SQL
 
-sc() { "$py" "$client" "$@"; }
 # the clients: NAME -> query, the SELECT of its rows, its columns, the field and value of the
 # last change (made after the writer stopped) that it waits for
 shapes=(hot_all hot_low app_all app_mix big_grp)

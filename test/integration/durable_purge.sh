@@ -13,9 +13,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
-client=$here/shape_client.py
-# the interpreter itself: a version manager's python3 shim may take a second to start
-py=$(python3 -c 'import sys; print(sys.executable)')
+shape_client_init
 
 start_cluster_retrying 4760
 cluster_psql >/dev/null <<'SQL'
@@ -43,7 +41,6 @@ ALTER SYSTEM SET shape_sync.role = 'reader';
 SQL
 cluster_restart # shape_sync.role for the worker from its start
 
-sc() { "$py" "$client" "$@"; }
 declare -A query=([t]="table=t" [u]="table=u&columns=id,name" [w]="table=w" [x]="table=x" [p]="table=p")
 declare -A rows_sql=([t]="SELECT id, v FROM t ORDER BY id" [u]="SELECT id, name FROM u ORDER BY id"
 	[w]="SELECT id, v FROM w ORDER BY id" [x]="SELECT id, v FROM x ORDER BY id"

@@ -10,9 +10,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
-client=$here/shape_client.py
-# the interpreter itself: a version manager's python3 shim may take a second to start
-py=$(python3 -c 'import sys; print(sys.executable)')
+shape_client_init
 
 start_cluster_retrying 4720
 cluster_psql >/dev/null <<'SQL'
@@ -25,7 +23,6 @@ ALTER TABLE u REPLICA IDENTITY FULL;
 INSERT INTO u SELECT g, 'n' || g, 'x' || g FROM generate_series(1, 50) g;
 SQL
 
-sc() { "$py" "$client" "$@"; }
 shapes=(all low cols)
 declare -A query=([all]="table=t" [low]="table=t&where=$(uri 'id <= 100')" [cols]="table=u&columns=id,name")
 declare -A rows_sql=([all]="SELECT id, v FROM t ORDER BY id"

@@ -208,6 +208,11 @@ stall_ms() {
 }
 
 # uri TEXT: TEXT percent-encoded for a query string.
+# shape_client_init: `py`, the Python interpreter itself (a version manager's python3 shim may
+# take a second to start), for sc ARGS...: test/lib/shape_client.py (the durable_*.sh scripts)
+shape_client_init() { py=$(python3 -c 'import sys; print(sys.executable)'); }
+sc() { "$py" "$here/shape_client.py" "$@"; }
+
 uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
 
 # The worker's memory, from the dumps pg_log_backend_memory_contexts($worker) writes to the
