@@ -102,6 +102,12 @@ http_bound_send_buffer(HttpServer *server, int fd)
 /* con_cls of requests that own nothing */
 static char http_plain_request;
 
+/* room for the 431's body (http_headers_too_large_body) */
+#define HTTP_HEADERS_TOO_LARGE_BODY_MAX 300
+
+static const char http_target_too_long_body[] =
+"{\"message\":\"The request target is too long\"}";
+
 /* the socket context of a connection accepted past the limit */
 static char http_over_limit;
 
@@ -440,11 +446,16 @@ http_count_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
  * their text, and a Cookie header twice (libmicrohttpd 0.9.75 parses it
  * from a copy).  libmicrohttpd builds the response's headers in what is
  * left, and closes the connection without a word when they do not fit:
- * past a third of shape_sync.connection_memory a shape request is
- * answered 431, with no header but its type, instead.  One band remains
- * that no answer fits: a Cookie header of about 45% to 48% of the memory,
- * whose copy libmicrohttpd still makes but which leaves room for nothing
- * (docs/configuration.md, shape_sync.connection_memory).
+ * past a third of shape_sync.connection_memory a request, on any route, is
+ * answered 431 (a lean 414 when its target is too long), with no header
+ * but its type, instead.  Even the 431 does not fit in one band: a Cookie
+ * header whose copy libmicrohttpd still makes but which leaves room for
+ * nothing (where depends on the number of headers and on how the request
+ * arrived).  There libmicrohttpd ends the request with an error before a
+ * byte of the answer went out, and http_completed writes the same answer
+ * straight onto the socket.  Past that band libmicrohttpd answers 431
+ * itself, or, once the request alone fills the memory, closes the
+ * connection (docs/configuration.md, shape_sync.connection_memory).
  */
 static size_t
 http_request_text_bytes(struct MHD_Connection *connection, const ConnSlot *slot)
@@ -453,6 +464,45 @@ http_request_text_bytes(struct MHD_Connection *connection, const ConnSlot *slot)
 
 	(void) MHD_get_connection_values_n(connection, MHD_HEADER_KIND, http_count_header, &bytes);
 	return bytes;
+}
+
+/* The body of that 431. */
+static void
+http_headers_too_large_body(const HttpServer *server, char *body, size_t size)
+{
+	snprintf(body, size,
+			 "{\"message\":\"The request's target and headers take more than %zu bytes, "
+			 "which leaves too little of shape_sync.connection_memory (%zu kB) for the "
+			 "response's headers; send fewer headers, or the database operator can raise it\"}",
+			 server->connection_memory / 3, server->connection_memory / 1024);
+}
+
+/*
+ * The 431 of a request whose answer libmicrohttpd had no room to head (see
+ * above), written by hand: the connection is a fresh request's, nothing of
+ * the answer went out, and libmicrohttpd closes the socket once this
+ * returns, so a short nonblocking send is all there is to it; when the
+ * kernel takes less (the client is gone), the close says the rest.
+ */
+static void
+http_send_431_by_hand(const HttpServer *server, struct MHD_Connection *connection)
+{
+	const union MHD_ConnectionInfo *fd_info =
+		MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+	char		body[HTTP_HEADERS_TOO_LARGE_BODY_MAX];
+	char		answer[HTTP_HEADERS_TOO_LARGE_BODY_MAX + 200];
+	int			len;
+
+	if (fd_info == NULL)
+		return;
+	http_headers_too_large_body(server, body, sizeof(body));
+	len = snprintf(answer, sizeof(answer),
+				   "HTTP/1.1 431 Request Header Fields Too Large\r\n"
+				   "Connection: close\r\n"
+				   "Content-Type: application/json\r\n"
+				   "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	if (len > 0 && (size_t) len < sizeof(answer))
+		(void) send(fd_info->connect_fd, answer, (size_t) len, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 static enum MHD_Result
@@ -654,8 +704,15 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	if (marker == &http_path_has_nul)
 		return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
 	if (marker == &http_target_too_long)
-		return http_respond_json(connection, MHD_HTTP_URI_TOO_LONG,
-								 "{\"message\":\"The request target is too long\"}", false);
+		return http_respond_lean_json(connection, MHD_HTTP_URI_TOO_LONG, http_target_too_long_body);
+	if (http_request_text_bytes(connection, slot) > server->connection_memory / 3)
+	{
+		char		body[HTTP_HEADERS_TOO_LARGE_BODY_MAX];
+
+		/* its answer's headers might not fit beside it: said now, not a silent close */
+		http_headers_too_large_body(server, body, sizeof(body));
+		return http_respond_lean_json(connection, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, body);
+	}
 	if (marker == &http_too_many_args)
 		return http_respond_json(connection, MHD_HTTP_BAD_REQUEST,
 								 "{\"message\":\"Invalid request\",\"errors\":{\"query\":"
@@ -690,18 +747,6 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 	{
 		*con_cls = &http_plain_request;
 		return MHD_YES;
-	}
-	if (http_request_text_bytes(connection, slot) > server->connection_memory / 3)
-	{
-		char		body[300];
-
-		/* its answer's headers might not fit beside it: said now, not a silent close */
-		snprintf(body, sizeof(body),
-				 "{\"message\":\"The request's target and headers take more than %zu bytes, "
-				 "which leaves too little of shape_sync.connection_memory (%zu kB) for the "
-				 "response's headers; send fewer headers, or the database operator can raise it\"}",
-				 server->connection_memory / 3, server->connection_memory / 1024);
-		return http_respond_lean_json(connection, MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE, body);
 	}
 	sc = calloc(1, sizeof(ShapeConn));
 	if (sc == NULL)
@@ -810,7 +855,10 @@ http_completed(void *cls, struct MHD_Connection *connection, void **con_cls,
 	HttpServer *server = cls;
 	ConnSlot   *slot = http_conn_slot(server, connection);
 
-	(void) toe;
+	/* a 431 that libmicrohttpd had no room to head (http_request_text_bytes) */
+	if (toe == MHD_REQUEST_TERMINATED_WITH_ERROR && slot != NULL &&
+		slot->req_status == MHD_HTTP_REQUEST_HEADER_FIELDS_TOO_LARGE)
+		http_send_431_by_hand(server, connection);
 	if (http_owns_shape_conn(*con_cls))
 		shape_conn_free((ShapeConn *) *con_cls);
 	*con_cls = NULL;

@@ -458,6 +458,15 @@ function fixedCorpus(port) {
     ['a POST body of bad UTF-8', post('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1', bytesOf('{"where":"title = \'\xff\xfe\'"}'))],
     ['subset__params of a huge number', get('/v1/shape?table=fz_items&columns=id,title,n,j&offset=-1&subset__where=n%20%3E%20$1&subset__params={"1":1e999999}')],
     ['a shape of the table without a primary key', get('/v1/shape?table=fz_nopk&offset=-1')],
+    // seed 3517568778: a Cookie whose copy filled libmicrohttpd's pool short of the 431's headers
+    // (the band moves with the number of headers); closed without a word until the 431 went out by hand
+    ['a cookie and 26 headers that leave no room for an answer', {
+      bytes: serialize({
+        method: 'POST', target: '/v1/shape?table=fz_nopk&offset=now', body: 'null',
+        headers: [...headers, ['Cookie', 'c=' + 'v'.repeat(3298)],
+          ...[59, 54, 30, 27, 21, 56, 16, 43, 59, 34, 45, 31, 23, 20, 50, 15, 54, 59, 53, 17, 34, 10, 37, 45, 46, 7].map((n, i) => [`X-F${i}`, 'v'.repeat(n)]), ['Content-Type', 'text/plain']],
+      }),
+    }],
   ]
   return list.map(([name, r]) => ({ name, ...r }))
 }
@@ -543,10 +552,12 @@ function send(host, port, bytes, { head = false, timeoutMs }) {
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
 
-// The requests libmicrohttpd 0.9.75 cannot answer at all (docs/configuration.md, the row of
-// shape_sync.connection_memory): those whose line and headers, a Cookie header counted twice
-// (it parses cookies from a copy), take 85% or more of shape_sync.connection_memory (10 kB
-// here): no room is left for any response's headers.
+// The requests libmicrohttpd 0.9.75 closes before the server sees them (docs/configuration.md, the
+// row of shape_sync.connection_memory): those whose line and headers, a Cookie header counted
+// twice (it parses cookies from a copy), fill its pool. With 60 headers that starts at 95% of
+// shape_sync.connection_memory (10 kB here); the fuzz sends up to 120, each taking a record of
+// the pool, so it allows the close from 85%. Below that every request is answered, a 431 at
+// the least (test_http_server.c, requests_in_the_cookie_band_get_431).
 const CONNECTION_MEMORY = 10 * 1024
 function fillsTheConnection(bytes) {
   const head = bytes.split('\r\n\r\n')[0]

@@ -1855,6 +1855,68 @@ TEST(large_request_headers_get_431)
 	free(req);
 }
 
+/*
+ * regression (found by the HTTP fuzz): a Cookie header whose copy
+ * libmicrohttpd could still make, but which left no room for even the
+ * 431's headers, was closed without an answer; where that band lies moves
+ * with the number of headers, the method and the route.  Now every request
+ * up to 90% of the connection's memory (its Cookie counted twice) is
+ * answered, a target too long with its 414.
+ */
+TEST(requests_in_the_cookie_band_get_431)
+{
+	char		long_target[CONNECTION_MEMORY / 4 + 64];
+	const char *const targets[] = {
+		"/v1/shape?table=items&offset=-1", "/v1/health", "/nowhere", long_target
+	};
+	static const char *const methods[] = {"GET", "POST"};
+	static const int header_counts[] = {0, 13, 26, 60};
+	char	   *req = malloc(2 * CONNECTION_MEMORY);
+	int			requests = 0;
+
+	REQUIRE(server != NULL && req != NULL);
+	/* over a quarter of the memory: a 414 instead */
+	memset(long_target, 'x', sizeof(long_target) - 1);
+	memcpy(long_target, "/v1/shape?table=items&offset=-1&where=", 38);
+	long_target[sizeof(long_target) - 1] = '\0';
+	for (size_t t = 0; t < (sizeof(targets) / sizeof(targets[0])); t++)
+		for (size_t m = 0; m < (sizeof(methods) / sizeof(methods[0])); m++)
+			for (size_t h = 0; h < (sizeof(header_counts) / sizeof(header_counts[0])); h++)
+				for (size_t cookie = CONNECTION_MEMORY / 3;; cookie += 32)
+				{
+					size_t		n = (size_t) sprintf(req, "%s %s HTTP/1.1\r\n"
+													 "Host: 127.0.0.1\r\nConnection: close\r\n",
+													 methods[m], targets[t]);
+					size_t		head;
+					HcResponse	r;
+
+					for (int i = 0; i < header_counts[h]; i++)
+						n += (size_t) sprintf(req + n, "X-F%d: vvvvvvvvvvvvvvvvvvvv\r\n", i);
+					if (m == 1)
+						n += (size_t) sprintf(req + n, "Content-Length: 4\r\n");
+					n += (size_t) sprintf(req + n, "Cookie: c=");
+					memset(req + n, 'v', cookie);
+					n += cookie;
+					head = n;
+					sprintf(req + n, "\r\n\r\n%s", m == 1 ? "null" : "");
+					if (head + cookie >= CONNECTION_MEMORY * 9 / 10)
+						break;
+					requests++;
+					if (!request_raw(req, &r))
+					{
+						FAIL("%s %s, %d headers, a cookie of %zu bytes: %s", methods[m],
+							 targets[t], header_counts[h], cookie, r.error);
+						hc_response_free(&r);
+						free(req);
+						return;
+					}
+					CHECK_EQ(r.status, targets[t] == long_target ? 414 : 431);
+					hc_response_free(&r);
+				}
+	CHECK(requests > 500);
+	free(req);
+}
+
 /* regression: thousands of params[n] left the connection hanging until the client gave up */
 TEST(oversized_targets_get_answers)
 {
