@@ -114,6 +114,7 @@ typedef enum SmRotationCause
 	SM_ROTATION_EVICTED,		/* see SM_EVICTIONS for why */
 	SM_ROTATION_DELETED,		/* DELETE /v1/shape */
 	SM_ROTATION_SNAPSHOT_CONFLICT,	/* its table changed under its snapshot */
+	SM_ROTATION_EXTENSION_DROPPED,	/* DROP EXTENSION shape_sync */
 	SM_ROTATION_CAUSES
 } SmRotationCause;
 

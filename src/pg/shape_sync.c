@@ -31,6 +31,7 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 
+#include "extension_drop.h"
 #include "guc.h"
 #include "shared_state.h"
 
@@ -66,6 +67,7 @@ _PG_init(void)
 	shape_sync_define_gucs();
 	shape_sync_shmem_install_hooks();
 	RegisterXactCallback(shape_sync_xact_callback, NULL);
+	extension_drop_install_hooks();
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

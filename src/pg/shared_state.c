@@ -26,6 +26,7 @@
  *   that a snapshot worker that takes blocks of its log back from memory
  *   sees them (reader_epochs.c); the main worker lays it out again when it
  *   starts, since no reader of an earlier life can still be in a section.
+ * - extension_drops and extension_drops_handled: see extension_drop.c.
  * - Everything else has its own notes: shape_table.c, shape_log.c,
  *   admission.c, snapshot_jobs.c, subset_results.c, metrics.c,
  *   server_metrics.c and conn_activity.c.
@@ -108,6 +109,8 @@ sstate_shmem_startup(void)
 		ShapeLogArena *arena;
 
 		atomic_init(&shape_sync_shared->worker_latch, 0);
+		atomic_init(&shape_sync_shared->extension_drops, 0);
+		atomic_init(&shape_sync_shared->extension_drops_handled, 0);
 		memset(&shape_sync_shared->decoder, 0, sizeof(shape_sync_shared->decoder));
 		snapshot_jobs_init(&shape_sync_shared->snapshot_jobs);
 		subset_results_init(&shape_sync_shared->subsets);

@@ -37,6 +37,8 @@ typedef struct ShapeSyncShared
 	SnapshotJobs snapshot_jobs; /* snapshots to take, and who takes them */
 	SubsetResults subsets;		/* answers of subset queries in flight */
 	ReaderEpochs epochs;		/* sections of the main worker's threads reading logs */
+	_Atomic uint64_t extension_drops;	/* DROP EXTENSION shape_sync committed */
+	_Atomic uint64_t extension_drops_handled;	/* of those, followed by the worker */
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

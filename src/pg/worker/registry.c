@@ -955,6 +955,24 @@ registry_rotate(uint32 slot, SmRotationCause cause)
 		snapshot_pool_cancel(slot, generation);
 }
 
+/* Rotates every shape; how many there were. */
+uint32
+registry_rotate_all(SmRotationCause cause)
+{
+	uint32		rotated = 0;
+
+	if (reg_entries == NULL)
+		return 0;
+	for (uint32 slot = 0; slot < reg_table()->nslots; slot++)
+	{
+		if (!reg_entries[slot].in_use)
+			continue;
+		registry_rotate(slot, cause);
+		rotated++;
+	}
+	return rotated;
+}
+
 /*
  * A shape's snapshot is done: from now on its log is kept on disk too
  * (log_files.c), with what it takes to restore it.

@@ -52,6 +52,7 @@
 
 #include "catalog_use.h"
 #include "decoder.h"
+#include "extension_drop.h"
 #include "eval_deadline.h"
 #include "guc.h"
 #include "http_server.h"
@@ -255,6 +256,22 @@ worker_shutdown(int code, Datum arg)
  * setting REPLICA IDENTITY FULL holds such a lock for a moment.
  */
 #define RESOLVE_RETRY_MS	3000
+
+/*
+ * DROP EXTENSION shape_sync committed in the served database
+ * (extension_drop.c): every shape goes, its clients get 409, and its files
+ * are removed once no reader holds them.  The server goes on serving.
+ */
+static void
+worker_follow_extension_drop(void)
+{
+	uint32		rotated = registry_rotate_all(SM_ROTATION_EXTENSION_DROPPED);
+
+	ereport(LOG,
+			(errmsg("shape_sync dropped every shape (%u): extension \"shape_sync\" was dropped",
+					rotated),
+			 errdetail("Their clients get 409 and start over, and the files of their logs are removed.")));
+}
 
 /*
  * Resolves every queued shape request, then hands each answer back.
@@ -541,6 +558,8 @@ shape_sync_worker_main(Datum arg)
 				shape_stream_recheck_all();	/* shapes read as the old role go */
 			pfree(role_before);
 		}
+		if (extension_drop_take())
+			worker_follow_extension_drop();
 		resolved = worker_resolve_requests();
 		registry_maintain();
 		subset_jobs_reap();
