@@ -157,6 +157,16 @@ out=$(sc sync "$work/third.json" --url "$SHAPE_SYNC_URL" --query "table=t")
 expect_eq "a client after the restart reads all of it on the same handle" "up-to-date 200 $handle 0" "$out"
 check "and holds the table's rows" same_rows third
 
+# a chunk larger than the arena: the 400 names the setting to lower
+cluster_psql -q -c "ALTER SYSTEM SET shape_sync.chunk_bytes_threshold = '32MB'" -c "SELECT pg_reload_conf()" >/dev/null
+chunk_refused() {
+	curl -s -o "$work/chunk.json" --max-time 60 "$SHAPE_SYNC_URL/v1/shape?table=big&where=$(uri "id > 0")&offset=-1"
+	grep -q 'shape_sync.chunk_bytes_threshold' "$work/chunk.json"
+}
+check "a chunk larger than the arena fails with a 400 that names shape_sync.chunk_bytes_threshold" \
+	wait_for 60 chunk_refused
+cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.chunk_bytes_threshold" -c "SELECT pg_reload_conf()" >/dev/null
+
 # every shape deleted: every block of the arena comes back, no file but the manifest stays
 for c in live big tail0 tail1 tail2 tail3; do
 	h=$(sc get "$work/$c.json" 'd["handle"]')
@@ -168,8 +178,8 @@ check "with every shape deleted, all of shape_sync.log_memory is free again" wai
 only_manifest() { [[ $(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -v '^manifest$' | wc -l) == 0 ]]; }
 check "and pg_shape_sync holds nothing but the manifest" wait_for 60 only_manifest
 
-check "no ERROR, PANIC or WARNING from shape_sync but the file put aside" \
-	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v "could not read file \"pg_shape_sync/$2\""' _ "$SHAPE_SYNC_LOG" "$data"
+check "no ERROR, PANIC or WARNING from shape_sync but the file put aside and the chunk too large" \
+	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v -e "could not read file \"pg_shape_sync/$2\"" -e "too large for the shape log memory"' _ "$SHAPE_SYNC_LOG" "$data"
 out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
 expect_eq "no crash" "" "$out"
 finish

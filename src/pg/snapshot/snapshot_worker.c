@@ -171,6 +171,15 @@ snap_wait_for_room(SnapshotWriter *w, SlogResult res, TimestampTz *since)
 						   shape_sync_log_memory, "shape_sync.log_memory"),
 				 errhint("Increase \"%s\", or drop shapes that are no longer used.",
 						 "shape_sync.log_memory")));
+	if (shape_sync_durable_logs)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("shape is too large for the shape log memory"),
+				 errdetail("One chunk of the snapshot of relation \"%s\" and the log's indexes need more than the %d MB set by \"%s\"; only the chunk being written must fit in memory.",
+						   w->slot->relation, shape_sync_log_memory, "shape_sync.log_memory"),
+				 errhint("Lower \"%s\" to well under a quarter of \"%s\", or increase \"%s\".",
+						 "shape_sync.chunk_bytes_threshold", "shape_sync.log_memory",
+						 "shape_sync.log_memory")));
 	ereport(ERROR,
 			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 			 errmsg("shape is too large for the shape log memory"),
