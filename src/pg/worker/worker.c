@@ -188,9 +188,15 @@ worker_connection_limit(void)
 {
 	struct rlimit rl;
 	unsigned	wanted = (unsigned) shape_sync_max_connections;
-	/* PostgreSQL's own files, and the connections turned away past the limit */
+	/*
+	 * PostgreSQL's own files, the connections turned away past the limit,
+	 * a shape log file each HTTP thread may have open (one reader call at a
+	 * time: shape_log_read.c) and the flusher thread's (log_flusher.c: a
+	 * data file, the journal, the manifest)
+	 */
 	rlim_t		reserve = (rlim_t) max_files_per_process + 64 +
-		(HTTP_MHD_CONNECTION_LIMIT(0, shape_sync_http_threads));
+		(HTTP_MHD_CONNECTION_LIMIT(0, shape_sync_http_threads)) +
+		(rlim_t) shape_sync_http_threads + 4;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return wanted;
