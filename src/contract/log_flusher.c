@@ -6,7 +6,10 @@
  *
  * The worker's main thread writes shape logs to files as it decodes
  * (pg/worker/log_files.c), into the page cache.  Making them durable takes
- * an fsync of each file written since the last round, then a new manifest
+ * what each file gained since the last round copied into the journal and
+ * one fsync of it (log_journal.c; a file that gained much, or every file
+ * journaled since the last reset when the journal is to be emptied, is
+ * fsynced itself instead), then a new manifest
  * (written aside, fsynced, renamed, the directory fsynced): milliseconds to
  * tens of milliseconds on real disks, which the main thread must not
  * spend, since every live change waits behind it.  So a round is handed to
@@ -18,8 +21,11 @@
  * makes the next start drop that shape, which is gone anyway.  The thread does
  * the round and leaves it for the main thread to collect, which only then
  * lets the replication slot pass that position.  A failed fsync of a
- * file installs no manifest: the previous one holds, and the main thread
- * says which file failed.  (A failed fsync of the directory, after the
+ * file, or a data file that cannot be read for the journal, installs no
+ * manifest: the previous one holds, and the main thread says which file
+ * failed.  A journal that could not be written or fsynced may end in a
+ * record cut short, after which a replay would stop: the round says so,
+ * and the main thread's next round empties it, fsyncing its files first.  (A failed fsync of the directory, after the
  * rename, leaves the new manifest in place but reports failure: the slot
  * then waits, as after a crash between the two.)  One round at a time: the next is built once the last is
  * collected, so rounds never overlap and a slow disk makes them rarer, not
@@ -55,31 +61,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "file_io.h"
+#include "log_journal.h"
+
 #ifdef POSTGRES_H
 #error "log_flusher.c runs on a thread and must not include postgres.h"
 #endif
-
-/* write(2) until done; false with errno set */
-static bool
-write_all(int fd, const char *p, size_t n)
-{
-	while (n > 0)
-	{
-		ssize_t		w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-		{
-			if (w == 0)
-				errno = ENOSPC;
-			return false;
-		}
-		p += w;
-		n -= (size_t) w;
-	}
-	return true;
-}
 
 /* fsync (or fdatasync) of a file by its path; `missing_ok`: true when it is gone */
 static bool
@@ -107,39 +94,148 @@ round_fail(LogFlushRound *round, const char *step, int path_index)
 	round->failed_path = path_index;
 }
 
+/* The journal emptied (its files are fsynced by now); false on failure. */
+static bool
+round_reset_journal(LogFlushRound *round)
+{
+	int			fd = open(round->journal_path, O_WRONLY | O_CREAT, 0600);
+	bool		ok;
+
+	if (fd < 0)
+		return false;
+	ok = ftruncate(fd, 0) == 0;
+	if (ok && round->sync)
+	{
+		round->fsyncs++;
+		ok = fsync(fd) == 0;
+	}
+	if (close(fd) != 0)
+		ok = false;
+	return ok;
+}
+
+/* The pieces into the journal, and one fsync for them all. */
+static void
+round_write_journal(LogFlushRound *round)
+{
+	char	   *buffer = malloc(LOG_JOURNAL_RECORD_DATA_MAX);
+	int			fd;
+
+	if (buffer == NULL)
+	{
+		errno = ENOMEM;
+		round_fail(round, "write", -1);
+		round->failed_journal = true;
+		return;
+	}
+	fd = open(round->journal_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	if (fd < 0)
+	{
+		free(buffer);
+		round_fail(round, "write", -1);
+		round->failed_journal = true;
+		return;
+	}
+	for (uint32_t i = 0; i < round->npieces; i++)
+	{
+		const LogJournalPiece *p = &round->pieces[i];
+		int			rc = log_journal_append(fd, round->dir_path, p->name, p->from, p->to,
+											buffer, &round->journal_bytes);
+
+		if (rc == -1)
+		{
+			round_fail(round, "read", -1);
+			round->failed_piece = (int) i;
+			break;
+		}
+		if (rc == -2)
+		{
+			round_fail(round, "write", -1);
+			round->failed_journal = true;
+			round->journal_torn = true;
+			break;
+		}
+	}
+	if (round->ok && round->sync)
+	{
+		round->fsyncs++;
+		if (fsync(fd) != 0)
+		{
+			round_fail(round, "fsync", -1);
+			round->failed_journal = true;
+			round->journal_torn = true;
+		}
+	}
+	if (close(fd) != 0 && round->ok)
+	{
+		round_fail(round, "write", -1);
+		round->failed_journal = true;
+		round->journal_torn = true;
+	}
+	free(buffer);
+}
+
+/* The manifest written aside, fsynced, renamed over the old one, the directory fsynced. */
+static void
+round_install_manifest(LogFlushRound *round)
+{
+	int			fd = open(round->manifest_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	if (fd < 0)
+	{
+		round_fail(round, "write", -1);
+		return;
+	}
+	if (!fd_write_all(fd, round->manifest, round->manifest_len))
+		round_fail(round, "write", -1);
+	else if (round->sync && (round->fsyncs++, fsync(fd) != 0))
+		round_fail(round, "fsync", -1);
+	if (close(fd) != 0 && round->ok)
+		round_fail(round, "write", -1);
+	if (!round->ok)
+		return;
+	if (rename(round->manifest_tmp_path, round->manifest_path) != 0)
+		round_fail(round, "rename", -1);
+	else if (round->sync && (round->fsyncs++, !fsync_path(round->dir_path, false, false)))
+		round_fail(round, "fsync", -1);
+}
+
 void
 log_flush_round_run(LogFlushRound *round)
 {
 	round->ok = true;
 	round->failed_path = -1;
+	round->failed_piece = -1;
+	round->failed_journal = false;
+	round->journal_torn = false;
+	round->journal_reset_failed = false;
+	round->journal_bytes = 0;
+	round->fsyncs = 0;
 	round->error = 0;
 	round->failed_step = NULL;
 	for (uint32_t i = 0; round->sync && round->ok && i < round->npaths; i++)
+	{
+		round->fsyncs++;
 		if (!fsync_path(round->paths[i], true, true))
 			round_fail(round, "fsync", (int) i);
-	if (!round->ok || round->manifest == NULL)
-		return;
-	{
-		int			fd = open(round->manifest_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fd < 0)
-		{
-			round_fail(round, "write", -1);
-			return;
-		}
-		if (!write_all(fd, round->manifest, round->manifest_len))
-			round_fail(round, "write", -1);
-		else if (round->sync && fsync(fd) != 0)
-			round_fail(round, "fsync", -1);
-		if (close(fd) != 0 && round->ok)
-			round_fail(round, "write", -1);
 	}
-	if (!round->ok)
-		return;
-	if (rename(round->manifest_tmp_path, round->manifest_path) != 0)
-		round_fail(round, "rename", -1);
-	else if (round->sync && !fsync_path(round->dir_path, false, false))
-		round_fail(round, "fsync", -1);
+	if (round->ok && round->npieces > 0)
+		round_write_journal(round);
+	if (round->ok && round->manifest != NULL)
+		round_install_manifest(round);
+
+	/*
+	 * Emptied last: until the manifest of this round is in place, the one
+	 * before may list lengths only the journal holds (a file whose fsync
+	 * failed is no longer listed in this one).  Failing here undoes
+	 * nothing: the journal's records are whole or gone, and the next round
+	 * empties it again.
+	 */
+	if (round->ok && round->reset_journal && !round_reset_journal(round))
+	{
+		round->journal_reset_failed = true;
+		round->error = errno;
+	}
 }
 
 void
@@ -150,6 +246,9 @@ log_flush_round_free(LogFlushRound *round)
 	for (uint32_t i = 0; i < round->npaths; i++)
 		free(round->paths[i]);
 	free(round->paths);
+	for (uint32_t i = 0; i < round->npieces; i++)
+		free(round->pieces[i].name);
+	free(round->pieces);
 	free(round->manifest);
 	free(round);
 }

@@ -19,16 +19,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Bytes [from, to) of a data file, to be copied into the journal. */
+typedef struct LogJournalPiece
+{
+	char	   *name;			/* the data file's name in dir_path */
+	uint64_t	from;
+	uint64_t	to;
+} LogJournalPiece;
+
 /*
- * One round: files to fsync, then a manifest to put in place.  Built by
- * the caller with malloc'd arrays and strings; the flusher fills in the
- * outcome; log_flush_round_free releases them.
+ * One round: files to fsync, pieces of files copied into the journal and
+ * it fsynced, a manifest to put in place, then, when asked, the journal
+ * emptied (the files it held records of are among those fsynced).  Built by the caller with malloc'd arrays and strings; the
+ * flusher fills in the outcome; log_flush_round_free releases them.
  */
 typedef struct LogFlushRound
 {
 	/* handed in */
 	char	  **paths;			/* files to fsync (a file gone meanwhile is skipped) */
 	uint32_t	npaths;
+	bool		reset_journal;	/* empty the journal once the manifest is in place */
+	LogJournalPiece *pieces;	/* then into the journal, one fsync for them all */
+	uint32_t	npieces;
+	const char *journal_path;	/* e.g. "pg_shape_sync/journal" */
 	char	   *manifest;		/* its bytes, or NULL: no manifest this round */
 	size_t		manifest_len;
 	const char *manifest_path;	/* e.g. "pg_shape_sync/manifest" */
@@ -40,6 +53,13 @@ typedef struct LogFlushRound
 	/* the outcome */
 	bool		ok;				/* every fsync and the manifest succeeded */
 	int			failed_path;	/* index in paths of a file that failed, or -1 */
+	int			failed_piece;	/* index in pieces of a file that could not be read, or -1 */
+	bool		failed_journal; /* what failed was the journal (else the manifest) */
+	bool		journal_torn;	/* writing or fsyncing the journal failed: it may end
+								 * in a record cut short, so it is to be emptied */
+	bool		journal_reset_failed;	/* ok, but the journal could not be emptied */
+	uint64_t	journal_bytes;	/* what the round added to the journal */
+	uint32_t	fsyncs;			/* fsync calls it made */
 	int			error;			/* its errno, or the manifest's */
 	const char *failed_step;	/* "fsync", "write", "rename": what failed */
 } LogFlushRound;

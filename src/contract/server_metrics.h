@@ -41,6 +41,7 @@ typedef enum ServerMetric
 	SM_ROTATIONS,				/* rotation cause */
 	SM_EVICTIONS,				/* eviction cause */
 	SM_COMPACTIONS,
+	SM_LOG_FSYNCS,
 	SM_SNAPSHOTS_STARTED,
 	SM_SNAPSHOTS_FAILED,
 	SM_SNAPSHOT_ROWS,

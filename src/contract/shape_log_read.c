@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_io.h"
 #include "reader_epochs.h"
 
 #ifdef POSTGRES_H
@@ -101,27 +102,6 @@ slog_cache_end(SlogBlockCache *cache)
 	reader_epoch_exit();
 }
 
-/* Reads n bytes at off of fd, retrying short reads; false at EOF or error. */
-static bool
-slog_pread_all(int fd, char *dst, size_t n, uint64_t off)
-{
-	while (n > 0)
-	{
-		ssize_t		got = pread(fd, dst, n, (off_t) off);
-
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got == 0)
-			errno = ENODATA;	/* the file is shorter than the log */
-		if (got <= 0)
-			return false;
-		dst += got;
-		off += (uint64_t) got;
-		n -= (size_t) got;
-	}
-	return true;
-}
-
 /* The bytes of the log's nth data block; NULL when its file cannot be read. */
 static const char *
 slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
@@ -147,7 +127,7 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 		if (cache->fd < 0)
 			cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
 		if (cache->fd < 0 ||
-			!slog_pread_all(cache->fd, slog_read_window, blocks * SLOG_BLOCK_SIZE,
+			!fd_pread_all(cache->fd, slog_read_window, blocks * SLOG_BLOCK_SIZE,
 							nth * SLOG_BLOCK_SIZE))
 		{
 			cache->failed = true;

@@ -7,7 +7,8 @@
 # goes when the slot was dropped while the worker was away, when shape_sync.database changes,
 # when the manifest has another format version or a broken checksum, and on a copy of the
 # cluster (a base backup: the slot is not in it; a promoted standby: another timeline).  One
-# shape alone goes when its data file is shorter than its durable length, when its table
+# shape alone goes when its data file is shorter than its durable length (and the journal
+# does not hold what it lacks), when its table
 # changed or was made again, or when shape_sync.role lost its SELECT on it, all while the
 # worker was away; a data file with bytes past its durable length is cut back and restored.
 set -euo pipefail
@@ -204,6 +205,8 @@ t_len=$(durable_length t)
 u_size=$(_cluster_as_pg stat -c %s "$u_file")
 expect_eq "5: shape t's file has its durable length ($t_len bytes)" "$t_len" "$(_cluster_as_pg stat -c %s "$t_file")"
 _cluster_as_pg truncate -s "$((t_len - 7))" "$t_file"
+# (and the journal lost them too: it would give them back otherwise, test/integration/durable_journal.sh)
+_cluster_as_pg truncate -s 0 "$SHAPE_SYNC_PGDATA/pg_shape_sync/journal"
 printf '\007garbage past the durable length%.0s' 1 2 3 4 | _cluster_as_pg tee -a "$u_file" >/dev/null
 m=$(mark)
 pg_start

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "log_flusher.h"
+#include "log_journal.h"
 
 /* ------------------------------------------------------------ fixture */
 
@@ -47,6 +48,7 @@ typedef struct Fx
 	char		dir[64];
 	char		manifest[128];
 	char		tmp[128];
+	char		journal[128];
 } Fx;
 
 static bool
@@ -57,6 +59,7 @@ fx_init(Fx *fx)
 		return false;
 	snprintf(fx->manifest, sizeof(fx->manifest), "%s/manifest", fx->dir);
 	snprintf(fx->tmp, sizeof(fx->tmp), "%s/manifest.tmp", fx->dir);
+	snprintf(fx->journal, sizeof(fx->journal), "%s/journal", fx->dir);
 	return true;
 }
 
@@ -241,6 +244,7 @@ new_round_n(const Fx *fx, const char *const *names, uint32_t npaths,
 	round->manifest_path = fx->manifest;
 	round->manifest_tmp_path = fx->tmp;
 	round->dir_path = fx->dir;
+	round->journal_path = fx->journal;
 	round->sync = sync;
 	round->durable_lsn = UINT64_C(0x16B3748);
 	round->ok = false;
@@ -321,6 +325,161 @@ FX_TEST(run_sync_fsyncs_files_and_installs_manifest)
 		CHECK_FILE_STR(fx_path(fx, "a.log", p, sizeof(p)), "records of a");
 		CHECK_FILE_STR(fx_path(fx, "b.log", p, sizeof(p)), "");
 	}
+	log_flush_round_free(round);
+}
+
+/* pieces of a round's pieces: `n` data files named names[i], bytes [from[i], to[i]) */
+static void
+round_set_pieces(LogFlushRound *round, const char *const *names, const uint64_t *from,
+				 const uint64_t *to, uint32_t n)
+{
+	round->pieces = calloc(n, sizeof(LogJournalPiece));
+	if (round->pieces == NULL)
+		abort();
+	for (uint32_t i = 0; i < n; i++)
+	{
+		if ((round->pieces[i].name = strdup(names[i])) == NULL)
+			abort();
+		round->pieces[i].from = from[i];
+		round->pieces[i].to = to[i];
+	}
+	round->npieces = n;
+}
+
+static uint64_t
+file_length(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (uint64_t) st.st_size : UINT64_MAX;
+}
+
+/* what two files gained goes into the journal with one fsync, and a replay gives it back */
+FX_TEST(run_journal_pieces_take_one_fsync)
+{
+	const char *names[] = {"a.1.log", "b.1.log"};
+	const uint64_t from[] = {2, 0};
+	const uint64_t to[] = {9, 4};
+	LogFlushRound *round;
+	LogJournalReplay replay;
+	char		failed[256];
+	char		p[256];
+
+	REQUIRE(fx_file(fx, "a.1.log", "aaBBBBBBB"));
+	REQUIRE(fx_file(fx, "b.1.log", "bbbb"));
+	round = new_round_n(fx, NULL, 0, "m", 1, true);
+	round_set_pieces(round, names, from, to, 2);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 3);	/* the journal, the manifest, the directory */
+	CHECK_UEQ(round->journal_bytes, file_length(fx->journal));
+	CHECK_UEQ(round->journal_bytes, 2 * LOG_JOURNAL_RECORD_HEADER + 14 + 11);
+	CHECK(!round->journal_torn);
+	CHECK_FILE(fx->manifest, "m", 1);
+	log_flush_round_free(round);
+	/* the files lose what they gained; the journal gives it back */
+	REQUIRE(truncate(fx_path(fx, "a.1.log", p, sizeof(p)), 2) == 0);
+	REQUIRE(truncate(fx_path(fx, "b.1.log", p, sizeof(p)), 0) == 0);
+	CHECK(log_journal_replay(fx->journal, fx->dir, &replay, failed, sizeof(failed)) == 0);
+	CHECK_UEQ(replay.records, 2);
+	CHECK_FILE_STR(fx_path(fx, "a.1.log", p, sizeof(p)), "aaBBBBBBB");
+	CHECK_FILE_STR(fx_path(fx, "b.1.log", p, sizeof(p)), "bbbb");
+}
+
+/* a reset round fsyncs its files, then empties the journal, then adds nothing to it */
+FX_TEST(run_reset_empties_the_journal_after_its_files)
+{
+	const char *paths[] = {"a.1.log"};
+	LogFlushRound *round;
+
+	REQUIRE(fx_file(fx, "a.1.log", "aaaa"));
+	REQUIRE(write_file(fx->journal, "whatever the journal held", 25));
+	round = new_round_n(fx, paths, 1, "m", 1, true);
+	round->reset_journal = true;
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 4);	/* the file, the journal, the manifest, the directory */
+	CHECK_UEQ(file_length(fx->journal), 0);
+	log_flush_round_free(round);
+	/* and when a file fails, the journal is left as it was */
+	REQUIRE(write_file(fx->journal, "kept", 4));
+	{
+		char		p[256];
+
+		REQUIRE(symlink("/dev/null", fx_path(fx, "null.log", p, sizeof(p))) == 0);
+	}
+	{
+		const char *bad[] = {"null.log"};
+
+		round = new_round_n(fx, bad, 1, "m2", 2, true);
+	}
+	round->reset_journal = true;
+	log_flush_round_run(round);
+	CHECK(!round->ok);
+	CHECK_UEQ(round->failed_path, 0);
+	CHECK_UEQ(file_length(fx->journal), 4);
+	CHECK_FILE(fx->manifest, "m", 1);
+	log_flush_round_free(round);
+}
+
+/* a journal that cannot be emptied: the round stands (its manifest is in place) and says so */
+FX_TEST(run_reset_that_cannot_empty_the_journal_keeps_the_round)
+{
+	const char *paths[] = {"a.1.log"};
+	LogFlushRound *round;
+
+	REQUIRE(fx_file(fx, "a.1.log", "aaaa"));
+	REQUIRE(mkdir(fx->journal, 0700) == 0);	/* opens for writing: EISDIR */
+	round = new_round_n(fx, paths, 1, "m", 1, true);
+	round->reset_journal = true;
+	log_flush_round_run(round);
+	CHECK(round->ok);
+	CHECK(round->journal_reset_failed);
+	CHECK_EQ(round->error, EISDIR);
+	CHECK_FILE(fx->manifest, "m", 1);
+	log_flush_round_free(round);
+}
+
+/* a data file that cannot be read for the journal: named, no manifest, the journal whole */
+FX_TEST(run_journal_unreadable_piece_fails_the_round)
+{
+	const char *names[] = {"a.1.log", "loop.log"};
+	const uint64_t from[] = {0, 0};
+	const uint64_t to[] = {4, 4};
+	LogFlushRound *round;
+	char		p[256];
+	char		q[256];
+
+	REQUIRE(fx_file(fx, "a.1.log", "aaaa"));
+	REQUIRE(symlink(fx_path(fx, "loop.log", q, sizeof(q)), fx_path(fx, "loop.log", p, sizeof(p))) == 0);
+	round = new_round_n(fx, NULL, 0, "m", 1, true);
+	round_set_pieces(round, names, from, to, 2);
+	log_flush_round_run(round);
+	CHECK(!round->ok);
+	CHECK_UEQ(round->failed_piece, 1);
+	CHECK(!round->journal_torn);
+	CHECK_ABSENT(fx->manifest);
+	CHECK_UEQ(file_length(fx->journal), LOG_JOURNAL_RECORD_HEADER + 7 + 4);
+	log_flush_round_free(round);
+}
+
+/* a journal that cannot be written: the round fails and says the journal may be cut short */
+FX_TEST(run_journal_unwritable_is_torn)
+{
+	const char *names[] = {"a.1.log"};
+	const uint64_t from[] = {0};
+	const uint64_t to[] = {4};
+	LogFlushRound *round;
+
+	REQUIRE(fx_file(fx, "a.1.log", "aaaa"));
+	REQUIRE(symlink("/dev/full", fx->journal) == 0);
+	round = new_round_n(fx, NULL, 0, "m", 1, true);
+	round_set_pieces(round, names, from, to, 1);
+	log_flush_round_run(round);
+	CHECK(!round->ok);
+	CHECK(round->journal_torn);
+	CHECK_UEQ(round->failed_piece, -1);
+	CHECK_ABSENT(fx->manifest);
 	log_flush_round_free(round);
 }
 

@@ -23,9 +23,17 @@
  * file holds all of its log.
  *
  * Rounds.  Every LOG_FILES_ROUND_MS (shape_sync.log_fsync = batch), a
- * round fsyncs the files written since the last one and replaces the
- * manifest (written aside, fsynced, renamed, the directory fsynced), with
- * durable_lsn the decoder's position when the round was built.  The main
+ * round makes the files written since the last one durable and replaces
+ * the manifest (written aside, fsynced, renamed, the directory fsynced),
+ * with durable_lsn the decoder's position when the round was built.  What
+ * each file gained (up to LOG_FILES_JOURNAL_PIECE_MAX) is copied into the
+ * journal, fsynced once for them all (log_journal.c): a change of a table
+ * that many shapes follow costs one fsync, not one per shape.  A file that
+ * gained more is fsynced itself.  Every file with records in the journal
+ * is fsynced, once, when the journal is emptied (past
+ * LOG_FILES_JOURNAL_RESET_BYTES or LOG_FILES_JOURNAL_RESET_MS, or after a
+ * journal write failed and may have cut a record short); a start replays
+ * it first (log_restore.c).  The main
  * thread builds it (which files, the manifest's bytes) and the flusher
  * thread does it (log_flusher.c), so that no fsync delays decoding; one
  * round is in flight at a time, and its outcome is applied at the next
@@ -78,6 +86,7 @@
 #include "guc.h"
 #include "log_files_internal.h"
 #include "log_flusher.h"
+#include "log_journal.h"
 #include "log_record.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -85,6 +94,11 @@
 #define LOG_FILES_ROUND_MS			1000
 #define LOG_FILES_WRITE_PER_STEP	((uint64) 8 << 20)
 #define LOG_FILES_WARN_INTERVAL_MS	60000
+/* a file that gained more in a round is fsynced itself, not journaled */
+#define LOG_FILES_JOURNAL_PIECE_MAX	((uint64) 1 << 20)
+/* the journal is emptied (its files fsynced) past this size or age */
+#define LOG_FILES_JOURNAL_RESET_BYTES	((uint64) 64 << 20)
+#define LOG_FILES_JOURNAL_RESET_MS	(5 * 60 * 1000)
 #define MANIFEST_TMP_PATH			LOG_FILES_DIR "/manifest.tmp"
 
 static MemoryContext lf_context;
@@ -119,6 +133,7 @@ typedef struct LfRoundShape
 	uint32		generation;
 	uint64		length;			/* written when the round was built */
 	uint32		first_path;		/* its files' first index in the round's paths */
+	int32		piece;			/* its index in the round's journal pieces, or -1 */
 } LfRoundShape;
 
 static LogFlusher lf_flusher;	/* the thread that does rounds (log_flusher.c) */
@@ -126,6 +141,87 @@ static LfRoundShape *lf_round;	/* the round in flight */
 static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
+
+/*
+ * The journal (log_journal.c): the data files with records in it since it
+ * was last emptied (their names, in lf_context), how long it is, whether
+ * it may end in a record cut short, when it was last emptied.
+ */
+static List *lf_journaled;
+static uint64 lf_journal_bytes;
+static bool lf_journal_reset_due;
+static TimestampTz lf_journal_reset_at;
+static uint32 lf_round_journaled_paths;	/* the round's first paths: files the
+										 * journal it empties holds records of */
+
+static void lf_fail(uint32 slot, const char *what, const char *path);
+
+/* Whether the next round is to empty the journal, its files fsynced first. */
+static bool
+lf_journal_reset_wanted(void)
+{
+	if (lf_journal_reset_due)
+		return true;
+	if (lf_journaled == NIL)
+		return false;
+	return lf_journal_bytes >= LOG_FILES_JOURNAL_RESET_BYTES ||
+		TimestampDifferenceExceeds(lf_journal_reset_at, GetCurrentTimestamp(),
+								   LOG_FILES_JOURNAL_RESET_MS);
+}
+
+/*
+ * A file the journal holds records of could not be fsynced before the
+ * journal is emptied.  A retry could succeed falsely (the kernel may drop
+ * the pages it failed to write and report the error once), so its shape,
+ * if it still has that file, is kept in memory only: the next manifest no
+ * longer lists it, and only then is the journal emptied.  A file no live
+ * shape has (forgotten, or an older generation) is not needed by that
+ * manifest either, and is left out of the next try.
+ */
+static void
+lf_journaled_fsync_failed(const char *path)
+{
+	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	char		own[MAXPGPATH];
+	ListCell   *lc;
+
+	for (uint32 slot = 0; slot < lf_nslots; slot++)
+	{
+		FileShape  *fs = &lf_shapes[slot];
+
+		if (!fs->in_use || fs->failed)
+			continue;
+		lf_data_path(fs->handle, fs->generation, own);
+		if (strcmp(own, path) == 0)
+		{
+			lf_fail(slot, "fsync", path);
+			break;
+		}
+	}
+	foreach(lc, lf_journaled)
+	{
+		if (strcmp((char *) lfirst(lc), name) == 0)
+		{
+			pfree(lfirst(lc));
+			lf_journaled = foreach_delete_current(lf_journaled, lc);
+			break;
+		}
+	}
+	lf_journal_reset_due = true;
+}
+
+/* A round emptied the journal: no file has records in it now. */
+static void
+lf_journal_emptied(void)
+{
+	list_free_deep(lf_journaled);
+	lf_journaled = NIL;
+	lf_journal_bytes = 0;
+	lf_journal_reset_due = false;
+	lf_journal_reset_at = GetCurrentTimestamp();
+	for (uint32 slot = 0; slot < lf_nslots; slot++)
+		lf_shapes[slot].journaled_generation = 0;
+}
 static uint64 lf_incarnations;
 static bool lf_manifest_stale;	/* it lists a shape that is gone */
 static bool lf_unsynced_under_off;	/* files written with log_fsync = off
@@ -253,6 +349,7 @@ log_files_start(uint32 nslots)
 				(errmsg("shape_sync could not start its thread for fsync: %m"),
 				 errdetail("Shape logs are made durable on the worker's main thread instead.")));
 	lf_last_round = GetCurrentTimestamp();
+	lf_journal_reset_at = lf_last_round;
 }
 
 /* Removes every file of the store but those `keep` says to keep; how many went. */
@@ -647,6 +744,38 @@ lf_build_round(XLogRecPtr decoded)
 	round->manifest_path = MANIFEST_PATH;
 	round->manifest_tmp_path = MANIFEST_TMP_PATH;
 	round->dir_path = LOG_FILES_DIR;
+	round->journal_path = JOURNAL_PATH;
+	round->reset_journal = round->sync && lf_journal_reset_wanted();
+	if (round->sync && !round->reset_journal && lf_nunsynced > 0)
+	{
+		round->pieces = calloc(lf_nunsynced, sizeof(LogJournalPiece));
+		if (round->pieces == NULL)
+		{
+			log_flush_round_free(round);
+			return NULL;
+		}
+	}
+	if (round->reset_journal)
+	{
+		/* every file the journal holds records of is fsynced before it is emptied */
+		char	  **more = realloc(round->paths, sizeof(char *) *
+								   ((size_t) Max(lf_nunsynced, 1) * 2 + list_length(lf_journaled)));
+		ListCell   *lc;
+
+		if (more == NULL)
+		{
+			log_flush_round_free(round);
+			return NULL;
+		}
+		round->paths = more;
+		foreach(lc, lf_journaled)
+		{
+			snprintf(path, sizeof(path), "%s/%s", LOG_FILES_DIR, (char *) lfirst(lc));
+			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
+				out_of_memory = true;
+		}
+	}
+	lf_round_journaled_paths = round->npaths;
 
 	lf_nround = 0;
 	for (uint32 i = 0; i < lf_nunsynced; i++)
@@ -671,8 +800,31 @@ lf_build_round(XLogRecPtr decoded)
 		r->generation = fs->generation;
 		r->length = fs->written;
 		r->first_path = round->npaths;
+		r->piece = -1;
 		fs->in_round = true;
-		if (fs->synced < fs->written)
+		if (fs->synced < fs->written && round->pieces != NULL &&
+			fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX)
+		{
+			/* a little more of it: into the journal, with the others' */
+			LogJournalPiece *piece = &round->pieces[round->npieces];
+
+			lf_data_path(fs->handle, fs->generation, path);
+			piece->name = strdup(strrchr(path, '/') + 1);
+			piece->from = fs->synced;
+			piece->to = fs->written;
+			if (piece->name == NULL)
+				out_of_memory = true;
+			r->piece = (int32) round->npieces++;
+			if (piece->name != NULL && fs->journaled_generation != fs->generation)
+			{
+				MemoryContext old = MemoryContextSwitchTo(lf_context);
+
+				lf_journaled = lappend(lf_journaled, pstrdup(piece->name));
+				MemoryContextSwitchTo(old);
+				fs->journaled_generation = fs->generation;
+			}
+		}
+		else if (fs->synced < fs->written)
 		{
 			lf_data_path(fs->handle, fs->generation, path);
 			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
@@ -762,8 +914,24 @@ lf_apply_round(LogFlushRound *round)
 {
 	ListCell   *lc;
 
+	sm_add(SM_LOG_FSYNCS, 0, round->fsyncs);
+	lf_journal_bytes += round->journal_bytes;
+	if (round->journal_torn)
+		lf_journal_reset_due = true;	/* a record may be cut short: empty it next */
 	if (round->ok)
 	{
+		if (round->reset_journal && !round->journal_reset_failed)
+			lf_journal_emptied();
+		else if (round->reset_journal)
+		{
+			/* its files are fsynced and no manifest needs it, but it holds records still */
+			errno = round->error;
+			if (lf_may_warn())
+				ereport(WARNING,
+						(errcode_for_file_access(),
+						 errmsg("shape_sync could not empty file \"%s\": %m", JOURNAL_PATH)));
+			lf_journal_reset_due = true;
+		}
 		for (uint32 i = 0; i < lf_nround; i++)
 		{
 			FileShape  *fs = &lf_shapes[lf_round[i].slot];
@@ -789,7 +957,35 @@ lf_apply_round(LogFlushRound *round)
 		return;
 	}
 	errno = round->error;
-	if (round->failed_path >= 0)
+	if (round->failed_piece >= 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+	{
+		/* short of descriptors or memory for a moment: the next round tries again */
+		if (lf_may_warn())
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("shape_sync could not read file \"%s/%s\": %m", LOG_FILES_DIR,
+							round->pieces[round->failed_piece].name)));
+	}
+	else if (round->failed_piece >= 0)
+	{
+		/* a data file that could not be read for the journal: its shape, if still that file */
+		for (uint32 i = 0; i < lf_nround; i++)
+		{
+			FileShape  *fs = &lf_shapes[lf_round[i].slot];
+			char		path[MAXPGPATH];
+
+			if (lf_round[i].piece != round->failed_piece)
+				continue;
+			lf_data_path(fs->handle, fs->generation, path);
+			if (fs->in_use && fs->incarnation == lf_round[i].incarnation && !fs->failed &&
+				fs->generation == lf_round[i].generation)
+				lf_fail(lf_round[i].slot, "read", path);
+			break;
+		}
+	}
+	else if (round->failed_path >= 0 && (uint32) round->failed_path < lf_round_journaled_paths)
+		lf_journaled_fsync_failed(round->paths[round->failed_path]);
+	else if (round->failed_path >= 0)
 	{
 		/* the shape whose file it was: in memory only from now on */
 		for (uint32 i = 0; i < lf_nround; i++)
@@ -809,7 +1005,7 @@ lf_apply_round(LogFlushRound *round)
 		ereport(WARNING,
 				(errcode_for_file_access(),
 				 errmsg("shape_sync could not %s file \"%s\": %m", round->failed_step,
-						MANIFEST_PATH),
+						round->failed_journal ? JOURNAL_PATH : MANIFEST_PATH),
 				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
 	lf_requeue_round();
 	lf_manifest_stale = true;	/* what it would have said is still to say */
@@ -829,6 +1025,7 @@ static void
 lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 {
 	LogFlushRound *round;
+	bool		stale;
 
 	if (lf_flusher.started)
 	{
@@ -862,10 +1059,14 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 		}
 	}
 	lf_unsynced_under_off = shape_sync_log_fsync == LOG_FSYNC_OFF;
+	stale = lf_manifest_stale;
 	lf_manifest_stale = false;	/* the round lists what is here now */
 	round = lf_build_round(decoded);
 	if (round == NULL)
+	{
+		lf_manifest_stale = stale;	/* no round: still to say */
 		return;
+	}
 	lf_obsolete_in_round = lf_obsolete;
 	lf_obsolete = NIL;
 	if (!inline_round && lf_flusher.started && log_flusher_submit(&lf_flusher, round))

@@ -28,6 +28,7 @@
 
 #define LOG_FILES_BUFFER			((size_t) 256 * 1024)
 #define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
+#define JOURNAL_PATH				LOG_FILES_DIR "/journal"
 
 typedef struct FileShape
 {
@@ -43,7 +44,9 @@ typedef struct FileShape
 	uint32		generation;
 	File		file;			/* its data file, or -1 */
 	uint64		written;
-	uint64		synced;
+	uint64		synced;			/* durable: fsynced, or in the journal */
+	uint32		journaled_generation;	/* the generation whose file has records in
+										 * the journal since it was emptied; 0: none */
 } FileShape;
 
 /* One per slot; NULL when shape_sync.durable_logs is off or has no directory. */

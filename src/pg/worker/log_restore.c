@@ -37,6 +37,7 @@
 #include "utils/wait_event.h"
 
 #include "log_files_internal.h"
+#include "log_journal.h"
 #include "log_record.h"
 #include "log_restore.h"
 #include "log_trim.h"
@@ -150,6 +151,37 @@ lr_note_attempt(void)
 	return true;
 }
 
+/*
+ * What the data files gained since they were last fsynced is in the
+ * journal (log_journal.c): written back into them before anything reads
+ * them, which matters only after a crash of the operating system (the
+ * page cache had the bytes otherwise).  A replay that fails leaves files
+ * that may lack what the manifest says they hold: the store is discarded.
+ */
+static bool
+lr_replay_journal(void)
+{
+	LogJournalReplay replay;
+	char		failed[MAXPGPATH] = "";
+
+	if (log_journal_replay(JOURNAL_PATH, LOG_FILES_DIR, &replay, failed, sizeof(failed)) == 0)
+	{
+		if (replay.torn)
+			ereport(LOG,
+					(errmsg("shape_sync replayed %u records of its journal into %u files; its last record was cut short",
+							replay.records, replay.files),
+					 errdetail("A round that did not finish before the stop wrote it; nothing relies on it.")));
+		else if (replay.records > 0)
+			ereport(DEBUG1,
+					(errmsg_internal("shape_sync replayed %u records of its journal into %u files",
+									 replay.records, replay.files)));
+		return true;
+	}
+	lr_purge_all(psprintf("its journal could not be replayed (file \"%s\": %s)",
+						  failed, strerror(errno)));
+	return false;
+}
+
 const LogStoreManifest *
 log_restore_check_header(bool slot_made_now, XLogRecPtr slot_confirmed)
 {
@@ -199,6 +231,8 @@ log_restore_check_header(bool slot_made_now, XLogRecPtr slot_confirmed)
 		lr_purge_all(psprintf("the last %d starts did not finish restoring them", RESTORE_ATTEMPTS));
 		return NULL;
 	}
+	if (!lr_replay_journal())
+		return NULL;
 	lf_resume_from(&lr_previous.header);
 	return &lr_previous;
 }

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+#
+# The journal of the shape log files: 40 shapes of one table, and transactions that change all
+# of them, a round apart. Each round makes what the 40 files gained durable with one fsync of
+# the journal (plus the manifest and its directory), not one per file: the fsync counter grows
+# by far less than 40 a round (with one fsync per file it grows by 40 and more). Then the
+# files lose what the page cache would lose in a crash of the operating system (two data files
+# cut back, one to nothing) while PostgreSQL is stopped at once: the start replays the journal
+# into them, and every client goes on at its (handle, offset), with no 409, and holds the
+# table's rows.
+set -euo pipefail
+source "$(dirname "$0")/../lib/lib.sh"
+init_work
+shape_client_init
+
+start_cluster_retrying 4770
+cluster_psql >/dev/null <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE t (id int PRIMARY KEY, v text);
+INSERT INTO t SELECT g, 'r' || g FROM generate_series(1, 400) g;
+SQL
+
+shapes=40
+store_dir="$SHAPE_SYNC_PGDATA/pg_shape_sync"
+manifest() { _cluster_as_pg cat "$store_dir/manifest" 2>/dev/null | sc manifest - "$@"; }
+metric() { curl -s "$SHAPE_SYNC_URL/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+serving() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
+file_length() { _cluster_as_pg stat -c %s "$store_dir/$1.1.log"; }
+# every shape's durable length in the manifest is its data file's length
+all_durable() {
+	local k len
+	for ((k = 0; k < shapes; k++)); do
+		len=$(manifest 'next((s["length"] for s in m["shapes"] if s["handle"] == a[0]), -1)' "${handle[$k]}") || return 1
+		[[ $len == "$(file_length "${handle[$k]}")" ]] || return 1
+	done
+}
+same_rows() {
+	sc rows "$work/s$1.json" id v >"$work/s$1.client"
+	cluster_psql -At -c "SELECT id, v FROM t WHERE id % $shapes = $1 ORDER BY id" >"$work/s$1.table"
+	cmp -s "$work/s$1.client" "$work/s$1.table"
+}
+
+declare -A handle
+for ((k = 0; k < shapes; k++)); do
+	out=$(sc sync "$work/s$k.json" --url "$SHAPE_SYNC_URL" --query "table=t&where=$(uri "id % $shapes = $k")")
+	handle[$k]=$(cut -d' ' -f3 <<<"$out")
+	[[ $out =~ ^up-to-date\ 200\ [0-9]+-[0-9]+\ 0$ ]] || fail "shape $k is read whole: $out"
+done
+listed() { [[ $(manifest 'len(m["shapes"])') == "$shapes" ]]; }
+check "the manifest lists the $shapes shapes" wait_for 60 listed
+check "and every file is durable" wait_for 60 all_durable
+
+before=$(metric shape_sync_log_fsyncs_total)
+rounds=10
+for ((r = 0; r < rounds; r++)); do
+	cluster_psql -q -c "UPDATE t SET v = v || '.$r' WHERE id <= 2 * $shapes"
+	sleep 1.2			# a round apart (rounds are about a second)
+done
+check "what the $rounds transactions wrote becomes durable" wait_for 60 all_durable
+after=$(metric shape_sync_log_fsyncs_total)
+fsyncs=$((after - before))
+echo "# $rounds transactions, each changing $shapes shapes: $fsyncs fsyncs"
+check "far fewer fsyncs than one per shape per round ($fsyncs < $((shapes * rounds / 4)))" \
+	test "$fsyncs" -lt $((shapes * rounds / 4))
+check "the journal holds them" test "$(_cluster_as_pg stat -c %s "$store_dir/journal")" -gt 0
+
+# a crash of the operating system, as far as the files can tell: PostgreSQL stops at once, and
+# two data files lose bytes the journal holds
+_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -m immediate -w -t 60 stop >/dev/null
+_cluster_as_pg truncate -s 0 "$store_dir/${handle[0]}.1.log"
+half=$(($(file_length "${handle[1]}") / 2))
+_cluster_as_pg truncate -s "$half" "$store_dir/${handle[1]}.1.log"
+_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" -l "$SHAPE_SYNC_LOG" -w -t 60 start >/dev/null
+check "after the start shape_sync serves again" wait_for 90 serving
+restored() { grep -q "shape_sync restored $shapes of $shapes shapes from disk" "$SHAPE_SYNC_LOG"; }
+check "every shape is restored, the two cut back too" wait_for 60 restored
+cluster_psql -q -c "UPDATE t SET v = v || '.after' WHERE id <= 2 * $shapes"
+bad=0
+for ((k = 0; k < shapes; k++)); do
+	out=$(sc sync "$work/s$k.json")
+	if [[ $out != "up-to-date 200 ${handle[$k]} 0" ]] || ! same_rows "$k"; then
+		echo "# shape $k: $out"
+		bad=$((bad + 1))
+	fi
+done
+expect_eq "every client goes on at its (handle, offset), no 409, and holds the table's rows" 0 "$bad"
+expect_eq "no snapshot was taken again" 0 "$(metric shape_sync_snapshots_started_total)"
+
+check "no ERROR, PANIC or WARNING from shape_sync" \
+	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1"' _ "$SHAPE_SYNC_LOG"
+out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
+expect_eq "no crash" "" "$out"
+finish
