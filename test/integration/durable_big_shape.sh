@@ -175,8 +175,11 @@ for c in live big tail0 tail1 tail2 tail3; do
 done
 all_free() { [[ $(cluster_psql -At -c "SELECT total_bytes = free_bytes FROM shape_sync.log_memory_usage()") == t ]]; }
 check "with every shape deleted, all of shape_sync.log_memory is free again" wait_for 60 all_free
-only_manifest() { [[ $(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -v '^manifest$' | wc -l) == 0 ]]; }
-check "and pg_shape_sync holds nothing but the manifest" wait_for 60 only_manifest
+only_manifest() {
+	[[ $(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -v -e '^manifest$' -e '^journal$' | wc -l) == 0 &&
+		$(_cluster_as_pg stat -c %s "$SHAPE_SYNC_PGDATA/pg_shape_sync/journal" 2>/dev/null || echo 0) == 0 ]]
+}
+check "and pg_shape_sync holds nothing but the manifest and an empty journal" wait_for 60 only_manifest
 
 check "no ERROR, PANIC or WARNING from shape_sync but the file put aside and the chunk too large" \
 	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v -e "could not read file \"pg_shape_sync/$2\"" -e "too large for the shape log memory"' _ "$SHAPE_SYNC_LOG" "$data"

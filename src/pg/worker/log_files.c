@@ -164,9 +164,15 @@ lf_journal_reset_wanted(void)
 		return true;
 	if (lf_journaled == NIL)
 		return false;
-	return lf_journal_bytes >= LOG_FILES_JOURNAL_RESET_BYTES ||
+	if (lf_journal_bytes >= LOG_FILES_JOURNAL_RESET_BYTES ||
 		TimestampDifferenceExceeds(lf_journal_reset_at, GetCurrentTimestamp(),
-								   LOG_FILES_JOURNAL_RESET_MS);
+								   LOG_FILES_JOURNAL_RESET_MS))
+		return true;
+	/* with every shape gone, nothing of theirs stays behind in it */
+	for (uint32 slot = 0; slot < lf_nslots; slot++)
+		if (lf_shapes[slot].in_use)
+			return false;
+	return true;
 }
 
 /*
