@@ -305,7 +305,11 @@ log_journal_replay(const char *journal_path, const char *dir,
 		}
 		got = journal_read_some(fd, name, h.name_len);
 		if (got == h.name_len)
-			got = journal_read_some(fd, data, h.data_len) == (ssize_t) h.data_len ? 1 : 0;
+		{
+			ssize_t		data_got = journal_read_some(fd, data, h.data_len);
+
+			got = data_got < 0 ? -1 : data_got == (ssize_t) h.data_len;
+		}
 		else if (got >= 0)
 			got = 0;
 		if (got < 0)

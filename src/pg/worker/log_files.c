@@ -191,7 +191,9 @@ lf_journaled_fsync_failed(const char *path)
 	char		own[MAXPGPATH];
 	ListCell   *lc;
 
-	for (uint32 slot = 0; slot < lf_nslots; slot++)
+	bool		owned = false;
+
+	for (uint32 slot = 0; slot < lf_nslots && !owned; slot++)
 	{
 		FileShape  *fs = &lf_shapes[slot];
 
@@ -201,9 +203,14 @@ lf_journaled_fsync_failed(const char *path)
 		if (strcmp(own, path) == 0)
 		{
 			lf_fail(slot, "fsync", path);
-			break;
+			owned = true;
 		}
 	}
+	if (!owned)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("shape_sync could not fsync file \"%s\": %m", path),
+				 errdetail("No shape needs the file any longer.")));
 	foreach(lc, lf_journaled)
 	{
 		if (strcmp((char *) lfirst(lc), name) == 0)
@@ -988,6 +995,17 @@ lf_apply_round(LogFlushRound *round)
 				lf_fail(lf_round[i].slot, "read", path);
 			break;
 		}
+	}
+	else if (round->failed_path >= 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
+	{
+		/* the file could not be opened for a moment: no write error was spent, try again */
+		if (lf_may_warn())
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("shape_sync could not open file \"%s\": %m",
+							round->paths[round->failed_path])));
+		if ((uint32) round->failed_path < lf_round_journaled_paths)
+			lf_journal_reset_due = true;
 	}
 	else if (round->failed_path >= 0 && (uint32) round->failed_path < lf_round_journaled_paths)
 		lf_journaled_fsync_failed(round->paths[round->failed_path]);
