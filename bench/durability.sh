@@ -5,7 +5,8 @@
 # (shape_sync.durable_logs is restart-only; both settings through ALTER SYSTEM):
 #   off      shape_sync.durable_logs = off: the logs in shared memory only (the baseline);
 #   batch    durable_logs = on, shape_sync.log_fsync = batch (the defaults): files written
-#            after the clients are woken, fsynced in rounds of about a second;
+#            after the clients are woken, made durable in rounds of about a second (one
+#            fsync of the journal for all of them);
 #   commit   durable_logs = on, log_fsync = commit: fsynced after each decoding batch that
 #            changed a shape, before its clients are woken.
 # In each mode, in this order:
@@ -327,7 +328,7 @@ lines = [
     "",
     "Three modes, each on a server restarted into it (`shape_sync.durable_logs` is restart-only): "
     "in memory only (the baseline), durable logs with `log_fsync = batch` (files written after the "
-    "clients are woken, fsynced in rounds of about a second) and with `log_fsync = commit` (fsynced "
+    "clients are woken, made durable in rounds of about a second, one fsync of the journal for all of them) and with `log_fsync = commit` (fsynced "
     "after each decoding batch, before its clients are woken). Each run takes the modes in an order "
     "rotated by one, and in each mode the backlog, the big transaction and the latency run, in this "
     "order, a `CHECKPOINT` before each.",
@@ -346,7 +347,7 @@ lines = [
     "Worker CPU: the main thread's CPU time from the release until the slot is confirmed past the "
     "last commit (`/proc/PID/task/PID/schedstat`; the writes of the files and the round that "
     "fsyncs them are in it); confirmed: seconds from the release until then. Bytes once confirmed: "
-    "`du -sb pg_shape_sync`, of which the measured shapes' files, and their logs in memory "
+    "`du -sb pg_shape_sync` (the journal included), of which the measured shapes' files, and their logs in memory "
     "(`shape_sync_shape_log_bytes`). `logical_decoding_work_mem = 64MB`: the big transaction is "
     "not spilled by the reorder buffer.",
     "",
