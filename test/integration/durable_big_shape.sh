@@ -7,7 +7,8 @@
 # table's rows, a fast restart restores it (read back chunk by chunk into a smaller arena than
 # it needs) and both clients go on at their (handle, offset); a third client after the restart
 # holds the table's rows too.  A shape whose snapshot is five times the arena is taken (written
-# to its file as it goes), read whole, and restored.  Four shapes whose open chunks together
+# to its file as it goes), read whole, and restored; another, deleted while it is written, leaves
+# nothing behind.  Four shapes whose open chunks together
 # are twice the arena stay (their written logs leave memory) instead of being evicted.  With
 # its data file put aside by hand, what left memory is
 # answered 503 (also to live and SSE requests), with one warning that names the file.
@@ -28,6 +29,11 @@ INSERT INTO t SELECT g, 'r' || g FROM generate_series(1, 100) g;
 SQL
 
 serving() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
+# shapes evicted or rotated so far, less those deleted on purpose
+gone_shapes() {
+	curl -s "$SHAPE_SYNC_URL/metrics" |
+		awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ && $1 !~ /cause="deleted"/ { s += $2 } END { print s + 0 }'
+}
 manifest() { _cluster_as_pg cat "$SHAPE_SYNC_PGDATA/pg_shape_sync/manifest" 2>/dev/null | sc manifest - "$@"; }
 same_rows() {
 	sc rows "$work/$1.json" id v >"$work/$1.client"
@@ -64,7 +70,7 @@ out=$(sc sync "$work/new.json" --url "$SHAPE_SYNC_URL" --query "table=t")
 expect_eq "a new client reads all of it from offset -1, on the same handle" "up-to-date 200 $handle 0" "$out"
 check "and holds the table's rows" same_rows new
 expect_eq "no shape was evicted or rotated" "0" \
-	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+	"$(gone_shapes)"
 
 # its file, put aside by hand, cannot be read: a 503 with retry-after (never a wrong or cut
 # body, never a wait), and one warning that names the file; back in place, all is well
@@ -102,9 +108,60 @@ big_handle=$(cut -d' ' -f3 <<<"$out")
 expect_match "a shape of a 40 MB table is read whole ($big_handle)" '^up-to-date 200 [0-9]+-[0-9]+ 0$' "$out"
 check "and its client holds the table's rows" same_big
 expect_eq "no shape was evicted or rotated for it" "0" \
-	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+	"$(gone_shapes)"
 big_listed() { [[ $(manifest 'len(m["shapes"])') == 2 ]]; }
 check "the manifest lists it" wait_for 60 big_listed
+
+# another snapshot of it, deleted while it is written to its file: its worker stops quietly
+# (no failure counted, no warning), its file goes, and the memory it held comes back (all of
+# it once every shape is deleted, below). The snapshot takes a fraction of a second, so its
+# worker (idle since the last one, a child of this postmaster) is stopped with SIGSTOP once its
+# file holds its first chunk, and let go after the delete.
+snapshots_failed() { curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 == "shape_sync_snapshots_failed_total" { print $2 }'; }
+failed_before=$(snapshots_failed)
+postmaster=$(_cluster_as_pg head -1 "$SHAPE_SYNC_PGDATA/postmaster.pid")
+snapshot_workers=$(pgrep -P "$postmaster" -f 'shape_sync snapshot worker' | tr '\n' ' ')
+check "the last snapshot's worker is still there, idle ($snapshot_workers)" test -n "$snapshot_workers"
+curl -s -o /dev/null --max-time 300 "$SHAPE_SYNC_URL/v1/shape?table=big&where=$(uri "id > 0")&offset=-1" &
+spill_request=$!
+# prints the new data file's handle and size once it passes 4 MB, after stopping the workers
+spill=$(python3 - "$SHAPE_SYNC_PGDATA/pg_shape_sync" "$big_handle $handle" $snapshot_workers <<'PY'
+import os, signal, sys, time
+store, known, pids = sys.argv[1], set(sys.argv[2].split()), [int(p) for p in sys.argv[3:]]
+end = time.time() + 60
+while time.time() < end:
+    for name in os.listdir(store):
+        handle = name[:-len(".1.log")]
+        if name.endswith(".1.log") and handle not in known:
+            try:
+                size = os.stat(os.path.join(store, name)).st_size
+            except FileNotFoundError:
+                continue
+            if size > 4 * 1024 * 1024:
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                print(handle, size)
+                sys.exit(0)
+    time.sleep(0.001)
+sys.exit(1)
+PY
+) || true
+spill_handle=${spill%% *}
+bytes=${spill##* }
+check "a second snapshot of it writes its first chunks to its file (${spill:-none seen})" test -n "$spill"
+state=$(cluster_psql -At -c "SELECT state FROM shape_sync.shapes WHERE handle = '$spill_handle'")
+expect_eq "and, stopped with $bytes of about 40 MB written, is still under way" "snapshotting" "$state"
+expect_eq "the delete is accepted" 202 \
+	"$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=$spill_handle&table=big&where=$(uri "id > 0")")"
+sleep 1
+for pid in $snapshot_workers; do kill -CONT "$pid" 2>/dev/null || true; done
+wait "$spill_request" || true
+spill_gone() {
+	[[ -z $(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes WHERE handle = '$spill_handle'") ]] &&
+		! _cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -q "^$spill_handle\."
+}
+check "the deleted snapshot's shape and files go" wait_for 60 spill_gone
+expect_eq "its snapshot counts as cancelled, not failed" "$failed_before" "$(snapshots_failed)"
 cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.chunk_bytes_threshold" -c "SELECT pg_reload_conf()" >/dev/null
 
 # open chunks that together outgrow memory (chunks of 64 MB never close here): under eviction's
@@ -137,7 +194,7 @@ for k in 0 1 2 3; do
 	check "and its client holds the table's rows" same_tail "$k"
 done
 expect_eq "16 MB of open chunks in 8 MB of memory: nothing evicted or rotated" "0" \
-	"$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 ~ /^shape_sync_shape_(evictions|rotations)_total/ { s += $2 } END { print s + 0 }')"
+	"$(gone_shapes)"
 cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.chunk_bytes_threshold" -c "SELECT pg_reload_conf()" >/dev/null
 
 cluster_restart
