@@ -61,7 +61,8 @@ slog_read_published(const ShapeLog *log, SlogPublished *out)
  * one block (a hundred or more of typical rows) cost one directory lookup,
  * not one each.  Blocks below mem_start are read from the log's file,
  * opened once per call, SLOG_READ_AHEAD of them at a time (readers walk
- * forward) into a buffer of the thread's.
+ * forward) into a buffer of the thread's, which the thread's next call
+ * reuses when it reads the same file there.
  */
 #define SLOG_READ_AHEAD		8	/* blocks: 64 kB a read */
 
@@ -80,6 +81,18 @@ typedef struct SlogBlockCache
 /* Where a thread reads blocks from files; one call of a reader at a time uses it. */
 static _Thread_local char slog_read_window[SLOG_READ_AHEAD * SLOG_BLOCK_SIZE];
 
+/*
+ * What the window holds, kept from one call to the next (a response's
+ * next piece, an SSE stream's next message): the bytes a file holds below
+ * mem_start never change, and a file's name never names other bytes (a
+ * data file is append-only; compaction writes another generation, a new
+ * shape has a new handle), so a window read from a path serves any later
+ * call on that path.  window_blocks 0: nothing.
+ */
+static _Thread_local char slog_window_path[SLOG_FILE_PATH_LEN];
+static _Thread_local uint64_t slog_window_first;
+static _Thread_local uint64_t slog_window_blocks;
+
 static void
 slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
 {
@@ -92,6 +105,13 @@ slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
 	cache->error = 0;
 	cache->window_first = 0;
 	cache->window_blocks = 0;
+	/* file_path is set before mem_start first moves (shape_log.h) */
+	if (cache->mem_start > 0 && slog_window_blocks > 0 &&
+		strcmp(slog_window_path, log->file_path) == 0)
+	{
+		cache->window_first = slog_window_first;
+		cache->window_blocks = slog_window_blocks;
+	}
 }
 
 static void
@@ -126,6 +146,7 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 			return NULL;
 		if (cache->fd < 0)
 			cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
+		slog_window_blocks = 0; /* overwritten now: kept again once whole */
 		if (cache->fd < 0 ||
 			!fd_pread_all(cache->fd, slog_read_window, blocks * SLOG_BLOCK_SIZE,
 							nth * SLOG_BLOCK_SIZE))
@@ -138,6 +159,9 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 		}
 		cache->window_first = nth;
 		cache->window_blocks = blocks;
+		strcpy(slog_window_path, log->file_path);
+		slog_window_first = nth;
+		slog_window_blocks = blocks;
 	}
 	cache->nth = nth;
 	cache->base = slog_read_window + (nth - cache->window_first) * SLOG_BLOCK_SIZE;

@@ -1194,6 +1194,70 @@ TEST(trimmed_log_reads_from_its_file)
 }
 
 /*
+ * A thread's next reader call reuses the window its last one read from the
+ * same file (a response's next piece, an SSE stream's next message): with
+ * the file gone, what the window holds is still served, as it was, and
+ * what it does not hold fails.
+ */
+TEST(reader_calls_reuse_the_threads_window)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(8u << 20, &mem);
+	ShapeLog	log;
+	RefLog		ref;
+	uint64_t	x = 4242;
+	int64_t		tx = 10;
+	uint32_t	blocks[256];
+	uint32_t	n;
+	char		dir[] = "/tmp/test_shape_log.XXXXXX";
+	char		path[SLOG_FILE_PATH_LEN];
+	char		before[64];
+	char		after[64];
+	uint64_t	at;
+
+	REQUIRE(arena != NULL);
+	REQUIRE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/w.1.log", dir);
+	slog_init(&log);
+	ref_init(&ref);
+	for (int c = 0; c < 10; c++)
+	{
+		while (ref.write_pos - ref.chunk_start < 100 * 1024)
+		{
+			tx++;
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0),
+								  (uint32_t) (next_rand(&x) % 2000)), SLOG_OK);
+		}
+		REQUIRE_EQ(ref_close(&ref, arena, &log, off(tx, 0)), SLOG_OK);
+	}
+	ref_publish(&ref, &log, ref.recs[ref.nrecs - 1].o, SLOG_SNAPSHOT_DONE);
+	REQUIRE(write_log_file(arena, &log, path));
+	slog_set_file(&log, path);
+	n = slog_trim(&log, ref.chunks[ref.nchunks - 1].end, arena, blocks, 256);
+	REQUIRE(n > 40);
+	CHECK(reader_epoch_passed(reader_epoch_retire()));
+	slog_arena_give_back(arena, blocks, n);
+
+	/* a block in the middle of what is on disk: the window starts there */
+	at = (uint64_t) (n / 2) * SLOG_BLOCK_SIZE;
+	CHECK(slog_copy_out(arena, &log, at, before, 16));
+	CHECK(slog_copy_out(arena, &log, at + 3 * SLOG_BLOCK_SIZE + 100, before + 16, 16));
+	REQUIRE(unlink(path) == 0);
+	CHECK(slog_copy_out(arena, &log, at, after, 16));
+	CHECK(slog_copy_out(arena, &log, at + 3 * SLOG_BLOCK_SIZE + 100, after + 16, 16));
+	CHECK(memcmp(before, after, 32) == 0);
+	/* before the window, and past it: the file is gone */
+	CHECK(!slog_copy_out(arena, &log, at - SLOG_BLOCK_SIZE, after, 16));
+	CHECK(!slog_copy_out(arena, &log, at + 20 * SLOG_BLOCK_SIZE, after, 16));
+
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	rmdir(dir);
+	ref_free(&ref);
+	free(mem);
+}
+
+/*
  * Changes in closed chunks of about 1 MB and a 1 MB tail: runs of equal
  * offsets, chunks that end at their last record's offset or past it, and
  * an empty chunk.
