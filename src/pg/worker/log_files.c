@@ -153,6 +153,21 @@ static bool lf_journal_reset_due;
 static TimestampTz lf_journal_reset_at;
 static uint32 lf_round_journaled_paths;	/* the round's first paths: files the
 										 * journal it empties holds records of */
+static uint64 lf_incarnations;
+static bool lf_manifest_stale;	/* it lists a shape that is gone */
+static bool lf_unsynced_under_off;	/* files written with log_fsync = off
+									 * since they were last all fsynced */
+static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
+static XLogRecPtr lf_durable;	/* ... and its durable_lsn */
+static TimestampTz lf_last_round;
+static TimestampTz lf_warned_at;
+char	   *lf_buffer;
+
+static ShapeTable *
+lf_table(void)
+{
+	return shape_sync_shared->table;
+}
 
 static void lf_fail(uint32 slot, const char *what, const char *path);
 
@@ -190,7 +205,6 @@ lf_journaled_fsync_failed(const char *path)
 	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	char		own[MAXPGPATH];
 	ListCell   *lc;
-
 	bool		owned = false;
 
 	for (uint32 slot = 0; slot < lf_nslots && !owned; slot++)
@@ -234,21 +248,6 @@ lf_journal_emptied(void)
 	lf_journal_reset_at = GetCurrentTimestamp();
 	for (uint32 slot = 0; slot < lf_nslots; slot++)
 		lf_shapes[slot].journaled_generation = 0;
-}
-static uint64 lf_incarnations;
-static bool lf_manifest_stale;	/* it lists a shape that is gone */
-static bool lf_unsynced_under_off;	/* files written with log_fsync = off
-									 * since they were last all fsynced */
-static bool lf_lists_shapes;	/* the manifest on disk lists a shape */
-static XLogRecPtr lf_durable;	/* ... and its durable_lsn */
-static TimestampTz lf_last_round;
-static TimestampTz lf_warned_at;
-char	   *lf_buffer;
-
-static ShapeTable *
-lf_table(void)
-{
-	return shape_sync_shared->table;
 }
 
 /*
