@@ -174,8 +174,8 @@ lines = [
     "",
     *([f"`DISK=1 bash bench/catchup.sh`: the chunk lives only in its shape's data file: `shape_sync.log_memory` "
        f"is 16 MB, the shape's log {int(E['BENCH_LOG_BYTES']) / 1048576:.0f} MB, of which at most "
-       f"{int(E['BENCH_USED']) / 1048576:.0f} MB (the newest) are in memory; it is read from the page cache, "
-       "8 kB at a time, as nginx reads its file (with sendfile). Otherwise as below.", ""] if disk else []),
+       f"{int(E['BENCH_USED']) / 1048576:.0f} MB (the newest) are in memory; it is read from the page cache "
+       "64 kB at a time, while nginx sends its file with sendfile. Otherwise as below.", ""] if disk else []),
     "`bash bench/catchup.sh`: wrk "
     f"({E['BENCH_THREADS']} threads, {E['BENCH_DURATION']} s a run for the small chunk and "
     f"{E['BENCH_BIG_DURATION']} s for the big one) fetches one catch-up chunk (a known handle "

@@ -55,7 +55,7 @@
  * Notes on synchronization
  * ------------------------
  * - Exactly one writer per log at a time.  The writer-private fields
- *   (write_pos, chunk_start, open_chunk_bytes, chunk_count, blocks_held,
+ *   (write_pos, chunk_start, the open chunk's counts, chunk_count, blocks_held,
  *   and the map, directory, chunk and index entries at or past what is
  *   published) are touched by that writer only.  A log changes writer only
  *   through the shape's state transitions (see shape_table.c), which are
@@ -118,6 +118,9 @@ _Static_assert(SLOG_MAX_DATA_BYTES / SLOG_BLOCK_SIZE <= SLOG_MAP_CAPACITY,
 			   "data map too small");
 _Static_assert((SLOG_MAX_CHUNKS - SLOG_CHUNKS_INLINE) / SLOG_CHUNKS_PER_BLOCK + 1 <=
 			   SLOG_MAP_CAPACITY, "chunk index too small");
+/* a chunk's record counts cannot overflow: a record takes 24 bytes at least */
+_Static_assert(SLOG_MAX_DATA_BYTES / sizeof(SlogRecordHeader) <= UINT32_MAX,
+			   "chunk counts too small");
 _Static_assert(SLOG_BLOCK_SIZE % SLOG_POS_STRIDE == 0,
 			   "strides must tile a data block");
 
@@ -453,6 +456,8 @@ slog_init(ShapeLog *log)
 	log->write_pos = 0;
 	log->chunk_start = 0;
 	log->open_chunk_bytes = 0;
+	log->open_chunk_records = 0;
+	log->open_chunk_tombstones = 0;
 	log->chunk_count = 0;
 	log->blocks_held = 0;
 }
@@ -571,6 +576,9 @@ slog_append(ShapeLogArena *arena, ShapeLog *log, LogOffset offset,
 	slog_copy_in(arena, log, log->write_pos + sizeof(hdr), payload, len);
 	log->write_pos += span;
 	log->open_chunk_bytes += len;
+	log->open_chunk_records++;
+	if (kind == SLOG_RECORD_TOMBSTONE)
+		log->open_chunk_tombstones++;
 	return SLOG_OK;
 }
 
@@ -603,9 +611,15 @@ slog_close_chunk(ShapeLogArena *arena, ShapeLog *log, LogOffset end)
 	chunk->end_pos = log->write_pos;
 	chunk->end_tx = end.tx;
 	chunk->end_op = end.op;
+	chunk->message_bytes = log->open_chunk_bytes -
+		log->open_chunk_tombstones * SLOG_TOMBSTONE_PREFIX;
+	chunk->messages = log->open_chunk_records;
+	chunk->tombstones = log->open_chunk_tombstones;
 	log->chunk_count = i + 1;
 	log->chunk_start = log->write_pos;
 	log->open_chunk_bytes = 0;
+	log->open_chunk_records = 0;
+	log->open_chunk_tombstones = 0;
 	return SLOG_OK;
 }
 

@@ -82,13 +82,24 @@ typedef struct SlogRecordHeader
 	uint64_t	op;				/* ... as (tx, op) */
 } SlogRecordHeader;
 
-/* One closed chunk: records in [start_pos, end_pos) ending at `end`. */
+/*
+ * One closed chunk: records in [start_pos, end_pos) ending at `end`, and
+ * what a response of the whole chunk carries (its body's length is known
+ * before a byte of it is read): the bytes of its messages and how many.
+ * A tombstone's message is sent or not depending on the reader's offset,
+ * so the two hold for every reader only when `tombstones` is 0.  Counted
+ * by slog_append, so a log restored from its file counts them again; the
+ * manifest does not store them.
+ */
 typedef struct SlogChunk
 {
 	uint64_t	start_pos;
 	uint64_t	end_pos;
 	int64_t		end_tx;
 	uint64_t	end_op;
+	uint64_t	message_bytes;
+	uint32_t	messages;
+	uint32_t	tombstones;
 } SlogChunk;
 
 /* The free-block pool that all shape logs share. */
@@ -149,7 +160,9 @@ typedef struct ShapeLog
 	/* Writer-private: only the current writer reads or writes these. */
 	uint64_t	write_pos;		/* end of complete records */
 	uint64_t	chunk_start;	/* start of the open chunk */
-	uint64_t	open_chunk_bytes;	/* payload bytes in the open chunk */
+	uint64_t	open_chunk_bytes;	/* payload bytes in the open chunk ... */
+	uint32_t	open_chunk_records; /* ... its records ... */
+	uint32_t	open_chunk_tombstones;	/* ... and of those, tombstones */
 	uint32_t	chunk_count;	/* closed chunks */
 	uint32_t	blocks_held;	/* blocks this log owns (data, maps, indexes) */
 } ShapeLog;
@@ -164,6 +177,9 @@ typedef struct SlogRange
 	uint64_t	start;			/* first record to send */
 	uint64_t	end;			/* end of the last record to send */
 	LogOffset	chunk_end;		/* the response's electric-offset */
+	bool		whole_chunk;	/* a closed chunk without tombstones, so ... */
+	uint64_t	message_bytes;	/* ... its messages' bytes ... */
+	uint64_t	messages;		/* ... and count are known */
 } SlogRange;
 
 /* Arena */
@@ -216,6 +232,9 @@ typedef struct SlogCursor
 	bool		in_record;
 	bool		failed;			/* its file could not be read: no more records */
 	int			error;			/* ... for this errno */
+	bool		sized;			/* slog_cursor_size was called: ... */
+	uint64_t	sized_bytes;	/* ... slog_cursor_measure's answer */
+	uint64_t	sized_messages;
 } SlogCursor;
 
 extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cursor,
@@ -223,6 +242,7 @@ extern void slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, Sl
 extern bool slog_cursor_more(const SlogCursor *cursor);
 extern uint32_t slog_cursor_peek(const ShapeLogArena *arena, const ShapeLog *log,
 								 const SlogCursor *cursor);
+extern void slog_cursor_size(SlogCursor *cursor, const SlogRange *range);
 extern bool slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log,
 								SlogCursor *cursor, uint64_t *bytes, uint64_t *messages);
 extern size_t slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log,

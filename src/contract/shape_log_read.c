@@ -189,6 +189,44 @@ slog_cached_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 	return true;
 }
 
+/*
+ * The bytes at log byte `pos` where they lie now, without a copy, and in
+ * *avail how many follow them there contiguously: to the end of the block
+ * in memory, to the end of the window read from the file.  NULL when the
+ * file cannot be read.  A record that lies within *avail is read in place.
+ */
+static inline const char *
+slog_cache_view(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				uint64_t pos, size_t *avail)
+{
+	uint64_t	nth = pos / SLOG_BLOCK_SIZE;
+	const char *base = slog_cache_block(arena, log, cache, nth);
+
+	if (base == NULL)
+		return NULL;
+	if (nth * SLOG_BLOCK_SIZE >= cache->mem_start)
+		*avail = SLOG_BLOCK_SIZE - pos % SLOG_BLOCK_SIZE;
+	else
+		*avail = (cache->window_first + cache->window_blocks) * SLOG_BLOCK_SIZE - pos;
+	return base + pos % SLOG_BLOCK_SIZE;
+}
+
+/* A record's header at `pos`, in place where it lies whole in the view. */
+static inline bool
+slog_cached_header(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache *cache,
+				   uint64_t pos, SlogRecordHeader *hdr, const char **view, size_t *avail)
+{
+	*view = slog_cache_view(arena, log, cache, pos, avail);
+	if (*view == NULL)
+		return false;
+	if (*avail >= sizeof(*hdr))
+	{
+		memcpy(hdr, *view, sizeof(*hdr));
+		return true;
+	}
+	return slog_cached_copy(arena, log, cache, pos, (char *) hdr, sizeof(*hdr));
+}
+
 bool
 slog_copy_out(const ShapeLogArena *arena, const ShapeLog *log, uint64_t pos,
 			  char *dst, size_t n)
@@ -316,6 +354,9 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 			range->start = chunk->start_pos;
 			range->end = chunk->end_pos;
 			range->chunk_end = slog_chunk_end(chunk);
+			range->whole_chunk = chunk->tombstones == 0;
+			range->message_bytes = chunk->message_bytes;
+			range->messages = chunk->messages;
 		}
 		else if (pub->flags & SLOG_SNAPSHOT_DONE)
 		{
@@ -332,7 +373,10 @@ slog_locate(const ShapeLogArena *arena, const ShapeLog *log,
 		has_records = range->start < range->end;
 		if (!log_offset_is_before_all(after))
 		{
+			uint64_t	chunk_start = range->start;
+
 			range->start = slog_seek(arena, log, &cache, range->start, range->end, after);
+			range->whole_chunk &= range->start == chunk_start;
 			if (range->start == UINT64_MAX)
 			{
 				range->start = range->end;
@@ -410,6 +454,7 @@ slog_cursor_init(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 	cursor->in_record = false;
 	cursor->failed = false;
 	cursor->error = 0;
+	cursor->sized = false;
 	if (start < end)
 	{
 		SlogBlockCache cache;
@@ -463,6 +508,23 @@ slog_message_skip(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCach
 }
 
 /*
+ * Lets a cursor just made over `range` (slog_cursor_init with its start
+ * and end) answer slog_cursor_measure without a walk when the range is a
+ * whole closed chunk whose size its index entry holds: a catch-up request
+ * of a chunk on disk then reads its bytes once, not twice.
+ */
+void
+slog_cursor_size(SlogCursor *cursor, const SlogRange *range)
+{
+	if (!range->whole_chunk || cursor->pos != range->start || cursor->end != range->end ||
+		cursor->in_record)
+		return;
+	cursor->sized = true;
+	cursor->sized_bytes = range->message_bytes;
+	cursor->sized_messages = range->messages;
+}
+
+/*
  * The message bytes a cursor that has not begun a record would copy out
  * from here to the end of its range, and how many messages: a walk of the
  * record headers, which a response of known length needs before it starts.
@@ -476,14 +538,22 @@ slog_cursor_measure(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor 
 	uint64_t	pos = cursor->pos;
 	bool		ok = true;
 
+	if (cursor->sized)
+	{
+		*bytes = cursor->sized_bytes;
+		*messages = cursor->sized_messages;
+		return true;
+	}
 	*bytes = *messages = 0;
 	slog_cache_begin(log, &cache);
 	while (pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
+		const char *view;
+		size_t		avail;
 		int			skip;
 
-		if (!slog_cached_copy(arena, log, &cache, pos, (char *) &hdr, sizeof(hdr)) ||
+		if (!slog_cached_header(arena, log, &cache, pos, &hdr, &view, &avail) ||
 			(skip = slog_message_skip(arena, log, &cache, cursor, pos, &hdr)) == -2)
 		{
 			slog_cursor_fail(cursor, cache.error);
@@ -522,10 +592,12 @@ slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogC
 	while (cursor->pos < cursor->end)
 	{
 		SlogRecordHeader hdr;
+		const char *view;
+		size_t		avail;
 		int			skip;
 		size_t		len;
 
-		if (!slog_cached_copy(arena, log, &cache, cursor->pos, (char *) &hdr, sizeof(hdr)) ||
+		if (!slog_cached_header(arena, log, &cache, cursor->pos, &hdr, &view, &avail) ||
 			(skip = slog_message_skip(arena, log, &cache, cursor, cursor->pos, &hdr)) == -2)
 		{
 			slog_cursor_fail(cursor, cache.error);
@@ -533,12 +605,15 @@ slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogC
 		}
 		if (skip >= 0)
 		{
+			size_t		from = sizeof(hdr) + (uint32_t) skip;
+
 			len = hdr.len - (uint32_t) skip;
 			if (len + (*any ? 1 : 0) > n - done)
 				break;
-			if (!slog_cached_copy(arena, log, &cache,
-								  cursor->pos + sizeof(hdr) + (uint32_t) skip,
-								  dst + done + (*any ? 1 : 0), len))
+			if (avail >= from + len)
+				memcpy(dst + done + (*any ? 1 : 0), view + from, len);
+			else if (!slog_cached_copy(arena, log, &cache, cursor->pos + from,
+									   dst + done + (*any ? 1 : 0), len))
 			{
 				slog_cursor_fail(cursor, cache.error);
 				break;

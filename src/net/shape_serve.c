@@ -315,6 +315,8 @@ shape_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range,
 					 sc->query.offset);
 	if (sc->body.records.failed)
 		return shape_respond_unreadable(sc, shape_conn_log(sc), sc->body.records.error);
+	if (data)
+		slog_cursor_size(&sc->body.records, range);
 	lsn = sc->seen_lsn;
 	if (live && data && response_offset.tx > 0)
 		lsn = (uint64_t) response_offset.tx;

@@ -58,6 +58,7 @@ typedef struct Rows
 } Rows;
 
 static uint64_t rng;
+static uint64_t wholes_checked = 0;	/* ranges of a whole chunk, their known size checked */
 
 static uint32_t
 rnd(uint32_t n)
@@ -481,6 +482,15 @@ client_read(ShapeLogArena *arena, const ShapeLog *log, LogOffset after, Rows *ro
 			snprintf(why, whylen, "the range could not be measured");
 			return false;
 		}
+		/* a whole chunk's size, known from the chunk index, is the same */
+		if (r.whole_chunk && (r.message_bytes != measured || r.messages != measured_count))
+		{
+			snprintf(why, whylen, "a chunk's index says %llu bytes in %llu messages, its records %llu in %llu",
+					 (unsigned long long) r.message_bytes, (unsigned long long) r.messages,
+					 (unsigned long long) measured, (unsigned long long) measured_count);
+			return false;
+		}
+		wholes_checked += r.whole_chunk;
 		start = cur;
 		joined_len = 0;
 		copied = copied_count = 0;
@@ -904,6 +914,7 @@ TEST(compaction_keeps_every_offset_replica_default)
 	/* neither kind of chunk end went untested */
 	CHECK(ends_compared > 0);
 	CHECK(ends_made > 0);
+	CHECK(wholes_checked > 0);
 }
 
 TEST(compaction_keeps_every_offset_replica_full)

@@ -132,7 +132,7 @@ map_blocks(uint64_t n)
 /*
  * The blocks a log of `bytes` bytes of records and `chunks` closed chunks
  * holds when no append failed, from the layout alone (shape_log.h): its
- * data blocks, its chunk blocks (those past the inline chunks, 256 a
+ * data blocks, its chunk blocks (those past the inline chunks, 170 a
  * block), its position index blocks (entry k for each byte k * 4096 below
  * `bytes`; those past the inline entries, entry k in block k / 1024), and
  * each map's directories.
@@ -270,8 +270,8 @@ TEST(layout_geometry)
 {
 	CHECK_EQ(SLOG_BLOCK_SIZE, 8192);
 	CHECK_EQ(SLOG_DIR_FANOUT, 2048);
-	CHECK_EQ(sizeof(SlogChunk), 32);
-	CHECK_EQ(SLOG_CHUNKS_PER_BLOCK, 256);
+	CHECK_EQ(sizeof(SlogChunk), 48);
+	CHECK_EQ(SLOG_CHUNKS_PER_BLOCK, 170);
 	CHECK_EQ(SLOG_POS_STRIDE, 4096);
 	CHECK_EQ(SLOG_POS_PER_BLOCK, 1024);
 	CHECK_EQ(SLOG_POS_INLINE, 7);	/* bytes 4 kB .. 28 kB of the 32 kB direct */
@@ -283,10 +283,10 @@ TEST(layout_geometry)
 	CHECK_EQ(expected_blocks(0, 2), 0);
 	/* a one-row shape: one data block */
 	CHECK_EQ(expected_blocks(slog_record_span(280), 1), 1);
-	/* the third chunk takes a chunk block, the 259th a second one */
+	/* the third chunk takes a chunk block, the 173rd a second one */
 	CHECK_EQ(expected_blocks(slog_record_span(280), 3), 2);
-	CHECK_EQ(expected_blocks(slog_record_span(280), 258), 2);
-	CHECK_EQ(expected_blocks(slog_record_span(280), 259), 3);
+	CHECK_EQ(expected_blocks(slog_record_span(280), 172), 2);
+	CHECK_EQ(expected_blocks(slog_record_span(280), 173), 3);
 	/* 32 kB: the four direct blocks; one byte more: a directory, a data block, a position block */
 	CHECK_EQ(expected_blocks(32768, 0), 4);
 	CHECK_EQ(expected_blocks(32769, 0), 7);
@@ -301,7 +301,7 @@ TEST(layout_geometry)
 	/* the largest log: 2^20 data blocks, 2^21 position entries, 2^20 chunks */
 	CHECK_EQ(expected_blocks(SLOG_MAX_DATA_BYTES, SLOG_MAX_CHUNKS),
 			 (1048576 + 4 + 1 + (1048576 - 4 - 8192 + 2047) / 2048) +
-			 (4096 + (4096 - 4 + 2047) / 2048) +
+			 (6169 + (6169 - 4 + 2047) / 2048) +
 			 (2048 + (2048 - 4 + 2047) / 2048));
 }
 
@@ -525,7 +525,7 @@ TEST(append_publish_locate)
 		uint32_t	data_blocks = (uint32_t) ((log.write_pos + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE);
 
 		CHECK(data_blocks > SLOG_MAP_DIRECT);
-		CHECK(log.chunk_count > SLOG_CHUNKS_INLINE && log.chunk_count <= SLOG_CHUNKS_INLINE + 256);
+		CHECK(log.chunk_count > SLOG_CHUNKS_INLINE && log.chunk_count <= SLOG_CHUNKS_INLINE + SLOG_CHUNKS_PER_BLOCK);
 		CHECK_EQ(log.blocks_held, data_blocks + 3);
 		CHECK_EQ(log.blocks_held, expected_blocks(log.write_pos, log.chunk_count));
 		CHECK(atomic_load(&log.data.indirect[0]) != SLOG_NO_BLOCK);
@@ -636,7 +636,7 @@ TEST(many_chunks_binary_search)
 	 * The data in direct blocks, and three chunk index blocks for the
 	 * chunks past the two inline ones
 	 */
-	CHECK(pos[n] > 2 * (uint64_t) SLOG_BLOCK_SIZE &&
+	CHECK(pos[n] > (uint64_t) SLOG_BLOCK_SIZE &&
 		  pos[n] <= SLOG_MAP_DIRECT * (uint64_t) SLOG_BLOCK_SIZE);
 	CHECK_EQ(log.blocks_held, (pos[n] + SLOG_BLOCK_SIZE - 1) / SLOG_BLOCK_SIZE + 3);
 	CHECK_EQ(log.blocks_held, expected_blocks(pos[n], n));
@@ -1188,6 +1188,198 @@ TEST(trimmed_log_reads_from_its_file)
 	slog_release(arena, &log);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	CHECK_EQ(slog_mem_start(&log), 0);
+	rmdir(dir);
+	ref_free(&ref);
+	free(mem);
+}
+
+/*
+ * Measures a range the slow way, by its record headers, and copies it out
+ * whole; checks that the copy has the measured length.
+ */
+static bool
+measure_by_walk(const ShapeLogArena *arena, const ShapeLog *log, const SlogRange *range,
+				LogOffset after, uint64_t *bytes, uint64_t *messages)
+{
+	SlogCursor	cursor;
+	char	   *buf;
+	size_t		copied = 0;
+	bool		any = false;
+	bool		ok;
+
+	slog_cursor_init(arena, log, &cursor, range->start, range->end, after);
+	if (!slog_cursor_measure(arena, log, &cursor, bytes, messages))
+		return false;
+	buf = malloc(*bytes + *messages + 1);
+	for (;;)
+	{
+		size_t		step = slog_cursor_copy_messages(arena, log, &cursor, buf + copied,
+													 *bytes + *messages - copied, &any);
+
+		if (step == 0)
+			break;
+		copied += step;
+	}
+	ok = !cursor.failed && !slog_cursor_more(&cursor) &&
+		copied == *bytes + (*messages > 0 ? *messages - 1 : 0);
+	free(buf);
+	return ok;
+}
+
+/*
+ * A range that is a whole closed chunk knows its size from the chunk index
+ * (the length of a catch-up response, without reading its records twice):
+ * the same as its records' headers say, for chunks in memory and on disk,
+ * with records larger than a block, an empty chunk, and after a restore
+ * that appends the records again.  A chunk holding a tombstone, a range
+ * starting inside a chunk, and the open tail are measured by their headers.
+ */
+TEST(whole_chunks_know_their_size)
+{
+	void	   *mem;
+	ShapeLogArena *arena = arena_new(16u << 20, &mem);
+	ShapeLog	log;
+	ShapeLog	restored;
+	RefLog		ref;
+	uint64_t	x = 777;
+	int64_t		tx = 10;
+	uint32_t	blocks[1024];
+	uint32_t	n;
+	int			tombstone_chunk = 4;
+	char		dir[] = "/tmp/test_shape_log.XXXXXX";
+	char		path[SLOG_FILE_PATH_LEN];
+	SlogPublished pub;
+	SlogRange	range;
+	SlogCursor	cursor;
+	uint64_t	bytes;
+	uint64_t	messages;
+
+	REQUIRE(arena != NULL);
+	REQUIRE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/k.1.log", dir);
+	slog_init(&log);
+	ref_init(&ref);
+	for (int c = 0; c < 12; c++)
+	{
+		if (c == 7)
+		{
+			/* an empty chunk */
+			REQUIRE_EQ(ref_close(&ref, arena, &log, off(++tx, 0)), SLOG_OK);
+			continue;
+		}
+		while (ref.write_pos - ref.chunk_start < 60 * 1024)
+		{
+			uint32_t	len = (uint32_t) (next_rand(&x) % 7 == 0 ? 20000 : next_rand(&x) % 500);
+
+			tx++;
+			REQUIRE_EQ(ref_append(&ref, arena, &log, off(tx, 0), len), SLOG_OK);
+		}
+		if (c == tombstone_chunk)
+		{
+			char		payload[SLOG_TOMBSTONE_PREFIX + 40];
+			LogOffset	born = off(tx - 3, 0);
+
+			memcpy(payload, &born.tx, sizeof(born.tx));
+			memcpy(payload + sizeof(born.tx), &born.op, sizeof(born.op));
+			memset(payload + SLOG_TOMBSTONE_PREFIX, 'd', 40);
+			REQUIRE_EQ(slog_append(arena, &log, off(++tx, 0), SLOG_RECORD_TOMBSTONE,
+								   payload, sizeof(payload)), SLOG_OK);
+			ref.write_pos += slog_record_span(sizeof(payload));
+		}
+		REQUIRE_EQ(ref_close(&ref, arena, &log, off(tx, 0)), SLOG_OK);
+	}
+	for (int i = 0; i < 30; i++)
+		REQUIRE_EQ(ref_append(&ref, arena, &log, off(++tx, 0), 100), SLOG_OK);
+	ref_publish(&ref, &log, off(tx, 0), SLOG_SNAPSHOT_DONE);
+	REQUIRE(write_log_file(arena, &log, path));
+
+	/* twice: in memory, then with the first half of the chunks on disk only */
+	for (int pass = 0; pass < 2; pass++)
+	{
+		if (pass == 1)
+		{
+			slog_set_file(&log, path);
+			n = slog_trim(&log, ref.chunks[5].end, arena, blocks, 1024);
+			REQUIRE(n > 20);
+			CHECK(reader_epoch_passed(reader_epoch_retire()));
+			slog_arena_give_back(arena, blocks, n);
+		}
+		slog_read_published(&log, &pub);
+		for (int c = 0; c < ref.nchunks; c++)
+		{
+			LogOffset	after = c == 0 ? LOG_OFFSET_BEFORE_ALL : ref.chunks[c - 1].end_off;
+			uint64_t	walk_bytes;
+			uint64_t	walk_messages;
+
+			slog_locate(arena, &log, &pub, after, &range);
+			if (c == 7)
+			{
+				/* the empty chunk is passed over */
+				CHECK(range.start == ref.chunks[8].start);
+				continue;
+			}
+			REQUIRE(range.ready && !range.failed && range.start == ref.chunks[c].start &&
+					range.end == ref.chunks[c].end);
+			CHECK_EQ(range.whole_chunk, c != tombstone_chunk);
+			REQUIRE(measure_by_walk(arena, &log, &range, after, &walk_bytes, &walk_messages));
+			slog_cursor_init(arena, &log, &cursor, range.start, range.end, after);
+			slog_cursor_size(&cursor, &range);
+			CHECK_EQ(cursor.sized, c != tombstone_chunk);
+			CHECK(slog_cursor_measure(arena, &log, &cursor, &bytes, &messages));
+			CHECK_UEQ(bytes, walk_bytes);
+			CHECK_UEQ(messages, walk_messages);
+			if (c != tombstone_chunk)
+			{
+				CHECK_UEQ(range.message_bytes, walk_bytes);
+				CHECK_UEQ(range.messages, walk_messages);
+			}
+		}
+		/* from inside a chunk, and the tail: no known size */
+		slog_locate(arena, &log, &pub, ref.recs[3].o, &range);
+		CHECK(range.ready && range.start == ref.recs[4].pos && !range.whole_chunk);
+		slog_cursor_init(arena, &log, &cursor, range.start, range.end, ref.recs[3].o);
+		slog_cursor_size(&cursor, &range);
+		CHECK(!cursor.sized);
+		slog_locate(arena, &log, &pub, ref.chunks[ref.nchunks - 1].end_off, &range);
+		CHECK(range.ready && range.start < range.end && !range.whole_chunk);
+	}
+
+	/* restored by appending its records again, as log_restore.c does */
+	slog_init(&restored);
+	{
+		uint64_t	pos = 0;
+		int			c = 0;
+		char	   *rec = malloc(1 << 16);
+
+		while (pos < ref.write_pos)
+		{
+			SlogRecordHeader hdr;
+
+			REQUIRE(slog_read_header(arena, &log, pos, &hdr));
+			REQUIRE(slog_copy_out(arena, &log, pos + sizeof(hdr), rec, hdr.len));
+			REQUIRE_EQ(slog_append(arena, &restored, off(hdr.tx, hdr.op), hdr.kind, rec, hdr.len),
+					   SLOG_OK);
+			pos += slog_record_span(hdr.len);
+			while (c < ref.nchunks && ref.chunks[c].end == pos)
+				REQUIRE_EQ(slog_close_chunk(arena, &restored, ref.chunks[c++].end_off), SLOG_OK);
+		}
+		free(rec);
+	}
+	slog_publish(&restored, off(tx, 0), SLOG_SNAPSHOT_DONE);
+	for (int c = 0; c < ref.nchunks; c++)
+	{
+		SlogChunk	a;
+		SlogChunk	b;
+
+		slog_chunk_read(arena, &log, (uint32_t) c, &a);
+		slog_chunk_read(arena, &restored, (uint32_t) c, &b);
+		CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+	}
+
+	slog_release(arena, &restored);
+	slog_release(arena, &log);
+	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+	unlink(path);
 	rmdir(dir);
 	ref_free(&ref);
 	free(mem);
