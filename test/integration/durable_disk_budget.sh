@@ -4,8 +4,9 @@
 # third is made, the least recently read of them that no request holds is evicted (its clients
 # get 409, its files go, the metric counts cause="log_disk") and the data files fit the budget
 # again; the two others keep their handles. A shape whose snapshot alone is larger than the
-# budget fails with a 400 that names the setting, and leaves no file. With the budget at 0 (no
-# limit) the same shape is made.
+# budget fails with a 400 that names the setting, and leaves no file. The journal keeps within
+# an eighth of the budget, and is emptied to stay there. With the budget at 0 (no limit) the
+# same shape is made.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -56,6 +57,39 @@ refused() {
 check "a shape whose snapshot alone passes the budget fails with 400 naming the setting" wait_for 30 refused
 same_files() { [[ $(store | sort) == "$files_before" ]]; }
 check "and leaves no file" wait_for 30 same_files
+
+# the journal keeps within an eighth of the budget (2.5 MB of 20 MB): transactions a round apart
+# that make the files gain about 4 MB in all; sampled every 0.1 s, it never passes 2.5 MB and is
+# emptied at least once (with 64 MB as its only limit it would hold all of it)
+cluster_psql -q -c "ALTER SYSTEM SET shape_sync.log_disk_budget = '20MB'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1.5
+python3 - "$SHAPE_SYNC_PGDATA/pg_shape_sync/journal" >"$work/journal_sizes" <<'PY' &
+import os, sys, time
+end = time.time() + 40
+last = None
+while time.time() < end:
+    try:
+        size = os.stat(sys.argv[1]).st_size
+    except OSError:
+        size = 0
+    if size != last:
+        print(size, flush=True)
+        last = size
+    time.sleep(0.1)
+PY
+sampler=$!
+evictions_before=$(metric 'shape_sync_shape_evictions_total{cause="log_disk"}')
+for ((i = 1; i <= 16; i++)); do
+	cluster_psql -q -c "UPDATE t SET v = repeat(md5((g.i * 1000 + $i)::text), 128) FROM generate_series(1, 90) g(i) WHERE id = g.i"
+	sleep 1.2
+done
+kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null || true
+max=$(sort -n "$work/journal_sizes" | tail -1)
+expect_eq "the journal grew" 1 "$((max > 0))"
+expect_eq "and never passed an eighth of the budget ($max bytes)" 1 "$((max <= 20 * 1024 * 1024 / 8))"
+emptied=$(awk 'NR > 1 && $1 < prev { n++ } { prev = $1 } END { print n + 0 }' "$work/journal_sizes")
+expect_eq "it was emptied meanwhile" 1 "$((emptied > 0))"
+expect_eq "no shape was evicted for it" "$evictions_before" "$(metric 'shape_sync_shape_evictions_total{cause="log_disk"}')"
 
 cluster_psql -q -c "ALTER SYSTEM SET shape_sync.log_disk_budget = 0" -c "SELECT pg_reload_conf()" >/dev/null
 made() { [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 60 "$SHAPE_SYNC_URL/v1/shape?table=t&offset=-1") == 200 ]]; }

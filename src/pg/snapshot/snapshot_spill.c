@@ -218,18 +218,23 @@ spill_close(void)
 	spill.fd = -1;
 }
 
-/* A snapshot alone larger than shape_sync.log_disk_budget fails (400). */
+/*
+ * A snapshot alone larger than the data files' share of
+ * shape_sync.log_disk_budget fails (400).
+ */
 static void
 spill_check_budget(void)
 {
-	if (shape_sync_log_disk_budget > 0 &&
-		spill.written > (uint64) shape_sync_log_disk_budget * 1024 * 1024)
+	uint64		budget = log_files_data_budget();
+
+	if (budget > 0 && spill.written > budget)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("shape is too large for the shape log disk budget"),
-				 errdetail("The snapshot of relation \"%s\" needs more than the %d MB set by \"%s\".",
-						   spill.table->slots[spill.slot].relation, shape_sync_log_disk_budget,
-						   "shape_sync.log_disk_budget"),
+				 errdetail("The snapshot of relation \"%s\" needs more than the %llu MB that \"%s\" (%d MB) leaves for data files.",
+						   spill.table->slots[spill.slot].relation,
+						   (unsigned long long) (budget / (1024 * 1024)),
+						   "shape_sync.log_disk_budget", shape_sync_log_disk_budget),
 				 errhint("Increase \"%s\", or narrow the shape with a where clause or a column list.",
 						 "shape_sync.log_disk_budget")));
 }

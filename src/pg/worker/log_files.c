@@ -29,10 +29,11 @@
  * each file gained (up to LOG_FILES_JOURNAL_PIECE_MAX) is copied into the
  * journal, fsynced once for them all (log_journal.c): a change of a table
  * that many shapes follow costs one fsync, not one per shape.  A file that
- * gained more is fsynced itself.  Every file with records in the journal
- * is fsynced, once, when the journal is emptied (past
- * LOG_FILES_JOURNAL_RESET_BYTES or LOG_FILES_JOURNAL_RESET_MS, or after a
- * journal write failed and may have cut a record short); a start replays
+ * gained more, or whose gain the journal has no room for (it keeps within
+ * log_files_journal_limit, part of the disk budget), is fsynced itself.
+ * Every file with records in the journal is fsynced, once, when the
+ * journal is emptied (when full, after LOG_FILES_JOURNAL_RESET_MS, or
+ * after a journal write failed and may have cut a record short); a start replays
  * it first (log_restore.c).  The main
  * thread builds it (which files, the manifest's bytes) and the flusher
  * thread does it (log_flusher.c), so that no fsync delays decoding; one
@@ -179,7 +180,7 @@ lf_journal_reset_wanted(void)
 		return true;
 	if (lf_journaled == NIL)
 		return false;
-	if (lf_journal_bytes >= LOG_FILES_JOURNAL_RESET_BYTES ||
+	if (lf_journal_bytes >= log_files_journal_limit() ||
 		TimestampDifferenceExceeds(lf_journal_reset_at, GetCurrentTimestamp(),
 								   LOG_FILES_JOURNAL_RESET_MS))
 		return true;
@@ -286,6 +287,29 @@ uint64
 log_files_shape_disk_bytes(uint32 slot)
 {
 	return lf_shapes != NULL && lf_shapes[slot].in_use ? lf_shapes[slot].written : 0;
+}
+
+/*
+ * The journal is emptied at LOG_FILES_JOURNAL_RESET_BYTES, or at an eighth
+ * of the disk budget when that is less; a round journals no piece that
+ * would take it past that (the file is fsynced itself instead), so the
+ * journal and the data files together keep within the budget.
+ */
+uint64
+log_files_journal_limit(void)
+{
+	uint64		budget = (uint64) shape_sync_log_disk_budget * 1024 * 1024;
+
+	return budget > 0 ? Min(LOG_FILES_JOURNAL_RESET_BYTES, budget / 8) :
+		LOG_FILES_JOURNAL_RESET_BYTES;
+}
+
+uint64
+log_files_data_budget(void)
+{
+	uint64		budget = (uint64) shape_sync_log_disk_budget * 1024 * 1024;
+
+	return budget > 0 ? budget - log_files_journal_limit() : 0;
 }
 
 /* A warning about the store as a whole, at most once a minute. */
@@ -736,9 +760,11 @@ lf_build_round(XLogRecPtr decoded)
 	uint32		kept = 0;
 	char		path[MAXPGPATH];
 	bool		out_of_memory = false;
+	uint64		journal_room = log_files_journal_limit();
 
 	if (round == NULL)
 		return NULL;
+	journal_room -= Min(journal_room, lf_journal_bytes);
 	/*
 	 * Never backwards: after a start decoding re-reads from the slot's
 	 * restart_lsn, and what the restored files hold up to lf_durable is
@@ -795,6 +821,7 @@ lf_build_round(XLogRecPtr decoded)
 		uint32		slot = lf_unsynced[i];
 		FileShape  *fs = &lf_shapes[slot];
 		LfRoundShape *r;
+		uint64		journal_need = 0;	/* a record of what its file gained */
 
 		fs->unsynced = false;
 		if (!fs->in_use || fs->failed)
@@ -814,13 +841,20 @@ lf_build_round(XLogRecPtr decoded)
 		r->first_path = round->npaths;
 		r->piece = -1;
 		fs->in_round = true;
+		if (fs->synced < fs->written)
+		{
+			lf_data_path(fs->handle, fs->generation, path);
+			journal_need = LOG_JOURNAL_RECORD_HEADER + strlen(strrchr(path, '/') + 1) +
+				(fs->written - fs->synced);
+		}
 		if (fs->synced < fs->written && round->pieces != NULL &&
-			fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX)
+			fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX &&
+			journal_need <= journal_room)
 		{
 			/* a little more of it: into the journal, with the others' */
 			LogJournalPiece *piece = &round->pieces[round->npieces];
 
-			lf_data_path(fs->handle, fs->generation, path);
+			journal_room -= journal_need;
 			piece->name = strdup(strrchr(path, '/') + 1);
 			piece->from = fs->synced;
 			piece->to = fs->written;
@@ -838,7 +872,9 @@ lf_build_round(XLogRecPtr decoded)
 		}
 		else if (fs->synced < fs->written)
 		{
-			lf_data_path(fs->handle, fs->generation, path);
+			/* much more, or no room left in the journal: fsynced itself */
+			if (round->pieces != NULL && fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX)
+				lf_journal_reset_due = true;	/* full: the next round empties it */
 			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
 				out_of_memory = true;
 		}

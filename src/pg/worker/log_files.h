@@ -53,6 +53,13 @@ extern bool log_files_writing(void);
 extern uint64 log_files_disk_bytes(void);
 extern uint64 log_files_shape_disk_bytes(uint32 slot);
 
+/*
+ * shape_sync.log_disk_budget split in two: what the journal may hold
+ * before it is emptied, and what is left for the data files (0: no limit).
+ */
+extern uint64 log_files_journal_limit(void);
+extern uint64 log_files_data_budget(void);
+
 /* How far the slot may be confirmed: never past what the files hold. */
 extern XLogRecPtr log_files_confirmable(XLogRecPtr lsn);
 

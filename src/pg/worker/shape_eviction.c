@@ -222,15 +222,16 @@ eviction_evict_oldest(SmEvictionCause cause, const char *why)
 }
 
 /*
- * Keeps the shapes' data files within shape_sync.log_disk_budget, by
- * evicting the least recently read shapes not in active use (the others
- * count as read now, as for memory).  A walk that finds every shape in
- * use waits a second before the next.
+ * Keeps the shapes' data files within their share of
+ * shape_sync.log_disk_budget (the journal has the rest), by evicting the
+ * least recently read shapes not in active use (the others count as read
+ * now, as for memory).  A walk that finds every shape in use waits a
+ * second before the next.
  */
 static void
 ev_keep_disk_budget(void)
 {
-	uint64		budget = (uint64) shape_sync_log_disk_budget * 1024 * 1024;
+	uint64		budget = log_files_data_budget();
 	uint64		used = log_files_disk_bytes();
 
 	if (budget == 0 || used <= budget || shape_sync_shape_eviction != SHAPE_EVICTION_LRU ||
