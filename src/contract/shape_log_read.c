@@ -7,8 +7,9 @@
  * Every reader function below is one epoch section (reader_epochs.c): it
  * loads the log's mem_start once, reads the blocks at or past it from the
  * arena, which stay there until the section ends, and the blocks below it
- * from the log's file, 64 kB per read, through one descriptor
- * opened for the call (SlogBlockCache).  A file that cannot be read fails
+ * from the log's file, 64 kB per read, through the descriptor the thread
+ * keeps open between calls (reader_files.c; SlogBlockCache).  A file that
+ * cannot be read fails
  * the call cleanly: a range says `failed`, a cursor stops and says
  * `failed`, a copy returns false; the caller answers 503 or closes the
  * connection, never sends bytes it did not read.  The layout, the indexes
@@ -22,12 +23,12 @@
 #include "shape_log_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "file_io.h"
 #include "reader_epochs.h"
+#include "reader_files.h"
 
 #ifdef POSTGRES_H
 #error "shape_log_read.c is shared by threads and must not include postgres.h"
@@ -59,8 +60,9 @@ slog_read_published(const ShapeLog *log, SlogPublished *out)
  * it finds in memory stay there until it returns; the log's mem_start as
  * the section began; and the block it read last, so that the records of
  * one block (a hundred or more of typical rows) cost one directory lookup,
- * not one each.  Blocks below mem_start are read from the log's file,
- * opened once per call, SLOG_READ_AHEAD of them at a time (readers walk
+ * not one each.  Blocks below mem_start are read from the log's file
+ * (the thread's descriptor of it, reader_files.c), SLOG_READ_AHEAD of them
+ * at a time (readers walk
  * forward) into a buffer of the thread's, which the thread's next call
  * reuses when it reads the same file there.
  */
@@ -71,7 +73,8 @@ typedef struct SlogBlockCache
 	uint64_t	nth;			/* the block's number in the log, or UINT64_MAX */
 	const char *base;
 	uint64_t	mem_start;
-	int			fd;				/* the log's file, or -1 */
+	int			fd;				/* the log's file, or -1 (reader_files.c) */
+	const char *path;			/* ... at this path */
 	bool		failed;			/* the file could not be read ... */
 	int			error;			/* ... for this errno */
 	uint64_t	window_first;	/* blocks read from the file: the first ... */
@@ -101,6 +104,7 @@ slog_cache_begin(const ShapeLog *log, SlogBlockCache *cache)
 	cache->base = NULL;
 	cache->mem_start = log ? atomic_load(&log->mem_start) : 0;	/* seq_cst */
 	cache->fd = -1;
+	cache->path = log ? log->file_path : NULL;
 	cache->failed = false;
 	cache->error = 0;
 	cache->window_first = 0;
@@ -118,7 +122,7 @@ static void
 slog_cache_end(SlogBlockCache *cache)
 {
 	if (cache->fd >= 0)
-		close(cache->fd);
+		reader_file_done(cache->fd, cache->path);
 	reader_epoch_exit();
 }
 
@@ -145,7 +149,7 @@ slog_cache_block(const ShapeLogArena *arena, const ShapeLog *log, SlogBlockCache
 		if (cache->failed)
 			return NULL;
 		if (cache->fd < 0)
-			cache->fd = open(log->file_path, O_RDONLY | O_CLOEXEC);
+			cache->fd = reader_file_open(log->file_path);
 		slog_window_blocks = 0; /* overwritten now: kept again once whole */
 		if (cache->fd < 0 ||
 			!fd_pread_all(cache->fd, slog_read_window, blocks * SLOG_BLOCK_SIZE,
@@ -588,6 +592,7 @@ slog_cursor_copy_messages(const ShapeLogArena *arena, const ShapeLog *log, SlogC
 	SlogBlockCache cache;
 	size_t		done = 0;
 
+	cursor->sized = false;		/* its size was of the whole range */
 	slog_cache_begin(log, &cache);
 	while (cursor->pos < cursor->end)
 	{
@@ -658,6 +663,7 @@ slog_cursor_copy(const ShapeLogArena *arena, const ShapeLog *log, SlogCursor *cu
 	SlogBlockCache cache;
 	size_t		step = cursor->len - cursor->sent;
 
+	cursor->sized = false;		/* its size was of the whole range */
 	if (step > n)
 		step = n;
 	slog_cache_begin(log, &cache);

@@ -10,8 +10,9 @@
 # to its file as it goes), read whole, and restored; another, deleted while it is written, leaves
 # nothing behind.  Four shapes whose open chunks together
 # are twice the arena stay (their written logs leave memory) instead of being evicted.  With
-# its data file put aside by hand, what left memory is
-# answered 503 (also to live and SSE requests), with one warning that names the file.
+# its data file cut to nothing by hand, what left memory is
+# answered 503 (also to live and SSE requests), with one warning that names the file.  Once
+# every shape is deleted, no file of theirs stays open in the worker.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -72,19 +73,22 @@ check "and holds the table's rows" same_rows new
 expect_eq "no shape was evicted or rotated" "0" \
 	"$(gone_shapes)"
 
-# its file, put aside by hand, cannot be read: a 503 with retry-after (never a wrong or cut
-# body, never a wait), and one warning that names the file; back in place, all is well
+# its file, cut to nothing by hand, cannot be read (also through the descriptors the HTTP
+# threads keep open): a 503 with retry-after (never a wrong or cut body, never a wait), and one
+# warning that names the file; its bytes back in place, all is well
 data=$(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep '\.log$')
-_cluster_as_pg mv "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside"
+_cluster_as_pg cp "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside"
+_cluster_as_pg truncate -s 0 "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data"
 url="$SHAPE_SYNC_URL/v1/shape?table=t&offset=-1"
 expect_eq "without its file, a read of what left memory gets 503" 503 "$(http_status "$url")"
 expect_match "with retry-after" 'retry-after: 1' "$(curl -s -D - -o /dev/null "$url" | tr -d '\r' | tr 'A-Z' 'a-z')"
 live_url="$SHAPE_SYNC_URL/v1/shape?table=t&handle=$handle&offset=0_0&live=true"
 expect_eq "a live request there too, at once" 503 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$live_url")"
 expect_eq "and an SSE one" 503 "$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 "$live_url&live_sse=true")"
-warned() { grep -q "WARNING:  shape_sync http: could not read file \"pg_shape_sync/$data\": No such file or directory" "$SHAPE_SYNC_LOG"; }
+warned() { grep -q "WARNING:  shape_sync http: could not read file \"pg_shape_sync/$data\": No data available" "$SHAPE_SYNC_LOG"; }
 check "the log names the file and why" wait_for 10 warned
-_cluster_as_pg mv "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data"
+_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside' >'$SHAPE_SYNC_PGDATA/pg_shape_sync/$data'"
+_cluster_as_pg rm "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside"
 expect_eq "back in place, it is read again" 200 "$(http_status "$url")"
 
 # a snapshot five times larger than memory: written to its file as it is taken, its chunks
@@ -253,8 +257,13 @@ only_manifest() {
 		$(_cluster_as_pg stat -c %s "$SHAPE_SYNC_PGDATA/pg_shape_sync/journal" 2>/dev/null || echo 0) == 0 ]]
 }
 check "and pg_shape_sync holds nothing but the manifest and an empty journal" wait_for 60 only_manifest
+# the HTTP threads keep the file they read last open (reader_files.c): none of those removed
+# stays open, so their space is given back
+held_open() { _cluster_as_pg ls -l "/proc/$(worker_pid)/fd" 2>/dev/null | grep -c 'pg_shape_sync/.*(deleted)' || true; }
+none_held() { [[ $(held_open) == 0 ]]; }
+check "and the worker holds none of their files open" wait_for 30 none_held
 
-check "no ERROR, PANIC or WARNING from shape_sync but the file put aside and the chunk too large" \
+check "no ERROR, PANIC or WARNING from shape_sync but the file cut and the chunk too large" \
 	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1" | grep -v -e "could not read file \"pg_shape_sync/$2\"" -e "too large for the shape log memory"' _ "$SHAPE_SYNC_LOG" "$data"
 out=$(cluster_crash_check "$SHAPE_SYNC_LOG") || true
 expect_eq "no crash" "" "$out"

@@ -89,6 +89,7 @@
 #include "log_flusher.h"
 #include "log_journal.h"
 #include "log_record.h"
+#include "reader_files.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 
@@ -97,6 +98,9 @@
 #define LOG_FILES_WARN_INTERVAL_MS	60000
 /* a file that gained more in a round is fsynced itself, not journaled */
 #define LOG_FILES_JOURNAL_PIECE_MAX	((uint64) 1 << 20)
+/* a piece is one journal record: journal_room counts one header for it */
+StaticAssertDecl(LOG_FILES_JOURNAL_PIECE_MAX <= LOG_JOURNAL_RECORD_DATA_MAX,
+				 "a journaled piece is one record");
 /* the journal is emptied (its files fsynced) past this size or age */
 #define LOG_FILES_JOURNAL_RESET_BYTES	((uint64) 64 << 20)
 #define LOG_FILES_JOURNAL_RESET_MS	(5 * 60 * 1000)
@@ -412,6 +416,8 @@ lf_remove_files(bool (*keep) (const char *name))
 					 errmsg("could not remove file \"%s\": %m", path)));
 	}
 	FreeDir(dir);
+	if (removed > 0)
+		reader_files_forget();
 	return removed;
 }
 
@@ -450,6 +456,17 @@ lf_manifest_outdated(void)
 
 /* -------------------------------------------------------------- writing */
 
+/*
+ * Removes a data file, and makes the HTTP threads close what they kept of
+ * it (reader_files.c), so that its space is given back now.
+ */
+static void
+lf_unlink_data(const char *path)
+{
+	(void) unlink(path);
+	reader_files_forget();
+}
+
 static void
 lf_fail(uint32 slot, const char *what, const char *path)
 {
@@ -472,7 +489,7 @@ lf_fail(uint32 slot, const char *what, const char *path)
 	lf_data_path(fs->handle, fs->generation, other);
 	/* a log that left memory is read from its file: it goes with the shape */
 	if (slog_mem_start(shape_table_log(lf_table(), slot)) == 0)
-		(void) unlink(other);
+		lf_unlink_data(other);
 	lf_shape_path(fs->handle, other);
 	(void) unlink(other);
 }
@@ -685,7 +702,7 @@ log_files_forget(uint32 slot)
 	if (slog_mem_start(shape_table_log(lf_table(), slot)) > 0)
 		lf_hold_file(slot, path);
 	else
-		(void) unlink(path);
+		lf_unlink_data(path);
 	lf_shape_path(fs->handle, path);
 	(void) unlink(path);
 	lf_reset(fs);
@@ -697,6 +714,7 @@ lf_remove_held_files(void)
 {
 	ShapeTable *table = lf_table();
 	ListCell   *lc;
+	bool		removed = false;
 
 	foreach(lc, lf_held_files)
 	{
@@ -706,9 +724,12 @@ lf_remove_held_files(void)
 			atomic_load(&table->slots[held->slot].generation) == held->generation)
 			continue;
 		(void) unlink(held->path);
+		removed = true;
 		lf_held_files = foreach_delete_current(lf_held_files, lc);
 		pfree(held);
 	}
+	if (removed)
+		reader_files_forget();	/* see lf_unlink_data */
 }
 
 /* --------------------------------------------------------------- rounds */
@@ -873,8 +894,9 @@ lf_build_round(XLogRecPtr decoded)
 		else if (fs->synced < fs->written)
 		{
 			/* much more, or no room left in the journal: fsynced itself */
-			if (round->pieces != NULL && fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX)
-				lf_journal_reset_due = true;	/* full: the next round empties it */
+			if (round->pieces != NULL && fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX &&
+				lf_journal_bytes > 0 && journal_need <= log_files_journal_limit())
+				lf_journal_reset_due = true;	/* full: emptied next round, it takes this again */
 			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
 				out_of_memory = true;
 		}
@@ -997,6 +1019,7 @@ lf_apply_round(LogFlushRound *round)
 		if (round->manifest != NULL)
 			lf_lists_shapes = lf_round_lists > 0;
 		lf_durable = Max(lf_durable, round->durable_lsn);
+		/* a compacted generation: never read from disk (only logs in memory are compacted) */
 		foreach(lc, lf_obsolete_in_round)
 			(void) unlink((char *) lfirst(lc));
 		list_free_deep(lf_obsolete_in_round);

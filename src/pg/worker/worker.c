@@ -60,6 +60,7 @@
 #include "log_trim.h"
 #include "log_prefault.h"
 #include "log_restore.h"
+#include "reader_files.h"
 #include "registry.h"
 #include "row_encoder.h"
 #include "shape_role.h"
@@ -190,9 +191,9 @@ worker_connection_limit(void)
 	unsigned	wanted = (unsigned) shape_sync_max_connections;
 	/*
 	 * PostgreSQL's own files, the connections turned away past the limit,
-	 * a shape log file each HTTP thread may have open (one reader call at a
-	 * time: shape_log_read.c) and the flusher thread's (log_flusher.c: a
-	 * data file, the journal, the manifest)
+	 * the shape log file each HTTP thread keeps open (reader_files.c: one
+	 * at a time) and the flusher thread's (log_flusher.c: a data file, the
+	 * journal, the manifest)
 	 */
 	rlim_t		reserve = (rlim_t) max_files_per_process + 64 +
 		(HTTP_MHD_CONNECTION_LIMIT(0, shape_sync_http_threads)) +
@@ -463,6 +464,8 @@ shape_sync_worker_main(Datum arg)
 
 	/* the readers of an earlier life of this worker are gone with it */
 	reader_epochs_reset(&shape_sync_shared->epochs);
+	/* its threads keep the log file they read last open (log_files.c lets go) */
+	reader_files_enable();
 	registry_start();
 	log_files_start(shape_sync_shared->table->nslots);
 	worker_changed_cap = shape_sync_shared->table->nslots;
