@@ -44,12 +44,16 @@
 #  18. bench/initial_sync.sh: the first and second client of a 1M-row table against COPY,
 #      the section "Initial sync against COPY";
 #  19. bench/subset.sh: subset snapshots of one row, a page and 100,000 rows against the
-#      same SELECT, the section "Subset snapshots against SELECT".
+#      same SELECT, the section "Subset snapshots against SELECT";
+#  20. bench/durability.sh: durable shape logs against the in-memory path, the section
+#      "Durable logs: what the disk costs";
+#  21. bench/manifest_rounds.sh: the flush rounds beside 10,000 idle durable shapes against
+#      10, the section "Flush rounds beside many idle shapes".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
 # THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
-# raw-1, client-1, raw-100, sock-100, client-100). About 40 minutes with the defaults.
+# raw-1, client-1, raw-100, sock-100, client-100). About 55 minutes with the defaults.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -99,5 +103,7 @@ RUNS=3 bash "$here/create.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/shape_memory.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/initial_sync.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/subset.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/durability.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/manifest_rounds.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
