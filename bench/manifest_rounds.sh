@@ -34,40 +34,9 @@ SQL
 worker=$(bench_worker_pid)
 store="$SHAPE_SYNC_PGDATA/pg_shape_sync"
 
-# shapes.py URL FIRST LAST make|delete HANDLES: the idle shapes id = FIRST..LAST, 8 at a time
-# (10 of them, 1..10, the baseline's; 11..SHAPES added for the second measure)
-cat >"$out/shapes.py" <<'PY'
-import http.client, sys, threading, urllib.parse
-url, first, last, mode, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-u = urllib.parse.urlsplit(url)
-keys = list(range(first, last + 1))
-handles = open(path).read().split() if mode == "delete" else []
-failed, made = [], []
-def worker(part):
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    for i in part:
-        if mode == "make":
-            q = {"table": "idle", "offset": "-1", "where": f"id = {keys[i]}"}
-            conn.request("GET", "/v1/shape?" + urllib.parse.urlencode(q))
-        else:
-            conn.request("DELETE", "/v1/shape?" + urllib.parse.urlencode({"handle": handles[i]}))
-        r = conn.getresponse()
-        r.read()
-        if r.status not in (200, 202):
-            failed.append(f"{keys[i]}: {r.status}")
-        elif mode == "make":
-            made.append(r.getheader("electric-handle"))
-threads = [threading.Thread(target=worker, args=(list(range(i, len(keys), 8)),)) for i in range(8)]
-for t in threads: t.start()
-for t in threads: t.join()
-if failed:
-    sys.exit("; ".join(failed[:5]))
-if mode == "make":
-    open(path, "w").write("\n".join(made))
-PY
-
 curl -sf -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=hot&offset=-1"
-python3 "$out/shapes.py" "$SHAPE_SYNC_URL" 1 10 make "$out/base_handles"
+# the baseline's 10 idle shapes, id = 1..10; 11..SHAPES are added for the second measure
+python3 "$here/shapes.py" "$SHAPE_SYNC_URL" idle 1 10 make "$out/base_handles"
 
 fsyncs() { curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 == "shape_sync_log_fsyncs_total" { print $2 }'; }
 wchar() { awk '$1 == "wchar:" { print $2 }' "/proc/$worker/io"; }
@@ -101,9 +70,9 @@ PY
 : >"$out/results"
 for ((run = 1; run <= RUNS; run++)); do
 	measure base
-	python3 "$out/shapes.py" "$SHAPE_SYNC_URL" 11 "$SHAPES" make "$out/many_handles"
+	python3 "$here/shapes.py" "$SHAPE_SYNC_URL" idle 11 "$SHAPES" make "$out/many_handles"
 	measure many
-	python3 "$out/shapes.py" "$SHAPE_SYNC_URL" 11 "$SHAPES" delete "$out/many_handles"
+	python3 "$here/shapes.py" "$SHAPE_SYNC_URL" idle 11 "$SHAPES" delete "$out/many_handles"
 done
 cluster_stop
 

@@ -35,40 +35,13 @@ worker=$(bench_worker_pid)
 rss_anon_kb() { bench_rss_anon_kb "$worker"; }
 used_bytes() { cluster_psql -At -c "SELECT total_bytes - free_bytes FROM shape_sync.log_memory_usage()"; }
 
-cat >"$out/shapes.py" <<'PY'
-import http.client, sys, threading, urllib.parse
-url, table, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-u = urllib.parse.urlsplit(url)
-handles = open(sys.argv[5]).read().split() if mode == "delete" else []
-failed, made = [], []
-def worker(part):
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    for k in part:
-        if mode == "make":
-            conn.request("GET", "/v1/shape?" + urllib.parse.urlencode({"table": table, "offset": "-1", "where": f"id = {k}"}))
-        else:
-            conn.request("DELETE", "/v1/shape?" + urllib.parse.urlencode({"handle": handles[k - 1]}))
-        r = conn.getresponse()
-        r.read()
-        if r.status not in (200, 202):
-            failed.append(f"{k}: {r.status}")
-        elif mode == "make":
-            made.append(r.getheader("electric-handle"))
-threads = [threading.Thread(target=worker, args=(list(range(i + 1, n + 1, 8)),)) for i in range(8)]
-for t in threads: t.start()
-for t in threads: t.join()
-if failed:
-    sys.exit("; ".join(failed[:5]))
-if mode == "make":
-    open(sys.argv[5], "w").write("\n".join(made))
-PY
 
 # one warm-up shape, made and deleted
 cold=$(rss_anon_kb)
 cluster_psql -c "CREATE TABLE bench_memory_warmup (id int PRIMARY KEY, v text)" \
 	-c "INSERT INTO bench_memory_warmup VALUES (1, 'v1')" >/dev/null
-python3 "$out/shapes.py" "$SHAPE_SYNC_URL" bench_memory_warmup 1 make "$out/handles"
-python3 "$out/shapes.py" "$SHAPE_SYNC_URL" bench_memory_warmup 1 delete "$out/handles"
+python3 "$here/shapes.py" "$SHAPE_SYNC_URL" bench_memory_warmup 1 1 make "$out/handles"
+python3 "$here/shapes.py" "$SHAPE_SYNC_URL" bench_memory_warmup 1 1 delete "$out/handles"
 sleep 2
 warm=$(rss_anon_kb)
 
@@ -79,11 +52,11 @@ for run in $(seq 1 "$RUNS"); do
 	sleep 1
 	u0=$(used_bytes)
 	m0=$(rss_anon_kb)
-	python3 "$out/shapes.py" "$SHAPE_SYNC_URL" "$table" "$SHAPES" make "$out/handles"
+	python3 "$here/shapes.py" "$SHAPE_SYNC_URL" "$table" 1 "$SHAPES" make "$out/handles"
 	u1=$(used_bytes)
 	m1=$(rss_anon_kb)
 	data=$(cluster_psql -At -c "SELECT sum(log_bytes) FROM shape_sync.shapes WHERE relation = '\"public\".\"$table\"'")
-	python3 "$out/shapes.py" "$SHAPE_SYNC_URL" "$table" "$SHAPES" delete "$out/handles"
+	python3 "$here/shapes.py" "$SHAPE_SYNC_URL" "$table" 1 "$SHAPES" delete "$out/handles"
 	sleep 2	# the deleted shapes' memory goes back once their last reader lets go
 	u2=$(used_bytes)
 	m2=$(rss_anon_kb)

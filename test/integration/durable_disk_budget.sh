@@ -65,7 +65,7 @@ cluster_psql -q -c "ALTER SYSTEM SET shape_sync.log_disk_budget = '20MB'" -c "SE
 sleep 1.5
 python3 - "$SHAPE_SYNC_PGDATA/pg_shape_sync/journal" >"$work/journal_sizes" <<'PY' &
 import os, sys, time
-end = time.time() + 40
+end = time.time() + 600  # killed when the writes are done; this only bounds a stray one
 last = None
 while time.time() < end:
     try:
