@@ -23,8 +23,11 @@ shape_sync.write_piece_size = '256kB'" start_cluster_retrying 5160
 cluster_psql -c 'CREATE EXTENSION shape_sync'
 create_big_table 20000
 
-# kb FIELD: a field of the worker's /proc status, in kB
-kb() { awk -v f="$1:" '$1 == f { print $2 }' "/proc/$pid/status"; }
+# kb FIELD...: fields of the worker's /proc status, in kB, all from one read of the file (the
+# arena's prefault makes RssShmem grow while the test runs: VmRSS and RssShmem read at two
+# moments would count that growth as the worker's own)
+kb() { awk -v want="$*" 'BEGIN { n = split(want, w, " "); for (i = 1; i <= n; i++) f[w[i] ":"] = i }
+	$1 in f { v[f[$1]] = $2 } END { for (i = 1; i <= n; i++) printf "%s%s", v[i], (i < n ? " " : "\n") }' "/proc/$pid/status"; }
 # sockets: the server side of the HTTP port, from ss -tmn: "COUNT SENDQ_TOTAL W_TOTAL STATES"
 sockets() {
 	ss -tmnH "( sport = :$SHAPE_SYNC_HTTP_PORT )" 2>/dev/null | python3 -c '
@@ -57,13 +60,13 @@ echo "# the response is $size bytes"
 check "the snapshot chunk is larger than 5 MB" test "$size" -gt 5000000
 pid=$(worker_pid)
 sleep 1
-rss0=$(kb VmRSS) anon0=$(kb RssAnon) shm0=$(kb RssShmem)
+read -r rss0 anon0 shm0 < <(kb VmRSS RssAnon RssShmem)
 
 check "$N never-reading connections get stalled (no byte moves for 1.5 s)" hold round1
 t_stalled=$(now)
 expect_eq "all $N hold an admission slot" "$N" "$(in_use existing)"
 expect_eq "none is reaped yet (timeout 30 s)" 0 "$(reaped)"
-rss1=$(kb VmRSS) anon1=$(kb RssAnon) shm1=$(kb RssShmem)
+read -r rss1 anon1 shm1 < <(kb VmRSS RssAnon RssShmem)
 # the worker's own memory: shared memory (the log arena, which the worker makes resident in
 # the background after a start: shape_sync.prefault_log_memory) is the server's, fixed
 per_conn_rss=$((((rss1 - shm1) - (rss0 - shm0)) / N))
@@ -96,7 +99,7 @@ t_reaped=$(now)
 echo "# reaped $(diff_s "$t_reload" "$t_reaped")s after the reload, $(diff_s "$t_stalled" "$t_reaped")s after they were seen stalled"
 check "their slots come back" wait_for 60 slots_free
 sleep 1
-rss2=$(kb VmRSS) anon2=$(kb RssAnon)
+read -r rss2 anon2 < <(kb VmRSS RssAnon)
 echo "# worker after the reaps: VmRSS ${rss2} kB (RssAnon ${anon2} kB)"
 if $have_ss; then
 	read -r socks sendq wq states < <(sockets)
