@@ -9,8 +9,9 @@
  * what each file gained since the last round copied into the journal and
  * one fsync of it (log_journal.c; a file that gained much, or every file
  * journaled since the last reset when the journal is to be emptied, is
- * fsynced itself instead), then a new manifest
- * (written aside, fsynced, renamed, the directory fsynced): milliseconds to
+ * fsynced itself instead), then the manifest: a delta appended to it and
+ * fsynced, or a whole one written aside, fsynced, renamed, the directory
+ * fsynced (manifest_listing.c says which): milliseconds to
  * tens of milliseconds on real disks, which the main thread must not
  * spend, since every live change waits behind it.  So a round is handed to
  * this thread: the files' paths (it opens each for its fsync, one at a
@@ -175,11 +176,41 @@ round_write_journal(LogFlushRound *round)
 	free(buffer);
 }
 
-/* The manifest written aside, fsynced, renamed over the old one, the directory fsynced. */
+/* A delta written at the manifest's end, the file fsynced (its length with it). */
+static void
+round_append_manifest(LogFlushRound *round)
+{
+	int			fd = open(round->manifest_path, O_WRONLY);
+
+	if (fd < 0)
+	{
+		round_fail(round, "write", -1);
+		return;
+	}
+	if (lseek(fd, (off_t) round->manifest_at, SEEK_SET) != (off_t) round->manifest_at ||
+		!fd_write_all(fd, round->manifest, round->manifest_len))
+		round_fail(round, "write", -1);
+	else if (round->sync && (round->fsyncs++, fdatasync(fd) != 0))
+		round_fail(round, "fsync", -1);
+	if (close(fd) != 0 && round->ok)
+		round_fail(round, "write", -1);
+}
+
+/*
+ * A whole manifest written aside, fsynced, renamed over the old one, the
+ * directory fsynced; a delta appended.
+ */
 static void
 round_install_manifest(LogFlushRound *round)
 {
-	int			fd = open(round->manifest_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int			fd;
+
+	if (round->manifest_append)
+	{
+		round_append_manifest(round);
+		return;
+	}
+	fd = open(round->manifest_tmp_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
 	if (fd < 0)
 	{

@@ -46,6 +46,8 @@ typedef struct LogFlushRound
 	size_t		manifest_len;
 	const char *manifest_path;	/* e.g. "pg_shape_sync/manifest" */
 	const char *manifest_tmp_path;	/* written there first, then renamed */
+	bool		manifest_append;	/* a delta: written at manifest_at, fsynced */
+	uint64_t	manifest_at;
 	const char *dir_path;		/* the directory of both, fsynced after */
 	bool		sync;			/* false: write and rename, never fsync */
 	uint64_t	durable_lsn;	/* what the manifest makes durable */

@@ -19,13 +19,28 @@
  *		payload | FNV-1a 64 of version, length and payload (8)
  *
  * with the payload a sequence of little-endian integers and
- * length-prefixed strings.  A frame is replaced whole (written to a new
+ * length-prefixed strings.  A file is replaced whole (written to a new
  * name and renamed over the old one), so a reader sees an old file or a
  * new one; the checksum and the length catch what a crash may still have
  * torn (a file renamed before its bytes reached the disk), and the decoder
- * refuses anything that is not exactly one frame: the caller purges then,
- * and clients get 409, never a guess.  A format version other than
- * LOG_STORE_FORMAT_VERSION is refused the same way.
+ * refuses a shape file or a manifest frame that is not exactly one frame:
+ * the caller purges then, and clients get 409, never a guess.  A format
+ * version other than LOG_STORE_FORMAT_VERSION is refused the same way.
+ *
+ * Deltas.  Rewriting the whole manifest every round would cost every
+ * round what all shapes' extents take (a megabyte beside 10,000 shapes),
+ * so a round appends to it instead a delta frame (magic SSYNCDLT): the
+ * header now, the handles no longer listed, and each changed extent with
+ * the chunks it gained only (the index of its first new chunk; a new
+ * generation, or a shape listed anew, starts at 0).  Chunks are only ever
+ * appended within a generation, which the decoder checks.  The decoder
+ * applies the deltas in order; the first one that is not a whole frame
+ * ends them (the append a crash cut short: the writer, manifest_listing.c,
+ * rewrites the manifest whole after a start or any failed round, so
+ * nothing that a confirmed round wrote follows such a frame), and what it
+ * returns is the state after the last whole one, as after a crash just
+ * then.  A whole delta that removes a shape it does not list, or extends
+ * chunks of another generation, is corruption: the manifest is refused.
  *
  * Plain C: the worker calls it, and test/unit/ tests it without a server.
  *
@@ -47,6 +62,7 @@
 #endif
 
 #define MANIFEST_MAGIC		"SSYNCMAN"
+#define DELTA_MAGIC			"SSYNCDLT"
 #define SHAPE_MAGIC			"SSYNCSHP"
 #define FRAME_HEAD			16
 #define FRAME_TAIL			8
@@ -301,6 +317,12 @@ r_close(Reader *r, char *error, size_t error_len)
 
 /* ------------------------------------------------------------ manifest */
 
+static inline uint32_t
+Min32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
 static void
 w_header(Writer *w, const LogStoreHeader *h)
 {
@@ -313,6 +335,26 @@ w_header(Writer *w, const LogStoreHeader *h)
 	w_u64(w, h->durable_lsn);
 }
 
+static void
+w_extent(Writer *w, const LogStoreExtent *e, uint32_t first_chunk)
+{
+	w_str(w, e->handle);
+	w_u32(w, e->generation);
+	w_u64(w, e->length);
+	w_u64(w, (uint64_t) e->last.tx);
+	w_u64(w, e->last.op);
+	w_u32(w, e->nchunks);
+	for (uint32_t c = first_chunk; c < e->nchunks; c++)
+	{
+		const SlogChunk *chunk = &e->chunks[c - first_chunk];
+
+		w_u64(w, chunk->start_pos);
+		w_u64(w, chunk->end_pos);
+		w_u64(w, (uint64_t) chunk->end_tx);
+		w_u64(w, chunk->end_op);
+	}
+}
+
 char *
 log_manifest_encode(const LogStoreManifest *manifest, size_t *len)
 {
@@ -322,24 +364,270 @@ log_manifest_encode(const LogStoreManifest *manifest, size_t *len)
 	w_header(&w, &manifest->header);
 	w_u32(&w, manifest->nshapes);
 	for (uint32_t i = 0; i < manifest->nshapes; i++)
-	{
-		const LogStoreExtent *e = &manifest->shapes[i];
+		w_extent(&w, &manifest->shapes[i], 0);
+	return w_finish(&w, len);
+}
 
-		w_str(&w, e->handle);
-		w_u32(&w, e->generation);
-		w_u64(&w, e->length);
-		w_u64(&w, (uint64_t) e->last.tx);
-		w_u64(&w, e->last.op);
-		w_u32(&w, e->nchunks);
-		for (uint32_t c = 0; c < e->nchunks; c++)
-		{
-			w_u64(&w, e->chunks[c].start_pos);
-			w_u64(&w, e->chunks[c].end_pos);
-			w_u64(&w, (uint64_t) e->chunks[c].end_tx);
-			w_u64(&w, e->chunks[c].end_op);
-		}
+char *
+log_manifest_delta_encode(const LogStoreDelta *delta, size_t *len)
+{
+	Writer		w;
+
+	w_begin(&w, DELTA_MAGIC);
+	w_header(&w, &delta->header);
+	w_u32(&w, delta->nremoved);
+	for (uint32_t i = 0; i < delta->nremoved; i++)
+		w_str(&w, delta->removed[i]);
+	w_u32(&w, delta->nchanged);
+	for (uint32_t i = 0; i < delta->nchanged; i++)
+	{
+		const LogStoreExtent *e = &delta->changed[i];
+
+		if (delta->first_chunk[i] > e->nchunks)
+			w.failed = true;
+		w_u32(&w, delta->first_chunk[i]);
+		w_extent(&w, e, Min32(delta->first_chunk[i], e->nchunks));
 	}
 	return w_finish(&w, len);
+}
+
+static void
+r_header(Reader *r, LogStoreHeader *h)
+{
+	h->system_id = r_u64(r);
+	h->timeline = r_u32(r);
+	h->database_oid = r_u32(r);
+	r_fixed(r, h->slot, sizeof(h->slot));
+	h->fsync_policy = r_u32(r);
+	r_fixed(r, h->boot_id, sizeof(h->boot_id));
+	h->durable_lsn = r_u64(r);
+}
+
+/*
+ * An extent, its chunks from `first_chunk` on read into chunks[first_chunk
+ * ...] of `e`, whose array is grown to hold them: e->chunks must hold
+ * first_chunk entries already.
+ */
+static void
+r_extent(Reader *r, LogStoreExtent *e, uint32_t first_chunk)
+{
+	uint32_t	nchunks;
+	SlogChunk  *grown;
+
+	r_fixed(r, e->handle, sizeof(e->handle));
+	e->generation = r_u32(r);
+	e->length = r_u64(r);
+	e->last.tx = (int64_t) r_u64(r);
+	e->last.op = r_u64(r);
+	nchunks = r_u32(r);
+	/* no count the bytes cannot hold */
+	if (r->failed || nchunks < first_chunk || nchunks > SLOG_MAX_CHUNKS ||
+		nchunks - first_chunk > r->left / 32)
+	{
+		r->failed = true;
+		return;
+	}
+	if (nchunks > 0)
+	{
+		grown = realloc(e->chunks, sizeof(SlogChunk) * nchunks);
+		if (grown == NULL)
+		{
+			r->failed = true;
+			return;
+		}
+		e->chunks = grown;
+	}
+	for (uint32_t c = first_chunk; c < nchunks; c++)
+	{
+		memset(&e->chunks[c], 0, sizeof(SlogChunk));
+		e->chunks[c].start_pos = r_u64(r);
+		e->chunks[c].end_pos = r_u64(r);
+		e->chunks[c].end_tx = (int64_t) r_u64(r);
+		e->chunks[c].end_op = r_u64(r);
+	}
+	e->nchunks = nchunks;
+}
+
+/*
+ * Where each handle of a manifest being decoded is, for the deltas:
+ * open addressing over shapes[] indexes (-1: empty), never deleted from
+ * (a removed shape stays in shapes[], marked, until the end).
+ */
+typedef struct HandleIndex
+{
+	int32_t    *slots;
+	uint32_t	mask;
+} HandleIndex;
+
+static uint32_t
+handle_hash(const char *handle)
+{
+	return (uint32_t) fnv_hash_bytes(FNV_HASH_START, handle, strlen(handle));
+}
+
+static bool
+index_build(HandleIndex *ix, const LogStoreExtent *shapes, uint32_t n)
+{
+	uint32_t	cap = 16;
+
+	while (cap < (uint64_t) n * 2 + 2)
+		cap *= 2;
+	free(ix->slots);
+	ix->slots = malloc(sizeof(int32_t) * cap);
+	if (ix->slots == NULL)
+		return false;
+	memset(ix->slots, 0xff, sizeof(int32_t) * cap);
+	ix->mask = cap - 1;
+	for (uint32_t i = 0; i < n; i++)
+	{
+		uint32_t	h = handle_hash(shapes[i].handle) & ix->mask;
+
+		while (ix->slots[h] >= 0)
+			h = (h + 1) & ix->mask;
+		ix->slots[h] = (int32_t) i;
+	}
+	return true;
+}
+
+/* The index in shapes[] of `handle`, or -1; *at is where it would go. */
+static int32_t
+index_find(const HandleIndex *ix, const LogStoreExtent *shapes, const char *handle,
+		   uint32_t *at)
+{
+	uint32_t	h = handle_hash(handle) & ix->mask;
+
+	while (ix->slots[h] >= 0 && strcmp(shapes[ix->slots[h]].handle, handle) != 0)
+		h = (h + 1) & ix->mask;
+	*at = h;
+	return ix->slots[h];
+}
+
+/* A manifest being decoded: its shapes, some removed, and their index. */
+typedef struct Decoding
+{
+	LogStoreManifest *out;
+	uint32_t	cap;
+	bool	   *removed;		/* per shapes[] entry */
+	HandleIndex index;
+} Decoding;
+
+/* Applies one delta frame's payload; false when its bytes or its changes do not fit. */
+static bool
+apply_delta(Decoding *d, Reader *r)
+{
+	LogStoreManifest *out = d->out;
+	uint32_t	n;
+	char		handle[LOG_STORE_HANDLE_LEN];
+	uint32_t	at;
+
+	r_header(r, &out->header);
+	n = r_u32(r);
+	if (r->failed || n > r->left / 4)
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+	{
+		int32_t		found;
+
+		r_fixed(r, handle, sizeof(handle));
+		if (r->failed)
+			return false;
+		found = index_find(&d->index, out->shapes, handle, &at);
+		if (found < 0 || d->removed[found])
+			return false;		/* removes what it does not have */
+		d->removed[found] = true;
+	}
+	n = r_u32(r);
+	if (r->failed || n > r->left / 36)
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+	{
+		uint32_t	first_chunk = r_u32(r);
+		size_t		mark_left = r->left;
+		const unsigned char *mark = r->p;
+		int32_t		found;
+		LogStoreExtent *e;
+
+		/* the handle first, to find the shape it changes */
+		r_fixed(r, handle, sizeof(handle));
+		if (r->failed)
+			return false;
+		r->p = mark;
+		r->left = mark_left;
+		found = index_find(&d->index, out->shapes, handle, &at);
+		if (found < 0)
+		{
+			if (out->nshapes == d->cap)
+			{
+				uint32_t	cap = d->cap ? d->cap * 2 : 16;
+				LogStoreExtent *shapes = realloc(out->shapes, sizeof(LogStoreExtent) * cap);
+				bool	   *removed;
+
+				if (shapes == NULL)
+					return false;
+				out->shapes = shapes;
+				removed = realloc(d->removed, sizeof(bool) * cap);
+				if (removed == NULL)
+					return false;
+				d->removed = removed;
+				d->cap = cap;
+			}
+			found = (int32_t) out->nshapes++;
+			memset(&out->shapes[found], 0, sizeof(LogStoreExtent));
+			memcpy(out->shapes[found].handle, handle, sizeof(handle));	/* for the index */
+			d->removed[found] = true;	/* until it is read whole */
+			if ((uint64_t) out->nshapes * 2 + 2 > (uint64_t) d->index.mask + 1)
+			{
+				if (!index_build(&d->index, out->shapes, out->nshapes))
+					return false;
+			}
+			else
+				d->index.slots[at] = found;
+		}
+		e = &out->shapes[found];
+		/* chunks are kept only within one generation of a listed shape */
+		if (first_chunk > 0 &&
+			(d->removed[found] || first_chunk > e->nchunks))
+			return false;
+		{
+			uint32_t	generation = e->generation;
+
+			r_extent(r, e, first_chunk);
+			if (r->failed || (first_chunk > 0 && e->generation != generation))
+				return false;
+		}
+		d->removed[found] = false;
+	}
+	return !r->failed && r->left == 0;
+}
+
+/*
+ * The frame at the start of `bytes` if it is a whole, unchanged frame of
+ * this version with that magic: its length, or 0.
+ */
+static size_t
+frame_at(const char *bytes, size_t len, const char *magic)
+{
+	const unsigned char *b = (const unsigned char *) bytes;
+	uint32_t	version = 0;
+	uint32_t	payload = 0;
+	uint64_t	sum = 0;
+	size_t		frame;
+
+	if (len < FRAME_HEAD + FRAME_TAIL || memcmp(bytes, magic, 8) != 0)
+		return 0;
+	for (int i = 0; i < 4; i++)
+	{
+		version |= (uint32_t) b[8 + i] << (8 * i);
+		payload |= (uint32_t) b[12 + i] << (8 * i);
+	}
+	frame = (size_t) payload + FRAME_HEAD + FRAME_TAIL;
+	if (version != LOG_STORE_FORMAT_VERSION || frame > len)
+		return 0;
+	for (int i = 0; i < 8; i++)
+		sum |= (uint64_t) b[frame - 8 + i] << (8 * i);
+	if (sum != fnv_hash_bytes(FNV_HASH_START, bytes + 8, frame - 8 - FRAME_TAIL))
+		return 0;
+	return frame;
 }
 
 bool
@@ -347,68 +635,107 @@ log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 					char *error, size_t error_len)
 {
 	Reader		r;
-	LogStoreHeader *h = &out->header;
+	Decoding	d;
+	size_t		base = len;
+	size_t		pos;
+	uint32_t	kept = 0;
 
 	memset(out, 0, sizeof(*out));
-	if (!r_open(&r, bytes, len, MANIFEST_MAGIC, error, error_len))
+	memset(&d, 0, sizeof(d));
+	d.out = out;
+	/* the whole manifest: its frame, which deltas may follow */
+	if (len >= FRAME_HEAD + FRAME_TAIL && memcmp(bytes, MANIFEST_MAGIC, 8) == 0)
+	{
+		const unsigned char *b = (const unsigned char *) bytes;
+		uint32_t	payload = 0;
+
+		for (int i = 0; i < 4; i++)
+			payload |= (uint32_t) b[12 + i] << (8 * i);
+		if ((uint64_t) payload + FRAME_HEAD + FRAME_TAIL < len)
+			base = (size_t) payload + FRAME_HEAD + FRAME_TAIL;
+	}
+	if (!r_open(&r, bytes, base, MANIFEST_MAGIC, error, error_len))
 		return false;
-	h->system_id = r_u64(&r);
-	h->timeline = r_u32(&r);
-	h->database_oid = r_u32(&r);
-	r_fixed(&r, h->slot, sizeof(h->slot));
-	h->fsync_policy = r_u32(&r);
-	r_fixed(&r, h->boot_id, sizeof(h->boot_id));
-	h->durable_lsn = r_u64(&r);
+	r_header(&r, &out->header);
 	out->nshapes = r_u32(&r);
 	/* each extent takes at least 36 bytes: no count the bytes cannot hold */
 	if (!r.failed && out->nshapes > r.left / 36)
 		r.failed = true;
-	if (!r.failed && out->nshapes > 0)
+	if (!r.failed)
 	{
-		out->shapes = calloc(out->nshapes, sizeof(LogStoreExtent));
-		if (out->shapes == NULL)
+		d.cap = out->nshapes > 0 ? out->nshapes : 1;
+		out->shapes = calloc(d.cap, sizeof(LogStoreExtent));
+		d.removed = calloc(d.cap, sizeof(bool));
+		if (out->shapes == NULL || d.removed == NULL)
 			r.failed = true;
 	}
 	for (uint32_t i = 0; !r.failed && i < out->nshapes; i++)
+		r_extent(&r, &out->shapes[i], 0);
+	if (!r_close(&r, error, error_len))
+		goto fail;
+
+	/*
+	 * The deltas, in order.  One that is not a whole frame ends them: the
+	 * last append, cut short by a crash (the writer starts a whole
+	 * manifest after any failure or start, so nothing a round confirmed
+	 * follows it).  A whole frame whose changes do not fit is corruption.
+	 */
+	if (base < len && !index_build(&d.index, out->shapes, out->nshapes))
+	{
+		snprintf(error, error_len, "out of memory");
+		goto fail;
+	}
+	for (pos = base; pos < len;)
+	{
+		size_t		frame = frame_at(bytes + pos, len - pos, DELTA_MAGIC);
+
+		if (frame == 0)
+		{
+			out->torn_bytes = len - pos;
+			break;
+		}
+		r.p = (const unsigned char *) bytes + pos + FRAME_HEAD;
+		r.left = frame - FRAME_HEAD - FRAME_TAIL;
+		r.failed = false;
+		if (!apply_delta(&d, &r))
+		{
+			snprintf(error, error_len, "its change %u at byte %zu does not apply",
+					 out->deltas + 1, pos);
+			goto fail;
+		}
+		out->deltas++;
+		pos += frame;
+	}
+	/* the shapes a delta removed go; nothing is allocated for nothing */
+	for (uint32_t i = 0; i < out->nshapes; i++)
 	{
 		LogStoreExtent *e = &out->shapes[i];
 
-		r_fixed(&r, e->handle, sizeof(e->handle));
-		e->generation = r_u32(&r);
-		e->length = r_u64(&r);
-		e->last.tx = (int64_t) r_u64(&r);
-		e->last.op = r_u64(&r);
-		e->nchunks = r_u32(&r);
-		if (r.failed || e->nchunks > r.left / 32 || e->nchunks > SLOG_MAX_CHUNKS)
+		if (d.removed[i] || e->nchunks == 0)
 		{
-			r.failed = true;
-			e->nchunks = 0;
-			break;
+			free(e->chunks);
+			e->chunks = NULL;
 		}
-		if (e->nchunks > 0)
-		{
-			e->chunks = calloc(e->nchunks, sizeof(SlogChunk));
-			if (e->chunks == NULL)
-			{
-				r.failed = true;
-				e->nchunks = 0;
-				break;
-			}
-		}
-		for (uint32_t c = 0; c < e->nchunks; c++)
-		{
-			e->chunks[c].start_pos = r_u64(&r);
-			e->chunks[c].end_pos = r_u64(&r);
-			e->chunks[c].end_tx = (int64_t) r_u64(&r);
-			e->chunks[c].end_op = r_u64(&r);
-		}
+		if (!d.removed[i])
+			out->shapes[kept++] = *e;
 	}
-	if (!r_close(&r, error, error_len))
+	out->nshapes = kept;
+	if (kept == 0)
 	{
-		log_manifest_free(out);
-		return false;
+		free(out->shapes);
+		out->shapes = NULL;
 	}
+	free(d.removed);
+	free(d.index.slots);
 	return true;
+
+fail:
+	free(d.removed);
+	free(d.index.slots);
+	if (out->shapes != NULL && out->nshapes > d.cap)
+		out->nshapes = d.cap;
+	log_manifest_free(out);
+	return false;
 }
 
 void

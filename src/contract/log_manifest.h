@@ -67,7 +67,26 @@ typedef struct LogStoreManifest
 	LogStoreHeader header;
 	uint32_t	nshapes;
 	LogStoreExtent *shapes;
+	/* decoding only: the deltas applied, and the bytes of a last one cut short */
+	uint32_t	deltas;
+	size_t		torn_bytes;
 } LogStoreManifest;
+
+/*
+ * A round's changes, appended to the manifest (log_manifest.c): the header
+ * now, the shapes no longer listed, and the shapes whose extent changed,
+ * each with only its chunks from first_chunk[i] on (chunks[0] is chunk
+ * first_chunk[i]; nchunks still counts them all).
+ */
+typedef struct LogStoreDelta
+{
+	LogStoreHeader header;
+	uint32_t	nremoved;
+	const char *const *removed;	/* handles */
+	uint32_t	nchanged;
+	const LogStoreExtent *changed;
+	const uint32_t *first_chunk;
+} LogStoreDelta;
 
 /*
  * What a shape is, written once when its log is first made durable: the
@@ -102,9 +121,11 @@ typedef struct LogStoreShape
  * Encoding: a malloc'd buffer the caller frees, or NULL when out of
  * memory.  Decoding: false with a sentence in `error` when the bytes are
  * not a whole, unchanged file of this format version; what it allocates
- * is released with the matching _free.
+ * is released with the matching _free.  A manifest decodes with the
+ * deltas appended to it applied, up to one cut short.
  */
 extern char *log_manifest_encode(const LogStoreManifest *manifest, size_t *len);
+extern char *log_manifest_delta_encode(const LogStoreDelta *delta, size_t *len);
 extern bool log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 								char *error, size_t error_len);
 extern void log_manifest_free(LogStoreManifest *manifest);

@@ -173,7 +173,7 @@ purged 3 t
 # 4. a payload byte of the manifest is flipped
 check "4: the manifest lists shape t" wait_for 60 listed "${handle[t]}"
 pg_stop
-expect_eq "4: the manifest ends with the FNV-1a 64 of bytes [8, len-8)" ok \
+expect_eq "4: the manifest's whole frame ends with the FNV-1a 64 of its bytes from 8 on" ok \
 	"$(_cluster_as_pg cat "$SHAPE_SYNC_PGDATA/pg_shape_sync/manifest" | sc fnv -)"
 patch_manifest 'data[16] ^= 0xFF'
 expect_eq "4: it does not any more" bad \

@@ -96,6 +96,7 @@ terminate_worker() {
 # "read", shape all's client reads the changes before HOW, often before they are durable (the
 # test prints which): its offset is then past what the files hold, and the changes must not
 # come again.
+appended() { (($(manifest 'm["deltas"]') > 0)); }
 k=0
 cycle() {
 	local name=$1 how=$2 snapshots=$3 read=${4:-} before s out pids=()
@@ -112,6 +113,10 @@ cycle() {
 		expect_eq "$name: shape all's client reads the changes before the stop" \
 			"found 200 ${handle[all]} 0" "$(cat "$work/all.live")"
 		echo "# $name: shape all's client is at $(sc get "$work/all.json" 'd["offset"]'); the manifest holds it up to $(manifest '"%d_%d" % tuple(next(s["last"] for s in m["shapes"] if s["handle"] == a[0]))' "${handle[all]}")"
+	else
+		# the rounds since the last start append deltas to the manifest the first one wrote whole
+		check "$name: the manifest is brought up to date by deltas appended to it" wait_for 60 appended
+		echo "# $name: the manifest: $(manifest '"%d bytes whole, %d deltas after it" % (m["payload"] + 24, m["deltas"])')"
 	fi
 	check "$name: the server goes away and comes back" "$how"
 	check "$name: shape_sync serves again" wait_for 90 serving

@@ -27,10 +27,12 @@ durable_crash.sh).
         the rows, sorted by their first column as a number, one a line, the columns'
         values joined by "|" (NULL as nothing), as `psql -At` prints them
     shape_client.py manifest FILE|- [EXPR ARG...]
-        the manifest as JSON (magic, version, payload, header, shapes), or EXPR (Python, over
-        the manifest `m` and the ARGs `a`); exits 1 when the file is empty or absent
-    shape_client.py fnv FILE|-           whether the manifest's checksum is FNV-1a 64 over
-                                         bytes [8, len-8): "ok" or "bad"
+        the manifest as JSON (magic, version, payload, header, shapes, deltas, torn_bytes:
+        the deltas appended to it applied), or EXPR (Python, over the manifest `m` and the
+        ARGs `a`); exits 1 when the file is empty or absent
+    shape_client.py fnv FILE|-           whether the manifest's first frame (the whole
+                                         manifest) ends in the FNV-1a 64 of its bytes
+                                         from 8 on: "ok" or "bad"
 """
 
 import http.client
@@ -168,7 +170,18 @@ class Reader:
         return s
 
 
+def frame_end(data, pos, magic):
+    """The end of the whole, unchanged frame with that magic at pos, or None."""
+    if len(data) - pos < 24 or data[pos:pos + 8] != magic:
+        return None
+    end = pos + 24 + struct.unpack_from("<I", data, pos + 12)[0]
+    if end > len(data) or struct.unpack_from("<Q", data, end - 8)[0] != fnv_of(data[pos + 8:end - 8]):
+        return None
+    return end
+
+
 def manifest(name, expr=None, *args):
+    """The manifest with the deltas appended to it applied (log_manifest.c has the format)."""
     data = read_bytes(name)
     if len(data) < 24:  # no manifest (yet)
         sys.exit(1)
@@ -176,17 +189,44 @@ def manifest(name, expr=None, *args):
     r.pos = 8
     out = {"magic": data[:8].decode(errors="replace"), "version": r.take("I"),
            "payload": r.take("I")}
-    out["header"] = {"system_id": r.take("Q"), "timeline": r.take("I"),
-                     "database_oid": r.take("I"), "slot": r.str(), "fsync_policy": r.take("I"),
-                     "boot_id": r.str(), "durable_lsn": r.take("Q")}
-    shapes = []
-    for _ in range(r.take("I")):
+
+    def header():
+        return {"system_id": r.take("Q"), "timeline": r.take("I"),
+                "database_oid": r.take("I"), "slot": r.str(), "fsync_policy": r.take("I"),
+                "boot_id": r.str(), "durable_lsn": r.take("Q")}
+
+    def extent(old_chunks):
         s = {"handle": r.str(), "generation": r.take("I"), "length": r.take("Q"),
-             "last": [r.take("Q"), r.take("Q")], "chunks": []}
-        for _ in range(r.take("I")):
+             "last": [r.take("Q"), r.take("Q")], "chunks": list(old_chunks)}
+        for _ in range(r.take("I") - len(old_chunks)):
             s["chunks"].append([r.take("Q"), r.take("Q"), r.take("Q"), r.take("Q")])
-        shapes.append(s)
-    out["shapes"] = shapes
+        return s
+
+    out["header"] = header()
+    shapes = {}
+    for _ in range(r.take("I")):
+        s = extent([])
+        shapes[s["handle"]] = s
+    pos, out["deltas"], out["torn_bytes"] = 24 + out["payload"], 0, 0
+    while pos < len(data):
+        end = frame_end(data, pos, b"SSYNCDLT")
+        if end is None:
+            out["torn_bytes"] = len(data) - pos
+            break
+        r.pos = pos + 16
+        out["header"] = header()
+        for _ in range(r.take("I")):
+            del shapes[r.str()]
+        for _ in range(r.take("I")):
+            first = r.take("I")
+            save = r.pos
+            handle = r.str()
+            r.pos = save
+            s = extent(shapes[handle]["chunks"][:first] if first else [])
+            shapes[s["handle"]] = s
+        out["deltas"] += 1
+        pos = end
+    out["shapes"] = list(shapes.values())
     if expr is not None:
         print(eval(expr, {"m": out, "a": list(args)}))  # noqa: S307 (the test's own)
         return
@@ -194,12 +234,18 @@ def manifest(name, expr=None, *args):
     print()
 
 
-def fnv(name):
-    data = read_bytes(name)
+def fnv_of(data):
     h = 14695981039346656037
-    for b in data[8:len(data) - 8]:
+    for b in data:
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    print("ok" if struct.unpack_from("<Q", data, len(data) - 8)[0] == h else "bad")
+    return h
+
+
+def fnv(name):
+    """Whether the manifest's first frame (the whole manifest) ends in its checksum."""
+    data = read_bytes(name)
+    end = min(len(data), 24 + struct.unpack_from("<I", data, 12)[0])
+    print("ok" if struct.unpack_from("<Q", data, end - 8)[0] == fnv_of(data[8:end - 8]) else "bad")
 
 
 def main():

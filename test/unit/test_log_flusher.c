@@ -328,6 +328,47 @@ FX_TEST(run_sync_fsyncs_files_and_installs_manifest)
 	log_flush_round_free(round);
 }
 
+/*
+ * A delta is written at the manifest's end as the round says (past bytes a
+ * torn append left, which it overwrites), the file fsynced, no temporary
+ * file, no rename; a manifest that is not there fails the round.
+ */
+FX_TEST(run_appends_a_delta_to_the_manifest)
+{
+	LogFlushRound *round;
+
+	REQUIRE(write_file(fx->manifest, "whole manifest|torn", 19));
+	round = new_round(fx, NULL, 0, "delta one", true);
+	round->manifest_append = true;
+	round->manifest_at = 15;
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_EQ(round->fsyncs, 1);
+	CHECK_FILE_STR(fx->manifest, "whole manifest|delta one");
+	CHECK_ABSENT(fx->tmp);
+	log_flush_round_free(round);
+
+	/* without fsync: written, no fsync */
+	round = new_round(fx, NULL, 0, "+two", false);
+	round->manifest_append = true;
+	round->manifest_at = 24;
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_EQ(round->fsyncs, 0);
+	CHECK_FILE_STR(fx->manifest, "whole manifest|delta one+two");
+	log_flush_round_free(round);
+
+	/* no manifest to append to: the round fails, nothing is created */
+	REQUIRE(unlink(fx->manifest) == 0);
+	round = new_round(fx, NULL, 0, "delta", true);
+	round->manifest_append = true;
+	round->manifest_at = 0;
+	log_flush_round_run(round);
+	CHECK_ROUND_FAILED(round, "write", -1, ENOENT);
+	CHECK_ABSENT(fx->manifest);
+	log_flush_round_free(round);
+}
+
 /* pieces of a round's pieces: `n` data files named names[i], bytes [from[i], to[i]) */
 static void
 round_set_pieces(LogFlushRound *round, const char *const *names, const uint64_t *from,

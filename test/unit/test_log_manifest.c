@@ -1018,7 +1018,10 @@ TEST(shape_truncations_are_refused)
 	log_store_shape_free(&s);
 }
 
-/* One more byte after the frame, or inside it (resealed), is refused. */
+/*
+ * One more byte inside the frame (resealed) is refused; after it, a shape
+ * file is refused, and a manifest is read as ending in a delta cut short.
+ */
 static void
 check_extra_byte(const char *magic, const char *bytes, size_t len, bool manifest)
 {
@@ -1030,7 +1033,24 @@ check_extra_byte(const char *magic, const char *bytes, size_t len, bool manifest
 	memcpy(longer, bytes, len);
 	longer[len] = 0;
 	if (manifest)
-		MANIFEST_REFUSED(longer, len + 1, "bytes long");
+	{
+		/* after a manifest's frame: a delta cut short, which ends the deltas */
+		LogStoreManifest whole;
+		LogStoreManifest out;
+		char		error[LOG_STORE_ERROR_LEN];
+
+		REQUIRE(DECODE_MANIFEST(bytes, len, &whole, error));
+		if (DECODE_MANIFEST(longer, len + 1, &out, error))
+		{
+			MANIFEST_EQ(&out, &whole);
+			CHECK_EQ(out.deltas, 0);
+			CHECK_EQ(out.torn_bytes, 1);
+			log_manifest_free(&out);
+		}
+		else
+			FAIL("a manifest with one byte more was refused: %s", error);
+		log_manifest_free(&whole);
+	}
 	else
 		SHAPE_REFUSED(longer, len + 1, "bytes long");
 	free(longer);
@@ -1046,7 +1066,7 @@ check_extra_byte(const char *magic, const char *bytes, size_t len, bool manifest
 	free(payload);
 }
 
-TEST(an_extra_byte_is_refused)
+TEST(an_extra_byte_is_refused_or_a_torn_delta)
 {
 	LogStoreManifest m;
 	LogStoreShape s;
@@ -1088,7 +1108,15 @@ check_bit_flips(const char *bytes, size_t len, bool manifest)
 			else if (i < 12)
 				phrase = "format version";
 			else if (i < 16)
-				phrase = "bytes long";
+			{
+				/*
+				 * A manifest's frame said shorter than the file is taken
+				 * to be followed by deltas: its checksum is then wrong.
+				 */
+				phrase = manifest && (get_u32((unsigned char *) f + 12) ^
+									  ((uint32_t) 1 << ((i - 12) * 8 + bit))) < len - HEAD - TAIL ?
+					"checksum" : "bytes long";
+			}
 			else
 				phrase = "checksum";
 			f[i] ^= (char) (1 << bit);
@@ -1206,7 +1234,7 @@ TEST(the_other_kind_of_file_is_refused)
 	log_store_shape_free(&s);
 }
 
-/* A payload length that does not match the file's is refused. */
+/* A payload length that does not match the frame's is refused. */
 TEST(a_wrong_payload_length_is_refused)
 {
 	LogStoreManifest m;
@@ -1222,7 +1250,8 @@ TEST(a_wrong_payload_length_is_refused)
 		char	   *f = copy_of(bytes, len);
 
 		set_u32((unsigned char *) f + 12, lengths[k]);
-		MANIFEST_REFUSED(f, len, "bytes long");
+		/* shorter than the file: a frame followed by deltas, whose checksum is wrong */
+		MANIFEST_REFUSED(f, len, lengths[k] < len - HEAD - TAIL ? "checksum" : "bytes long");
 		free(f);
 	}
 	free(bytes);
@@ -1835,6 +1864,499 @@ TEST(checksum_is_fnv1a_64)
 	if (fnv_hash_bytes(FNV_HASH_START, "foobar", 6) != 0x85944171f73967e8ULL)
 		FAIL("FNV-1a 64 of \"foobar\" is %016llx",
 			 (unsigned long long) fnv_hash_bytes(FNV_HASH_START, "foobar", 6));
+}
+
+/* ============================================================== deltas */
+
+static int
+extent_by_handle(const void *a, const void *b)
+{
+	return strcmp(((const LogStoreExtent *) a)->handle, ((const LogStoreExtent *) b)->handle);
+}
+
+/* Compares as sets of shapes: a delta's new shapes come after the others. */
+static void
+manifest_set_eq_at(const char *file, int line, LogStoreManifest *got, LogStoreManifest *want)
+{
+	if (got->nshapes > 1)
+		qsort(got->shapes, got->nshapes, sizeof(LogStoreExtent), extent_by_handle);
+	if (want->nshapes > 1)
+		qsort(want->shapes, want->nshapes, sizeof(LogStoreExtent), extent_by_handle);
+	manifest_eq(file, line, got, want);
+}
+
+#define MANIFEST_SET_EQ(a, b) manifest_set_eq_at(__FILE__, __LINE__, a, b)
+
+/* bytes = a + b (both freed), its length in *len */
+static char *
+concat(char *a, size_t alen, char *b, size_t blen, size_t *len)
+{
+	char	   *c = malloc(alen + blen);
+
+	if (c == NULL)
+		abort();
+	memcpy(c, a, alen);
+	memcpy(c + alen, b, blen);
+	free(a);
+	free(b);
+	*len = alen + blen;
+	return c;
+}
+
+static LogStoreExtent *
+find_extent(LogStoreManifest *m, const char *handle)
+{
+	for (uint32_t i = 0; i < m->nshapes; i++)
+		if (strcmp(m->shapes[i].handle, handle) == 0)
+			return &m->shapes[i];
+	return NULL;
+}
+
+static void
+drop_extent(LogStoreManifest *m, const char *handle)
+{
+	LogStoreExtent *e = find_extent(m, handle);
+
+	if (e == NULL)
+		abort();
+	free(e->chunks);
+	*e = m->shapes[--m->nshapes];
+}
+
+/* e gains `more` chunks after its own (make_chunks(..., seed)); *tail points at them */
+static void
+grow_extent(LogStoreExtent *e, uint32_t more, uint64_t seed, SlogChunk **tail)
+{
+	SlogChunk  *extra = make_chunks(more, seed);
+
+	e->chunks = realloc(e->chunks, sizeof(SlogChunk) * (e->nchunks + more));
+	if (e->chunks == NULL)
+		abort();
+	memcpy(e->chunks + e->nchunks, extra, sizeof(SlogChunk) * more);
+	free(extra);
+	*tail = e->chunks + e->nchunks;
+	e->nchunks += more;
+}
+
+/*
+ * The sample manifest, then two deltas: the first removes a shape, gives
+ * another two chunks more, and lists a new one; the second gives a shape
+ * its next generation (chunks from 0), lists the removed one again, and
+ * removes another.  *after1 and *after2 are what each leaves.
+ */
+static char *
+sample_with_deltas(LogStoreManifest *after1, LogStoreManifest *after2, size_t *base_len,
+				   size_t *delta1_len, size_t *len)
+{
+	LogStoreManifest m;
+	char	   *bytes;
+	char	   *d;
+	size_t		dlen;
+	LogStoreDelta delta;
+	LogStoreExtent changed[2];
+	uint32_t	first[2];
+	const char *removed[1];
+	SlogChunk  *tail;
+	LogStoreExtent *e;
+
+	sample_manifest(&m, 5);
+	bytes = log_manifest_encode(&m, base_len);
+	if (bytes == NULL)
+		abort();
+	*len = *base_len;
+
+	/* delta 1 */
+	memset(&delta, 0, sizeof(delta));
+	delta.header = m.header;
+	delta.header.durable_lsn += 100;
+	removed[0] = "12345-1700000000000000";
+	delta.removed = removed;
+	delta.nremoved = 1;
+	drop_extent(&m, removed[0]);
+	e = find_extent(&m, "67890-1700000000000001");
+	grow_extent(e, 2, 90000, &tail);
+	e->length += 5000;
+	e->last.tx += 3;
+	changed[0] = *e;
+	changed[0].chunks = tail;
+	first[0] = e->nchunks - 2;
+	m.shapes = realloc(m.shapes, sizeof(LogStoreExtent) * (m.nshapes + 1));
+	e = &m.shapes[m.nshapes++];
+	memset(e, 0, sizeof(*e));
+	strcpy(e->handle, "new-1");
+	e->generation = 1;
+	e->length = 777;
+	e->last.tx = 42;
+	e->last.op = 1;
+	e->nchunks = 2;
+	e->chunks = make_chunks(2, 5);
+	changed[1] = *e;
+	first[1] = 0;
+	delta.changed = changed;
+	delta.first_chunk = first;
+	delta.nchanged = 2;
+	d = log_manifest_delta_encode(&delta, &dlen);
+	if (d == NULL)
+		abort();
+	bytes = concat(bytes, *len, d, dlen, len);
+	*delta1_len = dlen;
+	m.header = delta.header;
+	/* a deep copy of the state after delta 1 */
+	{
+		size_t		l;
+		char	   *copy = log_manifest_encode(&m, &l);
+		char		error[LOG_STORE_ERROR_LEN];
+
+		if (copy == NULL || !log_manifest_decode(copy, l, after1, error, sizeof(error)))
+			abort();
+		free(copy);
+	}
+
+	/* delta 2 */
+	memset(&delta, 0, sizeof(delta));
+	delta.header = m.header;
+	delta.header.durable_lsn += 100;
+	delta.header.fsync_policy = LOG_FSYNC_COMMIT;
+	removed[0] = "big-handle";
+	delta.removed = removed;
+	delta.nremoved = 1;
+	drop_extent(&m, removed[0]);
+	memset(changed, 0, sizeof(changed));
+	e = find_extent(&m, "67890-1700000000000001");
+	e->generation++;
+	free(e->chunks);
+	e->nchunks = 1;
+	e->chunks = make_chunks(1, 31);
+	e->length = 1000;
+	changed[0] = *e;
+	first[0] = 0;
+	m.shapes = realloc(m.shapes, sizeof(LogStoreExtent) * (m.nshapes + 1));
+	e = &m.shapes[m.nshapes++];
+	memset(e, 0, sizeof(*e));
+	strcpy(e->handle, "12345-1700000000000000");
+	e->generation = 3;
+	e->length = 10;
+	e->last.tx = 9;
+	e->nchunks = 1;
+	e->chunks = make_chunks(1, 8);
+	changed[1] = *e;
+	first[1] = 0;
+	delta.changed = changed;
+	delta.first_chunk = first;
+	delta.nchanged = 2;
+	d = log_manifest_delta_encode(&delta, &dlen);
+	if (d == NULL)
+		abort();
+	bytes = concat(bytes, *len, d, dlen, len);
+	m.header = delta.header;
+	*after2 = m;
+	return bytes;
+}
+
+TEST(deltas_apply_in_order)
+{
+	LogStoreManifest after1;
+	LogStoreManifest after2;
+	LogStoreManifest out;
+	size_t		base_len;
+	size_t		delta1_len;
+	size_t		len;
+	char		error[LOG_STORE_ERROR_LEN];
+	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
+
+	if (DECODE_MANIFEST(bytes, len, &out, error))
+	{
+		CHECK_EQ(out.deltas, 2);
+		CHECK_EQ(out.torn_bytes, 0);
+		MANIFEST_SET_EQ(&out, &after2);
+		log_manifest_free(&out);
+	}
+	else
+		FAIL("a manifest with two deltas was refused: %s", error);
+	/* the whole part alone, and with the first delta */
+	if (DECODE_MANIFEST(bytes, base_len + delta1_len, &out, error))
+	{
+		CHECK_EQ(out.deltas, 1);
+		MANIFEST_SET_EQ(&out, &after1);
+		log_manifest_free(&out);
+	}
+	else
+		FAIL("a manifest with one delta was refused: %s", error);
+	free(bytes);
+	log_manifest_free(&after1);
+	sample_manifest_free(&after2);
+}
+
+/*
+ * The last delta cut anywhere, or its length written but not its bytes
+ * (zeros, as a crash can leave a file extended), ends the deltas: what is
+ * read is the state before it.
+ */
+TEST(a_delta_cut_short_ends_the_deltas)
+{
+	LogStoreManifest after1;
+	LogStoreManifest after2;
+	LogStoreManifest out;
+	size_t		base_len;
+	size_t		delta1_len;
+	size_t		len;
+	char		error[LOG_STORE_ERROR_LEN];
+	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
+	size_t		at = base_len + delta1_len;
+
+	for (size_t cut = at + 1; cut < len; cut++)
+	{
+		if (!DECODE_MANIFEST(bytes, cut, &out, error))
+		{
+			FAIL("cut at %zu of %zu: refused: %s", cut, len, error);
+			break;
+		}
+		CHECK_EQ(out.deltas, 1);
+		CHECK_EQ(out.torn_bytes, cut - at);
+		MANIFEST_SET_EQ(&out, &after1);
+		log_manifest_free(&out);
+	}
+	memset(bytes + at, 0, len - at);
+	if (DECODE_MANIFEST(bytes, len, &out, error))
+	{
+		CHECK_EQ(out.deltas, 1);
+		CHECK_EQ(out.torn_bytes, len - at);
+		log_manifest_free(&out);
+	}
+	else
+		FAIL("a zeroed last delta: refused: %s", error);
+	/* the whole part cut is not a torn delta: refused */
+	MANIFEST_REFUSED(bytes, base_len - 1, "bytes long");
+	free(bytes);
+	log_manifest_free(&after1);
+	sample_manifest_free(&after2);
+}
+
+/*
+ * A flipped bit in a delta ends the deltas there, as a cut would: what is
+ * read is a consistent earlier state (a restore then checks that the slot
+ * was not confirmed past its durable_lsn, log_restore.c).
+ */
+TEST(a_flipped_bit_in_a_delta_ends_the_deltas_there)
+{
+	LogStoreManifest after1;
+	LogStoreManifest after2;
+	LogStoreManifest out;
+	LogStoreManifest base;
+	size_t		base_len;
+	size_t		delta1_len;
+	size_t		len;
+	char		error[LOG_STORE_ERROR_LEN];
+	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
+
+	REQUIRE(DECODE_MANIFEST(bytes, base_len, &base, error));
+	for (size_t at = base_len; at < base_len + delta1_len; at++)
+	{
+		bytes[at] ^= 0x10;
+		if (!DECODE_MANIFEST(bytes, len, &out, error))
+		{
+			FAIL("a flip at %zu: refused: %s", at, error);
+			bytes[at] ^= 0x10;
+			break;
+		}
+		CHECK_EQ(out.deltas, 0);
+		CHECK_EQ(out.torn_bytes, len - base_len);
+		MANIFEST_SET_EQ(&out, &base);
+		log_manifest_free(&out);
+		bytes[at] ^= 0x10;
+	}
+	free(bytes);
+	log_manifest_free(&base);
+	log_manifest_free(&after1);
+	sample_manifest_free(&after2);
+}
+
+/* A whole delta frame (sealed) with the given payload, after the sample manifest. */
+static void
+delta_refused_at(const char *file, int line, Buf *payload, const char *phrase)
+{
+	LogStoreManifest m;
+	size_t		len;
+	size_t		flen;
+	char	   *bytes;
+	char	   *f;
+
+	sample_manifest(&m, 5);
+	bytes = log_manifest_encode(&m, &len);
+	f = frame("SSYNCDLT", LOG_STORE_FORMAT_VERSION, payload->d, payload->len, &flen);
+	bytes = concat(bytes, len, f, flen, &len);
+	manifest_refused_at(file, line, bytes, len, phrase);
+	free(bytes);
+	sample_manifest_free(&m);
+	buf_free(payload);
+}
+
+/* a delta payload: the sample header, the removed handles, then the caller's changes */
+static void
+delta_payload(Buf *b, const char *removed)
+{
+	LogStoreHeader h;
+
+	sample_header(&h);
+	memset(b, 0, sizeof(*b));
+	put_u64(b, h.system_id);
+	put_u32(b, h.timeline);
+	put_u32(b, h.database_oid);
+	put_str(b, h.slot);
+	put_u32(b, h.fsync_policy);
+	put_str(b, h.boot_id);
+	put_u64(b, h.durable_lsn);
+	put_u32(b, removed ? 1 : 0);
+	if (removed)
+		put_str(b, removed);
+}
+
+/* one change: its first chunk, handle, generation, nchunks; chunks from first on */
+static void
+delta_change(Buf *b, uint32_t first, const char *handle, uint32_t generation, uint32_t nchunks)
+{
+	put_u32(b, 1);
+	put_u32(b, first);
+	put_str(b, handle);
+	put_u32(b, generation);
+	put_u64(b, 100);
+	put_u64(b, 1);
+	put_u64(b, 2);
+	put_u32(b, nchunks);
+	for (uint32_t c = first; c < nchunks; c++)
+		for (int k = 0; k < 4; k++)
+			put_u64(b, c * 10 + k);
+}
+
+/*
+ * A whole delta whose changes do not fit what it follows is corruption,
+ * not a crash: the manifest is refused.
+ */
+TEST(a_delta_that_does_not_apply_is_refused)
+{
+	Buf			b;
+
+	/* it removes a shape that is not listed */
+	delta_payload(&b, "not-listed");
+	put_u32(&b, 0);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* it extends chunks past those listed (shape 1 has 5) */
+	delta_payload(&b, NULL);
+	delta_change(&b, 6, "67890-1700000000000001", 7, 8);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* it extends the chunks of another generation */
+	delta_payload(&b, NULL);
+	delta_change(&b, 5, "67890-1700000000000001", 8, 6);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* it extends the chunks of a shape that is not listed */
+	delta_payload(&b, NULL);
+	delta_change(&b, 1, "new-one", 1, 2);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* ... or that it removed */
+	delta_payload(&b, "67890-1700000000000001");
+	delta_change(&b, 5, "67890-1700000000000001", 7, 6);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* fewer chunks than its first */
+	delta_payload(&b, NULL);
+	delta_change(&b, 5, "67890-1700000000000001", 7, 4);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* a byte more than its changes */
+	delta_payload(&b, NULL);
+	put_u32(&b, 0);
+	put(&b, "x", 1);
+	delta_refused_at(__FILE__, __LINE__, &b, "does not apply");
+	/* the encoder refuses a first chunk past the count */
+	{
+		LogStoreDelta delta;
+		LogStoreExtent e;
+		uint32_t	first = 3;
+		size_t		len;
+
+		memset(&delta, 0, sizeof(delta));
+		memset(&e, 0, sizeof(e));
+		sample_header(&delta.header);
+		strcpy(e.handle, "h");
+		e.nchunks = 2;
+		delta.changed = &e;
+		delta.first_chunk = &first;
+		delta.nchanged = 1;
+		CHECK(log_manifest_delta_encode(&delta, &len) == NULL);
+	}
+}
+
+/*
+ * Shapes a delta lists anew are found by the next ones, also past the
+ * size at which the decoder's index of handles grows.
+ */
+TEST(shapes_new_in_deltas_are_found_again)
+{
+	LogStoreManifest m;
+	LogStoreManifest out;
+	LogStoreDelta delta;
+	LogStoreExtent changed[100];
+	uint32_t	first[100];
+	SlogChunk	chunks[100][2];
+	char	   *bytes;
+	char	   *d;
+	size_t		len;
+	size_t		dlen;
+	char		error[LOG_STORE_ERROR_LEN];
+
+	memset(&m, 0, sizeof(m));
+	sample_header(&m.header);
+	bytes = log_manifest_encode(&m, &len);
+	REQUIRE(bytes != NULL);
+	memset(changed, 0, sizeof(changed));
+	memset(chunks, 0, sizeof(chunks));
+	for (uint32_t i = 0; i < 100; i++)
+	{
+		snprintf(changed[i].handle, sizeof(changed[i].handle), "shape-%u", i);
+		changed[i].generation = 1;
+		changed[i].nchunks = 1;
+		chunks[i][0].end_pos = i;
+		chunks[i][1].end_pos = 1000 + i;
+		changed[i].chunks = &chunks[i][0];
+		first[i] = 0;
+	}
+	memset(&delta, 0, sizeof(delta));
+	delta.header = m.header;
+	delta.changed = changed;
+	delta.first_chunk = first;
+	delta.nchanged = 100;
+	d = log_manifest_delta_encode(&delta, &dlen);
+	REQUIRE(d != NULL);
+	bytes = concat(bytes, len, d, dlen, &len);
+	/* each gains a chunk: found by its handle */
+	for (uint32_t i = 0; i < 100; i++)
+	{
+		changed[i].nchunks = 2;
+		changed[i].chunks = &chunks[i][1];
+		first[i] = 1;
+	}
+	d = log_manifest_delta_encode(&delta, &dlen);
+	REQUIRE(d != NULL);
+	bytes = concat(bytes, len, d, dlen, &len);
+	if (DECODE_MANIFEST(bytes, len, &out, error))
+	{
+		CHECK_EQ(out.nshapes, 100);
+		CHECK_EQ(out.deltas, 2);
+		for (uint32_t i = 0; i < out.nshapes; i++)
+		{
+			unsigned	k;
+
+			CHECK_EQ(out.shapes[i].nchunks, 2);
+			CHECK(sscanf(out.shapes[i].handle, "shape-%u", &k) == 1);
+			if (out.shapes[i].nchunks == 2)
+			{
+				CHECK_EQ(out.shapes[i].chunks[0].end_pos, k);
+				CHECK_EQ(out.shapes[i].chunks[1].end_pos, 1000 + k);
+			}
+		}
+		log_manifest_free(&out);
+	}
+	else
+		FAIL("100 shapes listed by a delta, then extended: refused: %s", error);
+	free(bytes);
 }
 
 UNIT_MAIN()

@@ -23,9 +23,12 @@
  * file holds all of its log.
  *
  * Rounds.  Every LOG_FILES_ROUND_MS (shape_sync.log_fsync = batch), a
- * round makes the files written since the last one durable and replaces
- * the manifest (written aside, fsynced, renamed, the directory fsynced),
- * with durable_lsn the decoder's position when the round was built.  What
+ * round makes the files written since the last one durable and brings
+ * the manifest up to date, with durable_lsn the decoder's position when
+ * the round was built: a delta of the extents that changed appended to it
+ * and fsynced, or now and then the whole manifest written aside, fsynced,
+ * renamed, the directory fsynced (manifest_listing.c), so that a round
+ * writes what changed, not every shape's extent.  What
  * each file gained (up to LOG_FILES_JOURNAL_PIECE_MAX) is copied into the
  * journal, fsynced once for them all (log_journal.c): a change of a table
  * that many shapes follow costs one fsync, not one per shape.  A file that
@@ -89,6 +92,7 @@
 #include "log_flusher.h"
 #include "log_journal.h"
 #include "log_record.h"
+#include "manifest_listing.h"
 #include "reader_files.h"
 #include "shape_stream.h"
 #include "shared_state.h"
@@ -146,6 +150,7 @@ static LfRoundShape *lf_round;	/* the round in flight */
 static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
 static List *lf_obsolete_in_round;	/* paths it makes obsolete */
+static ManifestListing *lf_listing; /* what the manifest on disk lists */
 
 /*
  * The journal (log_journal.c): the data files with records in it since it
@@ -384,6 +389,11 @@ log_files_start(uint32 nslots)
 	lf_unsynced = MemoryContextAlloc(lf_context, sizeof(uint32) * nslots);
 	lf_buffer = MemoryContextAlloc(lf_context, LOG_FILES_BUFFER);
 	lf_round = MemoryContextAlloc(lf_context, sizeof(LfRoundShape) * nslots);
+	lf_listing = manifest_listing_create(nslots);
+	if (lf_listing == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	if (log_flusher_start(&lf_flusher) != 0)
 		ereport(LOG,
 				(errmsg("shape_sync could not start its thread for fsync: %m"),
@@ -776,7 +786,7 @@ lf_build_round(XLogRecPtr decoded)
 {
 	ShapeTable *table = lf_table();
 	LogFlushRound *round = calloc(1, sizeof(LogFlushRound));
-	LogStoreManifest manifest;
+	LogStoreHeader header;
 	uint32		n = 0;
 	uint32		kept = 0;
 	char		path[MAXPGPATH];
@@ -916,35 +926,41 @@ lf_build_round(XLogRecPtr decoded)
 		return NULL;
 	}
 
-	memset(&manifest, 0, sizeof(manifest));
-	lf_header_now(&manifest.header, decoded);
-	for (uint32 slot = 0; slot < lf_nslots; slot++)
-		if (lf_shapes[slot].in_use && (lf_shapes[slot].listed || lf_shapes[slot].in_round))
-			n++;
-	manifest.shapes = palloc0(sizeof(LogStoreExtent) * Max(n, 1));
-	n = 0;
+	/* what the manifest is to list now; manifest_listing.c writes what changed */
+	lf_header_now(&header, decoded);
+	manifest_listing_begin(lf_listing);
 	for (uint32 slot = 0; slot < lf_nslots; slot++)
 	{
 		FileShape  *fs = &lf_shapes[slot];
 		const ShapeLog *log;
 		SlogPublished pub;
-		LogStoreExtent *e;
+		LogStoreExtent now;
+		uint32		first_chunk;
 
 		if (!(fs->listed || fs->in_round) || !lf_complete(slot))
+		{
+			(void) manifest_listing_offer(lf_listing, slot, NULL);
 			continue;
+		}
 		log = shape_table_log(table, slot);
 		slog_read_published(log, &pub);
-		e = &manifest.shapes[n++];
-		strlcpy(e->handle, fs->handle, sizeof(e->handle));
-		e->generation = fs->generation;
-		e->length = fs->written;
-		e->last = pub.last;
-		e->nchunks = pub.chunk_count;
-		e->chunks = palloc(sizeof(SlogChunk) * Max(pub.chunk_count, 1));
-		for (uint32 c = 0; c < pub.chunk_count; c++)
-			slog_chunk_read(table->arena, log, c, &e->chunks[c]);
+		memset(&now, 0, sizeof(now));
+		strlcpy(now.handle, fs->handle, sizeof(now.handle));
+		now.generation = fs->generation;
+		now.length = fs->written;
+		now.last = pub.last;
+		now.nchunks = pub.chunk_count;
+		n++;
+		first_chunk = manifest_listing_offer(lf_listing, slot, &now);
+		for (uint32 c = first_chunk; first_chunk != UINT32_MAX && c < pub.chunk_count; c++)
+		{
+			SlogChunk	chunk;
+
+			slog_chunk_read(table->arena, log, c, &chunk);
+			if (!manifest_listing_chunk(lf_listing, &chunk))
+				break;
+		}
 	}
-	manifest.nshapes = n;
 	lf_round_lists = n;
 	if (n > 0 && !lf_lists_shapes)
 	{
@@ -957,16 +973,24 @@ lf_build_round(XLogRecPtr decoded)
 	}
 	if (n > 0 || lf_lists_shapes)
 	{
-		round->manifest = log_manifest_encode(&manifest, &round->manifest_len);
-		if (round->manifest == NULL)
+		ManifestWrite write;
+
+		if (manifest_listing_encode(lf_listing, &header, &write))
 		{
+			round->manifest = write.bytes;
+			round->manifest_len = write.len;
+			round->manifest_append = write.append;
+			round->manifest_at = write.at;
+		}
+		else
+		{
+			manifest_listing_cancel(lf_listing);
 			log_flush_round_free(round);
 			round = NULL;
 		}
 	}
-	for (uint32 i = 0; i < manifest.nshapes; i++)
-		pfree(manifest.shapes[i].chunks);
-	pfree(manifest.shapes);
+	else
+		manifest_listing_cancel(lf_listing);
 	if (round == NULL)
 		lf_requeue_round();
 	return round;
@@ -1017,7 +1041,10 @@ lf_apply_round(LogFlushRound *round)
 		}
 		lf_nround = 0;
 		if (round->manifest != NULL)
+		{
+			manifest_listing_written(lf_listing);
 			lf_lists_shapes = lf_round_lists > 0;
+		}
 		lf_durable = Max(lf_durable, round->durable_lsn);
 		/* a compacted generation: never read from disk (only logs in memory are compacted) */
 		foreach(lc, lf_obsolete_in_round)
@@ -1027,6 +1054,9 @@ lf_apply_round(LogFlushRound *round)
 		log_flush_round_free(round);
 		return;
 	}
+	/* the manifest may have been cut short: the next is written whole */
+	if (round->manifest != NULL)
+		manifest_listing_lost(lf_listing);
 	errno = round->error;
 	if (round->failed_piece >= 0 && (errno == EMFILE || errno == ENFILE || errno == ENOMEM))
 	{
