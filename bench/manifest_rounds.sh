@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 #
 # bench/manifest_rounds.sh: what durability costs the worker when many durable shapes sit idle
-# beside one that changes. Every round of the log files (about one a second) rewrites the whole
-# manifest, an entry per shape (docs/storage.md, "How much disk"): this measures how much that
-# grows with the idle shapes. One shape on a table `hot` gets a one-row UPDATE every 50 ms for
+# beside one that changes. Every round of the log files (about one a second) brings the manifest
+# up to date: a delta of the extents that changed appended to it, and now and then the whole
+# manifest, an entry per shape (docs/storage.md, "How much disk"): this measures how much a round
+# still grows with the idle shapes. One shape on a table `hot` gets a one-row UPDATE every 50 ms for
 # WRITE_SECONDS seconds, beside 10 idle one-row shapes (`id = k` of a table never written: the
 # baseline) and then beside SHAPES of them, in the same run (made 8 requests at a time, deleted
 # after). Measured over the writing: the CPU of the worker's main thread (the decoding path;
@@ -98,7 +99,8 @@ lines = [
     f"`bash bench/manifest_rounds.sh`: one shape gets a one-row `UPDATE` every 50 ms for {seconds:.0f} s, "
     f"beside 10 idle one-row shapes (the baseline, same run) and beside {shapes:,} of them; durable logs at "
     "the default policy (`log_fsync = batch`: a round about every second). Per second of writing, "
-    f"medians of {runs} runs. Every round rewrites the whole manifest, an entry per shape: this is what that costs.",
+    f"medians of {runs} runs. A round appends a delta of the extents that changed to the manifest, which is "
+    "written whole at the first round, after a failed one, and once the deltas outgrow it (64 kB more).",
     "",
     f"| per second | 10 idle shapes | {shapes:,} idle shapes | ratio |",
     "|---|---:|---:|---:|",
@@ -107,7 +109,11 @@ lines = [
     f"| bytes the worker wrote (kB) | {cell(2, per_s / 1024, ',.0f')} |",
     f"| fsyncs | {cell(3, per_s, '.1f')} |",
     "",
-    f"The manifest: {med('base', 4):,.0f} bytes with 11 shapes, {med('many', 4):,.0f} with {shapes + 1:,}.",
+    f"The manifest file (whole part and deltas) at the end: {med('base', 4):,.0f} bytes with 11 shapes, "
+    f"{med('many', 4):,.0f} with {shapes + 1:,}.",
+    "",
+    "Before the deltas (commit 6320cf4, every round rewrote the whole manifest, 945 kB beside 10,000 shapes), "
+    "the same bench measured 4.6x the main thread's CPU, 108x the bytes written and 3 fsyncs a round.",
 ]
 write_section(results, "manifest_rounds", lines)
 PY

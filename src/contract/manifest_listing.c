@@ -26,10 +26,13 @@
  *	  or name shapes that were not restored),
  *	- after a round that failed or may have written part of its bytes
  *	  (manifest_listing_lost), so that no delta follows a torn one,
- *	- once the deltas add up to more than the whole part and
- *	  MANIFEST_LISTING_DELTA_SLACK: a round then costs, amortized, a
- *	  constant times what it changed, and the file stays within twice its
- *	  whole size and the slack.
+ *	- once the deltas add up to more than what the entries listed now
+ *	  take and MANIFEST_LISTING_DELTA_SLACK, or the whole part to more
+ *	  than twice that and the slack (most of its shapes have gone): a
+ *	  rewrite costs at most about what the deltas since the last one
+ *	  wrote (or a few times what the removals wrote), so a round costs,
+ *	  amortized, a constant times what it changed, and the file stays
+ *	  within a few times what a whole manifest would take now.
  *
  * Plain C, used by the worker's main thread only (no synchronization), and
  * tested in test/unit/ without a server.
@@ -76,6 +79,7 @@ struct ManifestListing
 	bool		known;			/* on_disk and the lengths describe the file */
 	uint64_t	file_len;
 	uint64_t	whole_len;		/* of its first frame, the whole manifest */
+	uint64_t	listed_len;		/* what on_disk's entries take in a whole manifest */
 
 	/* the round being built, or in flight */
 	bool		whole;
@@ -134,11 +138,21 @@ round_reset(ManifestListing *listing)
 bool
 manifest_listing_begin(ManifestListing *listing)
 {
+	uint64_t	deltas = listing->file_len - listing->whole_len;
+
 	round_reset(listing);
+	/* deltas that outgrew what a whole manifest would take, or a whole part mostly stale */
 	listing->whole = !listing->known ||
-		listing->file_len - listing->whole_len >
-		listing->whole_len + MANIFEST_LISTING_DELTA_SLACK;
+		deltas > listing->listed_len + MANIFEST_LISTING_DELTA_SLACK ||
+		listing->whole_len > 2 * listing->listed_len + MANIFEST_LISTING_DELTA_SLACK;
 	return listing->whole;
+}
+
+/* What an entry takes in a whole manifest (log_manifest.c's layout). */
+static uint64_t
+entry_len(const ListedShape *s)
+{
+	return 4 + strlen(s->handle) + 4 + 8 + 16 + 4 + (uint64_t) 32 * s->nchunks;
 }
 
 static bool
@@ -319,13 +333,26 @@ manifest_listing_written(ManifestListing *listing)
 	{
 		memset(listing->on_disk, 0, sizeof(ListedShape) * listing->nslots);
 		listing->file_len = listing->whole_len = listing->encoded_len;
+		listing->listed_len = 0;
 	}
 	else
 		listing->file_len += listing->encoded_len;
 	for (uint32_t i = 0; i < listing->nremoved; i++)
-		listing->on_disk[listing->removed[i]].listed = false;
+	{
+		ListedShape *was = &listing->on_disk[listing->removed[i]];
+
+		listing->listed_len -= entry_len(was);
+		was->listed = false;
+	}
 	for (uint32_t i = 0; i < listing->nchanged; i++)
-		listing->on_disk[listing->changed[i].slot] = listing->changed[i].next;
+	{
+		ListedShape *was = &listing->on_disk[listing->changed[i].slot];
+
+		if (was->listed)
+			listing->listed_len -= entry_len(was);
+		*was = listing->changed[i].next;
+		listing->listed_len += entry_len(was);
+	}
 	listing->known = true;
 	round_reset(listing);
 }

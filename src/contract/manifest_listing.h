@@ -20,7 +20,7 @@
 
 #include "log_manifest.h"
 
-/* Deltas may add up to the whole manifest's size and this much more before it is rewritten. */
+/* Deltas may add up to a whole manifest's size and this much more before it is rewritten. */
 #define MANIFEST_LISTING_DELTA_SLACK	((uint64_t) 64 * 1024)
 
 typedef struct ManifestListing ManifestListing;
