@@ -37,7 +37,8 @@
  * applies the deltas in order; the first one that is not a whole frame
  * ends them (the append a crash cut short: the writer, manifest_listing.c,
  * rewrites the manifest whole after a start or any failed round, so
- * nothing that a confirmed round wrote follows such a frame), and what it
+ * nothing that a confirmed round wrote follows such a frame; a whole
+ * delta after it means damage, and the manifest is refused), and what it
  * returns is the state after the last whole one, as after a crash just
  * then.  A whole delta that removes a shape it does not list, or extends
  * chunks of another generation, is corruption: the manifest is refused.
@@ -691,6 +692,16 @@ log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 
 		if (frame == 0)
 		{
+			/* torn, not damaged: no whole delta may follow */
+			for (size_t at = pos + 1; at + 8 <= len; at++)
+				if (bytes[at] == DELTA_MAGIC[0] &&
+					frame_at(bytes + at, len - at, DELTA_MAGIC) != 0)
+				{
+					snprintf(error, error_len,
+							 "a whole change at byte %zu follows bytes at byte %zu that are not one",
+							 at, pos);
+					goto fail;
+				}
 			out->torn_bytes = len - pos;
 			break;
 		}

@@ -20,8 +20,11 @@
  * leaves the manifest at the next round.
  *
  * What is remembered changes only when the round's bytes are in place
- * (manifest_listing_written).  The manifest is written whole instead of
- * appended to:
+ * (manifest_listing_written), once for each round encoded: a round begun
+ * while another's outcome never came, or an outcome with no round, makes
+ * the file unknown, and the next manifest whole.
+ *
+ * The manifest is written whole instead of appended to:
  *	- at the first round (a start: the file may end in a delta cut short,
  *	  or name shapes that were not restored),
  *	- after a round that failed or may have written part of its bytes
@@ -82,6 +85,7 @@ struct ManifestListing
 	uint64_t	listed_len;		/* what on_disk's entries take in a whole manifest */
 
 	/* the round being built, or in flight */
+	bool		in_flight;		/* encoded: its outcome is still to come */
 	bool		whole;
 	bool		out_of_memory;
 	ChangedShape *changed;
@@ -128,6 +132,7 @@ manifest_listing_destroy(ManifestListing *listing)
 static void
 round_reset(ManifestListing *listing)
 {
+	listing->in_flight = false;
 	listing->nchanged = 0;
 	listing->nremoved = 0;
 	listing->nchunks = 0;
@@ -140,6 +145,9 @@ manifest_listing_begin(ManifestListing *listing)
 {
 	uint64_t	deltas = listing->file_len - listing->whole_len;
 
+	/* a round whose outcome never came: the file is not known any more */
+	if (listing->in_flight)
+		listing->known = false;
 	round_reset(listing);
 	/* deltas that outgrew what a whole manifest would take, or a whole part mostly stale */
 	listing->whole = !listing->known ||
@@ -323,12 +331,19 @@ manifest_listing_encode(ManifestListing *listing, const LogStoreHeader *header,
 	free(extents);
 	free(first_chunks);
 	listing->encoded_len = write->bytes != NULL ? write->len : 0;
+	listing->in_flight = write->bytes != NULL;
 	return write->bytes != NULL;
 }
 
 void
 manifest_listing_written(ManifestListing *listing)
 {
+	if (!listing->in_flight)
+	{
+		/* no round's bytes to be in place: what the file holds is not known */
+		manifest_listing_lost(listing);
+		return;
+	}
 	if (listing->whole)
 	{
 		memset(listing->on_disk, 0, sizeof(ListedShape) * listing->nslots);

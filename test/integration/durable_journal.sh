@@ -7,13 +7,16 @@
 # files lose what the page cache would lose in a crash of the operating system (two data files
 # cut back, one to nothing) while PostgreSQL is stopped at once: the start replays the journal
 # into them, and every client goes on at its (handle, offset), with no 409, and holds the
-# table's rows.
+# table's rows. A file with records in the journal is held open by the worker until the journal
+# is emptied (a writeback error stays with its inode only while it is in memory): a shape
+# deleted meanwhile lets go of its file, and deleting every shape empties the journal and lets
+# go of them all.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 shape_client_init
 
-start_cluster_retrying 4770
+SHAPE_SYNC_EXTRA_CONF="shape_sync.allow_shape_deletion = on" start_cluster_retrying 4770
 cluster_psql >/dev/null <<'SQL'
 CREATE EXTENSION shape_sync;
 CREATE TABLE t (id int PRIMARY KEY, v text);
@@ -85,6 +88,36 @@ for ((k = 0; k < shapes; k++)); do
 done
 expect_eq "every client goes on at its (handle, offset), no 409, and holds the table's rows" 0 "$bad"
 expect_eq "no snapshot was taken again" 0 "$(metric shape_sync_snapshots_started_total)"
+
+# the worker's read-only descriptors of data files (its own writes go through read-write
+# descriptors; held ones are read-only), and those of removed files
+held() {
+	local pid fd n=0
+	pid=$(worker_pid)
+	for fd in $(_cluster_as_pg ls "/proc/$pid/fd" 2>/dev/null); do
+		[[ $(_cluster_as_pg readlink "/proc/$pid/fd/$fd" 2>/dev/null) == */pg_shape_sync/*.log ]] || continue
+		[[ $(_cluster_as_pg awk '$1 == "flags:" { print $2 }' "/proc/$pid/fdinfo/$fd" 2>/dev/null) == *0 ]] &&
+			n=$((n + 1))	# O_RDONLY: the access mode's last octal digit is 0
+	done
+	echo "$n"
+}
+held_removed() { _cluster_as_pg ls -l "/proc/$(worker_pid)/fd" 2>/dev/null | grep -c 'pg_shape_sync/.*(deleted)' || true; }
+cluster_psql -q -c "UPDATE t SET v = v || '.held' WHERE id <= 2 * $shapes"
+check "what it wrote becomes durable" wait_for 60 all_durable
+all_held() { [[ $(held) == "$shapes" ]]; }
+check "the worker holds each of the $shapes files with records in the journal open" wait_for 60 all_held
+expect_eq "DELETE /v1/shape of shape 0 answers 202" 202 \
+	"$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=${handle[0]}")"
+file_gone() { ! _cluster_as_pg test -e "$store_dir/${handle[0]}.1.log"; }
+check "shape 0's file is removed" wait_for 60 file_gone
+expect_eq "and the worker holds no removed file open" 0 "$(held_removed)"
+expect_eq "it holds the others' still" $((shapes - 1)) "$(held)"
+check "the journal is not emptied yet" test "$(_cluster_as_pg stat -c %s "$store_dir/journal")" -gt 0
+for ((k = 1; k < shapes; k++)); do
+	curl -s -o /dev/null -X DELETE "$SHAPE_SYNC_URL/v1/shape?handle=${handle[$k]}"
+done
+emptied() { [[ $(_cluster_as_pg stat -c %s "$store_dir/journal") == 0 && $(held) == 0 && $(held_removed) == 0 ]]; }
+check "once every shape is deleted, the journal is emptied and no file is held" wait_for 60 emptied
 
 check "no ERROR, PANIC or WARNING from shape_sync" \
 	bash -c '! grep -E "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$1"' _ "$SHAPE_SYNC_LOG"

@@ -6,13 +6,14 @@
  * Each input is decoded as it is, by both decoders, and again after its
  * frame is resealed (payload length and checksum written to match its
  * bytes, the magic and version left as they are), so that mutations reach
- * the payload parser instead of stopping at the checksum; and once more
- * as the payload of a fresh frame of each kind.
+ * the payload parser instead of stopping at the checksum; again with each
+ * of its frames resealed in place (a manifest's deltas); and once more as
+ * the payload of a fresh frame of each kind.
  *
  * Oracles: a refusal comes with a sentence and leaves nothing to free; an
  * acceptance re-encodes to exactly the bytes decoded (the encoding is
- * canonical), which decode again to the same values, and any shorter
- * prefix of them is refused.
+ * canonical) when it had no deltas, and in any case to bytes that decode
+ * again to the same values, of which any shorter prefix is refused.
  *
  * The seeds in corpus/fuzz_log_manifest/ are frames that the encoder
  * writes; built with -DFUZZ_LOG_MANIFEST_SEEDS this file is a program
@@ -221,6 +222,26 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		reseal((unsigned char *) raw, size);
 		check_both(raw, size);
 	}
+
+	/*
+	 * Each frame made whole again in place, by its own payload length (the
+	 * last one up to the end): a manifest's deltas reach the parser that
+	 * applies them.
+	 */
+	memcpy(raw, data, size);
+	for (size_t pos = 0; pos + HEAD + TAIL <= size;)
+	{
+		const unsigned char *b = (const unsigned char *) raw + pos;
+		size_t		frame = HEAD + TAIL + ((size_t) b[12] | (size_t) b[13] << 8 |
+										   (size_t) b[14] << 16 | (size_t) b[15] << 24);
+
+		if (frame > size - pos || size - pos - frame < HEAD + TAIL)
+			frame = size - pos;
+		reseal((unsigned char *) raw + pos, frame);
+		pos += frame;
+	}
+	if (size >= HEAD + TAIL)
+		check_both(raw, size);
 	free(raw);
 
 	/* the bytes as a payload */

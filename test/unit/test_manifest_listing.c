@@ -552,6 +552,64 @@ TEST(a_manifest_whose_shapes_left_is_written_whole_again)
 	model_free(&m);
 }
 
+/*
+ * A round's outcome comes once: a round begun while the one before was
+ * still in flight, or an outcome without a round (the worker applied a
+ * round twice), makes the next manifest whole, never a delta at a
+ * position the file does not end at.
+ */
+TEST(an_outcome_out_of_turn_makes_the_next_manifest_whole)
+{
+	Model		m;
+	ManifestListing *l;
+	LogStoreHeader h;
+	ManifestWrite w;
+
+	model_init(&m, 8, 5);
+	l = manifest_listing_create(m.nslots);
+	REQUIRE(l != NULL);
+	for (uint32_t slot = 0; slot < m.nslots; slot++)
+		new_shape(&m, &m.slots[slot]);
+	/* round 1, whole, written */
+	CHECK(offer_all(l, &m));
+	header_at(&h, 1);
+	REQUIRE(manifest_listing_encode(l, &h, &w));
+	file_write(&m, &w, w.len);
+	free(w.bytes);
+	manifest_listing_written(l);
+	model_written(&m, 1);
+	/* round 2 encoded, its outcome not yet applied, and round 3 begun: whole */
+	m.slots[0].length++;
+	CHECK(!offer_all(l, &m));
+	header_at(&h, 2);
+	REQUIRE(manifest_listing_encode(l, &h, &w));
+	CHECK(w.append);
+	free(w.bytes);
+	CHECK(offer_all(l, &m));
+	header_at(&h, 3);
+	REQUIRE(manifest_listing_encode(l, &h, &w));
+	CHECK(!w.append);
+	file_write(&m, &w, w.len);
+	free(w.bytes);
+	manifest_listing_written(l);
+	model_written(&m, 3);
+	FILE_SAYS_WRITTEN(&m);
+	/* the same outcome again: the file is not known, the next is whole */
+	manifest_listing_written(l);
+	CHECK(offer_all(l, &m));
+	header_at(&h, 4);
+	REQUIRE(manifest_listing_encode(l, &h, &w));
+	CHECK(!w.append);
+	CHECK(w.at == 0);
+	file_write(&m, &w, w.len);
+	free(w.bytes);
+	manifest_listing_written(l);
+	model_written(&m, 4);
+	FILE_SAYS_WRITTEN(&m);
+	manifest_listing_destroy(l);
+	model_free(&m);
+}
+
 /* A chunk handed to a round that offered nothing, or too few chunks, fails: never a wrong file. */
 TEST(misused_rounds_write_nothing)
 {

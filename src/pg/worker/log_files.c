@@ -36,8 +36,10 @@
  * log_files_journal_limit, part of the disk budget), is fsynced itself.
  * Every file with records in the journal is fsynced, once, when the
  * journal is emptied (when full, after LOG_FILES_JOURNAL_RESET_MS, or
- * after a journal write failed and may have cut a record short); a start replays
- * it first (log_restore.c).  The main
+ * after a journal write failed and may have cut a record short), and held
+ * open until then, so that a writeback error meanwhile is not lost with
+ * its inode (lf_journaled_add); a start replays the journal first
+ * (log_restore.c).  The main
  * thread builds it (which files, the manifest's bytes) and the flusher
  * thread does it (log_flusher.c), so that no fsync delays decoding; one
  * round is in flight at a time, and its outcome is applied at the next
@@ -153,8 +155,18 @@ static List *lf_obsolete_in_round;	/* paths it makes obsolete */
 static ManifestListing *lf_listing; /* what the manifest on disk lists */
 
 /*
+ * A data file with records in the journal since it was last emptied, and a
+ * descriptor of it held until then (see lf_journaled_add).
+ */
+typedef struct LfJournaled
+{
+	char	   *name;
+	int			pin;
+} LfJournaled;
+
+/*
  * The journal (log_journal.c): the data files with records in it since it
- * was last emptied (their names, in lf_context), how long it is, whether
+ * was last emptied (LfJournaled, in lf_context), how long it is, whether
  * it may end in a record cut short, when it was last emptied.
  */
 static List *lf_journaled;
@@ -180,6 +192,7 @@ lf_table(void)
 }
 
 static void lf_fail(uint32 slot, const char *what, const char *path);
+static void lf_journaled_forget(const char *name);
 
 /* Whether the next round is to empty the journal, its files fsynced first. */
 static bool
@@ -187,7 +200,7 @@ lf_journal_reset_wanted(void)
 {
 	if (lf_journal_reset_due)
 		return true;
-	if (lf_journaled == NIL)
+	if (lf_journal_bytes == 0)
 		return false;
 	if (lf_journal_bytes >= log_files_journal_limit() ||
 		TimestampDifferenceExceeds(lf_journal_reset_at, GetCurrentTimestamp(),
@@ -214,7 +227,6 @@ lf_journaled_fsync_failed(const char *path)
 {
 	const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	char		own[MAXPGPATH];
-	ListCell   *lc;
 	bool		owned = false;
 
 	for (uint32 slot = 0; slot < lf_nslots && !owned; slot++)
@@ -235,23 +247,84 @@ lf_journaled_fsync_failed(const char *path)
 				(errcode_for_file_access(),
 				 errmsg("shape_sync could not fsync file \"%s\": %m", path),
 				 errdetail("No shape needs the file any longer.")));
+	lf_journaled_forget(name);
+	lf_journal_reset_due = true;
+}
+
+/*
+ * A data file's first record in the journal since it was emptied: it is
+ * held open until then.  Its data reaches the disk only when the journal
+ * is emptied, up to LOG_FILES_JOURNAL_RESET_MS later; a writeback error
+ * meanwhile is kept by its inode and reported by the fsync then (to any
+ * descriptor, on Linux since 4.14), but only while the inode stays in
+ * memory: an open descriptor keeps it there.  Counted against the
+ * process's descriptors (AcquireExternalFD); false when none is left,
+ * and the file is then fsynced itself, not journaled.
+ */
+static bool
+lf_journaled_add(const char *path)
+{
+	LfJournaled *j;
+	MemoryContext old;
+	int			fd;
+
+	if (!AcquireExternalFD())
+		return false;
+	fd = open(path, O_RDONLY | PG_BINARY);
+	if (fd < 0)
+	{
+		ReleaseExternalFD();
+		return false;
+	}
+	old = MemoryContextSwitchTo(lf_context);
+	j = palloc(sizeof(LfJournaled));
+	j->name = pstrdup(strrchr(path, '/') + 1);
+	j->pin = fd;
+	lf_journaled = lappend(lf_journaled, j);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+static void
+lf_journaled_free(LfJournaled *j)
+{
+	close(j->pin);
+	ReleaseExternalFD();
+	pfree(j->name);
+	pfree(j);
+}
+
+/*
+ * The data file `name` is removed (or no longer to be fsynced): its
+ * descriptor goes, so that its space is given back now.
+ */
+static void
+lf_journaled_forget(const char *name)
+{
+	ListCell   *lc;
+
 	foreach(lc, lf_journaled)
 	{
-		if (strcmp((char *) lfirst(lc), name) == 0)
+		LfJournaled *j = lfirst(lc);
+
+		if (strcmp(j->name, name) == 0)
 		{
-			pfree(lfirst(lc));
+			lf_journaled_free(j);
 			lf_journaled = foreach_delete_current(lf_journaled, lc);
 			break;
 		}
 	}
-	lf_journal_reset_due = true;
 }
 
 /* A round emptied the journal: no file has records in it now. */
 static void
 lf_journal_emptied(void)
 {
-	list_free_deep(lf_journaled);
+	ListCell   *lc;
+
+	foreach(lc, lf_journaled)
+		lf_journaled_free(lfirst(lc));
+	list_free(lf_journaled);
 	lf_journaled = NIL;
 	lf_journal_bytes = 0;
 	lf_journal_reset_due = false;
@@ -474,6 +547,7 @@ static void
 lf_unlink_data(const char *path)
 {
 	(void) unlink(path);
+	lf_journaled_forget(strrchr(path, '/') + 1);
 	reader_files_forget();
 }
 
@@ -734,6 +808,7 @@ lf_remove_held_files(void)
 			atomic_load(&table->slots[held->slot].generation) == held->generation)
 			continue;
 		(void) unlink(held->path);
+		lf_journaled_forget(strrchr(held->path, '/') + 1);
 		removed = true;
 		lf_held_files = foreach_delete_current(lf_held_files, lc);
 		pfree(held);
@@ -839,7 +914,8 @@ lf_build_round(XLogRecPtr decoded)
 		round->paths = more;
 		foreach(lc, lf_journaled)
 		{
-			snprintf(path, sizeof(path), "%s/%s", LOG_FILES_DIR, (char *) lfirst(lc));
+			snprintf(path, sizeof(path), "%s/%s", LOG_FILES_DIR,
+					 ((LfJournaled *) lfirst(lc))->name);
 			if ((round->paths[round->npaths++] = strdup(path)) == NULL)
 				out_of_memory = true;
 		}
@@ -880,7 +956,8 @@ lf_build_round(XLogRecPtr decoded)
 		}
 		if (fs->synced < fs->written && round->pieces != NULL &&
 			fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX &&
-			journal_need <= journal_room)
+			journal_need <= journal_room &&
+			(fs->journaled_generation == fs->generation || lf_journaled_add(path)))
 		{
 			/* a little more of it: into the journal, with the others' */
 			LogJournalPiece *piece = &round->pieces[round->npieces];
@@ -892,14 +969,7 @@ lf_build_round(XLogRecPtr decoded)
 			if (piece->name == NULL)
 				out_of_memory = true;
 			r->piece = (int32) round->npieces++;
-			if (piece->name != NULL && fs->journaled_generation != fs->generation)
-			{
-				MemoryContext old = MemoryContextSwitchTo(lf_context);
-
-				lf_journaled = lappend(lf_journaled, pstrdup(piece->name));
-				MemoryContextSwitchTo(old);
-				fs->journaled_generation = fs->generation;
-			}
+			fs->journaled_generation = fs->generation;
 		}
 		else if (fs->synced < fs->written)
 		{
@@ -1048,7 +1118,10 @@ lf_apply_round(LogFlushRound *round)
 		lf_durable = Max(lf_durable, round->durable_lsn);
 		/* a compacted generation: never read from disk (only logs in memory are compacted) */
 		foreach(lc, lf_obsolete_in_round)
+		{
 			(void) unlink((char *) lfirst(lc));
+			lf_journaled_forget(strrchr((char *) lfirst(lc), '/') + 1);
+		}
 		list_free_deep(lf_obsolete_in_round);
 		lf_obsolete_in_round = NIL;
 		log_flush_round_free(round);
@@ -1146,6 +1219,10 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 			lf_apply_round(round);
 		if (log_flusher_busy(&lf_flusher))
 			return;				/* one at a time */
+		/* one that finished since the collect above: applied before the next is built */
+		round = log_flusher_collect(&lf_flusher, false);
+		if (round != NULL)
+			lf_apply_round(round);
 	}
 	if (!due)
 		return;
@@ -1160,7 +1237,13 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 	}
 	if (shape_sync_log_fsync != LOG_FSYNC_OFF && lf_unsynced_under_off)
 	{
-		/* files written with fsync off become durable now, all of them */
+		/*
+		 * Files written with fsync off become durable now, all of them, and
+		 * the manifest is written whole (its directory entry was never
+		 * fsynced).
+		 */
+		if (lf_listing != NULL)
+			manifest_listing_lost(lf_listing);
 		for (uint32 slot = 0; slot < lf_nslots; slot++)
 		{
 			if (!lf_shapes[slot].in_use || lf_shapes[slot].failed)

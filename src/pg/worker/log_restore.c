@@ -76,6 +76,15 @@ lr_read_small_file(const char *path, size_t *len)
 		done += (size_t) n;
 	}
 	CloseTransientFile(fd);
+	if (done != (size_t) st.st_size)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not read file \"%s\": read %zu of %zu bytes",
+						path, done, (size_t) st.st_size)));
+		pfree(data);
+		return NULL;
+	}
 	*len = done;
 	return data;
 }
@@ -92,7 +101,14 @@ lr_read_manifest(void)
 	if (bytes == NULL)
 		return;
 	if (log_manifest_decode(bytes, len, &lr_previous, error, sizeof(error)))
+	{
 		lr_have_previous = true;
+		if (lr_previous.torn_bytes > 0)
+			ereport(LOG,
+					(errmsg("shape_sync ignores the last %zu bytes of file \"%s\": a change to it was cut short",
+							lr_previous.torn_bytes, MANIFEST_PATH),
+					 errdetail("The shapes are restored as the last whole change left them.")));
+	}
 	else
 	{
 		ereport(LOG,
