@@ -11,7 +11,7 @@
  * round copies what each file gained since the last round into this
  * journal, $PGDATA/pg_shape_sync/journal, and fsyncs the journal once; the
  * data files themselves are fsynced at a journal reset, when the journal
- * has grown past a bound or aged (log_files.c decides), and the journal is
+ * has grown past a bound or aged (log_rounds.c decides), and the journal is
  * emptied after them.  A start replays the journal into the data files
  * before anything reads them (pg/worker/log_restore.c).
  *

@@ -4,7 +4,7 @@
  *		What the manifest on disk lists, slot by slot, and the bytes that
  *		bring it up to date: a delta of what changed, or the whole of it.
  *
- * Each round (pg/worker/log_files.c) makes the manifest say what the shape
+ * Each round (pg/worker/log_rounds.c) makes the manifest say what the shape
  * logs hold now.  Written whole, that costs every shape's extent each
  * round, also when one shape of 10,000 changed.  So this file remembers,
  * per slot, what the manifest on disk says (handle, generation, length,

@@ -406,7 +406,7 @@ dec_confirm(XLogRecPtr lsn)
 
 /*
  * Confirms what decoding passed, as far as the durable logs allow: after a
- * round of log_files.c moved that limit while no WAL came.
+ * round of log_rounds.c moved that limit while no WAL came.
  */
 void
 decoder_confirm_durable(void)

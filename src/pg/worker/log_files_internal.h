@@ -4,8 +4,9 @@
  *		What the files of the shape logs on disk share: each slot's files,
  *		their paths, and what the restore hands over to the writing side.
  *
- * The shape logs on disk (log_files.c explains the store) are two files:
- *	 log_files.c     writing behind memory, rounds, the slot's confirmation
+ * The shape logs on disk (log_files.c explains the store) are three files:
+ *	 log_files.c     writing behind memory, failures, removal
+ *	 log_rounds.c    rounds: the journal, the manifest, the slot's confirmation
  *	 log_restore.c   at start: the manifest checked, the files read back
  * Everything declared here is used on the worker's main thread only: the
  * flusher thread gets a round's paths and manifest as copies of its own.
@@ -21,10 +22,12 @@
 #include "postgres.h"
 
 #include "access/xlogdefs.h"
+#include "nodes/pg_list.h"
 #include "storage/fd.h"
 
 #include "log_files.h"
 #include "log_manifest.h"
+#include "shape_table.h"
 
 #define LOG_FILES_BUFFER			((size_t) 256 * 1024)
 #define MANIFEST_PATH				LOG_FILES_DIR "/manifest"
@@ -53,6 +56,39 @@ typedef struct FileShape
 extern FileShape *lf_shapes;
 extern uint32 lf_nslots;
 extern char *lf_buffer;			/* LOG_FILES_BUFFER bytes on their way */
+
+/*
+ * What the writing side (log_files.c) and the rounds (log_rounds.c) share:
+ * the memory context of both, the slots written since the last round, the
+ * paths a round is to remove after it, and what the manifest on disk says.
+ */
+extern MemoryContext lf_context;
+extern uint32 *lf_unsynced;
+extern uint32 lf_nunsynced;
+extern List *lf_obsolete;
+extern bool lf_manifest_stale;	/* it lists a shape that is gone */
+extern bool lf_unsynced_under_off;	/* files written with log_fsync = off
+									 * since they were last all fsynced */
+extern bool lf_lists_shapes;	/* the manifest on disk lists a shape */
+extern XLogRecPtr lf_durable;	/* ... and its durable_lsn */
+
+extern ShapeTable *lf_table(void);
+extern bool lf_may_warn(void);	/* a warning about the store, once a minute */
+extern void lf_note_unsynced(uint32 slot);
+
+/*
+ * The slot's shape is kept in memory only from now on: `what` of file
+ * `path` failed (errno says why); its files go and it leaves the manifest.
+ */
+extern void lf_fail(uint32 slot, const char *what, const char *path);
+
+/* log_rounds.c: started with the files, a step after each of theirs, the last round at stop */
+extern void lf_rounds_start(uint32 nslots);
+extern void lf_rounds_step(XLogRecPtr decoded, bool wrote);
+extern void lf_rounds_stop(XLogRecPtr decoded);
+
+/* The data file `name` (no directory) is removed: the journal lets go of it. */
+extern void lf_journaled_forget(const char *name);
 
 static inline void
 lf_data_path(const char *handle, uint32 generation, char *path)
