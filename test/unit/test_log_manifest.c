@@ -2053,38 +2053,57 @@ sample_with_deltas(LogStoreManifest *after1, LogStoreManifest *after2, size_t *b
 	return bytes;
 }
 
-TEST(deltas_apply_in_order)
+/* The sample with its two deltas, and what each leaves (sample_with_deltas). */
+typedef struct DeltaSample
 {
 	LogStoreManifest after1;
 	LogStoreManifest after2;
-	LogStoreManifest out;
 	size_t		base_len;
 	size_t		delta1_len;
 	size_t		len;
-	char		error[LOG_STORE_ERROR_LEN];
-	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
+	char	   *bytes;
+} DeltaSample;
 
-	if (DECODE_MANIFEST(bytes, len, &out, error))
+static void
+delta_sample(DeltaSample *d)
+{
+	d->bytes = sample_with_deltas(&d->after1, &d->after2, &d->base_len, &d->delta1_len, &d->len);
+}
+
+static void
+delta_sample_free(DeltaSample *d)
+{
+	free(d->bytes);
+	log_manifest_free(&d->after1);
+	sample_manifest_free(&d->after2);
+}
+
+TEST(deltas_apply_in_order)
+{
+	DeltaSample d;
+	LogStoreManifest out;
+	char		error[LOG_STORE_ERROR_LEN];
+
+	delta_sample(&d);
+	if (DECODE_MANIFEST(d.bytes, d.len, &out, error))
 	{
 		CHECK_EQ(out.deltas, 2);
 		CHECK_EQ(out.torn_bytes, 0);
-		MANIFEST_SET_EQ(&out, &after2);
+		MANIFEST_SET_EQ(&out, &d.after2);
 		log_manifest_free(&out);
 	}
 	else
 		FAIL("a manifest with two deltas was refused: %s", error);
 	/* the whole part alone, and with the first delta */
-	if (DECODE_MANIFEST(bytes, base_len + delta1_len, &out, error))
+	if (DECODE_MANIFEST(d.bytes, d.base_len + d.delta1_len, &out, error))
 	{
 		CHECK_EQ(out.deltas, 1);
-		MANIFEST_SET_EQ(&out, &after1);
+		MANIFEST_SET_EQ(&out, &d.after1);
 		log_manifest_free(&out);
 	}
 	else
 		FAIL("a manifest with one delta was refused: %s", error);
-	free(bytes);
-	log_manifest_free(&after1);
-	sample_manifest_free(&after2);
+	delta_sample_free(&d);
 }
 
 /*
@@ -2094,42 +2113,38 @@ TEST(deltas_apply_in_order)
  */
 TEST(a_delta_cut_short_ends_the_deltas)
 {
-	LogStoreManifest after1;
-	LogStoreManifest after2;
+	DeltaSample d;
 	LogStoreManifest out;
-	size_t		base_len;
-	size_t		delta1_len;
-	size_t		len;
 	char		error[LOG_STORE_ERROR_LEN];
-	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
-	size_t		at = base_len + delta1_len;
+	size_t		at;
 
-	for (size_t cut = at + 1; cut < len; cut++)
+	delta_sample(&d);
+	at = d.base_len + d.delta1_len;
+
+	for (size_t cut = at + 1; cut < d.len; cut++)
 	{
-		if (!DECODE_MANIFEST(bytes, cut, &out, error))
+		if (!DECODE_MANIFEST(d.bytes, cut, &out, error))
 		{
-			FAIL("cut at %zu of %zu: refused: %s", cut, len, error);
+			FAIL("cut at %zu of %zu: refused: %s", cut, d.len, error);
 			break;
 		}
 		CHECK_EQ(out.deltas, 1);
 		CHECK_EQ(out.torn_bytes, cut - at);
-		MANIFEST_SET_EQ(&out, &after1);
+		MANIFEST_SET_EQ(&out, &d.after1);
 		log_manifest_free(&out);
 	}
-	memset(bytes + at, 0, len - at);
-	if (DECODE_MANIFEST(bytes, len, &out, error))
+	memset(d.bytes + at, 0, d.len - at);
+	if (DECODE_MANIFEST(d.bytes, d.len, &out, error))
 	{
 		CHECK_EQ(out.deltas, 1);
-		CHECK_EQ(out.torn_bytes, len - at);
+		CHECK_EQ(out.torn_bytes, d.len - at);
 		log_manifest_free(&out);
 	}
 	else
 		FAIL("a zeroed last delta: refused: %s", error);
 	/* the whole part cut is not a torn delta: refused */
-	MANIFEST_REFUSED(bytes, base_len - 1, "bytes long");
-	free(bytes);
-	log_manifest_free(&after1);
-	sample_manifest_free(&after2);
+	MANIFEST_REFUSED(d.bytes, d.base_len - 1, "bytes long");
+	delta_sample_free(&d);
 }
 
 /*
@@ -2142,34 +2157,28 @@ TEST(a_delta_cut_short_ends_the_deltas)
  */
 TEST(a_damaged_delta_is_refused_unless_it_is_the_last)
 {
-	LogStoreManifest after1;
-	LogStoreManifest after2;
+	DeltaSample d;
 	LogStoreManifest out;
-	size_t		base_len;
-	size_t		delta1_len;
-	size_t		len;
 	char		error[LOG_STORE_ERROR_LEN];
-	char	   *bytes = sample_with_deltas(&after1, &after2, &base_len, &delta1_len, &len);
 
-	for (size_t at = base_len; at < len && UNIT_FAILURES() == 0; at++)
+	delta_sample(&d);
+	for (size_t at = d.base_len; at < d.len && UNIT_FAILURES() == 0; at++)
 	{
-		bytes[at] ^= 0x10;
-		if (at < base_len + delta1_len)
-			MANIFEST_REFUSED(bytes, len, "follows bytes");
-		else if (!DECODE_MANIFEST(bytes, len, &out, error))
+		d.bytes[at] ^= 0x10;
+		if (at < d.base_len + d.delta1_len)
+			MANIFEST_REFUSED(d.bytes, d.len, "follows bytes");
+		else if (!DECODE_MANIFEST(d.bytes, d.len, &out, error))
 			FAIL("a flip at %zu of the last delta: refused: %s", at, error);
 		else
 		{
 			CHECK_EQ(out.deltas, 1);
-			CHECK_EQ(out.torn_bytes, len - base_len - delta1_len);
-			MANIFEST_SET_EQ(&out, &after1);
+			CHECK_EQ(out.torn_bytes, d.len - d.base_len - d.delta1_len);
+			MANIFEST_SET_EQ(&out, &d.after1);
 			log_manifest_free(&out);
 		}
-		bytes[at] ^= 0x10;
+		d.bytes[at] ^= 0x10;
 	}
-	free(bytes);
-	log_manifest_free(&after1);
-	sample_manifest_free(&after2);
+	delta_sample_free(&d);
 }
 
 /* A whole delta frame (sealed) with the given payload, after the sample manifest. */

@@ -395,6 +395,46 @@ TEST(random_rounds_keep_the_file_equal_to_the_last_written)
 }
 
 /*
+ * A round whose bytes are all written to the file: its length, and in
+ * *append whether it was a delta.
+ */
+static size_t
+written_round(ManifestListing *l, Model *m, uint64_t lsn, bool *append)
+{
+	LogStoreHeader h;
+	ManifestWrite w;
+	bool		whole = offer_all(l, m);
+
+	header_at(&h, lsn);
+	if (!manifest_listing_encode(l, &h, &w))
+	{
+		FAIL("round %llu: not encoded", (unsigned long long) lsn);
+		manifest_listing_cancel(l);
+		return 0;
+	}
+	CHECK(w.append == !whole);
+	file_write(m, &w, w.len);
+	free(w.bytes);
+	manifest_listing_written(l);
+	model_written(m, lsn);
+	*append = w.append;
+	return w.len;
+}
+
+/* `n` slots, each a shape of `chunks` chunks */
+static void
+model_full(Model *m, uint32_t n, uint32_t chunks, uint64_t seed)
+{
+	model_init(m, n, seed);
+	for (uint32_t slot = 0; slot < n; slot++)
+	{
+		new_shape(m, &m->slots[slot]);
+		while (m->slots[slot].nchunks < chunks)
+			add_chunk(m, &m->slots[slot]);
+	}
+}
+
+/*
  * Beside 1,000 listed shapes of 10 chunks, a round in which one of them
  * gained one chunk writes about what that shape changed, not the others.
  */
@@ -402,40 +442,21 @@ TEST(a_round_writes_what_changed)
 {
 	Model		m;
 	ManifestListing *l;
-	LogStoreHeader h;
-	ManifestWrite w;
 	size_t		whole_len;
+	size_t		len;
+	bool		append;
 
-	model_init(&m, 1000, 7);
+	model_full(&m, 1000, 10, 7);
 	l = manifest_listing_create(m.nslots);
 	REQUIRE(l != NULL);
-	for (uint32_t slot = 0; slot < m.nslots; slot++)
-	{
-		new_shape(&m, &m.slots[slot]);
-		while (m.slots[slot].nchunks < 10)
-			add_chunk(&m, &m.slots[slot]);
-	}
-	CHECK(offer_all(l, &m));	/* the first round: whole */
-	header_at(&h, 1);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	CHECK(!w.append);
-	whole_len = w.len;
+	whole_len = written_round(l, &m, 1, &append);
+	CHECK(!append);				/* the first round: whole */
 	CHECK(whole_len > 1000 * 10 * 32);
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 1);
 
 	/* nothing changed but the position: the header alone */
-	CHECK(!offer_all(l, &m));
-	header_at(&h, 2);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	CHECK(w.append);
-	CHECK(w.len < 200);
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 2);
+	len = written_round(l, &m, 2, &append);
+	CHECK(append);
+	CHECK(len < 200);
 	FILE_SAYS_WRITTEN(&m);
 
 	/* one shape gained a chunk, another left, a third is another shape now */
@@ -443,15 +464,9 @@ TEST(a_round_writes_what_changed)
 	m.slots[500].length += 10;
 	m.slots[7].listed = false;
 	new_shape(&m, &m.slots[9]);
-	CHECK(!offer_all(l, &m));
-	header_at(&h, 3);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	CHECK(w.append);
-	CHECK(w.len < 400);
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 3);
+	len = written_round(l, &m, 3, &append);
+	CHECK(append);
+	CHECK(len < 400);
 	FILE_SAYS_WRITTEN(&m);
 	CHECK(m.file_len < whole_len + 600);
 	manifest_listing_destroy(l);
@@ -466,37 +481,28 @@ TEST(deltas_that_add_up_are_folded_into_a_whole_manifest)
 {
 	Model		m;
 	ManifestListing *l;
-	LogStoreHeader h;
-	ManifestWrite w;
 	size_t		whole_len = 0;
 	uint32_t	wholes = 0;
 
-	model_init(&m, 100, 3);
+	model_full(&m, 100, 0, 3);
 	l = manifest_listing_create(m.nslots);
 	REQUIRE(l != NULL);
-	for (uint32_t slot = 0; slot < m.nslots; slot++)
-		new_shape(&m, &m.slots[slot]);
 	for (uint32_t round = 1; round <= 5000 && wholes < 3; round++)
 	{
-		ModelSlot  *s = &m.slots[round % m.nslots];
-		bool		whole;
+		size_t		before = m.file_len;
+		size_t		len;
+		bool		append;
 
-		s->length++;
-		whole = offer_all(l, &m);
-		header_at(&h, round);
-		REQUIRE(manifest_listing_encode(l, &h, &w));
-		if (whole)
+		m.slots[round % m.nslots].length++;
+		len = written_round(l, &m, round, &append);
+		if (!append)
 		{
 			/* the deltas took more than the whole manifest (less its header) and the slack */
 			if (round > 1)
-				CHECK(m.file_len - whole_len > whole_len - 100 + MANIFEST_LISTING_DELTA_SLACK);
+				CHECK(before - whole_len > whole_len - 100 + MANIFEST_LISTING_DELTA_SLACK);
 			wholes++;
-			whole_len = w.len;
+			whole_len = len;
 		}
-		file_write(&m, &w, w.len);
-		free(w.bytes);
-		manifest_listing_written(l);
-		model_written(&m, round);
 		CHECK(m.file_len <= 2 * whole_len + MANIFEST_LISTING_DELTA_SLACK + 400);
 	}
 	CHECK_EQ(wholes, 3);
@@ -513,40 +519,26 @@ TEST(a_manifest_whose_shapes_left_is_written_whole_again)
 {
 	Model		m;
 	ManifestListing *l;
-	LogStoreHeader h;
-	ManifestWrite w;
 	size_t		whole_len;
+	size_t		len;
+	bool		append;
 
-	model_init(&m, 1000, 11);
+	model_full(&m, 1000, 10, 11);
 	l = manifest_listing_create(m.nslots);
 	REQUIRE(l != NULL);
-	for (uint32_t slot = 0; slot < m.nslots; slot++)
-	{
-		new_shape(&m, &m.slots[slot]);
-		while (m.slots[slot].nchunks < 10)
-			add_chunk(&m, &m.slots[slot]);
-	}
-	for (uint64_t round = 1; round <= 3; round++)
-	{
-		bool		whole = offer_all(l, &m);
-
-		CHECK(whole == (round != 2));
-		header_at(&h, round);
-		REQUIRE(manifest_listing_encode(l, &h, &w));
-		if (round == 1)
-			whole_len = w.len;
-		else if (round == 3)
-			CHECK(w.len < whole_len / 50);	/* ten shapes' worth */
-		file_write(&m, &w, w.len);
-		free(w.bytes);
-		manifest_listing_written(l);
-		model_written(&m, round);
-		FILE_SAYS_WRITTEN(&m);
-		/* round 2 removes 990 of them, by a delta */
-		if (round == 1)
-			for (uint32_t slot = 10; slot < m.nslots; slot++)
-				m.slots[slot].listed = false;
-	}
+	whole_len = written_round(l, &m, 1, &append);
+	CHECK(!append);
+	/* round 2 removes 990 of them, by a delta */
+	for (uint32_t slot = 10; slot < m.nslots; slot++)
+		m.slots[slot].listed = false;
+	(void) written_round(l, &m, 2, &append);
+	CHECK(append);
+	FILE_SAYS_WRITTEN(&m);
+	/* round 3: whole, ten shapes' worth */
+	len = written_round(l, &m, 3, &append);
+	CHECK(!append);
+	CHECK(len < whole_len / 50);
+	FILE_SAYS_WRITTEN(&m);
 	CHECK(m.file_len < whole_len / 50);
 	manifest_listing_destroy(l);
 	model_free(&m);
@@ -564,20 +556,13 @@ TEST(an_outcome_out_of_turn_makes_the_next_manifest_whole)
 	ManifestListing *l;
 	LogStoreHeader h;
 	ManifestWrite w;
+	bool		append;
 
-	model_init(&m, 8, 5);
+	model_full(&m, 8, 0, 5);
 	l = manifest_listing_create(m.nslots);
 	REQUIRE(l != NULL);
-	for (uint32_t slot = 0; slot < m.nslots; slot++)
-		new_shape(&m, &m.slots[slot]);
-	/* round 1, whole, written */
-	CHECK(offer_all(l, &m));
-	header_at(&h, 1);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 1);
+	(void) written_round(l, &m, 1, &append);
+	CHECK(!append);
 	/* round 2 encoded, its outcome not yet applied, and round 3 begun: whole */
 	m.slots[0].length++;
 	CHECK(!offer_all(l, &m));
@@ -585,26 +570,13 @@ TEST(an_outcome_out_of_turn_makes_the_next_manifest_whole)
 	REQUIRE(manifest_listing_encode(l, &h, &w));
 	CHECK(w.append);
 	free(w.bytes);
-	CHECK(offer_all(l, &m));
-	header_at(&h, 3);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	CHECK(!w.append);
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 3);
+	(void) written_round(l, &m, 3, &append);
+	CHECK(!append);
 	FILE_SAYS_WRITTEN(&m);
 	/* the same outcome again: the file is not known, the next is whole */
 	manifest_listing_written(l);
-	CHECK(offer_all(l, &m));
-	header_at(&h, 4);
-	REQUIRE(manifest_listing_encode(l, &h, &w));
-	CHECK(!w.append);
-	CHECK(w.at == 0);
-	file_write(&m, &w, w.len);
-	free(w.bytes);
-	manifest_listing_written(l);
-	model_written(&m, 4);
+	(void) written_round(l, &m, 4, &append);
+	CHECK(!append);
 	FILE_SAYS_WRITTEN(&m);
 	manifest_listing_destroy(l);
 	model_free(&m);
