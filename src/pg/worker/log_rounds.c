@@ -130,7 +130,7 @@ lf_journal_reset_wanted(void)
 {
 	if (lf_journal_reset_due)
 		return true;
-	if (lf_journal_bytes == 0)
+	if (lf_journal_bytes == 0 && lf_journaled == NIL)
 		return false;
 	if (lf_journal_bytes >= log_files_journal_limit() ||
 		TimestampDifferenceExceeds(lf_journal_reset_at, GetCurrentTimestamp(),
@@ -183,43 +183,43 @@ lf_journaled_fsync_failed(const char *path)
 
 /*
  * A data file's first record in the journal since it was emptied: it is
- * held open until then.  Its data reaches the disk only when the journal
- * is emptied, up to LOG_FILES_JOURNAL_RESET_MS later; a writeback error
- * meanwhile is kept by its inode and reported by the fsync then (to any
- * descriptor, on Linux since 4.14), but only while the inode stays in
- * memory: an open descriptor keeps it there.  Counted against the
- * process's descriptors (AcquireExternalFD); false when none is left,
- * and the file is then fsynced itself, not journaled.
+ * fsynced then, and held open until then.  Its data reaches the disk only
+ * when the journal is emptied, up to LOG_FILES_JOURNAL_RESET_MS later; a
+ * writeback error meanwhile is kept by its inode and reported by the fsync
+ * then (to any descriptor, on Linux since 4.14), but only while the inode
+ * stays in memory: an open descriptor keeps it there.  The descriptors
+ * count against the process's (AcquireExternalFD: about a third of
+ * max_files_per_process); a file journaled when none is left is not held
+ * (pin -1), and an error on it is reported only if its inode stayed in
+ * memory, as for PostgreSQL's own files between checkpoints.  Fsyncing
+ * those files each round instead would bring back one fsync per shape.
  */
-static bool
+static void
 lf_journaled_add(const char *path)
 {
-	LfJournaled *j;
-	MemoryContext old;
-	int			fd;
+	MemoryContext old = MemoryContextSwitchTo(lf_context);
+	LfJournaled *j = palloc(sizeof(LfJournaled));
 
-	if (!AcquireExternalFD())
-		return false;
-	fd = open(path, O_RDONLY | PG_BINARY);
-	if (fd < 0)
-	{
-		ReleaseExternalFD();
-		return false;
-	}
-	old = MemoryContextSwitchTo(lf_context);
-	j = palloc(sizeof(LfJournaled));
 	j->name = pstrdup(strrchr(path, '/') + 1);
-	j->pin = fd;
+	j->pin = -1;
 	lf_journaled = lappend(lf_journaled, j);
 	MemoryContextSwitchTo(old);
-	return true;
+	if (AcquireExternalFD())
+	{
+		j->pin = open(path, O_RDONLY | O_CLOEXEC | PG_BINARY);
+		if (j->pin < 0)
+			ReleaseExternalFD();
+	}
 }
 
 static void
 lf_journaled_free(LfJournaled *j)
 {
-	close(j->pin);
-	ReleaseExternalFD();
+	if (j->pin >= 0)
+	{
+		close(j->pin);
+		ReleaseExternalFD();
+	}
 	pfree(j->name);
 	pfree(j);
 }
@@ -402,8 +402,7 @@ lf_build_round(XLogRecPtr decoded)
 		}
 		if (fs->synced < fs->written && round->pieces != NULL &&
 			fs->written - fs->synced <= LOG_FILES_JOURNAL_PIECE_MAX &&
-			journal_need <= journal_room &&
-			(fs->journaled_generation == fs->generation || lf_journaled_add(path)))
+			journal_need <= journal_room)
 		{
 			/* a little more of it: into the journal, with the others' */
 			LogJournalPiece *piece = &round->pieces[round->npieces];
@@ -415,6 +414,8 @@ lf_build_round(XLogRecPtr decoded)
 			if (piece->name == NULL)
 				out_of_memory = true;
 			r->piece = (int32) round->npieces++;
+			if (fs->journaled_generation != fs->generation)
+				lf_journaled_add(path);
 			fs->journaled_generation = fs->generation;
 		}
 		else if (fs->synced < fs->written)
