@@ -267,7 +267,7 @@ changed_extents(ManifestListing *listing, uint32_t **first_chunks)
 		e->length = c->next.length;
 		e->last = c->next.last;
 		e->nchunks = c->next.nchunks;
-		e->chunks = listing->chunks + c->chunk_at;
+		e->chunks = listing->chunks != NULL ? listing->chunks + c->chunk_at : NULL;
 		firsts[i] = c->first_chunk;
 	}
 	*first_chunks = firsts;
