@@ -74,14 +74,7 @@ counts = [int(n) for n in E["BY_COUNTS"].split()]
 MARK = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)::text"
 
 def fds():
-    """The worker's sockets (it also holds log files, which come and go)."""
-    n = 0
-    for fd in os.listdir(f"/proc/{worker}/fd"):
-        try:
-            n += os.readlink(f"/proc/{worker}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return n
+    return loadgen_driver.sockets(worker)
 
 def start_loadgen(clients, path, extra, name):
     return loadgen_driver.start(loadgen, port, clients, path, extra, f"{out}/{name}.out",

@@ -3,7 +3,8 @@
 start() runs one loadgen and returns once all its clients are parked
 (it printed "ready"); report() reads the JSON report it prints at the end.
 track() lists a process in $BENCH_PIDS, so that bench/lib.sh's bench_cleanup
-ends it by its id if the benchmark stops before it does.
+ends it by its id if the benchmark stops before it does. sockets() counts a
+process's open sockets.
 Shared by bench/storm.sh and bench/bystanders.sh.
 """
 import json
@@ -42,3 +43,14 @@ def report(f):
     """The last JSON line loadgen printed."""
     f.seek(0)
     return json.loads([line for line in f.read().splitlines() if line.startswith("{")][-1])
+
+
+def sockets(pid):
+    """The process's open sockets (the worker also holds log files, which come and go)."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n

@@ -65,15 +65,7 @@ def psql(sql):
     return subprocess.run([E["STORM_PSQL"], "-X", "-At", "-c", sql], capture_output=True,
                           text=True, check=True).stdout.strip()
 
-def fds(pid):
-    """The process's sockets (the worker also holds log files, which come and go)."""
-    n = 0
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return n
+fds = loadgen_driver.sockets
 
 def all_fds(pid):
     """Every descriptor: one directory read, fast enough to poll every millisecond."""
