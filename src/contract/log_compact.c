@@ -68,14 +68,23 @@
  * when the arena cannot hold it (shape_stream_log.c).
  *
  * Work is linear in the records of the log; memory is a small fixed
- * record per message (malloc'd, freed before returning) plus, while an
- * update group is being merged, that group's columns.
+ * record per message and one per key (malloc'd, freed before returning)
+ * plus, while an update group is being merged, that group's columns.  A
+ * log that left memory for its file (durable logs, docs/storage.md) is
+ * read from there, 64 kB at a time (shape_log_read.c), three passes; its
+ * copy is built in the arena, and the caller may write each of its chunks
+ * out as it closes and take it out of memory (chunk_closed).  The caller
+ * bounds both (SlogCompactOptions): past max_work_bytes of bookkeeping
+ * compaction gives up with SLOG_COMPACT_TOO_LARGE, past max_out_bytes of
+ * copy with SLOG_COMPACT_FULL; an input file that cannot be read gives
+ * SLOG_COMPACT_READ_FAILED.  Each leaves `in` as it was.
  *
  * Notes on synchronization
  * ------------------------
  * None here: the caller is the writer of both logs.  `in` is read below
- * its published bounds, which nobody writes again, and `out` is invisible
- * until the caller publishes and swaps it (shape_table_swap_log).
+ * its published bounds, which nobody writes again (nor trims: only the
+ * writer does), and `out` is invisible until the caller publishes and
+ * swaps it (shape_table_swap_log).
  *
  * IDENTIFICATION
  *	  src/contract/log_compact.c
@@ -84,6 +93,7 @@
  */
 #include "log_compact.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,12 +210,33 @@ typedef struct Compactor
 	uint32_t   *updated_keys;	/* keys with updates not yet settled */
 	uint32_t	nupdated;
 	uint64_t	updated_cap;
+	uint64_t	work_bytes;		/* what the arrays above took */
+	uint64_t	work_limit;		/* ... at most */
+	bool		too_large;		/* refused past work_limit */
+	uint64_t	out_limit;		/* the copy's data bytes at most */
+	int			read_error;		/* errno of an input file that could not be read */
 } Compactor;
 
 /* ------------------------------------------------------------- helpers */
 
+/*
+ * Counts `more` bytes of working memory against the limit; false (and
+ * too_large set) past it.
+ */
 static bool
-cmp_reserve(char **buf, size_t *cap, size_t need)
+cmp_charge(Compactor *c, uint64_t more)
+{
+	if (c->work_bytes + more > c->work_limit)
+	{
+		c->too_large = true;
+		return false;
+	}
+	c->work_bytes += more;
+	return true;
+}
+
+static bool
+cmp_reserve(Compactor *c, char **buf, size_t *cap, size_t need)
 {
 	char	   *grown;
 	size_t		n;
@@ -215,6 +246,8 @@ cmp_reserve(char **buf, size_t *cap, size_t need)
 	n = *cap ? *cap : 256;
 	while (n < need)
 		n *= 2;
+	if (!cmp_charge(c, n - *cap))
+		return false;
 	grown = realloc(*buf, n);
 	if (grown == NULL)
 		return false;
@@ -225,11 +258,14 @@ cmp_reserve(char **buf, size_t *cap, size_t need)
 
 /* Doubles an array of `size`-byte elements (to `first` when empty). */
 static bool
-cmp_grow_array(void **array, uint64_t *cap, size_t size, uint64_t first)
+cmp_grow_array(Compactor *c, void **array, uint64_t *cap, size_t size, uint64_t first)
 {
 	uint64_t	n = *cap ? *cap * 2 : first;
-	void	   *grown = realloc(*array, size * n);
+	void	   *grown;
 
+	if (!cmp_charge(c, size * (n - *cap)))
+		return false;
+	grown = realloc(*array, size * n);
 	if (grown == NULL)
 		return false;
 	*array = grown;
@@ -240,7 +276,7 @@ cmp_grow_array(void **array, uint64_t *cap, size_t size, uint64_t first)
 static bool
 cmp_out(Compactor *c, const char *s, size_t n)
 {
-	if (!cmp_reserve(&c->out_buf, &c->out_cap, c->out_len + n))
+	if (!cmp_reserve(c, &c->out_buf, &c->out_cap, c->out_len + n))
 	{
 		c->no_memory = true;
 		return false;
@@ -385,8 +421,11 @@ static bool
 cmp_grow_slots(Compactor *c)
 {
 	uint32_t	n = c->slots_mask ? (c->slots_mask + 1) * 2 : 2048;
-	uint32_t   *slots = calloc(n, sizeof(uint32_t));
+	uint32_t   *slots;
 
+	if (!cmp_charge(c, sizeof(uint32_t) * (n - (c->slots_mask ? c->slots_mask + 1 : 0))))
+		return false;
+	slots = calloc(n, sizeof(uint32_t));
 	if (slots == NULL)
 		return false;
 	for (uint32_t k = 0; k < c->nkeys; k++)
@@ -427,9 +466,9 @@ cmp_key(Compactor *c, const char *text, size_t len)
 			return s - 1;
 	}
 	if (c->nkeys == c->keys_cap &&
-		!cmp_grow_array((void **) &c->keys, &c->keys_cap, sizeof(CompactKey), 1024))
+		!cmp_grow_array(c, (void **) &c->keys, &c->keys_cap, sizeof(CompactKey), 1024))
 		return UINT32_MAX;
-	if (!cmp_reserve(&c->key_text, &c->key_text_cap, c->key_text_len + len))
+	if (!cmp_reserve(c, &c->key_text, &c->key_text_cap, c->key_text_len + len))
 		return UINT32_MAX;
 	k = &c->keys[c->nkeys];
 	memset(k, 0, sizeof(*k));
@@ -444,15 +483,36 @@ cmp_key(Compactor *c, const char *text, size_t len)
 	return c->nkeys - 1;
 }
 
-/* Reads a record's payload into c->buf. */
+/*
+ * Copies [pos, pos + n) of the input, from memory or, below its memory
+ * start, from its file (shape_log_read.c); false with read_error set when
+ * the file cannot be read.
+ */
 static bool
+cmp_copy_in(Compactor *c, uint64_t pos, void *dst, size_t n)
+{
+	if (slog_copy_out(c->arena, c->in, pos, dst, n))
+		return true;
+	c->read_error = errno ? errno : EIO;
+	return false;
+}
+
+static bool
+cmp_header(Compactor *c, uint64_t pos, SlogRecordHeader *hdr)
+{
+	return cmp_copy_in(c, pos, hdr, sizeof(*hdr));
+}
+
+/* Reads a record's payload into c->buf. */
+static SlogCompactResult
 cmp_read(Compactor *c, const CompactRecord *r)
 {
-	if (!cmp_reserve(&c->buf, &c->buf_cap, r->len + 1))
-		return false;
-	slog_copy_out(c->arena, c->in, r->pos + sizeof(SlogRecordHeader), c->buf, r->len);
+	if (!cmp_reserve(c, &c->buf, &c->buf_cap, r->len + 1))
+		return SLOG_COMPACT_NO_MEMORY;
+	if (!cmp_copy_in(c, r->pos + sizeof(SlogRecordHeader), c->buf, r->len))
+		return SLOG_COMPACT_READ_FAILED;
 	c->buf[r->len] = '\0';
-	return true;
+	return SLOG_COMPACT_OK;
 }
 
 /* The first `tag` in [p, end), or NULL. */
@@ -800,14 +860,15 @@ cmp_collect_born(Compactor *c, uint64_t closed_end)
 	{
 		SlogRecordHeader hdr;
 
-		slog_read_header(c->arena, c->in, pos, &hdr);
+		if (!cmp_header(c, pos, &hdr))
+			return SLOG_COMPACT_READ_FAILED;
 		if (hdr.kind == SLOG_RECORD_TOMBSTONE && hdr.len >= SLOG_TOMBSTONE_PREFIX)
 		{
 			if (c->nborn == cap &&
-				!cmp_grow_array((void **) &c->born, &cap, sizeof(CompactBorn), 256))
+				!cmp_grow_array(c, (void **) &c->born, &cap, sizeof(CompactBorn), 256))
 				return SLOG_COMPACT_NO_MEMORY;
-			slog_copy_out(c->arena, c->in, pos + sizeof(hdr), (char *) &c->born[c->nborn].tx,
-						  sizeof(int64_t));
+			if (!cmp_copy_in(c, pos + sizeof(hdr), &c->born[c->nborn].tx, sizeof(int64_t)))
+				return SLOG_COMPACT_READ_FAILED;
 			c->born[c->nborn].pos = pos;
 			c->nborn++;
 		}
@@ -833,6 +894,7 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 	uint32_t	group = 0;
 	uint64_t	group_first = 0;	/* its first record */
 	bool		any_verbatim = false;
+	SlogCompactResult res;
 
 	for (pos = 0; pos < closed_end; n++)
 	{
@@ -843,7 +905,8 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		size_t		json_len;
 		CompactKey *k;
 
-		slog_read_header(c->arena, c->in, pos, &hdr);
+		if (!cmp_header(c, pos, &hdr))
+			return SLOG_COMPACT_READ_FAILED;
 		while (group < c->ngroups && pos >= c->group_ends[group])
 		{
 			cmp_end_group(c, group, n > 0 ? &c->records[n - 1] : NULL, true, hdr.tx);
@@ -851,7 +914,7 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			group_first = n;
 		}
 		if (n == c->records_cap &&
-			!cmp_grow_array((void **) &c->records, &c->records_cap, sizeof(CompactRecord), 4096))
+			!cmp_grow_array(c, (void **) &c->records, &c->records_cap, sizeof(CompactRecord), 4096))
 			return SLOG_COMPACT_NO_MEMORY;
 		r = &c->records[n];
 		c->nrecords = n + 1;	/* what cmp_settle_life may walk */
@@ -869,8 +932,8 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 			r->fate = FATE_KEEP;
 			continue;
 		}
-		if (!cmp_read(c, r))
-			return SLOG_COMPACT_NO_MEMORY;
+		if ((res = cmp_read(c, r)) != SLOG_COMPACT_OK)
+			return res;
 		json = c->buf;
 		json_len = r->len;
 		if (hdr.kind == SLOG_RECORD_TOMBSTONE)
@@ -919,7 +982,7 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 				if (!k->listed)
 				{
 					if (c->nupdated == c->updated_cap &&
-						!cmp_grow_array((void **) &c->updated_keys, &c->updated_cap,
+						!cmp_grow_array(c, (void **) &c->updated_keys, &c->updated_cap,
 										sizeof(uint32_t), 1024))
 						return SLOG_COMPACT_NO_MEMORY;
 					c->updated_keys[c->nupdated++] = r->key;
@@ -959,8 +1022,8 @@ cmp_classify(Compactor *c, uint64_t closed_end)
 		SlogRecordHeader next;
 
 		slog_read_published(c->in, &pub);
-		if (closed_end < pub.data_end)
-			slog_read_header(c->arena, c->in, closed_end, &next);
+		if (closed_end < pub.data_end && !cmp_header(c, closed_end, &next))
+			return SLOG_COMPACT_READ_FAILED;
 		cmp_end_group(c, group, n > 0 ? &c->records[n - 1] : NULL,
 					  closed_end < pub.data_end, closed_end < pub.data_end ? next.tx : 0);
 		group++;
@@ -986,8 +1049,11 @@ static SlogCompactResult
 cmp_append(Compactor *c, ShapeLog *out, LogOffset offset, uint32_t kind, const char *data,
 		   size_t len)
 {
-	SlogResult	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
+	SlogResult	res;
 
+	if (out->write_pos + slog_record_span((uint32_t) len) > c->out_limit)
+		return SLOG_COMPACT_FULL;	/* more than the copy may take */
+	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
 	c->last_out = offset;
 	return res == SLOG_OK ? SLOG_COMPACT_OK : SLOG_COMPACT_FULL;
 }
@@ -1002,8 +1068,8 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 
 	if (r->fate == FATE_DROP)
 		return SLOG_COMPACT_OK;
-	if (!cmp_read(c, r))
-		return SLOG_COMPACT_NO_MEMORY;
+	if ((res = cmp_read(c, r)) != SLOG_COMPACT_OK)
+		return res;
 	if (r->fate == FATE_KEEP_TOMBSTONE ||
 		(r->fate == FATE_KEEP && r->kind == SLOG_RECORD_CONTROL))
 	{
@@ -1075,9 +1141,10 @@ cmp_emit(Compactor *c, ShapeLog *out, CompactRecord *r, SlogCompactStats *stats)
 }
 
 SlogCompactResult
-slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t chunk_bytes,
-			 SlogCompactStats *stats)
+slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out,
+			 const SlogCompactOptions *options, SlogCompactStats *stats)
 {
+	uint32_t	chunk_bytes = options->chunk_bytes;
 	Compactor	c;
 	SlogPublished pub;
 	SlogCompactResult res = SLOG_COMPACT_OK;
@@ -1089,6 +1156,8 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	memset(&c, 0, sizeof(c));
 	c.arena = arena;
 	c.in = in;
+	c.work_limit = options->max_work_bytes;
+	c.out_limit = options->max_out_bytes;
 	slog_read_published(in, &pub);
 	stats->bytes_in = pub.data_end;
 	if (pub.chunk_count > 0)
@@ -1100,6 +1169,9 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	}
 
 	/* the groups: runs of input chunks of at least chunk_bytes (the last ends the closed part) */
+	if (!cmp_charge(&c, (sizeof(uint64_t) * 2 + sizeof(LogOffset)) *
+					(pub.chunk_count ? pub.chunk_count : 1)))
+		res = SLOG_COMPACT_NO_MEMORY;
 	c.group_ends = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));
 	c.group_end_offsets = malloc(sizeof(LogOffset) * (pub.chunk_count ? pub.chunk_count : 1));
 	c.input_end_ops = malloc(sizeof(uint64_t) * (pub.chunk_count ? pub.chunk_count : 1));
@@ -1130,10 +1202,14 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	{
 		while (res == SLOG_COMPACT_OK && next < c.nrecords && c.records[next].pos < c.group_ends[g])
 			res = cmp_emit(&c, out, &c.records[next++], stats);
-		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0 &&
-			slog_close_chunk(arena, out, c.group_end_offsets[g].tx > 0 ?
-							 c.group_end_offsets[g] : c.last_out) != SLOG_OK)
-			res = SLOG_COMPACT_FULL;
+		if (res == SLOG_COMPACT_OK && out->open_chunk_bytes > 0)
+		{
+			if (slog_close_chunk(arena, out, c.group_end_offsets[g].tx > 0 ?
+								 c.group_end_offsets[g] : c.last_out) != SLOG_OK)
+				res = SLOG_COMPACT_FULL;
+			else if (options->chunk_closed != NULL && !options->chunk_closed(options->arg, out))
+				res = SLOG_COMPACT_STOPPED;
+		}
 	}
 
 	/* the open chunk, as it is */
@@ -1142,12 +1218,15 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 		SlogRecordHeader hdr;
 		CompactRecord r;
 
-		slog_read_header(arena, in, pos, &hdr);
+		if (!cmp_header(&c, pos, &hdr))
+		{
+			res = SLOG_COMPACT_READ_FAILED;
+			break;
+		}
 		r.pos = pos;
 		r.len = hdr.len;
-		if (!cmp_read(&c, &r))
-			res = SLOG_COMPACT_NO_MEMORY;
-		else
+		res = cmp_read(&c, &r);
+		if (res == SLOG_COMPACT_OK)
 			res = cmp_append(&c, out, (LogOffset) {hdr.tx, hdr.op}, hdr.kind, c.buf, hdr.len);
 		pos += slog_record_span(hdr.len);
 	}
@@ -1167,6 +1246,10 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t c
 	free(c.out_buf);
 	if (res == SLOG_COMPACT_OK && c.no_memory)
 		res = SLOG_COMPACT_NO_MEMORY;
+	if (res == SLOG_COMPACT_NO_MEMORY && c.too_large)
+		res = SLOG_COMPACT_TOO_LARGE;
+	stats->work_bytes = c.work_bytes;
+	stats->read_error = c.read_error;
 	if (res != SLOG_COMPACT_OK)
 		return res;
 	stats->bytes_out = out->write_pos;

@@ -412,6 +412,19 @@ shape_table_spare_log(ShapeTable *table, uint32_t slot)
 	return &s->logs[spare];
 }
 
+/*
+ * Whether the version that is not served is free: no reader of its last
+ * life holds it any more (and compaction is not building it).  Any thread.
+ */
+bool
+shape_table_previous_log_free(const ShapeTable *table, uint32_t slot)
+{
+	const ShapeSlot *s = &table->slots[slot];
+	uint32_t	previous = 1 - atomic_load_explicit(&s->log_current, memory_order_acquire);
+
+	return atomic_load_explicit(&s->log_free[previous], memory_order_acquire) != 0;
+}
+
 /* Gives back what compaction built, when it gave up. */
 void
 shape_table_drop_spare_log(ShapeTable *table, uint32_t slot)

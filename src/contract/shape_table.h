@@ -141,6 +141,7 @@ extern void shape_table_log_unpin(ShapeTable *table, uint32_t slot, uint32_t ver
 extern ShapeLog *shape_table_log(ShapeTable *table, uint32_t slot);
 extern ShapeLog *shape_table_spare_log(ShapeTable *table, uint32_t slot);
 extern void shape_table_swap_log(ShapeTable *table, uint32_t slot);
+extern bool shape_table_previous_log_free(const ShapeTable *table, uint32_t slot);
 extern void shape_table_drop_spare_log(ShapeTable *table, uint32_t slot);
 extern uint32_t shape_table_log_blocks(const ShapeTable *table, uint32_t slot);
 

@@ -14,11 +14,25 @@
  */
 #include "unit.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log_compact.h"
+#include "log_file_fixture.h"
+
+/* Compaction with no limit but the arena's. */
+static SlogCompactResult
+compact_unlimited(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, uint32_t chunk_bytes,
+				  SlogCompactStats *st)
+{
+	SlogCompactOptions limits = slog_compact_defaults(chunk_bytes);
+
+	return slog_compact(arena, in, out, &limits, st);
+}
 
 #define NKEYS		12
 
@@ -837,7 +851,7 @@ static SlogCompactResult
 compact_into(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, SlogCompactStats *st)
 {
 	slog_init(out);
-	return slog_compact(arena, in, out, 600, st);
+	return compact_unlimited(arena, in, out, 600, st);
 }
 
 
@@ -951,7 +965,7 @@ TEST(merged_update_has_all_txids)
 	write_change(&w, (LogOffset) {200, 0}, "update", 1, "{\"id\":\"1\",\"b\":\"y2\"}", NULL, true);
 	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {200, 0}) == SLOG_OK);
 	slog_publish(&in, (LogOffset) {200, 0}, SLOG_SNAPSHOT_DONE);
-	REQUIRE(slog_compact(arena, &in, &out, 1 << 20, &st) == SLOG_COMPACT_OK);
+	REQUIRE(compact_unlimited(arena, &in, &out, 1 << 20, &st) == SLOG_COMPACT_OK);
 	CHECK_EQ(st.records_out, 2);
 	slog_read_published(&out, &pub);
 	for (uint64_t pos = 0; pos < pub.data_end;)
@@ -991,7 +1005,7 @@ TEST(unreadable_record_stops_compaction)
 			SLOG_OK);
 	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {0, 0}) == SLOG_OK);
 	slog_publish(&in, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
-	CHECK_EQ(slog_compact(arena, &in, &out, 1024, &st), SLOG_COMPACT_UNREADABLE);
+	CHECK_EQ(compact_unlimited(arena, &in, &out, 1024, &st), SLOG_COMPACT_UNREADABLE);
 	slog_release(arena, &out);
 	slog_release(arena, &in);
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
@@ -1022,11 +1036,240 @@ TEST(compaction_out_of_blocks)
 	slog_publish(&in, LOG_OFFSET_SNAPSHOT_END, SLOG_SNAPSHOT_DONE);
 	/* 10 data blocks, their directory and a position index block: 2 are left */
 	CHECK_EQ(in.blocks_held, 12);
-	CHECK_EQ(slog_compact(arena, &in, &out, 1 << 20, &st), SLOG_COMPACT_FULL);
+	CHECK_EQ(compact_unlimited(arena, &in, &out, 1 << 20, &st), SLOG_COMPACT_FULL);
 	slog_release(arena, &out);
 	slog_release(arena, &in);
 	CHECK_EQ(slog_arena_free_blocks(arena), start);
 	free(arena);
+}
+
+/*
+ * Whether two logs hold the same records, chunks and published state (not
+ * the same bytes: a record's padding is whatever its block held before).
+ */
+static bool
+same_log(ShapeLogArena *arena, const ShapeLog *a, const ShapeLog *b)
+{
+	SlogPublished pa,
+				pb;
+	static char ma[4096],
+				mb[4096];
+
+	slog_read_published(a, &pa);
+	slog_read_published(b, &pb);
+	if (pa.data_end != pb.data_end || pa.chunk_count != pb.chunk_count ||
+		pa.flags != pb.flags || log_offset_cmp(pa.last, pb.last) != 0)
+		return false;
+	for (uint32_t i = 0; i < pa.chunk_count; i++)
+	{
+		SlogChunk	ca,
+					cb;
+
+		slog_chunk_read(arena, a, i, &ca);
+		slog_chunk_read(arena, b, i, &cb);
+		if (ca.start_pos != cb.start_pos || ca.end_pos != cb.end_pos ||
+			ca.end_tx != cb.end_tx || ca.end_op != cb.end_op ||
+			ca.message_bytes != cb.message_bytes || ca.messages != cb.messages ||
+			ca.tombstones != cb.tombstones)
+			return false;
+	}
+	for (uint64_t pos = 0; pos < pa.data_end;)
+	{
+		SlogRecordHeader ha,
+					hb;
+
+		if (!slog_read_header(arena, a, pos, &ha) || !slog_read_header(arena, b, pos, &hb) ||
+			ha.tx != hb.tx || ha.op != hb.op || ha.kind != hb.kind || ha.len != hb.len ||
+			ha.len > sizeof(ma) ||
+			!slog_copy_out(arena, a, pos + sizeof(ha), ma, ha.len) ||
+			!slog_copy_out(arena, b, pos + sizeof(hb), mb, hb.len) ||
+			memcmp(ma, mb, ha.len) != 0)
+			return false;
+		pos += slog_record_span(ha.len);
+	}
+	return true;
+}
+
+/* Compacts `in` into `out` (emptied first) under `limits`; releases `out` unless OK. */
+static SlogCompactResult
+compact_limited(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out,
+				const SlogCompactOptions *limits, SlogCompactStats *st)
+{
+	SlogCompactResult res;
+
+	slog_init(out);
+	res = slog_compact(arena, in, out, limits, st);
+	if (res != SLOG_COMPACT_OK)
+		slog_release(arena, out);
+	return res;
+}
+
+/*
+ * chunk_closed as log_files.c does it: what the copy gained, to its file,
+ * then out of memory; `stop_at` calls (0: never) says stop.
+ */
+typedef struct CopySink
+{
+	const char *path;
+	ShapeLogArena *arena;
+	int			fd;
+	uint64_t	written;
+	uint32_t	calls;
+	uint32_t	stop_at;
+	uint64_t	trimmed;
+} CopySink;
+
+static bool
+copy_sink_chunk(void *arg, ShapeLog *out)
+{
+	CopySink   *sink = arg;
+	char		buf[SLOG_BLOCK_SIZE];
+
+	if (++sink->calls == sink->stop_at)
+		return false;
+	while (sink->written < out->write_pos)
+	{
+		size_t		n = out->write_pos - sink->written < sizeof(buf) ?
+			(size_t) (out->write_pos - sink->written) : sizeof(buf);
+
+		slog_writer_copy_out(sink->arena, out, sink->written, buf, n);
+		if (pwrite(sink->fd, buf, n, (off_t) sink->written) != (ssize_t) n)
+			abort();
+		sink->written += n;
+	}
+	sink->trimmed += (uint64_t) trim_log_to_file(sink->arena, out, sink->path, sink->written) *
+		SLOG_BLOCK_SIZE;
+	return true;
+}
+
+/*
+ * A log whose closed chunks left memory for its file (durable logs)
+ * compacts to exactly what it compacts to in memory, read from the file,
+ * and serves every client of the old log as well.  Each limit refuses it
+ * cleanly, and exactly at its bound: its bookkeeping past max_work_bytes,
+ * its copy past max_out_bytes; so does a file that cannot be read.  A copy
+ * written to its own file as it is built (chunk_closed) and taken out of
+ * memory is the same log; chunk_closed can stop it.  Every block comes
+ * back.
+ */
+TEST(compaction_reads_a_log_that_left_memory)
+{
+	char		dir[] = "/tmp/test_log_compact.XXXXXX";
+	char		path[256];
+	uint64_t	trimmed_bytes = 0;
+	uint64_t	copied_bytes = 0;
+
+	REQUIRE(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/h.1.log", dir);
+	for (uint64_t seed = 7; seed < 7 + (SEEDS + 3) / 4; seed++)
+	{
+		ShapeLogArena *arena = arena_new(512);
+		ShapeLog	logs[3];
+		Writer		w;
+		SlogCompactStats in_memory,
+					st;
+		SlogCompactOptions limits = slog_compact_defaults(600);
+		SlogPublished pub;
+		SlogChunk	last;
+
+		REQUIRE(arena != NULL);
+		rng = seed * 2654435761u + 1;
+		memset(&w, 0, sizeof(w));
+		for (int i = 0; i < 3; i++)
+			slog_init(&logs[i]);
+		w.arena = arena;
+		w.log = &logs[0];
+		w.replica_full = seed % 2 == 0;
+		w.threshold = 500;
+		w.lsn = 1000;
+		write_snapshot(&w, 2);
+		for (int t = 0; t < 400; t++)
+			write_transaction(&w);
+		REQUIRE_EQ(compact_limited(arena, &logs[0], &logs[1], &limits, &in_memory),
+				   SLOG_COMPACT_OK);
+
+		/* its closed chunks leave memory for its file */
+		REQUIRE(write_log_file(arena, &logs[0], path));
+		slog_read_published(&logs[0], &pub);
+		slog_chunk_read(arena, &logs[0], pub.chunk_count - 1, &last);
+		REQUIRE(trim_log_to_file(arena, &logs[0], path, last.end_pos) > 0);
+		trimmed_bytes += slog_mem_start(&logs[0]);
+
+		REQUIRE_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st), SLOG_COMPACT_OK);
+		CHECK(same_log(arena, &logs[1], &logs[2]));
+		CHECK_EQ(st.records_in, in_memory.records_in);
+		CHECK_EQ(st.bytes_out, in_memory.bytes_out);
+		CHECK_EQ(st.work_bytes, in_memory.work_bytes);
+		CHECK(st.bytes_out < st.bytes_in);
+		CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[2], &w.truth, NULL), 0);
+		slog_release(arena, &logs[2]);
+
+		/* the copy written to its own file as it is built, and out of memory */
+		{
+			char		copy_path[300];
+			CopySink	sink = {copy_path, arena, -1, 0, 0, 0, 0};
+
+			snprintf(copy_path, sizeof(copy_path), "%s/h.2.log", dir);
+			sink.fd = open(copy_path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+			REQUIRE(sink.fd >= 0);
+			limits.chunk_closed = copy_sink_chunk;
+			limits.arg = &sink;
+			REQUIRE_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st),
+					   SLOG_COMPACT_OK);
+			CHECK(sink.calls > 1);
+			CHECK(sink.trimmed > 0);
+			CHECK_EQ(slog_mem_start(&logs[2]), sink.trimmed);
+			CHECK(same_log(arena, &logs[1], &logs[2]));
+			CHECK_EQ(check_every_offset(arena, &logs[0], 0, &logs[2], &w.truth, NULL), 0);
+			slog_release(arena, &logs[2]);
+			copied_bytes += sink.trimmed;
+
+			/* stopped by it: nothing is left but the blocks it holds, given back */
+			sink.calls = 0;
+			sink.written = 0;
+			sink.stop_at = 2;
+			CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st),
+					 SLOG_COMPACT_STOPPED);
+			close(sink.fd);
+			unlink(copy_path);
+			limits = slog_compact_defaults(600);
+		}
+
+		/* the bookkeeping's bound, exactly */
+		limits.max_work_bytes = st.work_bytes;
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st), SLOG_COMPACT_OK);
+		slog_release(arena, &logs[2]);
+		limits.max_work_bytes = st.work_bytes - 1;
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st),
+				 SLOG_COMPACT_TOO_LARGE);
+		limits.max_work_bytes = 4096;
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st),
+				 SLOG_COMPACT_TOO_LARGE);
+		CHECK(st.work_bytes <= 4096);
+
+		/* the copy's bound, exactly */
+		limits = slog_compact_defaults(600);
+		limits.max_out_bytes = in_memory.bytes_out;
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st), SLOG_COMPACT_OK);
+		slog_release(arena, &logs[2]);
+		limits.max_out_bytes = in_memory.bytes_out - 1;
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st), SLOG_COMPACT_FULL);
+
+		/* a file that cannot be read */
+		REQUIRE(unlink(path) == 0);
+		limits = slog_compact_defaults(600);
+		CHECK_EQ(compact_limited(arena, &logs[0], &logs[2], &limits, &st),
+				 SLOG_COMPACT_READ_FAILED);
+		CHECK_EQ(st.read_error, ENOENT);
+
+		for (int i = 0; i < 3; i++)
+			slog_release(arena, &logs[i]);
+		CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
+		free(arena);
+	}
+	rmdir(dir);
+	printf("  # %llu bytes read from files, %llu of copies written to files\n",
+		   (unsigned long long) trimmed_bytes, (unsigned long long) copied_bytes);
 }
 
 UNIT_MAIN()

@@ -134,6 +134,7 @@ TEST(compactor_reads_what_the_encoder_writes)
 	ShapeLog	in,
 				out;
 	SlogCompactStats st;
+	SlogCompactOptions limits;
 	SlogPublished pub;
 	char		msg[2048];
 	char		expected[2048];
@@ -173,7 +174,8 @@ TEST(compactor_reads_what_the_encoder_writes)
 	slog_publish(&in, (LogOffset) {400, 0}, SLOG_SNAPSHOT_DONE);
 
 	/* SLOG_COMPACT_UNREADABLE here: the two sides disagree on the layout */
-	REQUIRE_EQ(slog_compact(arena, &in, &out, 1 << 20, &st), SLOG_COMPACT_OK);
+	limits = slog_compact_defaults(1 << 20);
+	REQUIRE_EQ(slog_compact(arena, &in, &out, &limits, &st), SLOG_COMPACT_OK);
 	CHECK_EQ(st.records_in, 9);
 	CHECK(st.records_out < st.records_in);
 
@@ -214,6 +216,7 @@ TEST(compactor_refuses_an_unknown_operation)
 	ShapeLog	in,
 				out;
 	SlogCompactStats st;
+	SlogCompactOptions limits;
 	char		msg[1024];
 
 	REQUIRE(arena != NULL);
@@ -224,7 +227,8 @@ TEST(compactor_refuses_an_unknown_operation)
 	append(arena, &in, (LogOffset) {100, 0}, SLOG_RECORD_CHANGE, msg);
 	REQUIRE(slog_close_chunk(arena, &in, (LogOffset) {100, 0}) == SLOG_OK);
 	slog_publish(&in, (LogOffset) {100, 0}, SLOG_SNAPSHOT_DONE);
-	CHECK_EQ(slog_compact(arena, &in, &out, 1024, &st), SLOG_COMPACT_UNREADABLE);
+	limits = slog_compact_defaults(1024);
+	CHECK_EQ(slog_compact(arena, &in, &out, &limits, &st), SLOG_COMPACT_UNREADABLE);
 	slog_release(arena, &out);
 	slog_release(arena, &in);
 	free(arena);

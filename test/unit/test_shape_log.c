@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "log_file_fixture.h"
 #include "reader_epochs.h"
 #include "shape_log.h"
 
@@ -1058,25 +1059,6 @@ TEST(locate_small_records_in_the_tail)
 	CHECK_EQ(slog_arena_free_blocks(arena), arena->nblocks);
 	ref_free(&ref);
 	free(mem);
-}
-
-/* Writes the log's published bytes to `path`, as log_files.c does. */
-static bool
-write_log_file(const ShapeLogArena *arena, const ShapeLog *log, const char *path)
-{
-	SlogPublished pub;
-	char	   *buf;
-	int			fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	bool		ok;
-
-	slog_read_published(log, &pub);
-	buf = malloc(pub.data_end + 1);
-	ok = fd >= 0 && buf != NULL && slog_copy_out(arena, log, 0, buf, pub.data_end) &&
-		write(fd, buf, pub.data_end) == (ssize_t) pub.data_end;
-	if (fd >= 0)
-		close(fd);
-	free(buf);
-	return ok;
 }
 
 /*

@@ -79,19 +79,7 @@ uint32		lf_nunsynced;
 List	   *lf_obsolete;
 static uint64 lf_disk_bytes;	/* what the data files of the shapes hold */
 
-/*
- * Data files of forgotten shapes whose logs left memory for them (readers
- * that still hold the log read them), or whose snapshot worker may still
- * write them: they go once the slot is free or claimed again.
- */
-typedef struct LfHeldFile
-{
-	uint32		slot;
-	uint32		generation;		/* the slot's, when its shape was forgotten */
-	char		path[MAXPGPATH];
-} LfHeldFile;
-
-static List *lf_held_files;
+static List *lf_held_files;	/* LfHeldFile *, see log_files_internal.h */
 
 static uint64 lf_incarnations;
 bool		lf_manifest_stale;
@@ -469,22 +457,103 @@ lf_write(uint32 slot, uint64 *budget)
 	return fs->written >= pub.data_end;
 }
 
-/* Compaction swapped the slot's log: its next generation, written whole. */
+/*
+ * The next generation of the log being compacted, written as compaction
+ * builds it when the log had left memory (log_files_compaction_begin): its
+ * copy may not fit in memory either.  One compaction at a time, on the
+ * main thread.
+ */
+static int32 lf_next_slot = -1;
+static File lf_next_file = -1;
+static uint64 lf_next_written;
+static char lf_next_path[MAXPGPATH];
+
+bool
+log_files_compaction_begin(uint32 slot)
+{
+	FileShape  *fs;
+
+	if (lf_shapes == NULL)
+		return false;
+	fs = &lf_shapes[slot];
+	if (!fs->in_use || fs->failed || fs->file < 0)
+		return false;
+	Assert(lf_next_slot < 0);
+	lf_data_path(fs->handle, fs->generation + 1, lf_next_path);
+	lf_next_file = PathNameOpenFile(lf_next_path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	if (lf_next_file < 0)
+	{
+		ereport(lf_may_warn() ? WARNING : DEBUG1,
+				(errcode_for_file_access(),
+				 errmsg("shape %s was not compacted: could not create file \"%s\": %m",
+						fs->handle, lf_next_path)));
+		return false;
+	}
+	lf_next_slot = (int32) slot;
+	lf_next_written = 0;
+	return true;
+}
+
+const char *
+log_files_compaction_write(ShapeLog *out)
+{
+	ShapeLogArena *arena = lf_table()->arena;
+
+	Assert(lf_next_slot >= 0);
+	while (lf_next_written < out->write_pos)
+	{
+		size_t		n = (size_t) Min(out->write_pos - lf_next_written, LOG_FILES_BUFFER);
+
+		slog_writer_copy_out(arena, out, lf_next_written, lf_buffer, n);
+		if (FileWrite(lf_next_file, lf_buffer, n, (off_t) lf_next_written,
+					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
+		{
+			if (errno == 0)
+				errno = ENOSPC; /* a short write: the disk is full */
+			ereport(lf_may_warn() ? WARNING : DEBUG1,
+					(errcode_for_file_access(),
+					 errmsg("shape %s was not compacted: could not write file \"%s\": %m",
+							lf_shapes[lf_next_slot].handle, lf_next_path),
+					 errdetail("It is tried again once its log has grown as much again.")));
+			return NULL;
+		}
+		lf_next_written += n;
+	}
+	return lf_next_path;
+}
+
 void
-log_files_replaced(uint32 slot)
+log_files_compaction_abandon(void)
+{
+	if (lf_next_slot < 0)
+		return;
+	FileClose(lf_next_file);
+	(void) unlink(lf_next_path);
+	lf_next_slot = -1;
+	lf_next_file = -1;
+}
+
+void
+log_files_replaced(uint32 slot, bool read_from_disk)
 {
 	FileShape  *fs;
 	char		path[MAXPGPATH];
+	LfHeldFile *obsolete;
 	MemoryContext old;
 
 	if (lf_shapes == NULL)
 		return;
 	fs = &lf_shapes[slot];
 	if (!fs->in_use || fs->failed)
+	{
+		log_files_compaction_abandon();
 		return;
+	}
 	lf_data_path(fs->handle, fs->generation, path);
+	obsolete = lf_held_file_new(slot, path);
+	obsolete->read_from_disk = read_from_disk;
 	old = MemoryContextSwitchTo(lf_context);
-	lf_obsolete = lappend(lf_obsolete, pstrdup(path));	/* once no manifest names it */
+	lf_obsolete = lappend(lf_obsolete, obsolete);	/* once no manifest names it */
 	MemoryContextSwitchTo(old);
 	if (fs->file >= 0)
 		FileClose(fs->file);
@@ -493,7 +562,16 @@ log_files_replaced(uint32 slot)
 	fs->synced = 0;
 	fs->listed = false;			/* listed again once written whole */
 	lf_data_path(fs->handle, fs->generation, path);
-	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	if (lf_next_slot == (int32) slot)
+	{
+		/* written as it was built: the rest (its open chunk) follows */
+		fs->file = lf_next_file;
+		lf_set_written(fs, lf_next_written);
+		lf_next_slot = -1;
+		lf_next_file = -1;
+	}
+	else
+		fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
 	if (fs->file < 0)
 	{
 		lf_fail(slot, "create", path);
@@ -507,16 +585,26 @@ log_files_replaced(uint32 slot)
 	lf_note_unsynced(slot);		/* listed again once synced, even when empty */
 }
 
-/* The data file at `path` goes once the slot is free or another shape's. */
-static void
-lf_hold_file(uint32 slot, const char *path)
+/* A file of the slot's to let go of later (in lf_context). */
+LfHeldFile *
+lf_held_file_new(uint32 slot, const char *path)
 {
-	MemoryContext old = MemoryContextSwitchTo(lf_context);
-	LfHeldFile *held = palloc(sizeof(LfHeldFile));
+	ShapeTable *table = lf_table();
+	LfHeldFile *held = MemoryContextAllocZero(lf_context, sizeof(LfHeldFile));
 
 	held->slot = slot;
-	held->generation = atomic_load(&lf_table()->slots[slot].generation);
+	held->generation = atomic_load(&table->slots[slot].generation);
+	held->compactions = atomic_load(&table->slots[slot].compactions);
 	strlcpy(held->path, path, sizeof(held->path));
+	return held;
+}
+
+/* The file goes once its readers are gone (lf_remove_held_files). */
+void
+lf_hold_file(LfHeldFile *held)
+{
+	MemoryContext old = MemoryContextSwitchTo(lf_context);
+
 	lf_held_files = lappend(lf_held_files, held);
 	MemoryContextSwitchTo(old);
 }
@@ -537,7 +625,7 @@ log_files_forget(uint32 slot)
 		 * has let go of the slot.
 		 */
 		log_files_data_path(lf_table()->slots[slot].handle, LOG_FILES_FIRST_GENERATION, path);
-		lf_hold_file(slot, path);
+		lf_hold_file(lf_held_file_new(slot, path));
 		return;
 	}
 	fs = &lf_shapes[slot];
@@ -548,7 +636,7 @@ log_files_forget(uint32 slot)
 	/* a manifest that still names it: the next start finds no file and drops it */
 	lf_data_path(fs->handle, fs->generation, path);
 	if (slog_mem_start(shape_table_log(lf_table(), slot)) > 0)
-		lf_hold_file(slot, path);
+		lf_hold_file(lf_held_file_new(slot, path));
 	else
 		lf_unlink_data(path);
 	lf_shape_path(fs->handle, path);
@@ -556,11 +644,30 @@ log_files_forget(uint32 slot)
 	lf_reset(fs);
 }
 
-/* The held data files whose readers are gone: their slot is free or another shape's. */
+/*
+ * Whether a held file may still be read: its slot still holds its shape
+ * and, for a compacted generation, the log it belonged to may still be
+ * read (the slot's previous version is not free, and no compaction since
+ * took it: one takes it only once free).
+ */
+static bool
+lf_held_file_read(const LfHeldFile *held)
+{
+	ShapeTable *table = lf_table();
+
+	if (shape_table_state(table, held->slot) == SHAPE_FREE ||
+		atomic_load(&table->slots[held->slot].generation) != held->generation)
+		return false;
+	if (!held->read_from_disk)
+		return true;
+	return atomic_load(&table->slots[held->slot].compactions) == held->compactions &&
+		!shape_table_previous_log_free(table, held->slot);
+}
+
+/* The held data files whose readers are gone. */
 static void
 lf_remove_held_files(void)
 {
-	ShapeTable *table = lf_table();
 	ListCell   *lc;
 	bool		removed = false;
 
@@ -568,8 +675,7 @@ lf_remove_held_files(void)
 	{
 		LfHeldFile *held = lfirst(lc);
 
-		if (shape_table_state(table, held->slot) != SHAPE_FREE &&
-			atomic_load(&table->slots[held->slot].generation) == held->generation)
+		if (lf_held_file_read(held))
 			continue;
 		(void) unlink(held->path);
 		lf_journaled_forget(strrchr(held->path, '/') + 1);

@@ -17,6 +17,7 @@
 #include "access/xlogdefs.h"
 
 #include "log_manifest.h"
+#include "shape_log.h"
 
 #define LOG_FILES_DIR			"pg_shape_sync"
 #define LOG_FILES_FIRST_GENERATION	1	/* a snapshot's data file */
@@ -37,7 +38,25 @@ extern void log_files_start(uint32 nslots);
 /* The shape stream's notes. */
 extern void log_files_shape_ready(uint32 slot, const LogStoreShape *shape);
 extern void log_files_appended(uint32 slot);
-extern void log_files_replaced(uint32 slot);
+/*
+ * Compaction swapped the slot's log: its next generation is written whole.
+ * `read_from_disk`: the previous log had left memory, so responses that
+ * still read it read its file, which then stays until they are done.
+ */
+extern void log_files_replaced(uint32 slot, bool read_from_disk);
+
+/*
+ * Compaction of a log that left memory writes the copy it builds to the
+ * shape's next generation as it goes: begin (false: the shape has no file,
+ * or it could not be made, with a warning), then, as each chunk of the copy
+ * closes, log_files_compaction_write: what the copy gained, to that file,
+ * whose path it returns (NULL: a write failed, with a warning); then
+ * log_files_replaced takes the file, or log_files_compaction_abandon
+ * removes it.
+ */
+extern bool log_files_compaction_begin(uint32 slot);
+extern const char *log_files_compaction_write(ShapeLog *out);
+extern void log_files_compaction_abandon(void);
 extern void log_files_forget(uint32 slot);
 
 /*

@@ -65,7 +65,26 @@ extern char *lf_buffer;			/* LOG_FILES_BUFFER bytes on their way */
 extern MemoryContext lf_context;
 extern uint32 *lf_unsynced;
 extern uint32 lf_nunsynced;
-extern List *lf_obsolete;
+extern List *lf_obsolete;		/* LfHeldFile *: compacted generations */
+
+/*
+ * A data file that goes later: a forgotten shape's whose log left memory
+ * for it (readers that still hold the log read it) or whose snapshot worker
+ * may still write it, once the slot is free or claimed again; a compacted
+ * generation once no manifest names it and, when its log had left memory,
+ * once the slot's previous log is no longer read (or was compacted again).
+ */
+typedef struct LfHeldFile
+{
+	uint32		slot;
+	uint32		generation;		/* the slot's claim, when the file was let go */
+	bool		read_from_disk; /* a compacted generation that readers may read */
+	uint64		compactions;	/* ... and the slot's compactions then */
+	char		path[MAXPGPATH];
+} LfHeldFile;
+
+extern LfHeldFile *lf_held_file_new(uint32 slot, const char *path);
+extern void lf_hold_file(LfHeldFile *held);
 extern bool lf_manifest_stale;	/* it lists a shape that is gone */
 extern bool lf_unsynced_under_off;	/* files written with log_fsync = off
 									 * since they were last all fsynced */

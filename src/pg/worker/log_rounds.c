@@ -39,7 +39,8 @@
  * survive a crash of PostgreSQL (the page cache keeps them) but not one of
  * the operating system, so the header keeps the kernel's boot id and a
  * store written so is purged after a reboot.  Files a round makes obsolete
- * (a compacted shape's previous generation) are removed after it.
+ * (a compacted shape's previous generation) are removed after it, or, when
+ * that generation's log had left memory, once no response reads it.
  *
  * A round whose fsync of a file fails leaves that file's shape in memory
  * only (lf_fail); a manifest that cannot be written keeps the previous
@@ -98,7 +99,7 @@ static LogFlusher lf_flusher;	/* the thread that does rounds (log_flusher.c) */
 static LfRoundShape *lf_round;	/* the round in flight */
 static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
-static List *lf_obsolete_in_round;	/* paths it makes obsolete */
+static List *lf_obsolete_in_round;	/* the files it makes obsolete (LfHeldFile *) */
 static ManifestListing *lf_listing; /* what the manifest on disk lists */
 
 /*
@@ -563,13 +564,25 @@ lf_apply_round(LogFlushRound *round)
 			lf_lists_shapes = lf_round_lists > 0;
 		}
 		lf_durable = Max(lf_durable, round->durable_lsn);
-		/* a compacted generation: never read from disk (only logs in memory are compacted) */
+		/*
+		 * The compacted generations no manifest names now: removed, or,
+		 * those of logs that had left memory, held until no response reads
+		 * them (log_files.c).
+		 */
 		foreach(lc, lf_obsolete_in_round)
 		{
-			(void) unlink((char *) lfirst(lc));
-			lf_journaled_forget(strrchr((char *) lfirst(lc), '/') + 1);
+			LfHeldFile *obsolete = lfirst(lc);
+
+			if (obsolete->read_from_disk)
+			{
+				lf_hold_file(obsolete);
+				continue;
+			}
+			(void) unlink(obsolete->path);
+			lf_journaled_forget(strrchr(obsolete->path, '/') + 1);
+			pfree(obsolete);
 		}
-		list_free_deep(lf_obsolete_in_round);
+		list_free(lf_obsolete_in_round);
 		lf_obsolete_in_round = NIL;
 		log_flush_round_free(round);
 		return;

@@ -77,6 +77,7 @@ typedef struct ShapeStream
 	LogOffset	last;			/* the log's last offset */
 	uint64		compacted_bytes;	/* the log's size after its snapshot or
 									 * its last compaction; 0: never compact */
+	bool		compaction_refused; /* logged that it was too large once */
 
 	/* the transaction being decoded */
 	bool		touched;

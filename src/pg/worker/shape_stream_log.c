@@ -37,6 +37,7 @@
 #include "log_compact.h"
 #include "log_files.h"
 #include "log_record.h"
+#include "log_trim.h"
 
 #include "shape_stream_internal.h"
 
@@ -367,10 +368,36 @@ ss_take_over(ShapeStream *s)
 }
 
 /*
+ * chunk_closed of a compaction of a log that left memory: what the copy
+ * gained, to the shape's next generation, then out of memory when memory
+ * is short (the copy is not published: no reader).
+ */
+static bool
+ss_compaction_chunk_closed(void *arg, ShapeLog *out)
+{
+	const char *path = log_files_compaction_write(out);
+
+	if (path == NULL)
+		return false;
+	log_trim_loading(out, path, out->write_pos);
+	return true;
+}
+
+/*
  * Compacts the shape's log once it has grown to shape_sync.compaction_factor
  * times its size after the snapshot or the last compaction (log_compact.c):
  * each byte appended is rewritten a bounded number of times.  Between
  * transactions, on the main thread, the log's writer.
+ *
+ * A log that left memory for its file is read from there, and its copy is
+ * written to the shape's next generation as it is built, its chunks taken
+ * out of memory when memory is short, as a snapshot's are
+ * (log_files_compaction_begin); without a file, it may take half of the
+ * arena's free memory.  Its bookkeeping (malloc) may take as much as
+ * shape_sync.log_memory.  Past either, or when a file cannot be read or
+ * written, it is tried again after as much growth.  The previous
+ * generation's file then stays while responses still read the previous
+ * log (log_files_replaced).
  */
 void
 ss_maybe_compact(ShapeStream *s)
@@ -378,24 +405,31 @@ ss_maybe_compact(ShapeStream *s)
 	ShapeTable *table = ss_table();
 	ShapeLog   *log = shape_table_log(table, s->slot);
 	ShapeLog   *spare;
+	SlogCompactOptions options;
 	SlogCompactStats stats;
 	SlogCompactResult res;
 	TimestampTz started;
+	bool		on_disk;
 
 	if (shape_sync_compaction_factor <= 0 || s->compacted_bytes == 0 ||
 		log->write_pos < COMPACTION_MIN_BYTES ||
 		(double) log->write_pos < shape_sync_compaction_factor * (double) s->compacted_bytes)
 		return;
-	/* compaction builds the next version in memory: not for a log larger than it */
-	if (slog_mem_start(log) > 0)
-		return;
 	spare = shape_table_spare_log(table, s->slot);
 	if (spare == NULL)
 		return;					/* responses still read the previous one */
+	on_disk = slog_mem_start(log) > 0;
+	options = slog_compact_defaults((uint32) s->threshold);
+	options.max_work_bytes = (uint64) shape_sync_log_memory << 20;
+	if (on_disk && log_files_compaction_begin(s->slot))
+		options.chunk_closed = ss_compaction_chunk_closed;
+	else if (on_disk)
+		options.max_out_bytes = (uint64) slog_arena_free_blocks(table->arena) * SLOG_BLOCK_SIZE / 2;
 	started = GetCurrentTimestamp();
-	res = slog_compact(table->arena, log, spare, (uint32) s->threshold, &stats);
+	res = slog_compact(table->arena, log, spare, &options, &stats);
 	if (res != SLOG_COMPACT_OK)
 	{
+		log_files_compaction_abandon();
 		shape_table_drop_spare_log(table, s->slot);
 		if (res == SLOG_COMPACT_UNREADABLE)
 		{
@@ -403,24 +437,47 @@ ss_maybe_compact(ShapeStream *s)
 					(errmsg("shape %s cannot be compacted: its log holds a record it did not expect",
 							table->slots[s->slot].handle)));
 			s->compacted_bytes = 0;
+			return;
 		}
-		else
-			s->compacted_bytes = log->write_pos;	/* try again after as much growth */
+		if (res == SLOG_COMPACT_READ_FAILED)
+		{
+			errno = stats.read_error;
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("shape %s was not compacted: could not read file \"%s\": %m",
+							table->slots[s->slot].handle, log->file_path),
+					 errdetail("It is tried again once its log has grown as much again.")));
+		}
+		else if (res == SLOG_COMPACT_TOO_LARGE && !s->compaction_refused)
+		{
+			s->compaction_refused = true;
+			ereport(LOG,
+					(errmsg("shape %s is not compacted: its log has more records than compaction may keep track of",
+							table->slots[s->slot].handle),
+					 errdetail("Compaction keeps about 64 bytes per record in memory, at most \"%s\" (%d MB); this log of %llu bytes needs more.",
+							   "shape_sync.log_memory", shape_sync_log_memory,
+							   (unsigned long long) log->write_pos),
+					 errhint("Raise \"%s\", or set \"%s\" lower so that logs are compacted before they grow this large.",
+							 "shape_sync.log_memory", "shape_sync.compaction_factor")));
+		}
+		s->compacted_bytes = log->write_pos;	/* try again after as much growth */
 		return;
 	}
 	shape_table_swap_log(table, s->slot);
-	log_files_replaced(s->slot);
 	atomic_fetch_add_explicit(&table->slots[s->slot].compactions, 1, memory_order_relaxed);
+	log_files_replaced(s->slot, on_disk);	/* after the count: it waits for the next */
 	sm_add(SM_COMPACTIONS, 0, 1);
 	s->compacted_bytes = Max(stats.bytes_out, 1);
 	ereport(DEBUG1,
-			(errmsg_internal("shape %s compacted from %llu to %llu bytes (%llu of %llu records, %llu tombstones) in %lld ms",
+			(errmsg_internal("shape %s compacted from %llu to %llu bytes (%llu of %llu records, %llu tombstones, %s, %llu bytes of bookkeeping) in %lld ms",
 							 table->slots[s->slot].handle,
 							 (unsigned long long) stats.bytes_in,
 							 (unsigned long long) stats.bytes_out,
 							 (unsigned long long) stats.records_out,
 							 (unsigned long long) stats.records_in,
 							 (unsigned long long) stats.tombstones,
+							 on_disk ? "read from its file" : "in memory",
+							 (unsigned long long) stats.work_bytes,
 							 (long long) ((GetCurrentTimestamp() - started) / 1000))));
 }
 
