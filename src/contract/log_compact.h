@@ -40,8 +40,10 @@ typedef enum SlogCompactResult
  * What one compaction may take, and where its copy goes as it is built.  A
  * log whose closed chunks left memory for its file is read from there
  * (shape_log_read.c); what it costs in memory is then its bookkeeping
- * (max_work_bytes of malloc: about 64 bytes per record of the closed
- * chunks and 100 per key, beside the key texts) and the copy
+ * (about max_work_bytes of malloc: 64 bytes per record of the closed
+ * chunks and 100 per key, beside the key texts, are counted; a merging
+ * update's columns and the moment a grown array is copied are not) and
+ * the copy
  * (max_out_bytes of the arena), which chunk_closed, called after each
  * chunk of it closes, may write out and take out of memory (the copy is
  * not published yet: no reader); false from it stops compaction.

@@ -231,6 +231,20 @@ reader_files_forget(void)
 	}
 }
 
+void
+reader_files_let_go_mine(void)
+{
+	ReaderFile *slot = rf_mine;
+
+	if (slot == NULL)
+		return;
+	pthread_mutex_lock(&slot->lock);
+	if (slot->fd >= 0)
+		close(slot->fd);
+	slot->fd = -1;
+	pthread_mutex_unlock(&slot->lock);
+}
+
 uint32_t
 reader_files_kept(void)
 {

@@ -39,6 +39,13 @@ extern void reader_file_done(int fd, const char *path);
  */
 extern void reader_files_forget(void);
 
+/*
+ * Closes the calling thread's kept descriptor, between its calls: a thread
+ * that reads files only now and then (the worker's main thread, which
+ * compacts logs that left memory) need not hold one for good.
+ */
+extern void reader_files_let_go_mine(void);
+
 /* Descriptors kept between calls now (tests). */
 extern uint32_t reader_files_kept(void);
 

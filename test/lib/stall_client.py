@@ -12,7 +12,8 @@ Subcommands (each prints JSON, one object per line, and exits within its bounds)
            --quiet seconds, then waits for --stop-file (or --max-seconds), drains
            what it can in --drain-seconds and prints {"event":"done","conns":[..]}:
            per connection the status, bytes, whether the server closed (eof) and
-           whether the chunked body was complete.
+           whether the chunked body was complete (--save-body PATH: each complete body to
+           PATH.<index>).
   slow     One GET read at a steady rate (--read bytes, then --sleep seconds);
            parses the whole chunked body as JSON and reports what it holds.
   trickle  One GET read a few bytes at a time (--read bytes every --interval);
@@ -232,7 +233,7 @@ def cmd_hold(a):
     out = []
     deadline = time.time() + a.drain_seconds
     for i, s in enumerate(conns):
-        r = Response()
+        r = Response(keep_body=bool(a.save_body))
         eof = False
         err = None
         s.setblocking(True)
@@ -249,6 +250,9 @@ def cmd_hold(a):
                 eof = True
                 break
             r.feed(data)
+        if a.save_body and r.complete:
+            with open("%s.%d" % (a.save_body, i), "wb") as f:
+                f.write(b"".join(r.body))
         out.append({"port": ports[i], "status": r.status, "received": last[i],
                     "body_bytes": r.body_bytes, "complete": r.complete, "eof": eof,
                     "error": err or r.error, "first_byte": first[i]})
@@ -476,6 +480,7 @@ def main():
     h.add_argument("--quiet", type=float, default=1.0, help="seconds without new bytes that count as stalled")
     h.add_argument("--drain-seconds", type=float, default=3.0)
     h.add_argument("--rst-every", type=int, default=0, help="close every Nth connection with an RST (0: none)")
+    h.add_argument("--save-body", default=None, help="write each complete body to PATH.<connection index>")
 
     sl = sub.add_parser("slow", parents=[common])
     sl.add_argument("--read", type=int, default=65536)

@@ -143,6 +143,25 @@ idle_reader(void *arg)
 	return NULL;
 }
 
+/* A thread lets go of the file it keeps, and keeps the next it reads. */
+TEST(a_thread_lets_go_of_its_own_file)
+{
+	char		a[256];
+	char		text[64];
+
+	make_file("own.log", "oooo", a, sizeof(a));
+	CHECK(read_call(a, text, sizeof(text)) && strcmp(text, "oooo") == 0);
+	CHECK_EQ(open_on(a), 1);
+	reader_files_let_go_mine();
+	CHECK_EQ(open_on(a), 0);
+	CHECK_EQ(reader_files_kept(), 0);
+	/* read again, it is kept again */
+	CHECK(read_call(a, text, sizeof(text)) && strcmp(text, "oooo") == 0);
+	CHECK_EQ(reader_files_kept(), 1);
+	reader_files_forget();
+	unlink(a);
+}
+
 TEST(a_removed_file_is_let_go_of_by_idle_threads)
 {
 	char		a[256];

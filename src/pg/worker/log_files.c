@@ -441,6 +441,7 @@ lf_write(uint32 slot, uint64 *budget)
 		size_t		n = (size_t) Min(Min(pub.data_end - fs->written, LOG_FILES_BUFFER), *budget);
 
 		slog_copy_out(table->arena, log, fs->written, lf_buffer, n);
+		errno = 0;
 		if (FileWrite(fs->file, lf_buffer, n, (off_t) fs->written,
 					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
 		{
@@ -505,6 +506,7 @@ log_files_compaction_write(ShapeLog *out)
 		size_t		n = (size_t) Min(out->write_pos - lf_next_written, LOG_FILES_BUFFER);
 
 		slog_writer_copy_out(arena, out, lf_next_written, lf_buffer, n);
+		errno = 0;
 		if (FileWrite(lf_next_file, lf_buffer, n, (off_t) lf_next_written,
 					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
 		{
@@ -518,6 +520,7 @@ log_files_compaction_write(ShapeLog *out)
 			return NULL;
 		}
 		lf_next_written += n;
+		lf_disk_bytes += n;		/* the budget counts it as it is written */
 	}
 	return lf_next_path;
 }
@@ -529,6 +532,7 @@ log_files_compaction_abandon(void)
 		return;
 	FileClose(lf_next_file);
 	(void) unlink(lf_next_path);
+	lf_disk_bytes -= lf_next_written;
 	lf_next_slot = -1;
 	lf_next_file = -1;
 }
@@ -546,7 +550,15 @@ log_files_replaced(uint32 slot, bool read_from_disk)
 	fs = &lf_shapes[slot];
 	if (!fs->in_use || fs->failed)
 	{
-		log_files_compaction_abandon();
+		/* not after log_files_compaction_begin, but the copy would read that file */
+		if (lf_next_slot == (int32) slot)
+		{
+			FileClose(lf_next_file);
+			lf_disk_bytes -= lf_next_written;
+			lf_hold_file(lf_held_file_new(slot, lf_next_path));
+			lf_next_slot = -1;
+			lf_next_file = -1;
+		}
 		return;
 	}
 	lf_data_path(fs->handle, fs->generation, path);
@@ -566,6 +578,7 @@ log_files_replaced(uint32 slot, bool read_from_disk)
 	{
 		/* written as it was built: the rest (its open chunk) follows */
 		fs->file = lf_next_file;
+		lf_disk_bytes -= lf_next_written;	/* counted as the shape's now */
 		lf_set_written(fs, lf_next_written);
 		lf_next_slot = -1;
 		lf_next_file = -1;

@@ -23,10 +23,9 @@
  * rather than the server, and only what trimming cannot free (logs not on
  * disk, bytes not written yet) is evicted.
  *
- * A trimmed log is not compacted any more (compaction builds the next
- * version in memory; shape_stream_log.c): an update-heavy shape that once
- * left memory keeps its whole history, on disk, until it is evicted or the
- * server restarts with room for it.  A trimmed log whose file later fails a
+ * A trimmed log is compacted from its file, and the copy compaction
+ * builds leaves memory the same way as its chunks close
+ * (log_trim_loading; shape_stream_log.c).  A trimmed log whose file later fails a
  * write keeps that file for its readers, and the file of a trimmed log
  * whose shape is dropped stays until its last reader lets go (log_files.c).
  *

@@ -33,11 +33,15 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "postmaster/interrupt.h"
+
 #include "guc.h"
 #include "log_compact.h"
 #include "log_files.h"
 #include "log_record.h"
 #include "log_trim.h"
+#include "reader_files.h"
 
 #include "shape_stream_internal.h"
 
@@ -375,8 +379,11 @@ ss_take_over(ShapeStream *s)
 static bool
 ss_compaction_chunk_closed(void *arg, ShapeLog *out)
 {
-	const char *path = log_files_compaction_write(out);
+	const char *path;
 
+	if (ShutdownRequestPending)
+		return false;			/* the worker stops: not for this */
+	path = log_files_compaction_write(out);
 	if (path == NULL)
 		return false;
 	log_trim_loading(out, path, out->write_pos);
@@ -392,12 +399,15 @@ ss_compaction_chunk_closed(void *arg, ShapeLog *out)
  * A log that left memory for its file is read from there, and its copy is
  * written to the shape's next generation as it is built, its chunks taken
  * out of memory when memory is short, as a snapshot's are
- * (log_files_compaction_begin); without a file, it may take half of the
- * arena's free memory.  Its bookkeeping (malloc) may take as much as
- * shape_sync.log_memory.  Past either, or when a file cannot be read or
- * written, it is tried again after as much growth.  The previous
- * generation's file then stays while responses still read the previous
- * log (log_files_replaced).
+ * (log_files_compaction_begin); a shape whose files failed is not
+ * compacted once its log left memory.  The bookkeeping (malloc) may take
+ * about maintenance_work_mem or shape_sync.log_memory, whichever is larger
+ * (the compaction of a log in memory as before).  Past that, or when a file
+ * cannot be read or written, or when the worker is asked to stop, it is
+ * tried again after as much growth.  The previous generation's file then
+ * stays while responses still read the previous log (log_files_replaced).
+ * The worker's main thread does all of it, so decoding waits meanwhile:
+ * the time is linear in the log (bench/RESULTS.md).
  */
 void
 ss_maybe_compact(ShapeStream *s)
@@ -420,13 +430,23 @@ ss_maybe_compact(ShapeStream *s)
 		return;					/* responses still read the previous one */
 	on_disk = slog_mem_start(log) > 0;
 	options = slog_compact_defaults((uint32) s->threshold);
-	options.max_work_bytes = (uint64) shape_sync_log_memory << 20;
-	if (on_disk && log_files_compaction_begin(s->slot))
+	options.max_work_bytes = Max((uint64) maintenance_work_mem << 10,
+								 (uint64) shape_sync_log_memory << 20);
+	if (on_disk)
+	{
+		/* only into a file of its own (a failed shape's file is all its log has) */
+		if (!log_files_compaction_begin(s->slot))
+		{
+			shape_table_drop_spare_log(table, s->slot);
+			s->compacted_bytes = log->write_pos;	/* try again after as much growth */
+			return;
+		}
 		options.chunk_closed = ss_compaction_chunk_closed;
-	else if (on_disk)
-		options.max_out_bytes = (uint64) slog_arena_free_blocks(table->arena) * SLOG_BLOCK_SIZE / 2;
+	}
 	started = GetCurrentTimestamp();
 	res = slog_compact(table->arena, log, spare, &options, &stats);
+	if (on_disk)
+		reader_files_let_go_mine(); /* read from its file: not kept open */
 	if (res != SLOG_COMPACT_OK)
 	{
 		log_files_compaction_abandon();
@@ -454,11 +474,12 @@ ss_maybe_compact(ShapeStream *s)
 			ereport(LOG,
 					(errmsg("shape %s is not compacted: its log has more records than compaction may keep track of",
 							table->slots[s->slot].handle),
-					 errdetail("Compaction keeps about 64 bytes per record in memory, at most \"%s\" (%d MB); this log of %llu bytes needs more.",
-							   "shape_sync.log_memory", shape_sync_log_memory,
+					 errdetail("Compaction keeps about 64 bytes per record in memory, at most \"%s\" or \"%s\", whichever is larger (%llu MB); this log of %llu bytes needs more.",
+							   "maintenance_work_mem", "shape_sync.log_memory",
+							   (unsigned long long) (options.max_work_bytes >> 20),
 							   (unsigned long long) log->write_pos),
-					 errhint("Raise \"%s\", or set \"%s\" lower so that logs are compacted before they grow this large.",
-							 "shape_sync.log_memory", "shape_sync.compaction_factor")));
+					 errhint("Raise \"%s\" for the server, or set \"%s\" lower so that logs are compacted before they grow this large.",
+							 "maintenance_work_mem", "shape_sync.compaction_factor")));
 		}
 		s->compacted_bytes = log->write_pos;	/* try again after as much growth */
 		return;
