@@ -855,6 +855,28 @@ compact_into(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out, SlogCompac
 }
 
 
+/*
+ * A seed's history in logs[0] (logs[1] and [2] emptied for its copies): the
+ * snapshot in chunks of `per_snapshot_chunk` rows, then `transactions`.
+ */
+static void
+write_history(Writer *w, ShapeLogArena *arena, ShapeLog *logs, uint64_t seed, bool replica_full,
+			  int per_snapshot_chunk, int transactions)
+{
+	rng = seed * 2654435761u + 1;
+	memset(w, 0, sizeof(*w));
+	for (int i = 0; i < 3; i++)
+		slog_init(&logs[i]);
+	w->arena = arena;
+	w->log = &logs[0];
+	w->replica_full = replica_full;
+	w->threshold = 500;
+	w->lsn = 1000;
+	write_snapshot(w, per_snapshot_chunk);
+	for (int t = 0; t < transactions; t++)
+		write_transaction(w);
+}
+
 /* One seed: history, compaction, every offset; more history, again. */
 static void
 run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
@@ -869,18 +891,7 @@ run_seed(uint64_t seed, bool replica_full, int per_snapshot_chunk)
 				after;
 
 	REQUIRE(arena != NULL);
-	rng = seed * 2654435761u + 1;
-	memset(&w, 0, sizeof(w));
-	for (int i = 0; i < 3; i++)
-		slog_init(&logs[i]);
-	w.arena = arena;
-	w.log = &logs[0];
-	w.replica_full = replica_full;
-	w.threshold = 500;
-	w.lsn = 1000;
-	write_snapshot(&w, per_snapshot_chunk);
-	for (int t = 0; t < 150; t++)
-		write_transaction(&w);
+	write_history(&w, arena, logs, seed, replica_full, per_snapshot_chunk, 150);
 
 	REQUIRE(compact_into(arena, &logs[0], &logs[1], &st) == SLOG_COMPACT_OK);
 	slog_read_published(&logs[0], &before);
@@ -1174,18 +1185,7 @@ TEST(compaction_reads_a_log_that_left_memory)
 		REQUIRE(arena != NULL);
 		/* a path names the same bytes for good (the readers' window relies on it) */
 		snprintf(path, sizeof(path), "%s/h%llu.1.log", dir, (unsigned long long) seed);
-		rng = seed * 2654435761u + 1;
-		memset(&w, 0, sizeof(w));
-		for (int i = 0; i < 3; i++)
-			slog_init(&logs[i]);
-		w.arena = arena;
-		w.log = &logs[0];
-		w.replica_full = seed % 2 == 0;
-		w.threshold = 500;
-		w.lsn = 1000;
-		write_snapshot(&w, 2);
-		for (int t = 0; t < 400; t++)
-			write_transaction(&w);
+		write_history(&w, arena, logs, seed, seed % 2 == 0, 2, 400);
 		REQUIRE_EQ(compact_limited(arena, &logs[0], &logs[1], &limits, &in_memory),
 				   SLOG_COMPACT_OK);
 
