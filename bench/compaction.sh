@@ -74,7 +74,8 @@ SQL
 		echo "$mode $run $((step * UPDATES / STEPS)) $(cluster_psql -At -c "SELECT log_bytes FROM shape_sync.shapes WHERE handle = '$handle'")"
 	done
 	echo "$mode $run cpu $(($(cpu_ns) - cpu0))"
-	echo "$mode $run file $(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/$handle.*.log | wc -c")"
+	# the shape's data files once the slot is confirmed (a compacted generation is gone by then)
+	echo "$mode $run file $(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/$handle.*.log 2>/dev/null | wc -c" || echo 0)"
 	echo "$mode $run compactions $(cluster_psql -At -c "SELECT compactions FROM shape_sync.shapes WHERE handle = '$handle'")"
 }
 
@@ -96,7 +97,10 @@ sys.path.insert(0, here)
 from results_section import machine, write_section
 size, cpu, comp, files = {}, {}, {}, {}
 for line in open(path):
-    mode, run, what, value = line.split()
+    fields = line.split()
+    if len(fields) != 4:
+        continue
+    mode, run, what, value = fields
     if what == "cpu":
         cpu.setdefault(mode, []).append(int(value) / 1e9)
     elif what == "file":
@@ -139,8 +143,9 @@ lines += [
     f"sample) and was compacted {med(comp['compaction']):.0f} times; without, it grows by every "
     "update. Worker CPU over the updates: "
     f"{med(cpu['none']):.2f} s without compaction, {med(cpu['compaction']):.2f} s with "
-    f"({med(cpu['compaction']) / med(cpu['none']):.2f}x). The shape's data file at the end: "
-    f"{mb(med(files['none']))} MB without compaction, {mb(med(files['compaction']))} MB with.",
+    f"({med(cpu['compaction']) / med(cpu['none']):.2f}x)."
+    + (f" The shape's data file at the end: {mb(med(files['none']))} MB without compaction, "
+       f"{mb(med(files['compaction']))} MB with." if files.get('none') and files.get('compaction') else ""),
 ]
 write_section(f"{here}/RESULTS.md", "compaction_disk" if log_memory else "compaction", lines)
 print("\n".join(lines))

@@ -32,8 +32,8 @@
  * Notes on synchronization
  * ------------------------
  * - A slot's fd, path, `taken` and `forgotten` are guarded by its `lock`,
- *   which its thread takes at the start and end of a call, and
- *   reader_files_forget for each slot in turn.
+ *   which its thread takes at the start and end of a call and in
+ *   reader_files_let_go_mine, and reader_files_forget for each slot in turn.
  * - Claiming and releasing slots is guarded by rf_claim_lock; `high` only
  *   grows and is atomic, so that reader_files_forget reads it without
  *   that lock (a slot claimed after it read `high` holds nothing yet).

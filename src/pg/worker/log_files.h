@@ -51,8 +51,9 @@ extern void log_files_replaced(uint32 slot, bool read_from_disk);
  * or it could not be made, with a warning), then, as each chunk of the copy
  * closes, log_files_compaction_write: what the copy gained, to that file,
  * whose path it returns (NULL: a write failed, with a warning); then
- * log_files_replaced takes the file, or log_files_compaction_abandon
- * removes it.
+ * log_files_replaced takes the file (or, should the shape have failed
+ * meanwhile, holds it for the copy's readers), or
+ * log_files_compaction_abandon removes it.
  */
 extern bool log_files_compaction_begin(uint32 slot);
 extern const char *log_files_compaction_write(ShapeLog *out);

@@ -407,7 +407,8 @@ ss_compaction_chunk_closed(void *arg, ShapeLog *out)
  * tried again after as much growth.  The previous generation's file then
  * stays while responses still read the previous log (log_files_replaced).
  * The worker's main thread does all of it, so decoding waits meanwhile:
- * the time is linear in the log (bench/RESULTS.md).
+ * the time is linear in the log (docs/storage.md).  A stop is obeyed as
+ * the copy's chunks close, after the passes that read the whole log.
  */
 void
 ss_maybe_compact(ShapeStream *s)
@@ -478,8 +479,10 @@ ss_maybe_compact(ShapeStream *s)
 							   "maintenance_work_mem", "shape_sync.log_memory",
 							   (unsigned long long) (options.max_work_bytes >> 20),
 							   (unsigned long long) log->write_pos),
-					 errhint("Raise \"%s\" for the server, or set \"%s\" lower so that logs are compacted before they grow this large.",
-							 "maintenance_work_mem", "shape_sync.compaction_factor")));
+					 errhint("Raise \"%s\" for the server above %llu MB, or set \"%s\" lower so that logs are compacted before they grow this large.",
+							 "maintenance_work_mem",
+							 (unsigned long long) (options.max_work_bytes >> 20),
+							 "shape_sync.compaction_factor")));
 		}
 		s->compacted_bytes = log->write_pos;	/* try again after as much growth */
 		return;
