@@ -20,6 +20,8 @@
 //   raw-1        1 raw long-poll client (fetch, live=true loop)
 //   client-1     1 @electric-sql/client ShapeStream (long-poll)
 //   raw-100      100 raw long-poll clients on the same shape
+//   sock-1       1 long-poll client on a plain keep-alive socket (own HTTP/1.1 + chunked
+//                decoding, no fetch), as the NOTIFY client reads its socket
 //   sock-100     100 long-poll clients on plain keep-alive sockets (own HTTP/1.1 + chunked
 //                decoding, no fetch): a diagnostic, how much of raw-100 is Node's fetch
 //   client-100   100 ShapeStreams on the same shape
@@ -357,6 +359,7 @@ async function main() {
     { name: 'raw-1', kind: 'raw', clients: 1 },
     { name: 'client-1', kind: 'client', clients: 1 },
     { name: 'raw-100', kind: 'raw', clients: 100 },
+    { name: 'sock-1', kind: 'sock', clients: 1 },
     { name: 'sock-100', kind: 'sock', clients: 100 },
     { name: 'client-100', kind: 'client', clients: 100 },
   ].filter((s) => !only || only.includes(s.name))

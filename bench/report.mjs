@@ -17,6 +17,7 @@ const DESC = {
   'raw-1': 'shape_sync, 1 raw long-poll client',
   'client-1': 'shape_sync, 1 `@electric-sql/client` ShapeStream',
   'raw-100': 'shape_sync, 100 raw long-poll clients: last of 100',
+  'sock-1': 'shape_sync, 1 socket long-poll client (no fetch)',
   'sock-100': 'shape_sync, 100 socket long-poll clients (no fetch; diagnostic): last of 100',
   'client-100': 'shape_sync, 100 ShapeStreams: last of 100',
 }
