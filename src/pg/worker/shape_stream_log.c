@@ -402,7 +402,7 @@ ss_compaction_chunk_closed(void *arg, ShapeLog *out)
  * (log_files_compaction_begin); a shape whose files failed is not
  * compacted once its log left memory.  The bookkeeping (malloc) may take
  * about maintenance_work_mem or shape_sync.log_memory, whichever is larger
- * (the compaction of a log in memory as before).  Past that, or when a file
+ * (for logs in memory too).  Past that, or when a file
  * cannot be read or written, or when the worker is asked to stop, it is
  * tried again after as much growth.  The previous generation's file then
  * stays while responses still read the previous log (log_files_replaced).
