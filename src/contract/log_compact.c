@@ -73,10 +73,9 @@
  * log that left memory for its file (durable logs, docs/storage.md) is
  * read from there, 64 kB at a time (shape_log_read.c), three passes; its
  * copy is built in the arena, and the caller may write each of its chunks
- * out as it closes and take it out of memory (chunk_closed).  The caller
- * bounds both (SlogCompactOptions): past max_work_bytes of bookkeeping
- * compaction gives up with SLOG_COMPACT_TOO_LARGE, past max_out_bytes of
- * copy with SLOG_COMPACT_FULL; an input file that cannot be read gives
+ * out as it closes and take it out of memory (chunk_closed).  Past
+ * max_work_bytes of bookkeeping (SlogCompactOptions) compaction gives up
+ * with SLOG_COMPACT_TOO_LARGE; an input file that cannot be read gives
  * SLOG_COMPACT_READ_FAILED.  Each leaves `in` as it was.
  *
  * Notes on synchronization
@@ -213,7 +212,6 @@ typedef struct Compactor
 	uint64_t	work_bytes;		/* what the arrays above took */
 	uint64_t	work_limit;		/* ... at most */
 	bool		too_large;		/* refused past work_limit */
-	uint64_t	out_limit;		/* the copy's data bytes at most */
 	int			read_error;		/* errno of an input file that could not be read */
 } Compactor;
 
@@ -1049,11 +1047,8 @@ static SlogCompactResult
 cmp_append(Compactor *c, ShapeLog *out, LogOffset offset, uint32_t kind, const char *data,
 		   size_t len)
 {
-	SlogResult	res;
+	SlogResult	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
 
-	if (out->write_pos + slog_record_span((uint32_t) len) > c->out_limit)
-		return SLOG_COMPACT_FULL;	/* more than the copy may take */
-	res = slog_append(c->arena, out, offset, kind, data, (uint32_t) len);
 	c->last_out = offset;
 	return res == SLOG_OK ? SLOG_COMPACT_OK : SLOG_COMPACT_FULL;
 }
@@ -1157,7 +1152,6 @@ slog_compact(ShapeLogArena *arena, const ShapeLog *in, ShapeLog *out,
 	c.arena = arena;
 	c.in = in;
 	c.work_limit = options->max_work_bytes;
-	c.out_limit = options->max_out_bytes;
 	slog_read_published(in, &pub);
 	stats->bytes_in = pub.data_end;
 	if (pub.chunk_count > 0)

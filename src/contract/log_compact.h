@@ -43,15 +43,13 @@ typedef enum SlogCompactResult
  * (about max_work_bytes of malloc: 64 bytes per record of the closed
  * chunks and 100 per key, beside the key texts, are counted; a merging
  * update's columns and the moment a grown array is copied are not) and
- * the copy
- * (max_out_bytes of the arena), which chunk_closed, called after each
- * chunk of it closes, may write out and take out of memory (the copy is
- * not published yet: no reader); false from it stops compaction.
+ * the copy in the arena, which chunk_closed, called after each chunk of
+ * it closes, may write out and take out of memory (the copy is not
+ * published yet: no reader); false from it stops compaction.
  */
 typedef struct SlogCompactOptions
 {
 	uint32_t	chunk_bytes;	/* each output chunk holds at least this, where it can */
-	uint64_t	max_out_bytes;	/* the copy's data bytes (SLOG_COMPACT_FULL past it) */
 	uint64_t	max_work_bytes; /* SLOG_COMPACT_TOO_LARGE past it */
 	bool		(*chunk_closed) (void *arg, ShapeLog *out);	/* or NULL */
 	void	   *arg;
@@ -72,7 +70,7 @@ typedef struct SlogCompactStats
 static inline SlogCompactOptions
 slog_compact_defaults(uint32_t chunk_bytes)
 {
-	SlogCompactOptions options = {chunk_bytes, UINT64_MAX, UINT64_MAX, NULL, NULL};
+	SlogCompactOptions options = {chunk_bytes, UINT64_MAX, NULL, NULL};
 
 	return options;
 }
