@@ -5,9 +5,10 @@
  *		(snapshot_worker.c) and a subset query (subset_query.c) share.
  *
  * A snapshot runs in a REPEATABLE READ, READ ONLY transaction
- * (snapshot_begin), which records pg_current_snapshot() (the xmin, xmax
- * and xip list that stitch the snapshot to the replication stream) and the
- * WAL insert position after it.  The query is a tree built around the
+ * (snapshot_begin), taken once its table is locked, which records
+ * pg_current_snapshot() (the xmin, xmax and xip list that stitch the
+ * snapshot to the replication stream) and the WAL insert position after
+ * it.  The query is a tree built around the
  * validated, folded where clause (snap_build_query), planned and run by
  * the executor: no text is parsed again, so no name can bind to anything
  * but what was validated.  It runs as the shape's role (shape_sync.role),
@@ -50,6 +51,7 @@
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 
 #include "eval_deadline.h"
@@ -484,7 +486,28 @@ snapshot_current_text(void)
 }
 
 /*
- * Starts a snapshot's transaction (a shape's or a subset's): REPEATABLE
+ * The shape's table and its partitions, locked before the snapshot is
+ * taken.  A table rewrite (ALTER TABLE ... TYPE, TRUNCATE) writes every
+ * row again under its own transaction and is not MVCC-safe: to a snapshot
+ * taken before it committed, the rewritten table looks empty, and the
+ * stream carries no change for the rows it moved.  Locked first, a
+ * rewrite that holds the table is waited for and is inside the snapshot,
+ * and one that comes later waits for this transaction.
+ */
+static void
+snapshot_lock_table(Oid relid)
+{
+	LockRelationOid(relid, AccessShareLock);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		ereport(ERROR,		/* its clients start over, as for a change */
+				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
+				 errmsg("the shape's table was dropped after the shape was made")));
+	(void) find_all_inheritors(relid, AccessShareLock, NULL);
+}
+
+/*
+ * Starts a snapshot's transaction (a shape's or a subset's) on table
+ * `relid`, locked first (snapshot_lock_table): REPEATABLE
  * READ, READ ONLY, Electric's display settings, search_path pinned to
  * pg_catalog, a statement timeout of timeout_ms (0: none), as `role`.  Returns
  * what pg_current_snapshot() and, in *insert_lsn, pg_current_wal_insert_lsn()
@@ -496,8 +519,8 @@ snapshot_current_text(void)
  * stream has published, see shape_table.c.)
  */
 char *
-snapshot_begin(Oid role, const char *activity, int timeout_ms, ShapeRoleSaved *saved,
-			   uint64 *insert_lsn)
+snapshot_begin(Oid relid, Oid role, const char *activity, int timeout_ms,
+			   ShapeRoleSaved *saved, uint64 *insert_lsn)
 {
 	char	   *snapshot_text;
 
@@ -514,6 +537,7 @@ snapshot_begin(Oid role, const char *activity, int timeout_ms, ShapeRoleSaved *s
 							 GUC_ACTION_SET, true, 0, false);
 	if (timeout_ms > 0)
 		enable_timeout_after(STATEMENT_TIMEOUT, timeout_ms);
+	snapshot_lock_table(relid);
 	PushActiveSnapshot(GetTransactionSnapshot());
 	shape_role_become(role, saved);
 	snapshot_text = snapshot_current_text();

@@ -54,7 +54,7 @@ extern char *snapshot_current_text(void);
 extern void snapshot_visibility_json(StringInfo buf, const char *snapshot);
 
 /* A snapshot's transaction, and what it checks of its shape. */
-extern char *snapshot_begin(Oid role, const char *activity, int timeout_ms,
+extern char *snapshot_begin(Oid relid, Oid role, const char *activity, int timeout_ms,
 							ShapeRoleSaved *saved, uint64 *insert_lsn);
 extern void snapshot_end(const ShapeRoleSaved *saved);
 

@@ -421,7 +421,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, dsm_segment *definitio
 		if (job->flags & SNAPSHOT_JOB_MANAGE_REPLICA_IDENTITY)
 			snap_ensure_replica_identity_full(spec->relid);
 
-		snapshot_text = snapshot_begin((Oid) job->role, "taking a shape snapshot",
+		snapshot_text = snapshot_begin(spec->relid, (Oid) job->role, "taking a shape snapshot",
 									   shape_sync_snapshot_statement_timeout, &saved,
 									   &writer->slot->snapshot_lsn);
 

@@ -670,7 +670,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	uint64		database_lsn;
 
 	/* the insert position after the snapshot is past all it sees (snapshot_begin) */
-	snapshot_text = snapshot_begin((Oid) job->role, "taking a subset snapshot",
+	snapshot_text = snapshot_begin(in->spec.relid, (Oid) job->role, "taking a subset snapshot",
 								   shape_sync_subset_statement_timeout, &saved,
 								   &database_lsn);
 	rel = table_open(in->spec.relid, AccessShareLock);
