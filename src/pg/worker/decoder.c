@@ -13,7 +13,11 @@
  * for catalog access.
  *
  * Reads never wait: the page reader is read_local_xlog_page_no_wait, and a
- * record not yet completely flushed ends the batch.
+ * record not yet completely flushed ends the batch.  A batch also ends
+ * after DECODER_BATCH_MS, when an invalidation asks for checks, and at a
+ * transaction's end once the log memory runs short while logs on disk grew
+ * (shape_stream_write_out_due): the main loop then writes them out and
+ * trims them before decoding on.
  *
  * A commit is decoded only once its transaction has left the proc array.
  * A commit record is flushed before that (with synchronous replication,
@@ -626,6 +630,8 @@ decoder_step(void)
 	TimestampTz start = GetCurrentTimestamp();
 	bool		progress = false;
 	int			n = 0;
+	uint64		batch_mark = shape_stream_batch_mark();
+	bool		is_xact;
 
 	if (dec_ctx == NULL)
 		return false;
@@ -645,12 +651,15 @@ decoder_step(void)
 			XLogBeginRead(dec_ctx->reader, dec_ctx->reader->ReadRecPtr);
 			break;
 		}
-		if (XLogRecGetRmid(dec_ctx->reader) == RM_XACT_ID)
+		is_xact = XLogRecGetRmid(dec_ctx->reader) == RM_XACT_ID;
+		if (is_xact)
 			catalog_use_historic();
 		LogicalDecodingProcessRecord(dec_ctx, dec_ctx->reader);
 		progress = true;
 		if (shape_stream_recheck_pending())
 			break;				/* checks first: see shape_stream.c */
+		if (is_xact && shape_stream_write_out_due(batch_mark))
+			break;				/* memory first: see shape_stream_log.c */
 		if (++n % 256 == 0)
 		{
 			CHECK_FOR_INTERRUPTS();

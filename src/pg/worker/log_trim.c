@@ -17,7 +17,12 @@
  * gives back the batches whose ticket has passed.  So a shape's size is
  * bounded by the disk, not by shape_sync.log_memory, which keeps the
  * recent part of every log and the indexes of all of it (about 0.3% of
- * its bytes).  Under eviction's own, lower reserve (shape_eviction.c), the
+ * its bytes).  Decoding ends its batch at a transaction's end when a trim
+ * is due (log_trim_due) and logs on disk grew in the batch
+ * (shape_stream_write_out_due), so that a burst of transactions larger
+ * than the memory left is written and trimmed on the way; a trim walk made
+ * less than LOG_TRIM_RETRY_MS ago is made again only when an eighth of
+ * the arena is left and that walk trimmed something.  Under eviction's own, lower reserve (shape_eviction.c), the
  * least recently read shapes give back their whole written log, open
  * chunk included (log_trim_whole_shape): a shape on disk leaves memory
  * rather than the server, and only what trimming cannot free (logs not on
@@ -65,6 +70,7 @@ typedef struct TrimBatch
 static TrimBatch *lt_pending;	/* oldest first */
 static TrimBatch *lt_pending_tail;
 static TimestampTz lt_walked_at;	/* the last walk of the shapes */
+static bool lt_walk_trimmed;	/* and whether it found blocks to trim */
 
 #define LOG_TRIM_RETRY_MS	100
 
@@ -80,6 +86,24 @@ log_trim_wanted(void)
 	ShapeLogArena *arena = lt_arena();
 
 	return slog_arena_free_blocks(arena) < arena->nblocks / 4;
+}
+
+/*
+ * Whether the next step would trim: memory runs low, and the shapes were
+ * not walked within LOG_TRIM_RETRY_MS, or it runs so low (an eighth of the
+ * arena free) that they are walked again at once, unless the last walk
+ * found nothing to trim (the memory is held by what cannot leave it: open
+ * chunks, logs not on disk), which a walk per transaction would not change.
+ */
+bool
+log_trim_due(void)
+{
+	ShapeLogArena *arena = lt_arena();
+
+	if (lf_shapes == NULL || !log_trim_wanted())
+		return false;
+	return (lt_walk_trimmed && slog_arena_free_blocks(arena) < arena->nblocks / 8) ||
+		TimestampDifferenceExceeds(lt_walked_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS);
 }
 
 /* Gives back the batches whose readers have all left (all, with `all`). */
@@ -193,8 +217,7 @@ log_trim_step(void)
 	if (lf_shapes == NULL)
 		return;
 	lt_give_back(false);
-	if (!log_trim_wanted() ||
-		!TimestampDifferenceExceeds(lt_walked_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS))
+	if (!log_trim_due())
 		return;
 	arena = lt_arena();
 	/* what would bring the arena back to half free */
@@ -206,8 +229,9 @@ log_trim_step(void)
 		return;
 	for (uint32 slot = 0; slot < lf_nslots && batch->n < room; slot++)
 		batch->n += lt_trim_shape(slot, batch, room - batch->n, false);
-	/* a walk of every shape: not again for LOG_TRIM_RETRY_MS */
+	/* a walk of every shape: not again for LOG_TRIM_RETRY_MS (log_trim_due) */
 	lt_walked_at = GetCurrentTimestamp();
+	lt_walk_trimmed = batch->n > 0;
 	if (batch->n > 0)
 		ereport(DEBUG1,
 				(errmsg_internal("%u blocks of shape logs left memory for their files", batch->n)));

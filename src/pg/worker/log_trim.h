@@ -34,6 +34,9 @@ extern uint32 log_trim_pending_blocks(void);
 /* Whether the arena is low enough on free blocks that logs should trim. */
 extern bool log_trim_wanted(void);
 
+/* Whether log_trim_step would trim now (it may skip a walk just made). */
+extern bool log_trim_due(void);
+
 /*
  * A log being loaded at start, not yet published (no reader can hold its
  * blocks): its bytes up to `upto`, held by the file at `path`, leave

@@ -70,4 +70,14 @@ extern void shape_stream_recheck_all(void);
  */
 extern bool shape_stream_recheck_pending(void);
 
+/*
+ * Whether the decoder ends its batch at this transaction's end: the log
+ * memory runs short (a trim is due) and logs on disk grew since
+ * `batch_mark`, shape_stream_batch_mark() at the batch's start, so the main
+ * loop writes what they gained to their files and takes it out of memory
+ * before decoding on (shape_stream_log.c).
+ */
+extern uint64 shape_stream_batch_mark(void);
+extern bool shape_stream_write_out_due(uint64 batch_mark);
+
 #endif							/* SHAPE_STREAM_H */

@@ -696,12 +696,7 @@ shape_stream_commit(void)
 			MemoryContextSwitchTo(old);
 		}
 		else if (s->appended)
-		{
-			shape_table_note_published(table, s->slot);	/* covered by the publish */
-			slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
-			shape_table_mark_dirty(table, s->slot);
-			ss_maybe_compact(s);
-		}
+			ss_publish_commit(s);
 		s->txn_pending = NULL;
 		s->touched = false;
 		s->skip_txn = false;

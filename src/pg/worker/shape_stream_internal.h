@@ -172,9 +172,9 @@ extern void ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number,
 						  const char *text);
 extern void ss_free_pending(PendingTxn *txn);
 extern bool ss_has_partition(ShapeStream *s, Oid relid);
-extern void ss_maybe_compact(ShapeStream *s);
 extern void ss_message(ShapeStream *s, uint64 op, StringInfo msg);
 extern void ss_pending_forget(ShapeStream *s);
+extern void ss_publish_commit(ShapeStream *s);
 extern void ss_release_held(ShapeStream *s, bool last);
 extern void ss_rotate_later(ShapeStream *s, SmRotationCause cause, const char *why);
 extern ShapeTable *ss_table(void);

@@ -24,6 +24,11 @@
  * has grown by shape_sync.compaction_factor since its snapshot or last
  * compaction is compacted between transactions (log_compact.c).
  *
+ * Publishing: a commit publishes what its transaction appended, whole
+ * (ss_publish_commit), and counts the publishes to logs on disk, which
+ * lets the decoder end its batch when memory runs short
+ * (shape_stream_write_out_due).
+ *
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
@@ -410,7 +415,7 @@ ss_compaction_chunk_closed(void *arg, ShapeLog *out)
  * the time is linear in the log (docs/storage.md).  A stop is obeyed as
  * the copy's chunks close, after the passes that read the whole log.
  */
-void
+static void
 ss_maybe_compact(ShapeStream *s)
 {
 	ShapeTable *table = ss_table();
@@ -510,3 +515,46 @@ ss_maybe_compact(ShapeStream *s)
  * that their role can no longer read.  `role` is what shape_sync.role
  * names now, or InvalidOid when it cannot be used.
  */
+
+/* ------------------------------------------------------------ publishing */
+
+/*
+ * Publishes to logs on disk, counted: the decoder's batch mark.  A batch
+ * of small transactions can append more than the log memory has free
+ * before the main loop writes what the logs gained to their files and
+ * trims it (log_trim.c), and a log that finds the arena full is rotated.
+ * So decoding ends its batch at a transaction's end once a trim is due and
+ * such a log grew in the batch, and the main loop writes and trims before
+ * it decodes on.
+ */
+static uint64 ss_disk_publishes;
+
+/*
+ * The commit of a transaction that appended to the stream's log: published
+ * whole, marked for its clients and its file, and compacted when it grew
+ * enough.
+ */
+void
+ss_publish_commit(ShapeStream *s)
+{
+	ShapeTable *table = ss_table();
+
+	shape_table_note_published(table, s->slot);	/* covered by the publish */
+	slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
+	shape_table_mark_dirty(table, s->slot);
+	if (shape_sync_durable_logs)
+		ss_disk_publishes++;
+	ss_maybe_compact(s);
+}
+
+uint64
+shape_stream_batch_mark(void)
+{
+	return ss_disk_publishes;
+}
+
+bool
+shape_stream_write_out_due(uint64 batch_mark)
+{
+	return ss_disk_publishes != batch_mark && log_trim_due();
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+#
+# A burst of transactions larger than shape_sync.log_memory, decoded in one go, must not
+# rotate a shape whose log is on disk.  What a shape's log gains goes to its file, and
+# leaves memory, between decoding batches; a batch of small transactions that appended
+# more than the memory left filled the arena first, and the shape was rotated ("the shape
+# log memory is full", 409), though its file could have taken it all.  Seen in the
+# clean-clone CI in durable_compaction.sh; here it is made certain: a stopped synchronous
+# standby holds one commit (B), and with it the decoder, while another session
+# (synchronous_commit = local) commits 8,000 inserts of 1 kB each, about twice the log
+# memory.  Then the standby starts and the decoder reads them all at once.  Now a decoding
+# batch ends at a commit once memory runs short and the logs grew, so that the main loop
+# writes what they gained and takes it out of memory before decoding on.
+set -euo pipefail
+source "$(dirname "$0")/../lib/lib.sh"
+init_work
+shape_client_init
+
+SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '4MB'
+shape_sync.chunk_bytes_threshold = '256kB'
+shape_sync.compaction_factor = 0" start_cluster_retrying 4810
+cluster_psql <<'SQL'
+CREATE EXTENSION shape_sync;
+CREATE TABLE w (id int PRIMARY KEY, v text);
+INSERT INTO w SELECT g, repeat('a', 1000) FROM generate_series(1, 300) g;
+CREATE TABLE hold (id int);
+SQL
+q="table=w"
+check "a client reads the shape to its end" sc sync "$work/early.json" --url "$SHAPE_SYNC_URL" --query "$q"
+handle=$(sc get "$work/early.json" 'd["handle"]')
+
+check "a synchronous standby made with pg_basebackup starts" cluster_sync_standby_create standby1
+check "the standby stops" cluster_standby_stop
+check "B's commit waits for the standby, and decoding waits at it" \
+	commit_behind_standby "INSERT INTO hold VALUES (1)"
+cluster_psql -q <<'SQL'
+SET synchronous_commit = local;
+SELECT 'writing';
+\o /dev/null
+SELECT format('INSERT INTO w VALUES (%s, %L);', g, repeat(chr(98 + g % 20), 1000))
+FROM generate_series(301, 8300) g \gexec
+\o
+UPDATE w SET v = 'last' WHERE id = 1;
+SQL
+held=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync_%'")
+check "the WAL held back is larger than the log memory ($held bytes)" test "$held" -gt $((4 << 20))
+check "the standby starts again" cluster_standby_start
+no_sync_waits() { sync_rep_waits 0; }
+check "B commits" wait_for 60 no_sync_waits
+
+sc sync "$work/early.json" --until v=last --timeout 60 || true
+expect_eq "the early client follows the burst to its last change" found \
+	"$(sc get "$work/early.json" 'd["last"]["status"]')"
+expect_eq "with no 409, on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
+expect_eq "and no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
+rotated=$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })
+expect_eq "no shape was rotated" 0 "$rotated"
+want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
+expect_eq "the early client equals the table" "$want" "$(sc rows "$work/early.json" id v)"
+check "a new client reads the shape from the start" \
+	sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
+expect_eq "on the same handle" "$handle" "$(sc get "$work/late.json" 'd["handle"]')"
+expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
+disk=$(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/*.log | wc -c")
+check "the log is on disk, larger than the log memory ($disk bytes)" test "$disk" -gt $((4 << 20))
+finish
