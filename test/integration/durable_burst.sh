@@ -10,7 +10,9 @@
 # (synchronous_commit = local) commits 8,000 inserts of 1 kB each, about twice the log
 # memory.  Then the standby starts and the decoder reads them all at once.  Now a decoding
 # batch ends at a commit once memory runs short and the logs grew, so that the main loop
-# writes what they gained and takes it out of memory before decoding on.
+# writes what they gained and takes it out of memory before decoding on.  And one
+# transaction of 8 MB, which is published only at its commit: what it appended goes to the
+# file ahead of the commit, and leaves memory, once memory runs short.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -63,4 +65,35 @@ expect_eq "on the same handle" "$handle" "$(sc get "$work/late.json" 'd["handle"
 expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
 disk=$(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/*.log | wc -c")
 check "the log is on disk, larger than the log memory ($disk bytes)" test "$disk" -gt $((4 << 20))
+
+# --- one transaction larger than the log memory --------------------------------------------
+# Replayed whole at its commit, it is published only then; so what it appended goes to the
+# file, and leaves memory, ahead of the commit, once memory runs short.  A small transaction
+# just before it, decoded in the same batch, is published but not yet in the file then.
+check "the standby stops" cluster_standby_stop
+check "B's commit waits for the standby" commit_behind_standby "INSERT INTO hold VALUES (2)"
+cluster_psql -q -c "SET synchronous_commit = local" -c "UPDATE w SET v = 'small' WHERE id = 2" \
+	-c "INSERT INTO w SELECT g, repeat(chr(98 + g % 20), 1000) FROM generate_series(10001, 18000) g" \
+	-c "UPDATE w SET v = 'big' WHERE id = 1"
+check "the standby starts again" cluster_standby_start
+check "B commits" wait_for 60 no_sync_waits
+sc sync "$work/early.json" --until v=big --timeout 60 || true
+expect_eq "the early client follows the big transaction to its end" found \
+	"$(sc get "$work/early.json" 'd["last"]["status"]')"
+expect_eq "with no 409, on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
+expect_eq "and no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
+expect_eq "no shape was rotated" 0 "$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })"
+want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
+expect_eq "the early client equals the table" "$want" "$(sc rows "$work/early.json" id v)"
+rm -f "$work/late.json"
+check "a new client reads the shape from the start" \
+	sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
+expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
+
+# --- and after a restart --------------------------------------------------------------------
+cluster_psql -q -c "SELECT pg_sleep(1.5)" # a round (log_fsync = batch: about a second)
+check "PostgreSQL restarts" cluster_restart
+check "the early client resumes with no 409" sc sync "$work/early.json" --timeout 60
+expect_eq "on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
+expect_eq "and equals the table" "$want" "$(sc rows "$work/early.json" id v)"
 finish

@@ -92,12 +92,12 @@ rewrite_during() {
 		get marker "$SHAPE_SYNC_URL/v1/shape?table=m&offset=-1"
 	fi
 	check "$1: a shape queues behind the first job" wait_for 60 queued $((before + 1))
-	echo "BEGIN; ALTER TABLE t ALTER n TYPE $4; SELECT 'rewriting';" >&6
-	check "$1: X rewrites t" wait_for 60 grep -q rewriting "$work/x.out"
+	echo "BEGIN; ALTER TABLE t ALTER n TYPE $4; SELECT 'rewriting $1';" >&6
+	check "$1: X rewrites t" wait_for 60 grep -q "rewriting $1" "$work/x.out"
 	echo "COMMIT;" >&7
 	check "$1: the $1 snapshot of t waits for the rewrite" wait_for 60 waiting_for t "$1"
-	echo "COMMIT; SELECT 'rewritten';" >&6
-	check "$1: the rewrite commits" wait_for 60 grep -q rewritten "$work/x.out"
+	echo "COMMIT; SELECT 'rewritten $1';" >&6
+	check "$1: the rewrite commits" wait_for 60 grep -q "rewritten $1" "$work/x.out"
 	check "$1: answered" wait_for 60 test -s "$work/$1.code"
 }
 

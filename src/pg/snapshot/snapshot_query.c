@@ -486,7 +486,7 @@ snapshot_current_text(void)
 }
 
 /*
- * The shape's table and its partitions, locked before the snapshot is
+ * The shape's table, and its partitions, locked before the snapshot is
  * taken.  A table rewrite (ALTER TABLE ... TYPE, TRUNCATE) writes every
  * row again under its own transaction and is not MVCC-safe: to a snapshot
  * taken before it committed, the rewritten table looks empty, and the
@@ -502,7 +502,9 @@ snapshot_lock_table(Oid relid)
 		ereport(ERROR,		/* its clients start over, as for a change */
 				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
 				 errmsg("the shape's table was dropped after the shape was made")));
-	(void) find_all_inheritors(relid, AccessShareLock, NULL);
+	/* a plain table's query reads it alone (ONLY), not its inheritance children */
+	if (get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE)
+		(void) find_all_inheritors(relid, AccessShareLock, NULL);
 }
 
 /*

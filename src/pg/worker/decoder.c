@@ -690,6 +690,7 @@ decoder_replay_tick(void)
 
 	if (dec_replay_hook == NULL || ++dec_replay_changes % 256 != 0)
 		return;
+	shape_stream_make_room();
 	now = GetCurrentTimestamp();
 	if (dec_replay_hook_at == 0)
 		dec_replay_hook_at = now;

@@ -459,6 +459,59 @@ lf_write(uint32 slot, uint64 *budget)
 }
 
 /*
+ * In the middle of a transaction's replay, memory short: the slot's log,
+ * up to its open chunk, goes to its file, what the transaction appended
+ * included, ahead of the commit that publishes it, so that it may leave
+ * memory (log_trim_ahead).  Only for a log whose file is listed or holds
+ * all it published (not a snapshot still being written).  A manifest
+ * lists a log only as long as its file holds exactly what it published
+ * (lf_complete), and rounds are built between transactions, so none lists
+ * these bytes before the commit publishes them; after a crash before it,
+ * a start cuts the file back to its listed length.  False when the file
+ * does not hold the log up to its open chunk.
+ */
+bool
+log_files_write_ahead(uint32 slot)
+{
+	ShapeTable *table = lf_table();
+	FileShape  *fs;
+	ShapeLog   *log;
+	SlogPublished pub;
+	uint64		upto;
+	char		path[MAXPGPATH];
+
+	if (lf_shapes == NULL || slot >= lf_nslots)
+		return false;
+	fs = &lf_shapes[slot];
+	if (!fs->in_use || fs->failed || fs->file < 0)
+		return false;
+	log = shape_table_log(table, slot);
+	slog_read_published(log, &pub);
+	if (fs->written < pub.data_end && !fs->listed)
+		return false;			/* a snapshot still being written: the step's */
+	upto = Max(pub.data_end, log->chunk_start);
+	while (fs->written < upto)
+	{
+		size_t		n = (size_t) Min(upto - fs->written, LOG_FILES_BUFFER);
+
+		slog_writer_copy_out(table->arena, log, fs->written, lf_buffer, n);
+		errno = 0;
+		if (FileWrite(fs->file, lf_buffer, n, (off_t) fs->written,
+					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
+		{
+			if (errno == 0)
+				errno = ENOSPC;	/* a short write: the disk is full */
+			lf_data_path(fs->handle, fs->generation, path);
+			lf_fail(slot, "write", path);
+			return false;
+		}
+		lf_set_written(fs, fs->written + n);
+		lf_note_unsynced(slot);
+	}
+	return true;
+}
+
+/*
  * The next generation of the log being compacted, written as compaction
  * builds it when the log had left memory (log_files_compaction_begin): its
  * copy may not fit in memory either.  One compaction at a time, on the

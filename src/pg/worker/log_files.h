@@ -61,6 +61,12 @@ extern void log_files_compaction_abandon(void);
 extern void log_files_forget(uint32 slot);
 
 /*
+ * During a transaction's replay, memory short: the slot's log up to its
+ * open chunk, published or not, to its file (false: not all of it there).
+ */
+extern bool log_files_write_ahead(uint32 slot);
+
+/*
  * Main loop, after decoding: writes what the logs gained, and every second
  * (or now, with shape_sync.log_fsync = commit) makes it durable up to
  * `decoded`, the position before which every commit is in the logs.

@@ -22,7 +22,11 @@
  * (shape_stream_write_out_due), so that a burst of transactions larger
  * than the memory left is written and trimmed on the way; a trim walk made
  * less than LOG_TRIM_RETRY_MS ago is made again only when an eighth of
- * the arena is left and that walk trimmed something.  Under eviction's own, lower reserve (shape_eviction.c), the
+ * the arena is left and that walk trimmed a sixteenth of it.  One
+ * transaction is published whole at its commit, so while one is replayed
+ * and memory runs short, the logs it appended to are written ahead of
+ * the commit and trimmed to their last closed chunk, published or not
+ * (log_files_write_ahead, log_trim_ahead; shape_stream_log.c).  Under eviction's own, lower reserve (shape_eviction.c), the
  * least recently read shapes give back their whole written log, open
  * chunk included (log_trim_whole_shape): a shape on disk leaves memory
  * rather than the server, and only what trimming cannot free (logs not on
@@ -70,7 +74,7 @@ typedef struct TrimBatch
 static TrimBatch *lt_pending;	/* oldest first */
 static TrimBatch *lt_pending_tail;
 static TimestampTz lt_walked_at;	/* the last walk of the shapes */
-static bool lt_walk_trimmed;	/* and whether it found blocks to trim */
+static bool lt_walk_trimmed;	/* and whether it trimmed much (see log_trim_due) */
 
 #define LOG_TRIM_RETRY_MS	100
 
@@ -91,9 +95,11 @@ log_trim_wanted(void)
 /*
  * Whether the next step would trim: memory runs low, and the shapes were
  * not walked within LOG_TRIM_RETRY_MS, or it runs so low (an eighth of the
- * arena free) that they are walked again at once, unless the last walk
- * found nothing to trim (the memory is held by what cannot leave it: open
- * chunks, logs not on disk), which a walk per transaction would not change.
+ * arena free, counting the blocks trimmed that come back at the next step)
+ * that they are walked again at once, unless the last walk trimmed less
+ * than a sixteenth of the arena: the memory is then held by what cannot
+ * leave it (open chunks, logs not on disk), which a walk per transaction,
+ * each a walk of every shape, would not change.
  */
 bool
 log_trim_due(void)
@@ -102,8 +108,10 @@ log_trim_due(void)
 
 	if (lf_shapes == NULL || !log_trim_wanted())
 		return false;
-	return (lt_walk_trimmed && slog_arena_free_blocks(arena) < arena->nblocks / 8) ||
-		TimestampDifferenceExceeds(lt_walked_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS);
+	if (lt_walk_trimmed &&
+		slog_arena_free_blocks(arena) + log_trim_pending_blocks() < arena->nblocks / 8)
+		return true;
+	return TimestampDifferenceExceeds(lt_walked_at, GetCurrentTimestamp(), LOG_TRIM_RETRY_MS);
 }
 
 /* Gives back the batches whose readers have all left (all, with `all`). */
@@ -122,13 +130,20 @@ lt_give_back(bool all)
 	}
 }
 
+/* How much of a log a trim may take from memory, at most what its file holds. */
+typedef enum LtExtent
+{
+	LT_PUBLISHED_CHUNKS,		/* its published closed chunks */
+	LT_CLOSED_CHUNKS,			/* its closed chunks, published or not */
+	LT_WHOLE,					/* all of it, open chunk included */
+} LtExtent;
+
 /*
- * Trims one ready shape's log to what its file holds and, unless `whole`,
- * its closed chunks end at, into `batch` (room for `room` more blocks);
- * the blocks taken.
+ * Trims one ready shape's log to what its file holds and `extent` allows,
+ * into `batch` (room for `room` more blocks); the blocks taken.
  */
 static uint32
-lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room, bool whole)
+lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room, LtExtent extent)
 {
 	ShapeTable *table = shape_sync_shared->table;
 	FileShape  *fs = &lf_shapes[slot];
@@ -143,7 +158,9 @@ lt_trim_shape(uint32 slot, TrimBatch *batch, uint32 room, bool whole)
 		return 0;
 	log = shape_table_log(table, slot);
 	upto = fs->written;
-	if (!whole)
+	if (extent == LT_CLOSED_CHUNKS)
+		upto = Min(upto, log->chunk_start);	/* the writer's own: this thread */
+	else if (extent == LT_PUBLISHED_CHUNKS)
 	{
 		slog_read_published(log, &pub);
 		if (pub.chunk_count == 0)
@@ -201,7 +218,7 @@ log_trim_whole_shape(uint32 slot)
 	n = shape_table_log_blocks(shape_sync_shared->table, slot);
 	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
 		return 0;
-	batch->n = lt_trim_shape(slot, batch, n, true);
+	batch->n = lt_trim_shape(slot, batch, n, LT_WHOLE);
 	n = batch->n;
 	lt_batch_queue(batch);
 	return n;
@@ -228,14 +245,40 @@ log_trim_step(void)
 	if (batch == NULL)
 		return;
 	for (uint32 slot = 0; slot < lf_nslots && batch->n < room; slot++)
-		batch->n += lt_trim_shape(slot, batch, room - batch->n, false);
+		batch->n += lt_trim_shape(slot, batch, room - batch->n, LT_PUBLISHED_CHUNKS);
 	/* a walk of every shape: not again for LOG_TRIM_RETRY_MS (log_trim_due) */
 	lt_walked_at = GetCurrentTimestamp();
-	lt_walk_trimmed = batch->n > 0;
+	lt_walk_trimmed = batch->n >= Max(arena->nblocks / 16, 1);
 	if (batch->n > 0)
 		ereport(DEBUG1,
 				(errmsg_internal("%u blocks of shape logs left memory for their files", batch->n)));
 	lt_batch_queue(batch);
+}
+
+uint32
+log_trim_ahead(uint32 slot)
+{
+	TrimBatch  *batch;
+	uint32		n;
+
+	if (lf_shapes == NULL || slot >= lf_nslots)
+		return 0;
+	n = shape_table_log_blocks(shape_sync_shared->table, slot);
+	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
+		return 0;
+	batch->n = lt_trim_shape(slot, batch, n, LT_CLOSED_CHUNKS);
+	n = batch->n;
+	lt_batch_queue(batch);
+	return n;
+}
+
+uint32
+log_trim_give_back(void)
+{
+	uint32		before = log_trim_pending_blocks();
+
+	lt_give_back(false);
+	return before - log_trim_pending_blocks();
 }
 
 uint32

@@ -28,6 +28,16 @@ extern void log_trim_shutdown(void);
  */
 extern uint32 log_trim_whole_shape(uint32 slot);
 
+/*
+ * During a transaction's replay, memory short: the shape's closed chunks,
+ * published or not, leave memory as far as its file holds them
+ * (log_files_write_ahead); the blocks taken.
+ */
+extern uint32 log_trim_ahead(uint32 slot);
+
+/* The trimmed blocks whose readers moved on, back to the arena: how many. */
+extern uint32 log_trim_give_back(void);
+
 /* Blocks trimmed that come back once their readers moved on. */
 extern uint32 log_trim_pending_blocks(void);
 

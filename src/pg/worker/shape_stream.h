@@ -80,4 +80,11 @@ extern bool shape_stream_recheck_pending(void);
 extern uint64 shape_stream_batch_mark(void);
 extern bool shape_stream_write_out_due(uint64 batch_mark);
 
+/*
+ * In the middle of a transaction's replay (the decoder calls it every 256
+ * changes): when memory runs short, what the transaction appended to logs
+ * on disk goes to their files ahead of its commit and leaves memory.
+ */
+extern void shape_stream_make_room(void);
+
 #endif							/* SHAPE_STREAM_H */

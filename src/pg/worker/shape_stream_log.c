@@ -155,6 +155,62 @@ ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number, const char *te
 	shape_table_mark_dirty(table, s->slot);
 }
 
+/*
+ * What the transaction being replayed appended to the logs it touched
+ * that are on disk goes to their files ahead of its commit, and leaves
+ * memory (log_files_write_ahead, log_trim_ahead): a transaction larger
+ * than the memory left is published whole only at its commit.  The
+ * blocks taken; they come back once their readers moved on.
+ */
+static uint32
+ss_write_ahead(void)
+{
+	ListCell   *lc;
+	uint32		n = 0;
+
+	if (!shape_sync_durable_logs)
+		return 0;
+	foreach(lc, ss_touched)
+	{
+		ShapeStream *s = lfirst(lc);
+
+		if (s->ready && !s->rotate && log_files_write_ahead(s->slot))
+			n += log_trim_ahead(s->slot);
+	}
+	return n;
+}
+
+void
+shape_stream_make_room(void)
+{
+	if (ss_touched != NIL && log_trim_wanted())
+	{
+		(void) log_trim_give_back();
+		(void) ss_write_ahead();
+	}
+}
+
+/*
+ * The arena is full in the middle of a transaction: what ss_write_ahead
+ * takes comes back once the HTTP threads that may read those blocks have
+ * left their reader sections, which are short (a copy of a piece):
+ * waited for up to SS_ROOM_WAIT_MS.  Whether blocks came back.
+ */
+#define SS_ROOM_WAIT_MS		100
+static bool
+ss_make_room_now(void)
+{
+	if (ss_write_ahead() == 0 && log_trim_pending_blocks() == 0)
+		return false;
+	for (int waited = 0; waited < SS_ROOM_WAIT_MS; waited++)
+	{
+		if (log_trim_give_back() > 0)
+			return true;
+		pg_usleep(1000L);
+	}
+	return false;
+}
+
 /* Appends one finished message to the log, closing a chunk when full. */
 static void
 ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
@@ -166,8 +222,14 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	if (s->rotate)
 		return;
 	res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
+	while (res == SLOG_FULL && ss_make_room_now())	/* a failed append changed nothing */
+		res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
 	if (res == SLOG_OK && log->open_chunk_bytes >= (uint64) s->threshold)
+	{
 		res = slog_close_chunk(table->arena, log, offset);
+		while (res == SLOG_FULL && ss_make_room_now())
+			res = slog_close_chunk(table->arena, log, offset);
+	}
 	if (res != SLOG_OK)
 	{
 		ss_rotate_later(s, SM_ROTATION_LOG_FULL, res == SLOG_FULL ? "the shape log memory (\"shape_sync.log_memory\") is full"
@@ -510,12 +572,6 @@ ss_maybe_compact(ShapeStream *s)
 							 (long long) ((GetCurrentTimestamp() - started) / 1000))));
 }
 
-/*
- * Rotates the shapes of a relation that is gone, whose columns changed, or
- * that their role can no longer read.  `role` is what shape_sync.role
- * names now, or InvalidOid when it cannot be used.
- */
-
 /* ------------------------------------------------------------ publishing */
 
 /*
@@ -542,7 +598,7 @@ ss_publish_commit(ShapeStream *s)
 	shape_table_note_published(table, s->slot);	/* covered by the publish */
 	slog_publish(shape_table_log(table, s->slot), s->last, SLOG_SNAPSHOT_DONE);
 	shape_table_mark_dirty(table, s->slot);
-	if (shape_sync_durable_logs)
+	if (shape_sync_durable_logs && shape_stream_durable(s->slot))
 		ss_disk_publishes++;
 	ss_maybe_compact(s);
 }
