@@ -280,7 +280,7 @@ cluster_standby_create() {
 	[[ -n $dir ]] || { _cluster_say "no cluster running"; return 1; }
 	port=$((PGPORT + 1))  # its socket file, next to the primary's in DIR (no TCP port)
 	_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres \
-		-D "$dir/standby" -R -X stream --no-sync >"$dir/basebackup.log" 2>&1 ||
+		-D "$dir/standby" -R -X stream --no-sync --checkpoint=fast >"$dir/basebackup.log" 2>&1 ||
 		{ cat "$dir/basebackup.log" >&2; _cluster_say "pg_basebackup failed"; return 1; }
 	{
 		printf '\n# --- the standby (scripts/lib/cluster.sh) ---\n'
