@@ -48,12 +48,14 @@
 #  20. bench/durability.sh: durable shape logs against the in-memory path, the section
 #      "Durable logs: what the disk costs";
 #  21. bench/manifest_rounds.sh: the flush rounds beside 10,000 idle durable shapes against
-#      10, the section "Flush rounds beside many idle shapes".
+#      10, the section "Flush rounds beside many idle shapes";
+#  22. bench/burst.sh: 170 MB of log decoded at once with 64 MB of log memory against 1 GB,
+#      the section "More than the log memory at once".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
 # THREADS (client worker threads; default min(4, CPUs)), SCENARIOS (comma list of notify,
-# raw-1, client-1, raw-100, sock-100, client-100). About 55 minutes with the defaults.
+# raw-1, client-1, raw-100, sock-100, client-100). About 60 minutes with the defaults.
 set -euo pipefail
 
 # shellcheck source=bench/lib.sh
@@ -105,5 +107,6 @@ RUNS=3 bash "$here/initial_sync.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/subset.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/durability.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/manifest_rounds.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/burst.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
