@@ -2,7 +2,7 @@
 #
 # A shape larger than shape_sync.log_memory is refused with an error that
 # names the GUC, its memory goes back to the arena, and other shapes keep
-# working.
+# working. A chunk threshold over a quarter of the log memory is warned of at start.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 trap cluster_stop EXIT
@@ -14,6 +14,10 @@ INSERT INTO big SELECT g, repeat('x', 1000) FROM generate_series(1, 5000) g;
 CREATE TABLE small (id int PRIMARY KEY, name text);
 INSERT INTO small VALUES (1, 'one'), (2, 'two');
 SQL
+warning='WARNING:  "shape_sync.chunk_bytes_threshold" is more than a quarter of "shape_sync.log_memory"'
+check "a chunk threshold (10MB) over a quarter of the log memory is warned of at start" \
+	grep -qF "$warning" "$SHAPE_SYNC_LOG"
+check "with the hint that fits" grep -qF 'Set "shape_sync.chunk_bytes_threshold" to 512 kB or less' "$SHAPE_SYNC_LOG"
 pid_before=$(worker_pid)
 total=$(cluster_psql -At -c 'SELECT total_bytes FROM shape_sync.log_memory_usage()' 2>/dev/null ||
 	{ cluster_psql -q -c 'CREATE EXTENSION shape_sync'; cluster_psql -At -c 'SELECT total_bytes FROM shape_sync.log_memory_usage()'; })

@@ -155,6 +155,37 @@ worker_report_exposure(void)
 }
 
 /*
+ * Warns, at start and whenever a reload changes it, when a shape's open
+ * chunk may take more than a quarter of the log memory while logs are on
+ * disk: what they wrote leaves memory, but an open chunk stays (live
+ * clients read it: log_trim.c), so a few of them fill it, and a shape that
+ * no longer fits is rotated.  (In memory only, every byte stays anyway.)
+ */
+static void
+worker_check_chunk_size(void)
+{
+	static int	warned = -1;
+	uint64		memory = (uint64) shape_sync_log_memory * 1024 * 1024;
+
+	if (!shape_sync_durable_logs || (uint64) shape_sync_chunk_bytes_threshold * 4 <= memory)
+	{
+		warned = -1;
+		return;
+	}
+	if (warned == shape_sync_chunk_bytes_threshold)
+		return;
+	warned = shape_sync_chunk_bytes_threshold;
+	ereport(WARNING,
+			(errmsg("\"%s\" is more than a quarter of \"%s\"",
+					"shape_sync.chunk_bytes_threshold", "shape_sync.log_memory"),
+			 errdetail("A shape's open chunk, up to %d kB, stays in the %d MB of log memory; a few of them fill it, and a shape that no longer fits is rotated.",
+					   shape_sync_chunk_bytes_threshold / 1024, shape_sync_log_memory),
+			 errhint("Set \"%s\" to %llu kB or less, or raise \"%s\".",
+					 "shape_sync.chunk_bytes_threshold",
+					 (unsigned long long) (memory / 4 / 1024), "shape_sync.log_memory")));
+}
+
+/*
  * Warns, at start and whenever a reload changes it, when shape_sync.role
  * cannot be used; shape requests then get 503 until it is fixed.
  */
@@ -526,6 +557,7 @@ shape_sync_worker_main(Datum arg)
 			(errmsg("shape_sync serving database \"%s\" on %s port %d",
 					shape_sync_database, shape_sync_listen_addresses, shape_sync_port)));
 	worker_report_exposure();
+	worker_check_chunk_size();
 
 	events = CreateWaitEventSet(TopMemoryContext, 3);
 	AddWaitEventToSet(events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
@@ -562,6 +594,7 @@ shape_sync_worker_main(Datum arg)
 				ereport(WARNING,
 						(errmsg("shape_sync kept its previous access settings: %s", err)));
 			worker_report_exposure();
+			worker_check_chunk_size();
 			worker_check_role();
 			if (strcmp(role_before, shape_sync_role) != 0)
 				shape_stream_recheck_all();	/* shapes read as the old role go */
