@@ -274,6 +274,7 @@ lf_restored(uint32 slot, const LogStoreExtent *extent, File file)
 	fs->in_use = true;
 	fs->incarnation = ++lf_incarnations;
 	fs->listed = true;
+	fs->caught_up = true;
 	fs->shape_file_synced = true;
 	strlcpy(fs->handle, extent->handle, sizeof(fs->handle));
 	fs->generation = extent->generation;
@@ -455,20 +456,24 @@ lf_write(uint32 slot, uint64 *budget)
 		*budget -= n;
 		lf_note_unsynced(slot);
 	}
-	return fs->written >= pub.data_end;
+	if (fs->written < pub.data_end)
+		return false;
+	fs->caught_up = true;
+	return true;
 }
 
 /*
  * In the middle of a transaction's replay, memory short: the slot's log,
  * up to its open chunk, goes to its file, what the transaction appended
  * included, ahead of the commit that publishes it, so that it may leave
- * memory (log_trim_ahead).  Only for a log whose file is listed or holds
- * all it published (not a snapshot still being written).  A manifest
- * lists a log only as long as its file holds exactly what it published
- * (lf_complete), and rounds are built between transactions, so none lists
- * these bytes before the commit publishes them; after a crash before it,
- * a start cuts the file back to its listed length.  False when the file
- * does not hold the log up to its open chunk.
+ * memory (log_trim_ahead).  Not for a new shape whose file is still
+ * written in pieces (caught_up).  A manifest lists a log only as long as
+ * its file holds exactly what it published (lf_complete), and rounds are
+ * built between transactions, so none lists these bytes before the commit
+ * publishes them (a round after a transaction that rotated the shape may
+ * make them durable, and no manifest names them); after a crash before
+ * the commit, a start cuts the file back to its listed length.  False
+ * when the file does not hold the log up to its open chunk.
  */
 bool
 log_files_write_ahead(uint32 slot)
@@ -487,7 +492,7 @@ log_files_write_ahead(uint32 slot)
 		return false;
 	log = shape_table_log(table, slot);
 	slog_read_published(log, &pub);
-	if (fs->written < pub.data_end && !fs->listed)
+	if (fs->written < pub.data_end && !fs->caught_up)
 		return false;			/* a snapshot still being written: the step's */
 	upto = Max(pub.data_end, log->chunk_start);
 	while (fs->written < upto)

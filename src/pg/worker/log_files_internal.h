@@ -37,6 +37,8 @@ typedef struct FileShape
 {
 	bool		in_use;			/* it has a shape file */
 	bool		listed;			/* its file is complete: in every manifest */
+	bool		caught_up;		/* its file has held all it published (a new
+								 * shape's is written in pieces at first) */
 	bool		dirty;			/* on lf_dirty */
 	bool		unsynced;		/* on lf_unsynced */
 	bool		shape_file_synced;

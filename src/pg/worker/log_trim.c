@@ -258,11 +258,15 @@ log_trim_step(void)
 uint32
 log_trim_ahead(uint32 slot)
 {
+	const ShapeLog *log;
 	TrimBatch  *batch;
 	uint32		n;
 
 	if (lf_shapes == NULL || slot >= lf_nslots)
 		return 0;
+	log = shape_table_log(shape_sync_shared->table, slot);
+	if (slog_mem_start(log) + SLOG_BLOCK_SIZE > Min(lf_shapes[slot].written, log->chunk_start))
+		return 0;				/* not a whole block to take: no batch */
 	n = shape_table_log_blocks(shape_sync_shared->table, slot);
 	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
 		return 0;

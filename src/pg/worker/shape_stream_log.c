@@ -191,23 +191,32 @@ shape_stream_make_room(void)
 }
 
 /*
- * The arena is full in the middle of a transaction: what ss_write_ahead
+ * The arena is full in the middle of transaction `tx`: what ss_write_ahead
  * takes comes back once the HTTP threads that may read those blocks have
- * left their reader sections, which are short (a copy of a piece):
- * waited for up to SS_ROOM_WAIT_MS.  Whether blocks came back.
+ * left their reader sections, which are short (a copy of a piece, or a
+ * read of the page cache): waited for up to SS_ROOM_WAIT_MS, once per
+ * transaction, so that a transaction whose shapes all find the arena full
+ * holds the main thread that long at most.  Whether blocks came back.
  */
 #define SS_ROOM_WAIT_MS		100
 static bool
-ss_make_room_now(void)
+ss_make_room_now(int64 tx)
 {
+	static int64 gave_up_tx = -1;
+
 	if (ss_write_ahead() == 0 && log_trim_pending_blocks() == 0)
+		return false;
+	if (log_trim_give_back() > 0)
+		return true;
+	if (tx == gave_up_tx)
 		return false;
 	for (int waited = 0; waited < SS_ROOM_WAIT_MS; waited++)
 	{
+		pg_usleep(1000L);
 		if (log_trim_give_back() > 0)
 			return true;
-		pg_usleep(1000L);
 	}
+	gave_up_tx = tx;
 	return false;
 }
 
@@ -222,12 +231,12 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	if (s->rotate)
 		return;
 	res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
-	while (res == SLOG_FULL && ss_make_room_now())	/* a failed append changed nothing */
+	while (res == SLOG_FULL && ss_make_room_now(offset.tx))	/* a failed append changed nothing */
 		res = slog_append(table->arena, log, offset, SLOG_RECORD_CHANGE, data, len);
 	if (res == SLOG_OK && log->open_chunk_bytes >= (uint64) s->threshold)
 	{
 		res = slog_close_chunk(table->arena, log, offset);
-		while (res == SLOG_FULL && ss_make_room_now())
+		while (res == SLOG_FULL && ss_make_room_now(offset.tx))
 			res = slog_close_chunk(table->arena, log, offset);
 	}
 	if (res != SLOG_OK)
