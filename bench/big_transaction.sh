@@ -51,21 +51,7 @@ SQL
 		bench_header electric-offset)
 	base=$(time_new_shape "bench_other_a$run")
 	# the live client of the big table: until a response holds the last row
-	python3 - "$SHAPE_SYNC_URL" "$handle" "$offset" "$ROWS" >"$out/replay$run" <<'PY' &
-import http.client, sys, time, urllib.parse
-url, handle, offset, last = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-u = urllib.parse.urlsplit(url)
-c = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
-mark = f'"id":"{last}"'.encode()
-while True:
-    c.request("GET", f"/v1/shape?table=bench_big&handle={handle}&offset={offset}&live=true")
-    r = c.getresponse()
-    body = r.read()
-    offset = r.getheader("electric-offset")
-    if mark in body:
-        print(f"{time.time():.6f}")
-        break
-PY
+	python3 "$here/follow_live.py" "$SHAPE_SYNC_URL" bench_big "$handle" "$offset" "$ROWS" >"$out/replay$run" &
 	follower=$!
 	bench_track "$follower"
 	sleep 0.3

@@ -55,24 +55,7 @@ one_run() {	# setting load run  (prints "setting load seconds log_bytes rotated"
 		bench_header electric-handle)
 	offset=$(curl -s -D - -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=$table&offset=-1&handle=$handle" |
 		bench_header electric-offset)
-	python3 - "$SHAPE_SYNC_URL" "$table" "$handle" "$offset" "$ROWS" >"$out/follow" <<'PY' &
-import http.client, sys, time, urllib.parse
-url, table, handle, offset, last = sys.argv[1:6]
-u = urllib.parse.urlsplit(url)
-c = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
-mark = f'"id":"{last}"'.encode()
-while True:
-    c.request("GET", f"/v1/shape?table={table}&handle={handle}&offset={offset}&live=true")
-    r = c.getresponse()
-    body = r.read()
-    if r.status != 200:
-        print(f"status {r.status}")
-        break
-    offset = r.getheader("electric-offset")
-    if mark in body:
-        print(f"{time.time():.6f}")
-        break
-PY
+	python3 "$here/follow_live.py" "$SHAPE_SYNC_URL" "$table" "$handle" "$offset" "$ROWS" >"$out/follow" &
 	follower=$!
 	bench_track "$follower"
 	gate_hold bench_gate_t

@@ -29,6 +29,26 @@ INSERT INTO w SELECT g, repeat('a', 1000) FROM generate_series(1, 300) g;
 CREATE TABLE hold (id int);
 SQL
 q="table=w"
+# converges WHAT MARKER: the early client follows the shape live to the change that sets v to
+# MARKER, on its first handle, with no violation, and equals the table; a new client reads
+# the shape from the start on the same handle and equals it too; no shape was rotated
+converges() {
+	local want
+	sc sync "$work/early.json" --until "v=$2" --timeout 120 || true
+	expect_eq "$1: the early client follows to the last change" found \
+		"$(sc get "$work/early.json" 'd["last"]["status"]')"
+	expect_eq "$1: with no 409, on the same handle" "$handle" \
+		"$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
+	expect_eq "$1: and no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
+	want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
+	expect_eq "$1: the early client equals the table" "$want" "$(sc rows "$work/early.json" id v)"
+	rm -f "$work/late.json"
+	check "$1: a new client reads the shape from the start" \
+		sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
+	expect_eq "$1: on the same handle" "$handle" "$(sc get "$work/late.json" 'd["handle"]')"
+	expect_eq "$1: and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
+	expect_eq "$1: no shape was rotated" 0 "$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })"
+}
 check "a client reads the shape to its end" sc sync "$work/early.json" --url "$SHAPE_SYNC_URL" --query "$q"
 handle=$(sc get "$work/early.json" 'd["handle"]')
 
@@ -51,19 +71,7 @@ check "the standby starts again" cluster_standby_start
 no_sync_waits() { sync_rep_waits 0; }
 check "B commits" wait_for 60 no_sync_waits
 
-sc sync "$work/early.json" --until v=last --timeout 60 || true
-expect_eq "the early client follows the burst to its last change" found \
-	"$(sc get "$work/early.json" 'd["last"]["status"]')"
-expect_eq "with no 409, on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
-expect_eq "and no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
-rotated=$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })
-expect_eq "no shape was rotated" 0 "$rotated"
-want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
-expect_eq "the early client equals the table" "$want" "$(sc rows "$work/early.json" id v)"
-check "a new client reads the shape from the start" \
-	sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
-expect_eq "on the same handle" "$handle" "$(sc get "$work/late.json" 'd["handle"]')"
-expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
+converges "burst" last
 disk=$(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/*.log | wc -c")
 check "the log is on disk, larger than the log memory ($disk bytes)" test "$disk" -gt $((4 << 20))
 
@@ -78,18 +86,8 @@ cluster_psql -q -c "SET synchronous_commit = local" -c "UPDATE w SET v = 'small'
 	-c "UPDATE w SET v = 'big' WHERE id = 1"
 check "the standby starts again" cluster_standby_start
 check "B commits" wait_for 60 no_sync_waits
-sc sync "$work/early.json" --until v=big --timeout 60 || true
-expect_eq "the early client follows the big transaction to its end" found \
-	"$(sc get "$work/early.json" 'd["last"]["status"]')"
-expect_eq "with no 409, on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
-expect_eq "and no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
-expect_eq "no shape was rotated" 0 "$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })"
+converges "one transaction" big
 want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
-expect_eq "the early client equals the table" "$want" "$(sc rows "$work/early.json" id v)"
-rm -f "$work/late.json"
-check "a new client reads the shape from the start" \
-	sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
-expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
 
 # --- and after a restart --------------------------------------------------------------------
 cluster_psql -q -c "SELECT pg_sleep(1.5)" # a round (log_fsync = batch: about a second)
@@ -118,19 +116,7 @@ kill -KILL "$pid"
 stopped_at=$(stat -c %s "$data")
 healthy() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "the server serves again" wait_for 60 healthy
-sc sync "$work/early.json" --until v=huge --timeout 120 || true
-expect_eq "the early client follows to the transaction's end" found \
-	"$(sc get "$work/early.json" 'd["last"]["status"]')"
-expect_eq "on the same handle" "$handle" "$(sc get "$work/early.json" '",".join(d["last"]["handles"])')"
-expect_eq "with no violation" 0 "$(sc get "$work/early.json" 'len(d["last"]["violations"])')"
-want=$(cluster_psql -At -c "SELECT id || '|' || v FROM w ORDER BY id")
-expect_eq "and equals the table" "$want" "$(sc rows "$work/early.json" id v)"
-rm -f "$work/late.json"
-check "a new client reads the shape from the start" \
-	sc sync "$work/late.json" --url "$SHAPE_SYNC_URL" --query "$q"
-expect_eq "on the same handle" "$handle" "$(sc get "$work/late.json" 'd["handle"]')"
-expect_eq "and equals the table" "$want" "$(sc rows "$work/late.json" id v)"
-expect_eq "no shape was rotated" 0 "$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })"
+converges "killed in a replay" huge
 final=$(stat -c %s "$data")
 # the whole transaction is about 44 MB of log: killed 4 MB or more short of it, it was being
 # replayed (the file holds all of it once the commit is published)

@@ -422,26 +422,27 @@ log_files_appended(uint32 slot)
 }
 
 /*
- * Writes what the slot's published log holds past what its file has, at
- * most `*budget` bytes (less what it wrote); false when more is left.
+ * Writes the slot's log from what its file has up to `upto`, at most
+ * `*budget` bytes (less what it wrote), published bytes only unless
+ * `unpublished` (the writer's own copy: this thread's); false when a write
+ * failed (the shape is then in memory only: lf_fail).
  */
 static bool
-lf_write(uint32 slot, uint64 *budget)
+lf_write_upto(uint32 slot, uint64 upto, uint64 *budget, bool unpublished)
 {
 	ShapeTable *table = lf_table();
 	FileShape  *fs = &lf_shapes[slot];
 	const ShapeLog *log = shape_table_log(table, slot);
-	SlogPublished pub;
 	char		path[MAXPGPATH];
 
-	if (!fs->in_use || fs->failed || fs->file < 0)
-		return true;
-	slog_read_published(log, &pub);
-	while (fs->written < pub.data_end && *budget > 0)
+	while (fs->written < upto && *budget > 0)
 	{
-		size_t		n = (size_t) Min(Min(pub.data_end - fs->written, LOG_FILES_BUFFER), *budget);
+		size_t		n = (size_t) Min(Min(upto - fs->written, LOG_FILES_BUFFER), *budget);
 
-		slog_copy_out(table->arena, log, fs->written, lf_buffer, n);
+		if (unpublished)
+			slog_writer_copy_out(table->arena, log, fs->written, lf_buffer, n);
+		else
+			slog_copy_out(table->arena, log, fs->written, lf_buffer, n);
 		errno = 0;
 		if (FileWrite(fs->file, lf_buffer, n, (off_t) fs->written,
 					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
@@ -450,12 +451,30 @@ lf_write(uint32 slot, uint64 *budget)
 				errno = ENOSPC;	/* a short write: the disk is full */
 			lf_data_path(fs->handle, fs->generation, path);
 			lf_fail(slot, "write", path);
-			return true;
+			return false;
 		}
 		lf_set_written(fs, fs->written + n);
 		*budget -= n;
 		lf_note_unsynced(slot);
 	}
+	return true;
+}
+
+/*
+ * Writes what the slot's published log holds past what its file has, at
+ * most `*budget` bytes (less what it wrote); false when more is left.
+ */
+static bool
+lf_write(uint32 slot, uint64 *budget)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	SlogPublished pub;
+
+	if (!fs->in_use || fs->failed || fs->file < 0)
+		return true;
+	slog_read_published(shape_table_log(lf_table(), slot), &pub);
+	if (!lf_write_upto(slot, pub.data_end, budget, false))
+		return true;			/* failed: nothing more to write */
 	if (fs->written < pub.data_end)
 		return false;
 	fs->caught_up = true;
@@ -482,8 +501,7 @@ log_files_write_ahead(uint32 slot)
 	FileShape  *fs;
 	ShapeLog   *log;
 	SlogPublished pub;
-	uint64		upto;
-	char		path[MAXPGPATH];
+	uint64		unbounded = UINT64_MAX;
 
 	if (lf_shapes == NULL || slot >= lf_nslots)
 		return false;
@@ -494,26 +512,7 @@ log_files_write_ahead(uint32 slot)
 	slog_read_published(log, &pub);
 	if (fs->written < pub.data_end && !fs->caught_up)
 		return false;			/* a snapshot still being written: the step's */
-	upto = Max(pub.data_end, log->chunk_start);
-	while (fs->written < upto)
-	{
-		size_t		n = (size_t) Min(upto - fs->written, LOG_FILES_BUFFER);
-
-		slog_writer_copy_out(table->arena, log, fs->written, lf_buffer, n);
-		errno = 0;
-		if (FileWrite(fs->file, lf_buffer, n, (off_t) fs->written,
-					  WAIT_EVENT_DATA_FILE_WRITE) != (int) n)
-		{
-			if (errno == 0)
-				errno = ENOSPC;	/* a short write: the disk is full */
-			lf_data_path(fs->handle, fs->generation, path);
-			lf_fail(slot, "write", path);
-			return false;
-		}
-		lf_set_written(fs, fs->written + n);
-		lf_note_unsynced(slot);
-	}
-	return true;
+	return lf_write_upto(slot, Max(pub.data_end, log->chunk_start), &unbounded, true);
 }
 
 /*

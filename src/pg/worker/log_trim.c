@@ -207,8 +207,9 @@ lt_batch_queue(TrimBatch *batch)
 	lt_pending_tail = batch;
 }
 
-uint32
-log_trim_whole_shape(uint32 slot)
+/* One shape's trim, in a batch of its own; the blocks taken. */
+static uint32
+lt_trim_one(uint32 slot, LtExtent extent)
 {
 	TrimBatch  *batch;
 	uint32		n;
@@ -218,10 +219,16 @@ log_trim_whole_shape(uint32 slot)
 	n = shape_table_log_blocks(shape_sync_shared->table, slot);
 	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
 		return 0;
-	batch->n = lt_trim_shape(slot, batch, n, LT_WHOLE);
+	batch->n = lt_trim_shape(slot, batch, n, extent);
 	n = batch->n;
 	lt_batch_queue(batch);
 	return n;
+}
+
+uint32
+log_trim_whole_shape(uint32 slot)
+{
+	return lt_trim_one(slot, LT_WHOLE);
 }
 
 void
@@ -259,21 +266,13 @@ uint32
 log_trim_ahead(uint32 slot)
 {
 	const ShapeLog *log;
-	TrimBatch  *batch;
-	uint32		n;
 
 	if (lf_shapes == NULL || slot >= lf_nslots)
 		return 0;
 	log = shape_table_log(shape_sync_shared->table, slot);
 	if (slog_mem_start(log) + SLOG_BLOCK_SIZE > Min(lf_shapes[slot].written, log->chunk_start))
 		return 0;				/* not a whole block to take: no batch */
-	n = shape_table_log_blocks(shape_sync_shared->table, slot);
-	if (n == 0 || (batch = lt_batch_new(n)) == NULL)
-		return 0;
-	batch->n = lt_trim_shape(slot, batch, n, LT_CLOSED_CHUNKS);
-	n = batch->n;
-	lt_batch_queue(batch);
-	return n;
+	return lt_trim_one(slot, LT_CLOSED_CHUNKS);
 }
 
 uint32
