@@ -27,7 +27,10 @@
  * Publishing: a commit publishes what its transaction appended, whole
  * (ss_publish_commit), and counts the publishes to logs on disk, which
  * lets the decoder end its batch when memory runs short
- * (shape_stream_write_out_due).
+ * (shape_stream_write_out_due).  In the middle of a replay, when memory
+ * runs short (every 256 changes: shape_stream_make_room) or the arena is
+ * full (ss_append), what the transaction appended to logs on disk goes to
+ * their files ahead of its commit and leaves memory (ss_write_ahead).
  *
  * Everything here runs on the worker's main thread.
  *
@@ -204,6 +207,8 @@ ss_make_room_now(int64 tx)
 {
 	static int64 gave_up_tx = -1;
 
+	if (ss_touched == NIL)
+		return false;			/* not in a replay (a take-over's kept transactions) */
 	if (ss_write_ahead() == 0 && log_trim_pending_blocks() == 0)
 		return false;
 	if (log_trim_give_back() > 0)
