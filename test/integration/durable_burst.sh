@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
 #
-# A burst of transactions larger than shape_sync.log_memory, decoded in one go, must not
-# rotate a shape whose log is on disk.  What a shape's log gains goes to its file, and
-# leaves memory, between decoding batches; a batch of small transactions that appended
-# more than the memory left filled the arena first, and the shape was rotated ("the shape
-# log memory is full", 409), though its file could have taken it all.  Seen in the
-# clean-clone CI in durable_compaction.sh; here it is made certain: a stopped synchronous
-# standby holds one commit (B), and with it the decoder, while another session
-# (synchronous_commit = local) commits 8,000 inserts of 1 kB each, about twice the log
-# memory.  Then the standby starts and the decoder reads them all at once.  Now a decoding
-# batch ends at a commit once memory runs short and the logs grew, so that the main loop
-# writes what they gained and takes it out of memory before decoding on.  And one
-# transaction of 8 MB, which is published only at its commit: what it appended goes to the
-# file ahead of the commit, and leaves memory, once memory runs short; and the worker killed
-# in the middle of the replay of one of 40 MB loses nothing and doubles nothing.
+# A decoding batch that brings more than shape_sync.log_memory must not rotate a shape whose
+# log is on disk.  What a log gains went to its file, and left memory, only between decoding
+# batches, and a transaction is published only at its commit: a batch of many small
+# transactions, or one large transaction, filled the arena first, and the shape was rotated
+# ("the shape log memory is full", 409), though its file could have taken it all.  Seen in
+# the clean-clone CI in durable_compaction.sh.  Now a batch ends at a commit once memory runs
+# short and logs on disk grew in it, and while a transaction is replayed and memory runs
+# short, the logs it appends to are written to their files ahead of the commit and leave
+# memory.  Made certain here: a stopped synchronous standby holds one commit (B),
+# and with it the decoder, while another session (synchronous_commit = local) commits 8,000
+# one-row transactions of 1 kB, twice the log memory, into one shape and then into eight;
+# then the standby starts and the decoder reads them all at once.  Then one transaction of
+# 8 MB, a restart, and the worker killed in the middle of the replay of one of 40 MB: what
+# was written ahead of a commit is cut off at start, and nothing is lost or doubled.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 shape_client_init
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '4MB'
-shape_sync.chunk_bytes_threshold = '256kB'
+shape_sync.chunk_bytes_threshold = '128kB'
 shape_sync.compaction_factor = 0" start_cluster_retrying 4810
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;
@@ -58,11 +58,14 @@ check "B's commit waits for the standby, and decoding waits at it" \
 	commit_behind_standby "INSERT INTO hold VALUES (1)"
 cluster_psql -q <<'SQL'
 SET synchronous_commit = local;
-SELECT 'writing';
-\o /dev/null
-SELECT format('INSERT INTO w VALUES (%s, %L);', g, repeat(chr(98 + g % 20), 1000))
-FROM generate_series(301, 8300) g \gexec
-\o
+DO $$
+BEGIN
+	FOR i IN 301..8300 LOOP
+		INSERT INTO w VALUES (i, repeat(chr(98 + i % 20), 1000));
+		COMMIT;
+	END LOOP;
+END
+$$;
 UPDATE w SET v = 'last' WHERE id = 1;
 SQL
 held=$(cluster_psql -At -c "SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name LIKE 'shape_sync_%'")
@@ -74,6 +77,44 @@ check "B commits" wait_for 60 no_sync_waits
 converges "burst" last
 disk=$(_cluster_as_pg sh -c "cat '$SHAPE_SYNC_PGDATA'/pg_shape_sync/*.log | wc -c")
 check "the log is on disk, larger than the log memory ($disk bytes)" test "$disk" -gt $((4 << 20))
+
+# --- a burst over eight shapes ----------------------------------------------------------------
+# What a transaction appends is written ahead of its commit for the logs it touches only; the
+# others' published bytes leave memory once the batch ends, which now happens at a commit when
+# memory runs short.  8,000 one-row transactions, each into one of eight tables, decoded at once.
+cluster_psql -q <<'SQL'
+SELECT format('CREATE TABLE b%s (id int PRIMARY KEY, v text)', k) FROM generate_series(1, 8) k \gexec
+SQL
+for k in 1 2 3 4 5 6 7 8; do
+	sc sync "$work/b$k.json" --url "$SHAPE_SYNC_URL" --query "table=b$k" >/dev/null
+done
+check "the standby stops" cluster_standby_stop
+check "B's commit waits for the standby" commit_behind_standby "INSERT INTO hold VALUES (3)"
+cluster_psql -q <<'SQL'
+SET synchronous_commit = local;
+DO $$
+BEGIN
+	FOR i IN 1..8000 LOOP
+		EXECUTE format('INSERT INTO b%s VALUES (%s, %L)', 1 + i % 8, i, repeat(chr(98 + i % 20), 1000));
+		COMMIT;
+	END LOOP;
+END
+$$;
+SELECT format('INSERT INTO b%s VALUES (0, %L)', k, 'done') FROM generate_series(1, 8) k \gexec
+SQL
+check "the standby starts again" cluster_standby_start
+check "B commits" wait_for 60 no_sync_waits
+all_equal=0
+for k in 1 2 3 4 5 6 7 8; do
+	before_handle=$(sc get "$work/b$k.json" 'd["handle"]')
+	sc sync "$work/b$k.json" --until v=done --timeout 120 >/dev/null || true
+	[[ $(sc get "$work/b$k.json" 'd["last"]["status"]') == found &&
+		$(sc get "$work/b$k.json" '",".join(d["last"]["handles"])') == "$before_handle" &&
+		$(sc rows "$work/b$k.json" id v) == $(cluster_psql -At -c "SELECT id || '|' || v FROM b$k ORDER BY id") ]] &&
+		all_equal=$((all_equal + 1))
+done
+expect_eq "eight shapes: each client followed to its last change on its handle and equals its table" 8 "$all_equal"
+expect_eq "eight shapes: no shape was rotated" 0 "$({ grep -c "will be rotated" "$SHAPE_SYNC_LOG" || true; })"
 
 # --- one transaction larger than the log memory --------------------------------------------
 # Replayed whole at its commit, it is published only then; so what it appended goes to the
