@@ -1469,10 +1469,6 @@ TEST(chunk_count_is_bounded_by_what_a_log_keeps)
 	Buf			p = {0};
 	LogStoreManifest m;
 
-#ifdef __SANITIZE_THREAD__
-	/* no threads here, and TSan's shadow of 100 MB of buffers takes half a minute */
-	return;
-#endif
 	put_many_chunks(&p, SLOG_MAX_CHUNKS);
 	if (MANIFEST_PAYLOAD_ACCEPTED(&p, &m))
 	{
