@@ -81,6 +81,7 @@ async function client(i) {
       continue
     }
     if (res.status === 503 || res.status === 429) {
+      if (phase) phase.unavailable.push(Date.now() / 1000)
       const after = Number(res.headers['retry-after'] ?? 1)
       await sleep(after * 1000 * (1 + Math.random() * 0.1))
       continue
@@ -133,7 +134,7 @@ for (let n = 1; n <= PHASES; n++) {
   }
   const stall = monitorEventLoopDelay({ resolution: 10 })
   stall.enable()
-  phase = { marker, statuses: {}, served: [], sameHandle: 0 }
+  phase = { marker, statuses: {}, served: [], sameHandle: 0, unavailable: [] }
   writeAtomic(`${file}.ack`, '')
   const deadline = Date.now() + 60000
   while (phase.served.length < CLIENTS && Date.now() < deadline) await sleep(20)
@@ -145,6 +146,7 @@ for (let n = 1; n <= PHASES; n++) {
     unserved: CLIENTS - p.served.length,
     same_handle: p.sameHandle,
     statuses: p.statuses,
+    unavailable: p.unavailable,
     stall_max: stall.max / 1e9
   }))
 }

@@ -181,6 +181,7 @@ for c in cases:
             "stall": res["stall_max"],
             "unserved": res["unserved"], "same": res["same_handle"],
             "statuses": res["statuses"],
+            "unavail": [t - t_restart for t in sorted(res.get("unavailable", []))],
             "snap_after": total(m, "shape_sync_snapshots_started_total"),
             "rot_after": total(m, "shape_sync_shape_rotations_total"),
             "delivery": live_delivery(m),
@@ -229,6 +230,9 @@ lines = [
     "| seconds | " + " | ".join(names[c] for c in cases) + " |",
     "|---|" + "---:|" * len(cases),
     row("server accepting connections, from the restart command", lambda s: f"{s['accept']:.2f}"),
+    row("503s of the stopping server, from the restart command: first - last",
+        lambda s: " - ".join(f"{med(p['unavail'][i] for p in s['per']):.2f}" for i in (0, -1))
+        if all(p["unavail"] for p in s["per"]) else "none"),
     row("marker committed, from accepting", lambda s: f"{s['update']:.3f}"),
     row("median client served again, from accepting", lambda s: f"{s['median']:.3f}"),
     row("p99 client, from accepting", lambda s: f"{s['p99']:.3f}"),

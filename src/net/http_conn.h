@@ -80,6 +80,7 @@ struct HttpServer
 									 * (subset_client_bucket) */
 	Waiters		waiters;		/* parked connections, by shape slot */
 	ResolvedSchemas schemas;	/* electric-schema per shape slot */
+	ResolvedShared resolutions; /* the last resolution of each definition */
 	SharedResponses shared;		/* a live response per shape slot */
 	AccessPolicy access;		/* secret, loopback-only, Host, Origin */
 	bool		access_ready;	/* `access` was initialised */

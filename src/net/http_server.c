@@ -367,6 +367,7 @@ http_server_start(const HttpServerOptions *options, const HttpRuntimeSettings *s
 		waiters_init(&server->waiters, options->shapes->nslots, &server->conns,
 					 options->shapes) != 0 ||
 		resolved_schemas_init(&server->schemas, options->shapes->nslots) != 0 ||
+		resolved_shared_init(&server->resolutions, 2 * options->shapes->nslots) != 0 ||
 		shared_responses_init(&server->shared, options->shapes->nslots) != 0)
 	{
 		http_server_free(server);
@@ -515,6 +516,7 @@ http_server_free(HttpServer *server)
 {
 	waiters_destroy(&server->waiters);
 	resolved_schemas_destroy(&server->schemas);
+	resolved_shared_destroy(&server->resolutions);
 	shared_responses_destroy(&server->shared);
 	conn_table_destroy(&server->conns);
 	if (server->access_ready)

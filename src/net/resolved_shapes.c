@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * resolved_shapes.c
- *		What a connection's last request resolved to, so that its next
- *		request for the same shape is served without the main thread.
+ *		What a connection's last request resolved to, and what each
+ *		definition last resolved to, so that the next request for the same
+ *		shape is served without the main thread.
  *
  * This file runs on libmicrohttpd threads and must not call into
  * PostgreSQL.
@@ -18,6 +19,25 @@
  * handle is served on its own thread: the shape slot is pinned with that
  * generation, which fails once the shape was rotated, evicted or deleted,
  * and then the request goes to the main thread as any other would.
+ *
+ * A client that comes back on a new connection (after a restart of the
+ * server, a cut by a proxy, a browser that opened another) has nothing
+ * kept.  So the server also keeps, in a table of buckets by the hash of the
+ * definition (ResolvedShared, twice as many as there are shape slots), the last
+ * resolution the main thread made of each definition, under the same rules:
+ * a request on any connection with the same definition, the same handle and
+ * the same catalog epoch is served from it, and its connection keeps it
+ * from then on.  Once the first request of a definition is answered, the
+ * others of a thousand clients that come back at once need no main thread
+ * (those that arrived before that answer each went to it).  Two
+ * definitions with the same bucket take turns in it (the other goes to the
+ * main thread).  A failed pin drops the entry of that generation; nothing
+ * else needs to: a refusal made since comes under a newer catalog epoch,
+ * and a shape that failed, was deleted or rotated is retired (the pin
+ * fails).  An entry never replaces one of a newer epoch.  The main thread's
+ * guard against clients that send definitions it refuses
+ * (client_limits.c) applies to definitions it was asked to resolve: a
+ * client served from an entry sends one the main thread accepted.
  *
  * What the main thread would check again (the table by its name, its
  * columns, the role's privileges, the role itself) depends on the current
@@ -45,12 +65,16 @@
  *
  * Notes on synchronization
  * ------------------------
- * - A ResolvedShape belongs to one connection, whose callbacks all run on
+ * - A connection's ResolvedShape belongs to it, whose callbacks all run on
  *   the thread libmicrohttpd gave it: no lock.  It is freed when the
- *   connection closes, on that thread (http_request.c).
+ *   connection closes, on that thread (http_request.c).  A bucket's is
+ *   read, replaced and freed under the bucket's lock.
  * - A SchemaEntry is read and written under its own lock, held for a copy
  *   of the string; the generation tells a stale entry from a current one,
  *   since a slot is reused with a new generation.
+ * - A SharedResolution is read and written under its bucket's lock, held
+ *   for a comparison and a copy; what is copied out is checked again by
+ *   the pin (the generation), as a connection's own is.
  *
  * IDENTIFICATION
  *	  src/net/resolved_shapes.c
@@ -61,6 +85,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "fnv_hash.h"
 
 #ifdef POSTGRES_H
 #error "resolved_shapes.c runs on HTTP threads and must not include postgres.h"
@@ -253,4 +279,110 @@ resolved_shape_free(ResolvedShape **cached)
 	free((*cached)->key);
 	free(*cached);
 	*cached = NULL;
+}
+
+/* --------------------------------------- resolutions for every connection */
+
+int
+resolved_shared_init(ResolvedShared *shared, uint32_t nbuckets)
+{
+	shared->nbuckets = nbuckets ? nbuckets : 1;
+	shared->buckets = calloc(shared->nbuckets, sizeof(SharedResolution));
+	if (shared->buckets == NULL)
+		return -1;
+	for (uint32_t i = 0; i < shared->nbuckets; i++)
+		pthread_mutex_init(&shared->buckets[i].lock, NULL);
+	return 0;
+}
+
+void
+resolved_shared_destroy(ResolvedShared *shared)
+{
+	if (shared->buckets == NULL)
+		return;
+	for (uint32_t i = 0; i < shared->nbuckets; i++)
+	{
+		pthread_mutex_destroy(&shared->buckets[i].lock);
+		resolved_shape_free(&shared->buckets[i].cached);
+	}
+	free(shared->buckets);
+	shared->buckets = NULL;
+}
+
+static SharedResolution *
+shared_bucket(ResolvedShared *shared, const char *key, size_t key_len)
+{
+	return &shared->buckets[fnv_hash_bytes(FNV_HASH_START, key, key_len) % shared->nbuckets];
+}
+
+/*
+ * The last resolution of this definition, with this handle and made under
+ * this catalog epoch, copied into *found (its key left NULL): true when
+ * there is one.
+ */
+bool
+resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
+					 const char *handle, uint64_t epoch, ResolvedShape *found)
+{
+	SharedResolution *b;
+	bool		hit;
+
+	if (key == NULL || shared->buckets == NULL)
+		return false;
+	b = shared_bucket(shared, key, key_len);
+	pthread_mutex_lock(&b->lock);
+	hit = resolved_shape_matches(b->cached, key, key_len, handle, epoch);
+	if (hit)
+	{
+		*found = *b->cached;
+		found->key = NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return hit;
+}
+
+static bool
+same_key(const ResolvedShape *cached, const char *key, size_t key_len)
+{
+	return cached != NULL && cached->key_len == key_len &&
+		memcmp(cached->key, key, key_len) == 0;
+}
+
+/*
+ * Keeps a copy of the main thread's resolution of this definition, unless
+ * the bucket holds one of it made under a newer catalog epoch.
+ */
+void
+resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
+					const ShapeResolution *res)
+{
+	SharedResolution *b;
+	char	   *copy;
+
+	if (key == NULL || shared->buckets == NULL || (copy = malloc(key_len)) == NULL)
+		return;
+	memcpy(copy, key, key_len);
+	b = shared_bucket(shared, key, key_len);
+	pthread_mutex_lock(&b->lock);
+	if (same_key(b->cached, key, key_len) && b->cached->catalog_epoch > res->catalog_epoch)
+		free(copy);
+	else
+		resolved_shape_store(&b->cached, copy, key_len, res);	/* takes the copy */
+	pthread_mutex_unlock(&b->lock);
+}
+
+/* The definition's entry of this generation is of a shape that is gone. */
+void
+resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,
+					   uint32_t generation)
+{
+	SharedResolution *b;
+
+	if (key == NULL || shared->buckets == NULL)
+		return;
+	b = shared_bucket(shared, key, key_len);
+	pthread_mutex_lock(&b->lock);
+	if (same_key(b->cached, key, key_len) && b->cached->generation == generation)
+		resolved_shape_free(&b->cached);
+	pthread_mutex_unlock(&b->lock);
 }

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * resolved_shapes.h
- *		What a connection's last request resolved to, so that its next
- *		request for the same shape is served without the main thread.
+ *		What a connection's last request resolved to, and what each
+ *		definition last resolved to, so that the next request for the same
+ *		shape is served without the main thread.
  *
  * IDENTIFICATION
  *	  src/net/resolved_shapes.h
@@ -51,11 +52,34 @@ extern void resolved_schemas_put(ResolvedSchemas *schemas, uint32_t slot, uint32
 								 const char *json);
 extern char *resolved_schemas_copy(ResolvedSchemas *schemas, uint32_t slot, uint32_t generation);
 
+/* The last resolution of each definition, for every connection: a bucket per hash. */
+typedef struct SharedResolution
+{
+	pthread_mutex_t lock;
+	ResolvedShape *cached;		/* NULL: none */
+} SharedResolution;
+
+typedef struct ResolvedShared
+{
+	uint32_t	nbuckets;
+	SharedResolution *buckets;
+} ResolvedShared;
+
+extern int	resolved_shared_init(ResolvedShared *shared, uint32_t nbuckets);
+extern void resolved_shared_destroy(ResolvedShared *shared);
+extern bool resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
+								 const char *handle, uint64_t epoch, ResolvedShape *found);
+extern void resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
+								const ShapeResolution *res);
+extern void resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,
+								   uint32_t generation);
+
 /*
  * The definition's key: every field the client sent that the main thread
  * resolves (schema, table, where, params, columns, replica, log), in a
  * form where different definitions never give the same bytes.  malloc'd.
  */
+
 extern char *resolved_shape_key(const ShapeDefinition *def, size_t *len);
 
 /*

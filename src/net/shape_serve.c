@@ -688,9 +688,10 @@ shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
 }
 
 /*
- * A request for the shape its connection's last request resolved to, with
- * that shape's handle, is served on this thread (resolved_shapes.c): true
- * when the shape is pinned and the request resolved.  False sends it to the
+ * A request for the shape its connection's last request resolved to, or
+ * that any connection's request last resolved its definition to, with that
+ * shape's handle, is served on this thread (resolved_shapes.c): true when
+ * the shape is pinned and the request resolved.  False sends it to the
  * main thread: another definition or handle, a schema not at hand, or a
  * shape that is gone (its generation moved on).
  */
@@ -700,35 +701,53 @@ shape_reuse_resolution(ShapeConn *sc)
 	HttpServer *server = sc->server;
 	ShapeResolution *res = &sc->request.result;
 	ResolvedShape **cached;
+	ResolvedShape reuse;
+	bool		shared;
+	uint64_t	epoch;
 	char	   *schema = NULL;
 
 	if (sc->conn_slot == CONN_NO_SLOT || sc->query.handle == NULL || sc->head_only)
 		return false;
 	cached = &server->conns.slots[sc->conn_slot].resolved;
-	if (!resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle,
-								atomic_load(&server->shapes->catalog_epoch)))
+	epoch = atomic_load(&server->shapes->catalog_epoch);
+	shared = !resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle,
+									 epoch);
+	if (!shared)
+		reuse = **cached;
+	else if (!resolved_shared_find(&server->resolutions, sc->def_key, sc->def_key_len,
+								   sc->query.handle, epoch, &reuse))
 		return false;
 	if (!sc->query.live)
 	{
-		schema = resolved_schemas_copy(&server->schemas, (*cached)->slot, (*cached)->generation);
+		schema = resolved_schemas_copy(&server->schemas, reuse.slot, reuse.generation);
 		if (schema == NULL)
 			return false;
 	}
-	if (!shape_table_pin(server->shapes, (*cached)->slot, (*cached)->generation))
+	if (!shape_table_pin(server->shapes, reuse.slot, reuse.generation))
 	{
 		free(schema);
-		resolved_shape_free(cached);
+		if (shared)
+			resolved_shared_forget(&server->resolutions, sc->def_key, sc->def_key_len,
+								   reuse.generation);
+		else
+			resolved_shape_free(cached);
 		return false;
 	}
 	res->status = SHAPE_RESOLVE_OK;
-	res->slot = (*cached)->slot;
-	res->generation = (*cached)->generation;
-	memcpy(res->handle, (*cached)->handle, sizeof(res->handle));
+	res->slot = reuse.slot;
+	res->generation = reuse.generation;
+	memcpy(res->handle, reuse.handle, sizeof(res->handle));
 	res->schema_json = schema;
-	res->catalog_epoch = (*cached)->catalog_epoch;
+	res->catalog_epoch = reuse.catalog_epoch;
 	shape_table_note_read(server->shapes, res->slot);
 	if (strcmp(server->conns.slots[sc->conn_slot].handle, res->handle) != 0)
 		conn_table_set_handle(&server->conns, sc->conn_slot, res->handle);	/* for logs */
+	if (shared)
+	{
+		/* the connection's next request finds it at hand */
+		resolved_shape_store(cached, sc->def_key, sc->def_key_len, res);
+		sc->def_key = NULL;
+	}
 	sc->pinned = true;
 	sc->phase = CONN_RESOLVED;
 	return true;
@@ -836,6 +855,7 @@ shape_after_resolve(ShapeConn *sc)
 	if (sc->def_key != NULL && sc->conn_slot != CONN_NO_SLOT && res->reusable)
 	{
 		resolved_schemas_put(&sc->server->schemas, res->slot, res->generation, res->schema_json);
+		resolved_shared_put(&sc->server->resolutions, sc->def_key, sc->def_key_len, res);
 		resolved_shape_store(&sc->server->conns.slots[sc->conn_slot].resolved,
 							 sc->def_key, sc->def_key_len, res);
 		sc->def_key = NULL;

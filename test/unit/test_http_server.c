@@ -1665,9 +1665,10 @@ TEST(client_buckets_are_seeded)
 
 /*
  * A connection's requests for the shape its last request resolved to, with
- * its handle, are served without the main thread (resolved_shapes.c); any
- * other definition or handle, another connection, or a shape whose slot was
- * retired goes to the main thread again.
+ * its handle, are served without the main thread (resolved_shapes.c), and
+ * so are another connection's, from the last resolution of the definition;
+ * any other definition or handle, a changed catalog, or a shape whose slot
+ * was retired goes to the main thread again.
  */
 TEST(keep_alive_reuses_its_resolution)
 {
@@ -1701,8 +1702,9 @@ TEST(keep_alive_reuses_its_resolution)
 	}
 	CHECK_EQ(atomic_load(&resolutions), before + 1);
 
-	/* another definition (a where clause) goes to the main thread, and so
-	 * does the first one after it: the connection keeps its last only */
+	/* another definition (a where clause) goes to the main thread; the
+	 * first one after it is served from the definitions' last resolutions
+	 * (the two keys do not share a bucket of the 2 * NSLOTS) */
 	snprintf(target, sizeof(target), "%s&where=id%%3D1", shape_target("reused", offset, handle, NULL));
 	REQUIRE_RESPONSE(request_on(&c, target, &r), &r);
 	CHECK_EQ(r.status, 200);
@@ -1710,24 +1712,30 @@ TEST(keep_alive_reuses_its_resolution)
 	CHECK_EQ(atomic_load(&resolutions), before + 2);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 3);
+	CHECK_EQ(atomic_load(&resolutions), before + 2);
 	/* another handle too (the main thread answers 409 with the real one) */
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, "1-1", NULL), &r), &r);
 	CHECK_EQ(r.status, 409);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 4);
+	CHECK_EQ(atomic_load(&resolutions), before + 3);
 
-	/* another connection resolves for itself */
+	/* another connection finds the definition's last resolution */
 	REQUIRE_RESPONSE(GET(shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 5);
+	CHECK_EQ(atomic_load(&resolutions), before + 3);
+	/* ... but not with a handle that is not the shape's */
+	REQUIRE_RESPONSE(GET(shape_target("reused", offset, "1-1", NULL), &r), &r);
+	CHECK_EQ(r.status, 409);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 4);
 
 	/* a 409 is no resolution to keep: the one before still serves */
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 5);
+	CHECK_EQ(atomic_load(&resolutions), before + 4);
 
 	/* the catalog may have changed (the main thread moved the epoch): the
 	 * main thread answers, under the current catalog: here, 403 */
@@ -1736,18 +1744,21 @@ TEST(keep_alive_reuses_its_resolution)
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK_EQ(r.status, 403);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 6);
+	CHECK_EQ(atomic_load(&resolutions), before + 5);
 	/* and what the connection kept is gone with that answer */
 	atomic_store(&reused_forbidden, false);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK_EQ(r.status, 200);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 7);
+	CHECK_EQ(atomic_load(&resolutions), before + 6);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	hc_response_free(&r);
-	CHECK_EQ(atomic_load(&resolutions), before + 7);
+	REQUIRE_RESPONSE(GET(shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 6);
 
-	/* a resolution made under a replay's catalog is not kept */
+	/* a resolution made under a replay's catalog is not kept, nor shared */
 	atomic_store(&reused_in_replay, true);
 	atomic_fetch_add(&table->catalog_epoch, 1);
 	for (int i = 0; i < 2; i++)
@@ -1756,6 +1767,9 @@ TEST(keep_alive_reuses_its_resolution)
 		CHECK_EQ(r.status, 200);
 		hc_response_free(&r);
 	}
+	REQUIRE_RESPONSE(GET(shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK_EQ(r.status, 200);
+	hc_response_free(&r);
 	CHECK_EQ(atomic_load(&resolutions), before + 9);
 	atomic_store(&reused_in_replay, false);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
@@ -1775,12 +1789,17 @@ TEST(keep_alive_reuses_its_resolution)
 	}
 	CHECK_EQ(atomic_load(&resolutions), before + 11);
 
-	/* the shape goes: its generation moves on, so the main thread decides */
+	/* the shape goes: its generation moves on, so the main thread decides,
+	 * for this connection and for a new one */
 	shape_table_retire(table, slot_of[SH_REUSED]);
 	REQUIRE_RESPONSE(request_on(&c, shape_target("reused", offset, handle, NULL), &r), &r);
 	CHECK(r.status != 200);
 	hc_response_free(&r);
 	CHECK_EQ(atomic_load(&resolutions), before + 12);
+	REQUIRE_RESPONSE(GET(shape_target("reused", offset, handle, NULL), &r), &r);
+	CHECK(r.status != 200);
+	hc_response_free(&r);
+	CHECK_EQ(atomic_load(&resolutions), before + 13);
 	hc_close(&c);
 }
 

@@ -27,9 +27,9 @@
  * server refuses new shapes with 503.  A new shape is refused only when
  * every held shape is in active use.
  *
- * Requests on a connection that resolved a shape before are served
- * without the main thread (resolved_shapes.c) and note the read in the
- * slot's last_read_us only; a walk that meets such a shape moves it to the
+ * Requests for a shape that their connection, or any other, resolved
+ * before are served without the main thread (resolved_shapes.c) and note
+ * the read in the slot's last_read_us only; a walk that meets such a shape moves it to the
  * newest end, as if this thread had seen the read.
  *
  * Everything here runs on the main worker's main thread.
