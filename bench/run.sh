@@ -50,7 +50,9 @@
 #  21. bench/manifest_rounds.sh: the flush rounds beside 10,000 idle durable shapes against
 #      10, the section "Flush rounds beside many idle shapes";
 #  22. bench/burst.sh: 170 MB of log decoded at once with 64 MB of log memory against 1 GB,
-#      the section "More than the log memory at once".
+#      the section "More than the log memory at once";
+#  23. bench/fetch_cost.sh: a long-poll read with fetch against a plain socket, from a server
+#      that does no work, the section "The fetch client's own cost".
 # Other sections of bench/RESULTS.md are kept.
 #
 # Knobs (environment): RUNS (3), COMMITS (500 measured commits per run), WARMUP (20),
@@ -108,5 +110,6 @@ RUNS=3 bash "$here/subset.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/durability.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/manifest_rounds.sh" >/dev/null || rc=$?
 RUNS=3 bash "$here/burst.sh" >/dev/null || rc=$?
+RUNS=3 bash "$here/fetch_cost.sh" >/dev/null || rc=$?
 echo "wrote $here/RESULTS.md"
 exit "$rc"
