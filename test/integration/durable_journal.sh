@@ -31,11 +31,26 @@ serving() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 file_length() { _cluster_as_pg stat -c %s "$store_dir/$1.1.log"; }
 # every shape's durable length in the manifest is its data file's length
 all_durable() {
-	local k len
+	local k listed
+	listed=$(manifest "' '.join(f'{s[\"handle\"]}={s[\"length\"]}' for s in m['shapes'])") || return 1
 	for ((k = 0; k < shapes; k++)); do
-		len=$(manifest 'next((s["length"] for s in m["shapes"] if s["handle"] == a[0]), -1)' "${handle[$k]}") || return 1
-		[[ $len == "$(file_length "${handle[$k]}")" ]] || return 1
+		[[ " $listed " == *" ${handle[$k]}=$(file_length "${handle[$k]}") "* ]] || return 1
 	done
+}
+# sync_all [--new]: `sc sync $work/s<k>.json` of every shape k (--new: its first request,
+# for the rows with id % shapes = k), eight at a time, its output line in $work/s<k>.out
+sync_all() {
+	local k
+	for ((k = 0; k < shapes; k++)); do
+		if [[ ${1:-} == --new ]]; then
+			sc sync "$work/s$k.json" --url "$SHAPE_SYNC_URL" \
+				--query "table=t&where=$(uri "id % $shapes = $k")" >"$work/s$k.out" &
+		else
+			sc sync "$work/s$k.json" >"$work/s$k.out" &
+		fi
+		if (((k + 1) % 8 == 0)); then wait; fi
+	done
+	wait
 }
 same_rows() {
 	sc rows "$work/s$1.json" id v >"$work/s$1.client"
@@ -44,8 +59,9 @@ same_rows() {
 }
 
 declare -A handle
+sync_all --new
 for ((k = 0; k < shapes; k++)); do
-	out=$(sc sync "$work/s$k.json" --url "$SHAPE_SYNC_URL" --query "table=t&where=$(uri "id % $shapes = $k")")
+	out=$(<"$work/s$k.out")
 	handle[$k]=$(cut -d' ' -f3 <<<"$out")
 	[[ $out =~ ^up-to-date\ 200\ [0-9]+-[0-9]+\ 0$ ]] || fail "shape $k is read whole: $out"
 done
@@ -79,8 +95,9 @@ restored() { grep -q "shape_sync restored $shapes of $shapes shapes from disk" "
 check "every shape is restored, the two cut back too" wait_for 60 restored
 cluster_psql -q -c "UPDATE t SET v = v || '.after' WHERE id <= 2 * $shapes"
 bad=0
+sync_all
 for ((k = 0; k < shapes; k++)); do
-	out=$(sc sync "$work/s$k.json")
+	out=$(<"$work/s$k.out")
 	if [[ $out != "up-to-date 200 ${handle[$k]} 0" ]] || ! same_rows "$k"; then
 		echo "# shape $k: $out"
 		bad=$((bad + 1))
@@ -92,14 +109,16 @@ expect_eq "no snapshot was taken again" 0 "$(metric shape_sync_snapshots_started
 # the worker's read-only descriptors of data files (its own writes go through read-write
 # descriptors; held ones are read-only), and those of removed files
 held() {
-	local pid fd n=0
-	pid=$(worker_pid)
-	for fd in $(_cluster_as_pg ls "/proc/$pid/fd" 2>/dev/null); do
-		[[ $(_cluster_as_pg readlink "/proc/$pid/fd/$fd" 2>/dev/null) == */pg_shape_sync/*.log ]] || continue
-		[[ $(_cluster_as_pg awk '$1 == "flags:" { print $2 }' "/proc/$pid/fdinfo/$fd" 2>/dev/null) == *0 ]] &&
-			n=$((n + 1))	# O_RDONLY: the access mode's last octal digit is 0
-	done
-	echo "$n"
+	# one shell as the server's user for every descriptor; O_RDONLY: the last octal digit
+	# of the flags (the access mode) is 0
+	# shellcheck disable=SC2016
+	_cluster_as_pg bash -c '
+		n=0
+		for f in /proc/"$1"/fd/*; do
+			[[ $(readlink "$f") == */pg_shape_sync/*.log ]] || continue
+			[[ $(sed -n "s/^flags:[[:space:]]*//p" "/proc/$1/fdinfo/${f##*/}") == *0 ]] && n=$((n + 1))
+		done
+		echo "$n"' _ "$(worker_pid)" 2>/dev/null
 }
 held_removed() { _cluster_as_pg ls -l "/proc/$(worker_pid)/fd" 2>/dev/null | grep -c 'pg_shape_sync/.*(deleted)' || true; }
 cluster_psql -q -c "UPDATE t SET v = v || '.held' WHERE id <= 2 * $shapes"
