@@ -31,10 +31,11 @@
  * others of a thousand clients that come back at once need no main thread
  * (those that arrived before that answer each went to it).  Two
  * definitions with the same bucket take turns in it (the other goes to the
- * main thread).  A failed pin drops the entry of that generation; nothing
+ * main thread).  A failed pin drops that entry (not a newer one); nothing
  * else needs to: a refusal made since comes under a newer catalog epoch,
  * and a shape that failed, was deleted or rotated is retired (the pin
- * fails).  An entry never replaces one of a newer epoch.  The main thread's
+ * fails).  An entry never replaces one of a newer epoch, and one made
+ * under an epoch that has moved on since is not kept.  The main thread's
  * guard against clients that send definitions it refuses
  * (client_limits.c) applies to definitions it was asked to resolve: a
  * client served from an entry sends one the main thread accepted.
@@ -350,16 +351,18 @@ same_key(const ResolvedShape *cached, const char *key, size_t key_len)
 
 /*
  * Keeps a copy of the main thread's resolution of this definition, unless
- * the bucket holds one of it made under a newer catalog epoch.
+ * it was made under a catalog epoch older than the current one (`epoch`:
+ * it can serve nothing) or the bucket holds one of it made under a newer.
  */
 void
 resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
-					const ShapeResolution *res)
+					const ShapeResolution *res, uint64_t epoch)
 {
 	SharedResolution *b;
 	char	   *copy;
 
-	if (key == NULL || shared->buckets == NULL || (copy = malloc(key_len)) == NULL)
+	if (key == NULL || shared->buckets == NULL || res->catalog_epoch != epoch ||
+		(copy = malloc(key_len)) == NULL)
 		return;
 	memcpy(copy, key, key_len);
 	b = shared_bucket(shared, key, key_len);
@@ -371,10 +374,10 @@ resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
 	pthread_mutex_unlock(&b->lock);
 }
 
-/* The definition's entry of this generation is of a shape that is gone. */
+/* The definition's entry `gone` (as found) is of a shape that is gone. */
 void
 resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,
-					   uint32_t generation)
+					   const ResolvedShape *gone)
 {
 	SharedResolution *b;
 
@@ -382,7 +385,9 @@ resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,
 		return;
 	b = shared_bucket(shared, key, key_len);
 	pthread_mutex_lock(&b->lock);
-	if (same_key(b->cached, key, key_len) && b->cached->generation == generation)
+	if (same_key(b->cached, key, key_len) && b->cached->slot == gone->slot &&
+		b->cached->generation == gone->generation &&
+		strcmp(b->cached->handle, gone->handle) == 0)
 		resolved_shape_free(&b->cached);
 	pthread_mutex_unlock(&b->lock);
 }

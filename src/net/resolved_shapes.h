@@ -21,7 +21,7 @@
 #include "request_queue.h"
 #include "shape_table.h"
 
-/* One connection's last resolution; owned by the connection's thread. */
+/* A resolution kept: a connection's own (its thread's), or a bucket's (under its lock). */
 typedef struct ResolvedShape
 {
 	char	   *key;			/* the definition as the client spelled it */
@@ -70,16 +70,15 @@ extern void resolved_shared_destroy(ResolvedShared *shared);
 extern bool resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
 								 const char *handle, uint64_t epoch, ResolvedShape *found);
 extern void resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
-								const ShapeResolution *res);
+								const ShapeResolution *res, uint64_t epoch);
 extern void resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,
-								   uint32_t generation);
+								   const ResolvedShape *gone);
 
 /*
  * The definition's key: every field the client sent that the main thread
  * resolves (schema, table, where, params, columns, replica, log), in a
  * form where different definitions never give the same bytes.  malloc'd.
  */
-
 extern char *resolved_shape_key(const ShapeDefinition *def, size_t *len);
 
 /*

@@ -727,8 +727,7 @@ shape_reuse_resolution(ShapeConn *sc)
 	{
 		free(schema);
 		if (shared)
-			resolved_shared_forget(&server->resolutions, sc->def_key, sc->def_key_len,
-								   reuse.generation);
+			resolved_shared_forget(&server->resolutions, sc->def_key, sc->def_key_len, &reuse);
 		else
 			resolved_shape_free(cached);
 		return false;
@@ -855,7 +854,8 @@ shape_after_resolve(ShapeConn *sc)
 	if (sc->def_key != NULL && sc->conn_slot != CONN_NO_SLOT && res->reusable)
 	{
 		resolved_schemas_put(&sc->server->schemas, res->slot, res->generation, res->schema_json);
-		resolved_shared_put(&sc->server->resolutions, sc->def_key, sc->def_key_len, res);
+		resolved_shared_put(&sc->server->resolutions, sc->def_key, sc->def_key_len, res,
+							atomic_load(&sc->server->shapes->catalog_epoch));
 		resolved_shape_store(&sc->server->conns.slots[sc->conn_slot].resolved,
 							 sc->def_key, sc->def_key_len, res);
 		sc->def_key = NULL;

@@ -40,7 +40,7 @@ all_durable() {
 # sync_all [--new]: `sc sync $work/s<k>.json` of every shape k (--new: its first request,
 # for the rows with id % shapes = k), eight at a time, its output line in $work/s<k>.out
 sync_all() {
-	local k
+	local k pids=()
 	for ((k = 0; k < shapes; k++)); do
 		if [[ ${1:-} == --new ]]; then
 			sc sync "$work/s$k.json" --url "$SHAPE_SYNC_URL" \
@@ -48,9 +48,13 @@ sync_all() {
 		else
 			sc sync "$work/s$k.json" >"$work/s$k.out" &
 		fi
-		if (((k + 1) % 8 == 0)); then wait; fi
+		pids+=($!)
+		if (((k + 1) % 8 == 0)); then
+			wait "${pids[@]}" || true	# a failed sync prints no "up-to-date" line
+			pids=()
+		fi
 	done
-	wait
+	wait "${pids[@]}" || true
 }
 same_rows() {
 	sc rows "$work/s$1.json" id v >"$work/s$1.client"
@@ -113,6 +117,7 @@ held() {
 	# of the flags (the access mode) is 0
 	# shellcheck disable=SC2016
 	_cluster_as_pg bash -c '
+		[[ $1 =~ ^[0-9]+$ && -r /proc/$1/fd ]] || { echo "no worker"; exit 1; }
 		n=0
 		for f in /proc/"$1"/fd/*; do
 			[[ $(readlink "$f") == */pg_shape_sync/*.log ]] || continue

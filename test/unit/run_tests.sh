@@ -23,6 +23,9 @@ FUZZERS=$4
 THREADED_TESTS=$5
 PER_BINARY_TIMEOUT=${PER_BINARY_TIMEOUT:-180}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+if ! [ "$JOBS" -ge 1 ] 2>/dev/null; then
+	JOBS=1
+fi
 
 ASAN_OPTIONS=halt_on_error=1:detect_leaks=1
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -55,10 +58,12 @@ run_one() {
 	f=$(echo "$summary" | sed -n 's/.*failed=\([0-9]*\).*/\1/p')
 	p=${p:-0}
 	f=${f:-0}
-	if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then
+	if { [ $rc -ne 0 ] || [ -z "$summary" ]; } && [ "$f" -eq 0 ]; then
 		f=1
 		crashed=1
-		if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+		if [ $rc -eq 0 ]; then
+			extra=" exited 0 without its summary line"
+		elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 			extra=" TIMED OUT after ${PER_BINARY_TIMEOUT}s"
 		elif [ -z "$summary" ]; then
 			extra=" CRASHED (exit $rc)"

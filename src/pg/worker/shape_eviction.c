@@ -114,7 +114,7 @@ ev_in_active_use(uint32 slot)
 
 /*
  * Whether the shape was read since it took its place on the list: requests
- * on a connection that resolved it before are served without this thread
+ * for it that a connection resolved before are served without this thread
  * (resolved_shapes.c) and note the read in the slot only.  Eviction moves
  * such a shape to the newest end, as if this thread had seen the read.
  */
