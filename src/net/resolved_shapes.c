@@ -236,14 +236,20 @@ resolved_shape_key(const ShapeDefinition *def, size_t *len)
 	return k.data;
 }
 
+/* Whether a kept resolution is of this definition. */
+static bool
+same_key(const ResolvedShape *cached, const char *key, size_t key_len)
+{
+	return cached != NULL && cached->key_len == key_len &&
+		memcmp(cached->key, key, key_len) == 0;
+}
+
 bool
 resolved_shape_matches(const ResolvedShape *cached, const char *key, size_t key_len,
 					   const char *handle, uint64_t epoch)
 {
-	return cached != NULL && key != NULL && handle != NULL &&
-		cached->catalog_epoch == epoch &&
-		cached->key_len == key_len && memcmp(cached->key, key, key_len) == 0 &&
-		strcmp(cached->handle, handle) == 0;
+	return key != NULL && handle != NULL && same_key(cached, key, key_len) &&
+		cached->catalog_epoch == epoch && strcmp(cached->handle, handle) == 0;
 }
 
 void
@@ -340,13 +346,6 @@ resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
 	}
 	pthread_mutex_unlock(&b->lock);
 	return hit;
-}
-
-static bool
-same_key(const ResolvedShape *cached, const char *key, size_t key_len)
-{
-	return cached != NULL && cached->key_len == key_len &&
-		memcmp(cached->key, key, key_len) == 0;
 }
 
 /*
