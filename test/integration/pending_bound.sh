@@ -6,14 +6,23 @@
 # client's retry gets every row.  Before, the kept changes grew without
 # bound, until an allocation failed inside the commit callback and stopped
 # the worker.
+#
+# A big transaction that committed before the shape was made is in its
+# snapshot, even when decoding reaches it only while that snapshot runs:
+# nothing of it is kept and the shape is not rotated.  Before, it was kept
+# like the others, until the bound rotated the shape (a shape made right
+# after a bulk load, while decoding was behind it).
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 
 SHAPE_SYNC_EXTRA_CONF="shape_sync.log_memory = '8MB'
-shape_sync.max_snapshot_workers = 1" start_cluster_retrying 4600
+shape_sync.max_snapshot_workers = 1
+synchronous_standby_names = 'pending_gate'
+synchronous_commit = local" start_cluster_retrying 4600
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;
+CREATE TABLE gate (id int);
 CREATE TABLE p (id int PRIMARY KEY, payload text) PARTITION BY RANGE (id);
 CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (1000000);
 CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (1000000) TO (2000000);
@@ -43,6 +52,34 @@ wait "$first" || true
 expect_match "its waiting client is told to start over (409) or served" '^(409|200)$' "$(cat "$work/first.code")"
 body=$(curl -s -m 30 "$url&offset=-1")
 expect_eq "a new request gets every row" 10001 "$(grep -o '"operation":"insert"' <<<"$body" | wc -l)"
+
+# decoding waits behind a commit that waits for a standby that does not exist
+PGOPTIONS='-c synchronous_commit=on' cluster_psql -c "INSERT INTO gate VALUES (1)" >"$work/gate.out" 2>&1 &
+helpers+=($!)
+gate=$!
+check "decoding is held behind the gate's commit" wait_for 60 sync_rep_waits 1
+rotations=$(grep -c 'changes kept while snapshots are taken exceed' "$SHAPE_SYNC_LOG")
+# 4 MB of changes that commit before the shape is made, and that decoding has not reached
+cluster_psql -c "INSERT INTO p SELECT g, repeat('y', 400) FROM generate_series(1010000, 1019999) g" >/dev/null
+behind=$(cluster_psql -At -c "SELECT pg_current_wal_lsn()")
+session_open locker2
+echo "BEGIN; LOCK TABLE p1 IN ACCESS EXCLUSIVE MODE; SELECT 'locked';" >&5
+wait_for 60 grep -q locked "$work/locker2.out"
+where="p&where=$(uri 'id >= 1010000')"
+curl -s -m 60 -o /dev/null "$SHAPE_SYNC_URL/v1/shape?table=$where&offset=-1" &
+helpers+=($!)
+check "the new shape's snapshot waits" wait_for 60 snapshotting
+handle=$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes WHERE state = 'snapshotting'")
+cluster_psql -At -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
+decoded() { [[ $(cluster_psql -At -c "SELECT decoded_lsn >= '$behind' FROM shape_sync.decoder") == t ]]; }
+check "decoding passes the big transaction while the snapshot waits" wait_for 60 decoded
+expect_eq "the shape is still being snapshotted, with its handle" "$handle" \
+	"$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes WHERE state = 'snapshotting'")"
+expect_eq "it was not rotated" "$rotations" "$(grep -c 'changes kept while snapshots are taken exceed' "$SHAPE_SYNC_LOG")"
+echo "COMMIT;" >&5
+read -r got_handle _ inserts < <(follow "$where") || true
+expect_eq "a client gets that shape" "$handle" "$got_handle"
+expect_eq "with every row once" 10000 "$inserts"
 expect_eq "the worker did not restart" "$pid" "$(worker_pid)"
 check "no ERROR, FATAL or crash in the log" \
 	bash -c '! grep -E "ERROR|FATAL|PANIC|terminated by signal" "$1"' _ "$SHAPE_SYNC_LOG"

@@ -458,6 +458,9 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
 	if (reg_in_replay)
 		shape_stream_check_when_replayed(slot);
+	else if (ActiveSnapshotSet() && GetActiveSnapshot()->snapshot_type == SNAPSHOT_MVCC &&
+			 !GetActiveSnapshot()->takenDuringRecovery)
+		shape_stream_note_creating_snapshot(slot, GetActiveSnapshot());	/* the batch's */
 
 	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(), handle);
 	reg_describe(slot, spec, rel, handle);

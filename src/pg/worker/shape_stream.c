@@ -37,9 +37,11 @@
  * already has: decoding can be far behind the catalog the shape was made
  * from (after a restart, behind a synchronous standby), and reach its
  * table's creation, older columns or a TRUNCATE after the shape exists.
- * While the snapshot is being taken that is not known yet, so the reason
- * waits with the kept transaction (PendingTxn.problem) and counts only if
- * the snapshot turns out not to have it.
+ * While the snapshot is being taken that is known only for transactions
+ * the snapshot of the shape's making saw (shape_stream_log.c), which are
+ * not kept; for the others the reason waits with the kept transaction
+ * (PendingTxn.problem) and counts only if the snapshot turns out not to
+ * have it.
  *
  * Partitions.  A change of a partition is also a change of the
  * partitioned tables above it (partition_route.c gives them, with the map

@@ -15,6 +15,7 @@
 
 #include "replication/reorderbuffer.h"
 #include "utils/rel.h"
+#include "utils/snapshot.h"
 
 #include "server_metrics.h"
 #include "shape_def.h"
@@ -26,6 +27,13 @@ extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *sp
 extern void shape_stream_check_when_replayed(uint32 slot);
 extern void shape_stream_catalog_changed(void);
 extern void shape_stream_remove(uint32 slot);
+
+/*
+ * A new shape (not a restored one: its log lacks what came after its
+ * durable point) was made in a transaction whose MVCC snapshot is
+ * `snapshot`: its own snapshot, taken later, sees all that one sees.
+ */
+extern void shape_stream_note_creating_snapshot(uint32 slot, Snapshot snapshot);
 
 /*
  * The shape's snapshot is READY, and saw what `visibility` says: the

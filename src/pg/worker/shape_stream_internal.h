@@ -72,6 +72,9 @@ typedef struct ShapeStream
 	uint64		snap_lsn;		/* commits from here on are not in the snapshot */
 	uint64		resume_lsn;		/* restored: commits before it are in the log */
 	SnapshotVisibility *snap_visibility;	/* what the snapshot saw */
+	SnapshotVisibility *creating_visibility;	/* what the snapshot of the
+												 * transaction that made the
+												 * shape saw; NULL: unknown */
 	List	   *pending;		/* PendingTxn *, until ready */
 	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
 	LogOffset	last;			/* the log's last offset */

@@ -15,7 +15,14 @@
  * transaction is in the snapshot exactly when it is visible to it, and
  * every transaction decoded before the stream began is visible to the
  * snapshot, because decoder.c decodes a commit only once its transaction
- * has left the proc array.
+ * has left the proc array.  So is every transaction visible to the
+ * snapshot of the main thread's transaction that made the shape
+ * (shape_stream_note_creating_snapshot): visibility only grows, and the
+ * shape's snapshot is taken later.  Those, and once the snapshot is done
+ * those it has, are dropped as they are decoded, not kept until the
+ * take-over: a shape made while decoding is behind a big transaction that
+ * committed before the request that made it was resolved keeps nothing of
+ * it.
  *
  * Appending: each shape's latest message of a transaction is held back
  * (without its closing braces) until the next one, or the commit, says
@@ -55,11 +62,10 @@
 
 /* ------------------------------------------------------------ stitching */
 
-/* The 64-bit form of a recent xid, as pg_current_snapshot() shows it. */
+/* The 64-bit form of an xid at most 2^32 older than `next`. */
 static uint64
-ss_full_xid(TransactionId xid)
+ss_full_xid_before(FullTransactionId next, TransactionId xid)
 {
-	FullTransactionId next = ReadNextFullTransactionId();
 	uint32		epoch = EpochFromFullTransactionId(next);
 
 	if (xid > XidFromFullTransactionId(next) && epoch > 0)
@@ -67,11 +73,17 @@ ss_full_xid(TransactionId xid)
 	return ((uint64) epoch << 32) | xid;
 }
 
-/* Whether transaction `xid` is visible to the shape's snapshot. */
-static bool
-ss_visible(ShapeStream *s, TransactionId xid)
+/* The 64-bit form of a recent xid, as pg_current_snapshot() shows it. */
+static uint64
+ss_full_xid(TransactionId xid)
 {
-	const SnapshotVisibility *vis = s->snap_visibility;
+	return ss_full_xid_before(ReadNextFullTransactionId(), xid);
+}
+
+/* Whether transaction `xid` is visible to a snapshot. */
+static bool
+ss_visible(const SnapshotVisibility *vis, TransactionId xid)
+{
 	uint64		full = ss_full_xid(xid);
 
 	if (full < vis->xmin)
@@ -82,6 +94,25 @@ ss_visible(ShapeStream *s, TransactionId xid)
 		if (vis->xip[i] == full)
 			return false;
 	return true;
+}
+
+void
+shape_stream_note_creating_snapshot(uint32 slot, Snapshot snapshot)
+{
+	ShapeStream *s = &ss_streams[slot];
+	FullTransactionId next = ReadNextFullTransactionId();
+	SnapshotVisibility *vis;
+
+	Assert(s->in_use && !s->ready && snapshot->snapshot_type == SNAPSHOT_MVCC &&
+		   !snapshot->takenDuringRecovery);
+	vis = MemoryContextAlloc(s->context, offsetof(SnapshotVisibility, xip) +
+							 sizeof(uint64) * snapshot->xcnt);
+	vis->xmin = ss_full_xid_before(next, snapshot->xmin);
+	vis->xmax = ss_full_xid_before(next, snapshot->xmax);
+	vis->nxip = (int32) snapshot->xcnt;
+	for (uint32 i = 0; i < snapshot->xcnt; i++)
+		vis->xip[i] = ss_full_xid_before(next, snapshot->xip[i]);
+	s->creating_visibility = vis;
 }
 
 void
@@ -352,10 +383,19 @@ ss_touch(ShapeStream *s)
 		 */
 		if (ss_lsn >= s->snap_lsn)
 			s->filtering = false;
-		else if (ss_visible(s, ss_xid))
+		else if (ss_visible(s->snap_visibility, ss_xid))
 			s->skip_txn = true;
 	}
-	if (!s->ready)
+	else if (!s->ready)
+	{
+		/* what the snapshot is known to have is not kept */
+		const SnapshotVisibility *known = s->snapshot_done ? s->snap_visibility :
+			s->creating_visibility;
+
+		if (known != NULL && ss_visible(known, ss_xid))
+			s->skip_txn = true;
+	}
+	if (!s->ready && !s->skip_txn)
 	{
 		old = MemoryContextSwitchTo(s->context);
 		s->txn_pending = palloc0(sizeof(PendingTxn));
@@ -393,6 +433,11 @@ ss_take_over(ShapeStream *s)
 
 	slog_read_published(log, &pub);
 	s->snap_lsn = table->slots[s->slot].snapshot_lsn;
+	if (s->creating_visibility != NULL)
+	{
+		pfree(s->creating_visibility);
+		s->creating_visibility = NULL;
+	}
 
 	s->ready = true;
 	s->filtering = true;
@@ -415,7 +460,7 @@ ss_take_over(ShapeStream *s)
 		const char *p = txn->records.data;
 		const char *end = p + txn->records.len;
 
-		if (ss_visible(s, txn->xid))
+		if (ss_visible(s->snap_visibility, txn->xid))
 			continue;
 		if (txn->problem != NULL)
 		{
