@@ -62,22 +62,33 @@ SQL
 # second_chunk TABLE NAME: the URL of its shape's second chunk, whose body goes to $out/www/NAME
 mkdir -p "$out/www"
 second_chunk() {
-	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" h handle offset i
+	local url="$SHAPE_SYNC_URL/v1/shape?table=$1" h handle offset i code
 	for ((i = 0; i < 100; i++)); do
-		h=$(curl -s -D - -o /dev/null "$url&offset=-1" | tr -d '\r')
+		if ! h=$(curl -sS -D - -o /dev/null "$url&offset=-1" | tr -d '\r'); then
+			echo "first chunk of $1: curl failed (above), asking again" >&2
+		fi
 		grep -q '^HTTP/1.1 200' <<<"$h" && break
 		sleep 0.2
 	done
 	handle=$(sed -n 's/^electric-handle: //Ip' <<<"$h")
 	offset=$(sed -n 's/^electric-offset: //Ip' <<<"$h")
 	url="$url&handle=$handle&offset=$offset"
-	curl -sf -o "$out/www/$2" "$url"
+	# a 503 (its snapshot still going, memory full for a moment) is answered again, as a
+	# client would; anything else that is not a 200 ends the run
+	for ((i = 0; i < 100; i++)); do
+		code=$(curl -sS -o "$out/www/$2" -w '%{http_code}' "$url") || code="curl failed (above)"
+		[[ $code == 200 ]] && break
+		echo "second chunk of $1: HTTP $code: $(head -c 300 "$out/www/$2")" >&2
+		[[ $code == 503 ]] || return 1
+		sleep 0.2
+	done
+	[[ $code == 200 ]] || return 1
 	echo "$url"
 }
-small_url=$(second_chunk catchup_small small.json)
+small_url=$(second_chunk catchup_small small.json) || { echo "no second chunk of catchup_small" >&2; exit 1; }
 cluster_psql -q -c "ALTER SYSTEM SET shape_sync.chunk_bytes_threshold = '10MB'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
-big_url=$(second_chunk catchup_big big.json)
+big_url=$(second_chunk catchup_big big.json) || { echo "no second chunk of catchup_big" >&2; exit 1; }
 small_bytes=$(stat -c %s "$out/www/small.json")
 big_bytes=$(stat -c %s "$out/www/big.json")
 if ((DISK)); then

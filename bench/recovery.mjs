@@ -16,7 +16,8 @@
 // DIR/phase<n>.json: the epoch seconds at which each client was served, how many were
 // served on the handle they held before the restart, the responses by status from the
 // phase's start (network: a request that got no response), and the longest delay of this
-// process's event loop meanwhile (seconds: how long the clients themselves were held up). A phase ends after 60 s even if
+// process's event loop meanwhile (seconds: how long the clients themselves were held up) and
+// the CPU time this process used over the phase (seconds). A phase ends after 60 s even if
 // some clients were not served; they are counted as such.
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
@@ -134,6 +135,7 @@ for (let n = 1; n <= PHASES; n++) {
   }
   const stall = monitorEventLoopDelay({ resolution: 10 })
   stall.enable()
+  const cpuFrom = process.cpuUsage()
   phase = { marker, statuses: {}, served: [], sameHandle: 0, unavailable: [] }
   writeAtomic(`${file}.ack`, '')
   const deadline = Date.now() + 60000
@@ -141,13 +143,15 @@ for (let n = 1; n <= PHASES; n++) {
   const p = phase
   phase = null
   stall.disable()
+  const cpu = process.cpuUsage(cpuFrom)
   writeAtomic(`${file}.json`, JSON.stringify({
     served: p.served,
     unserved: CLIENTS - p.served.length,
     same_handle: p.sameHandle,
     statuses: p.statuses,
     unavailable: p.unavailable,
-    stall_max: stall.max / 1e9
+    stall_max: stall.max / 1e9,
+    cpu: (cpu.user + cpu.system) / 1e6
   }))
 }
 process.exit(0)

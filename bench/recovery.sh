@@ -60,6 +60,15 @@ wait_for() {
 	return 1
 }
 
+# worker_cpu: CPU seconds (user + system) the new server's worker process has used since it started
+worker_cpu() {
+	local pm pid
+	pm=$(head -n 1 "$SHAPE_SYNC_PGDATA/postmaster.pid")
+	pid=$(pgrep -P "$pm" -f '^postgres: shape_sync server' | head -n 1)
+	[[ -n $pid ]] || { echo "no shape_sync worker under postmaster $pm" >&2; return 1; }
+	awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f\n", ($14 + $15) / hz }' "/proc/$pid/stat"
+}
+
 pg_ctl_as_pg() { _cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$SHAPE_SYNC_PGDATA" "$@" >/dev/null; }
 
 # restart_case RUN N CASE: one restart of the live clients, its results in $out/run<RUN>.<CASE>.*
@@ -90,6 +99,7 @@ restart_case() {
 	read -r t_accept t_update <"$out/watch"
 	wait "$ctl"
 	wait_for "$out/phase$n.json" 90
+	worker_cpu >"$out/run$run.$case.cpu"
 	cp "$out/phase$n.json" "$out/run$run.$case.json"
 	echo "$t_restart $t_accept $t_update" >"$out/run$run.$case.times"
 	curl -sS --max-time 5 "$SHAPE_SYNC_URL/metrics" >"$out/run$run.$case.metrics"
@@ -128,7 +138,7 @@ SQL
 done
 
 python3 - "$out" "$RUNS" "$SHAPES" "$CLIENTS" "$ROWS" "$here" "$pg_version" "${CASES[@]}" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 out, runs, shapes, clients, rows, here, pg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
 cases = sys.argv[8:]
 sys.path.insert(0, here)
@@ -179,6 +189,8 @@ for c in cases:
             "max_restart": served[-1] - t_restart if served else float("nan"),
             "max_update": served[-1] - t_update if served else float("nan"),
             "stall": res["stall_max"],
+            "client_cpu": res["cpu"],
+            "worker_cpu": float(open(f"{out}/run{r}.{c}.cpu").read()),
             "unserved": res["unserved"], "same": res["same_handle"],
             "statuses": res["statuses"],
             "unavail": [t - t_restart for t in sorted(res.get("unavailable", []))],
@@ -241,6 +253,10 @@ lines = [
     row("server: a change in the log to its live response, all within (responses, all runs)",
         lambda s: f"{max(p['delivery'][0] for p in s['per']):g} ({sum(p['delivery'][1] for p in s['per'])})"),
     row("longest event-loop stall of the clients' process (their own delay)", lambda s: f"{med(p['stall'] for p in s['per']):.3f}"),
+    row("CPU of the clients' process over the restart, until all were served",
+        lambda s: f"{med(p['client_cpu'] for p in s['per']):.2f}"),
+    row("CPU of the new server's worker process, from its start until all were served",
+        lambda s: f"{med(p['worker_cpu'] for p in s['per']):.2f}"),
     row("last client, from the restart command", lambda s: f"{s['max_restart']:.2f}"),
     row(f"... against the cold start ({med(cold):.2f} s, baseline)", lambda s: f"{s['max_restart'] / med(cold):.2f}x"),
     "",
@@ -272,6 +288,11 @@ if "fast" in stats and all(p["unavail"] for p in stats["fast"]["per"]):
                   "than its own backoff, which starts at up to 1 s. A shorter retry-after cannot "
                   "be said: it counts whole seconds, and 0 sends the official client to its own "
                   "backoff (a random 0-1 s, then 0-2 s while the server is still down).")
+    lines[-1] += (f" What follows is the herd of {clients} requests on new connections, and on this "
+                  "machine the clients pay most of it: over the fast restart their process used "
+                  f"{med(p['client_cpu'] for p in s['per']):.2f} s of CPU, the new server's worker "
+                  f"{med(p['worker_cpu'] for p in s['per']):.2f} s from its start (restoring the "
+                  f"shapes included), on the {os.cpu_count()} CPUs that both share.")
 lines.append("")
 lines.append("Before durable logs (this section on 2026-12-01, on 2 CPUs of an Intel Xeon), every "
              "restart took the path of the discarded store: the last client was served 12.59 s after "
