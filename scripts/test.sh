@@ -11,7 +11,7 @@
 #        regress      make installcheck (pg_regress)       against a throwaway cluster
 #        tap          pg_prove test/tap/*.sql              in a fresh database tap_tests
 #        http         node --test test/http/               with the cluster's env exported
-#        integration  every executable test/integration/*.sh, one test each
+#        integration  every test/integration/*.sh, one test each (one not executable fails)
 #        fuzz         test/fuzz/run.sh: a seeded, bounded HTTP fuzz (test/fuzz/http_fuzz.mjs) of a
 #                     cluster of its own; its seed is printed (SHAPE_SYNC_FUZZ_SEED repeats it)
 #   4. stop the cluster, then stage crash-check: the server log of every cluster any stage
@@ -315,7 +315,9 @@ elif cluster_needed integration; then
 	p=0 f=0
 	for script in "${integration[@]}"; do
 		if [[ ! -x $script ]]; then
-			echo "note: $script is not executable; not run"
+			# a test that is never run cannot fail: that is a failure
+			echo "FAILED: $script is not executable (chmod +x), so it was not run"
+			f=$((f + 1))
 			continue
 		fi
 		name=$(basename "$script" .sh)

@@ -6,7 +6,8 @@
 # handle then gets 409 and a new request (offset=-1) serves the table's rows.  The whole store
 # goes when the slot was dropped while the worker was away, when shape_sync.database changes,
 # when the manifest has another format version or a broken checksum, and on a copy of the
-# cluster (a base backup: the slot is not in it; a promoted standby: another timeline).  One
+# cluster (a base backup: the slot is not in it; a promoted standby: another timeline; a
+# point-in-time recovery: both).  One
 # shape alone goes when its data file is shorter than its durable length (and the journal
 # does not hold what it lacks), when its table
 # changed or was made again, or when shape_sync.role lost its SELECT on it, all while the
@@ -309,8 +310,46 @@ cluster_psql -p "$SHAPE_SYNC_STANDBY_PORT" -At -c "${rows_sql[t]}" >"$work/tcopy
 check "9: with the promoted standby's rows" cmp -s "$work/tcopy.client" "$work/tcopy.table"
 check "9: the original still serves shape t's old handle" resumes t
 
+# 10. point-in-time recovery: a base backup restored and recovered to an LSN from the
+# original's WAL, then promoted (another timeline, and no slot); its store is the backup's
+check "10: the manifest lists shape t" wait_for 60 listed "${handle[t]}"
+pitr=$dir/pitr
+_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$pitr" \
+	-X stream --no-sync >"$work/pitr-basebackup.log" 2>&1
+cluster_psql -c "UPDATE t SET v = 'pitr-in' WHERE id = 1" >/dev/null
+target=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
+cluster_psql -c "UPDATE t SET v = 'pitr-out' WHERE id = 2" -c "SELECT pg_switch_wal()" >/dev/null
+pitr_http=$(cluster_free_port $((copy_http + 1)))
+{
+	printf 'port = %s\nshape_sync.port = %s\n' $((PGPORT + 3)) "$pitr_http"
+	printf "restore_command = 'cp %s/pg_wal/%%f %%p'\n" "$SHAPE_SYNC_PGDATA"
+	printf "recovery_target_lsn = '%s'\nrecovery_target_action = 'promote'\n" "$target"
+} | _cluster_as_pg tee -a "$pitr/postgresql.auto.conf" >/dev/null
+_cluster_as_pg touch "$pitr/recovery.signal"
+check "10: the backup's store lists shape t" lists "$pitr" "${handle[t]}"
+_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$pitr" -l "$dir/pitr.log" -w -t 60 start >/dev/null
+pitr_serving() { [[ $(http_status "http://localhost:$pitr_http/v1/health") == 200 ]]; }
+check "10: the recovered cluster's shape_sync serves" wait_for 90 pitr_serving
+check "10: it recovered to the target and was promoted" \
+	grep -Eq 'recovery stopping after WAL location \(LSN\)|selected new timeline ID' "$dir/pitr.log"
+check "10: its log says the store is discarded" wait_for 60 logged 0 \
+	'LOG:  shape_sync discards its stored shape logs: ' "$dir/pitr.log"
+expect_eq "10: on the recovered cluster, the old handle of shape t gets 409" 409 \
+	"$(http_status "http://localhost:$pitr_http/v1/shape?${query[t]}&handle=${handle[t]}&offset=$(sc get "$work/t.json" 'd["offset"]')")"
+check "10: its store holds no file of it" no_file "$pitr" "${handle[t]}"
+rm -f "$work/tcopy.json"
+out=$(sc sync "$work/tcopy.json" --url "http://localhost:$pitr_http" --query "${query[t]}")
+expect_match "10: on the recovered cluster, a new request of shape t is served" '^up-to-date 200 ' "$out"
+sc rows "$work/tcopy.json" id v >"$work/tcopy.client"
+cluster_psql -p $((PGPORT + 3)) -At -c "${rows_sql[t]}" >"$work/tcopy.table"
+check "10: with the recovered cluster's rows" cmp -s "$work/tcopy.client" "$work/tcopy.table"
+expect_match "10: which have the change before the target" 'pitr-in' "$(cat "$work/tcopy.client")"
+check "10: and not the one after it" bash -c '! grep -q "pitr-out" "$1"' _ "$work/tcopy.client"
+_cluster_as_pg "$SHAPE_SYNC_PG_BINDIR/pg_ctl" -D "$pitr" -m fast -w -t 60 stop >/dev/null
+check "10: the original still serves shape t's old handle" resumes t
+
 check "no ERROR, PANIC or WARNING from shape_sync" \
-	bash -c '! grep -hE "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$@" | grep -v "WARNING:  shape_sync.s decoding is [0-9.]* s behind the commits"' _ "$SHAPE_SYNC_LOG" "$dir/standby.log"
-out=$(cluster_crash_check "$SHAPE_SYNC_LOG" "$dir/standby.log") || true
+	bash -c '! grep -hE "PANIC|TRAP:|(ERROR|WARNING):.*shape" "$@" | grep -v "WARNING:  shape_sync.s decoding is [0-9.]* s behind the commits"' _ "$SHAPE_SYNC_LOG" "$dir/standby.log" "$dir/pitr.log"
+out=$(cluster_crash_check "$SHAPE_SYNC_LOG" "$dir/standby.log" "$dir/pitr.log") || true
 expect_eq "no crash" "" "$out"
 finish

@@ -4,8 +4,8 @@
 # server refuse new shapes (one client creates few shapes a minute, and what
 # it made is the least recently read, so it goes first), a shape with a
 # parked live client outlives idle ones, evicted shapes answer 409
-# must-refetch, idle shapes are dropped after shape_sync.shape_idle_timeout,
-# and with shape_eviction = none a full server answers 503 with retry-after.
+# must-refetch, idle shapes are dropped after shape_sync.shape_idle_timeout
+# (their files too), and with shape_eviction = none a full server answers 503 with retry-after.
 # Before: with max_shapes = 8, nine distinct shapes made every later new
 # shape answer 503 for as long as the server ran.
 set -euo pipefail
@@ -88,12 +88,19 @@ check "with retry-after" test -n "$(header retry-after "$work/h")"
 expect_match "naming max_shapes" 'max_shapes' "$(cat "$work/b")"
 
 # idle shapes go after shape_idle_timeout; the one with a parked live request stays
+# shape files are named by handle (<handle>.shape, <handle>.<n>.log): only the one left keeps any
+others_files() { ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -E '^[0-9]+-[0-9]+\.' | grep -v "^$legit\." || true; }
+has_other_files() { [[ -n $(others_files) ]]; }
+check "other shapes have files too" wait_for 60 has_other_files
 cluster_psql -c "ALTER SYSTEM SET shape_sync.shape_idle_timeout = '2s'" >/dev/null
 cluster_reload
 only_live_left() { [[ $(shapes) == 1 ]]; }
 check "idle shapes are dropped after shape_idle_timeout" wait_for 60 only_live_left
 expect_eq "the one left is the shape with the parked live request" "$legit" \
 	"$(cluster_psql -At -c "SELECT handle FROM shape_sync.shapes")"
+no_other_files() { [[ -z $(others_files) ]]; }
+check "the dropped shapes' files are removed" wait_for 60 no_other_files
+check "the one left keeps its files" bash -c "ls '$SHAPE_SYNC_PGDATA/pg_shape_sync' | grep -q '^$legit\.'"
 cluster_psql -c "INSERT INTO t VALUES (0, 'zero')" >/dev/null
 wait "$live_pid" || true
 expect_eq "its live request is answered with the change" 200 "$(cat "$work/live.code")"

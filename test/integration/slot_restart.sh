@@ -4,8 +4,9 @@
 # was away is skipped, not decoded for shapes that no longer exist (before, every
 # transaction since the slot's position went through the reorder buffer and the
 # plugin before live service resumed); a slot invalidated by
-# max_slot_wal_keep_size is replaced; a slot an earlier shape_sync.database left
-# behind is dropped.
+# max_slot_wal_keep_size is replaced, and the stored shape logs, which needed the
+# WAL it lost, are discarded (their clients get 409); a slot an earlier
+# shape_sync.database left behind is dropped.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -66,6 +67,12 @@ expect_match "it says it replaces the slot" "replaces its replication slot \"$sl
 	"$(cat "$SHAPE_SYNC_LOG")"
 expect_eq "the new slot is usable" reserved \
 	"$(cluster_psql -At -c "SELECT wal_status FROM pg_replication_slots WHERE slot_name = '$slot'")"
+# the stored logs need the WAL the old slot lost: they go, and their clients start over
+expect_match "it discards the stored shape logs, and says why" \
+	"shape_sync discards its stored shape logs: replication slot \"$slot\" was made again" "$(cat "$SHAPE_SYNC_LOG")"
+expect_eq "a client of the shape made before gets 409" 409 "$(http_status "$url&handle=$handle&offset=$offset")"
+files_gone() { ! ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep -q "^$handle"; }
+check "that shape's files are removed" wait_for 60 files_gone
 expect_eq "and shapes are served" 200 "$(http_status "$url&offset=-1")"
 
 # 3. a slot an earlier shape_sync.database left is dropped

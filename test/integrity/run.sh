@@ -66,10 +66,21 @@ shape_sync.chunk_bytes_threshold = '16kB'
 shape_sync.compaction_factor = $INTEGRITY_COMPACTION_FACTOR${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 
+# With three seeds or more and no INTEGRITY_RESTART_MODE, the seeds take the restart modes in
+# turn, so that a run restarts each way at least once (one seed alone draws its mode from itself)
+modes=(fast immediate kill)
 trap cluster_stop EXIT
 failed=()
+i=0
 for seed in "${seeds[@]}"; do
-	echo "# === seed $seed"
+	if [[ -z ${INTEGRITY_RESTART_MODE:-} ]] && ((${#seeds[@]} >= 3)); then
+		mode=${modes[i % 3]}
+		echo "# === seed $seed, restart mode $mode (replay: SEED=$seed INTEGRITY_RESTART_MODE=$mode)"
+	else
+		mode=${INTEGRITY_RESTART_MODE:-}
+		echo "# === seed $seed"
+	fi
+	i=$((i + 1))
 	# An HTTP port away from the 3000.. range that other clusters pick by default: while
 	# PostgreSQL restarts, the port is free for a moment, and another test's cluster_start
 	# could take it.
@@ -82,7 +93,7 @@ for seed in "${seeds[@]}"; do
 		continue
 	fi
 	rc=0
-	SEED=$seed timeout -k 10 200 node "$here/integrity.mjs" || rc=$?
+	SEED=$seed INTEGRITY_RESTART_MODE=$mode timeout -k 10 200 node "$here/integrity.mjs" || rc=$?
 	if ((rc != 0)); then
 		failed+=("$seed")
 		((rc == 124 || rc == 137)) && echo "not ok - seed $seed: [HARNESS] integrity.mjs killed after 200 s"
