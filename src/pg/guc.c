@@ -79,6 +79,7 @@ int			shape_sync_decoder_lag_warning = 10000;
 char	   *shape_sync_trusted_owners = NULL;
 int			shape_sync_subset_columns = SUBSET_COLUMNS_SHAPE;
 int			shape_sync_subset_statement_timeout = 10000;
+int			shape_sync_debug_snapshot_gate = 0;
 
 static char *guc_secret_blank = NULL;	/* the GUC's own value: always "" */
 static const char *guc_secret_value = "";	/* its extra: the secret */
@@ -547,6 +548,15 @@ shape_sync_define_gucs(void)
 							&shape_sync_decoder_lag_warning,
 							10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/* a developer option, for tests: not in the sample file, not in SHOW ALL */
+	DefineCustomIntVariable("shape_sync.debug_snapshot_gate",
+							"Makes snapshots wait at each chunk while an advisory lock on this key is held.",
+							"Tests hold pg_advisory_lock(key) to keep a snapshot going after its first chunk; 0 turns it off.",
+							&shape_sync_debug_snapshot_gate,
+							0, 0, INT_MAX,
+							PGC_SIGHUP, GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("shape_sync");

@@ -53,6 +53,7 @@ extern int	shape_sync_decoder_lag_warning; /* ms; 0: never warn */
 extern char *shape_sync_trusted_owners;
 extern int	shape_sync_subset_columns;	/* SUBSET_COLUMNS_* */
 extern int	shape_sync_subset_statement_timeout;	/* ms; 0: none */
+extern int	shape_sync_debug_snapshot_gate;	/* an advisory lock key; 0: none */
 
 typedef enum SubsetColumns
 {

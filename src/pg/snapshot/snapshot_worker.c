@@ -51,6 +51,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
+#include "storage/lock.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -209,6 +210,24 @@ snap_close_chunk(SnapshotWriter *w, LogOffset end)
 		snap_wait_for_room(w, res, &since);
 }
 
+/*
+ * shape_sync.debug_snapshot_gate, a developer option: waits, between two
+ * chunks, while another session holds pg_advisory_lock(key), so that a test
+ * keeps a snapshot going after its snapshot was taken, at a point where
+ * the worker holds nothing another process waits for (as SIGSTOP cannot).
+ */
+static void
+snap_debug_gate(void)
+{
+	LOCKTAG		tag;
+	int64		key = shape_sync_debug_snapshot_gate;
+
+	/* the tag pg_advisory_lock_shared(bigint) takes */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (key >> 32), (uint32) key, 1);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	LockRelease(&tag, ShareLock, false);
+}
+
 static void
 snap_emit(void *arg, const char *message, int len)
 {
@@ -226,6 +245,8 @@ snap_emit(void *arg, const char *message, int len)
 		snapshot_spill_chunk(w->threshold);
 		w->chunk++;
 		w->chunk_bytes = 0;
+		if (shape_sync_debug_snapshot_gate != 0)
+			snap_debug_gate();
 		if (shape_table_state(w->table, w->slot_index) != SHAPE_SNAPSHOTTING)
 			ereport(ERROR,
 					(errcode(ERRCODE_QUERY_CANCELED),

@@ -482,6 +482,26 @@ lf_write(uint32 slot, uint64 *budget)
 }
 
 /*
+ * All that the slot's published log holds past its file goes there now:
+ * true when the file then holds it (caught_up), so that what is appended
+ * next may be written ahead (a take-over of kept transactions: the file of
+ * a new shape may still lack the end of its snapshot).
+ */
+bool
+log_files_catch_up(uint32 slot)
+{
+	FileShape  *fs;
+	uint64		unbounded = UINT64_MAX;
+
+	if (lf_shapes == NULL || slot >= lf_nslots)
+		return false;
+	fs = &lf_shapes[slot];
+	if (!fs->in_use || fs->failed || fs->file < 0)
+		return false;
+	return lf_write(slot, &unbounded);
+}
+
+/*
  * In the middle of a transaction's replay, memory short: the slot's log,
  * up to its open chunk, goes to its file, what the transaction appended
  * included, ahead of the commit that publishes it, so that it may leave

@@ -67,6 +67,12 @@ extern void log_files_forget(uint32 slot);
 extern bool log_files_write_ahead(uint32 slot);
 
 /*
+ * All the slot's published log to its file now (false: not all of it
+ * there), so that write-ahead may follow (a take-over of kept transactions).
+ */
+extern bool log_files_catch_up(uint32 slot);
+
+/*
  * Main loop, after decoding: writes what the logs gained, and every second
  * (or now, with shape_sync.log_fsync = commit) makes it durable up to
  * `decoded`, the position before which every commit is in the logs.

@@ -548,6 +548,7 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	s = &ss_streams[slot];
 	Assert(!s->in_use);
 	memset(s, 0, sizeof(*s));
+	s->kept.fd = -1;
 	s->context = AllocSetContextCreate(ss_context, "shape_sync stream",
 									   ALLOCSET_SMALL_SIZES);
 	s->in_use = true;			/* from here on, shape_stream_remove cleans up */
@@ -632,6 +633,7 @@ shape_stream_remove(uint32 slot)
 	if (!s->in_use)
 		return;
 	ss_pending_forget(s);
+	kept_file_close(&s->kept);
 	ss_touched = list_delete_ptr(ss_touched, s);
 	if (!s->ready)
 		ss_snapshotting = list_delete_int(ss_snapshotting, (int) slot);
@@ -646,6 +648,7 @@ shape_stream_remove(uint32 slot)
 	ss_freed_bytes += MemoryContextMemAllocated(s->context, true);
 	MemoryContextDelete(s->context);
 	memset(s, 0, sizeof(*s));
+	s->kept.fd = -1;
 }
 
 /*

@@ -30,6 +30,7 @@
 #include "utils/hsearch.h"
 
 #include "equality_index.h"
+#include "kept_file.h"
 #include "row_encoder.h"
 #include "server_metrics.h"
 #include "shape_relation.h"
@@ -77,6 +78,9 @@ typedef struct ShapeStream
 												 * shape saw; NULL: unknown */
 	List	   *pending;		/* PendingTxn *, until ready */
 	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
+	KeptFile	kept;			/* committed ones past the bound, before those
+								 * in pending (ss_spill_kept) */
+	bool		kept_failed;	/* a write to it failed: warned */
 	LogOffset	last;			/* the log's last offset */
 	uint64		compacted_bytes;	/* the log's size after its snapshot or
 									 * its last compaction; 0: never compact */

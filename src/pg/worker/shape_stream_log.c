@@ -26,8 +26,10 @@
  *
  * Appending: each shape's latest message of a transaction is held back
  * (without its closing braces) until the next one, or the commit, says
- * whether it is the last.  Kept transactions are bounded in all, to a
- * quarter of shape_sync.log_memory (ss_pending_limit).  A log that
+ * whether it is the last.  Kept transactions are bounded in memory, in
+ * all, to a quarter of shape_sync.log_memory (ss_pending_limit); with
+ * durable logs the committed ones past that go to a file of the stream's
+ * (kept_file.c), stitched on before those in memory.  A log that
  * has grown by shape_sync.compaction_factor since its snapshot or last
  * compaction is compacted between transactions (log_compact.c).
  *
@@ -52,6 +54,7 @@
 #include "postmaster/interrupt.h"
 
 #include "guc.h"
+#include "kept_file.h"
 #include "log_compact.h"
 #include "log_files.h"
 #include "log_record.h"
@@ -189,6 +192,9 @@ ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number, const char *te
 	shape_table_mark_dirty(table, s->slot);
 }
 
+/* the stream whose kept transactions are being stitched on (ss_take_over) */
+static ShapeStream *ss_taking_over = NULL;
+
 /*
  * What the transaction being replayed appended to the logs it touched
  * that are on disk goes to their files ahead of its commit, and leaves
@@ -211,6 +217,10 @@ ss_write_ahead(void)
 		if (s->ready && !s->rotate && log_files_write_ahead(s->slot))
 			n += log_trim_ahead(s->slot);
 	}
+	/* a take-over: its file may still lack the end of the snapshot */
+	if (ss_taking_over != NULL && !ss_taking_over->rotate &&
+		log_files_catch_up(ss_taking_over->slot) && log_files_write_ahead(ss_taking_over->slot))
+		n += log_trim_ahead(ss_taking_over->slot);
 	return n;
 }
 
@@ -238,8 +248,8 @@ ss_make_room_now(int64 tx)
 {
 	static int64 gave_up_tx = -1;
 
-	if (ss_touched == NIL)
-		return false;			/* not in a replay (a take-over's kept transactions) */
+	if (ss_touched == NIL && ss_taking_over == NULL)
+		return false;			/* neither a replay nor a take-over */
 	if (ss_write_ahead() == 0 && log_trim_pending_blocks() == 0)
 		return false;
 	if (log_trim_give_back() > 0)
@@ -291,9 +301,11 @@ ss_append(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 }
 
 /*
- * The most the snapshotting shapes keep, together, of the transactions
- * decoded meanwhile (ss_pending_total): a quarter of the log memory, which
- * they would go to.
+ * The most the snapshotting shapes keep in memory, together, of the
+ * transactions decoded meanwhile (ss_pending_total): a quarter of the log
+ * memory, which they would go to.  With durable logs, committed ones past
+ * it go to kept files (ss_spill_kept); the transaction being decoded, or
+ * a file that cannot take them, still rotates the shape past it.
  */
 static uint64
 ss_pending_limit(void)
@@ -311,6 +323,122 @@ ss_pending_forget(ShapeStream *s)
 	s->pending_bytes = 0;
 }
 
+/*
+ * An entry of a kept file (kept_file.c): one committed kept transaction,
+ * then its problem's text and its records.
+ */
+typedef struct KeptEntry
+{
+	TransactionId xid;
+	int32		problem_cause;	/* an SmRotationCause, with a problem */
+	uint32		problem_len;	/* 0: none */
+	uint32		records_len;
+} KeptEntry;
+
+/* a kept file is written in pieces of about this much */
+#define SS_KEPT_WRITE_BYTES		(1024 * 1024)
+
+/*
+ * The committed transactions the stream keeps go to its kept file, in
+ * order, a piece of several at a time, and leave memory.  Those that
+ * cannot (the disk, no descriptor left, or the file would pass
+ * shape_sync.log_disk_budget) stay, and the WARNING says why, once per
+ * stream; the bound then rotates the shape as without durable logs.
+ */
+static void
+ss_spill_kept(ShapeStream *s)
+{
+	StringInfoData piece;
+	uint64		budget = log_files_data_budget();
+	int			written = 0;	/* entries of s->pending in the file */
+	int			in_piece = 0;	/* and in the piece, after those */
+	uint64		piece_records = 0;
+	const char *failed = NULL;
+	int			failed_errno = 0;
+	ListCell   *lc;
+
+	initStringInfo(&piece);
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+		KeptEntry	entry = {txn->xid, (int32) txn->problem_cause,
+							 txn->problem ? (uint32) strlen(txn->problem) : 0,
+							 (uint32) txn->records.len};
+
+		appendBinaryStringInfo(&piece, (const char *) &entry, sizeof(entry));
+		if (entry.problem_len > 0)
+			appendBinaryStringInfo(&piece, txn->problem, entry.problem_len);
+		appendBinaryStringInfo(&piece, txn->records.data, txn->records.len);
+		in_piece++;
+		piece_records += txn->records.len;
+		if (piece.len < SS_KEPT_WRITE_BYTES && lnext(s->pending, lc) != NULL)
+			continue;
+		if (budget > 0 && s->kept.size + piece.len > budget)
+			failed = "it would pass \"shape_sync.log_disk_budget\"";
+		else
+		{
+			const void *parts[1] = {piece.data};
+			size_t		lens[1] = {(size_t) piece.len};
+
+			if (!kept_file_append(&s->kept, parts, lens, 1))
+			{
+				failed = "%m";
+				failed_errno = errno;
+			}
+		}
+		if (failed != NULL)
+			break;
+		written += in_piece;
+		Assert(s->pending_bytes >= piece_records);
+		s->pending_bytes -= piece_records;
+		ss_pending_total -= piece_records;
+		in_piece = 0;
+		piece_records = 0;
+		resetStringInfo(&piece);
+	}
+	pfree(piece.data);
+	if (failed != NULL && !s->kept_failed)
+	{
+		errno = failed_errno;
+		if (strcmp(failed, "%m") == 0)
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("shape %s keeps in memory what its snapshot may not have: could not write it to a file in \"%s\": %m",
+							ss_table()->slots[s->slot].handle, LOG_FILES_DIR)));
+		else
+			ereport(WARNING,
+					(errcode(ERRCODE_DISK_FULL),
+					 errmsg("shape %s keeps in memory what its snapshot may not have: %s",
+							ss_table()->slots[s->slot].handle, failed)));
+		s->kept_failed = true;
+	}
+	for (int i = 0; i < written; i++)
+		ss_free_pending(list_nth(s->pending, i));
+	s->pending = list_delete_first_n(s->pending, written);
+}
+
+/*
+ * Memory's bound on kept transactions is reached: with durable logs, the
+ * committed ones of every snapshotting stream go to their kept files.
+ * Those of the transaction being decoded stay: one transaction alone past
+ * the bound still rotates its shapes, whose next snapshot has it (the
+ * snapshot of the making of a shape does: ss_touch).
+ */
+static void
+ss_spill_kept_all(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ss_snapshotting)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+		/* a rotating one's kept transactions no longer count (ss_pending_forget) */
+		if (s->in_use && !s->ready && !s->rotate && s->pending != NIL)
+			ss_spill_kept(s);
+	}
+}
+
 /* A finished message goes to the log, or to the pending transaction. */
 static void
 ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
@@ -322,6 +450,9 @@ ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 	}
 	if (s->rotate)
 		return;
+	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit() &&
+		shape_sync_durable_logs)
+		ss_spill_kept_all();
 	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit())
 	{
 		/* bounded: the shape starts over once the changes have committed */
@@ -422,6 +553,84 @@ ss_message(ShapeStream *s, uint64 op, StringInfo msg)
 
 /* ---------------------------------------------------------- maintenance */
 
+/* Appends a kept transaction's records: (LogOffset, uint32 len, bytes)*. */
+static void
+ss_append_records(ShapeStream *s, const char *p, uint64 len)
+{
+	const char *end = p + len;
+
+	while (p < end)
+	{
+		LogOffset	offset;
+		uint32		n;
+
+		memcpy(&offset, p, sizeof(offset));
+		memcpy(&n, p + sizeof(offset), sizeof(n));
+		ss_append(s, offset, p + sizeof(offset) + sizeof(n), n);
+		p += sizeof(offset) + sizeof(n) + n;
+		if (log_trim_wanted())
+		{
+			/* as in a replay (shape_stream_make_room): the log leaves memory for its file */
+			(void) log_trim_give_back();
+			(void) ss_write_ahead();
+		}
+	}
+}
+
+/*
+ * The kept transactions on disk (ss_spill_kept) are appended, in order,
+ * those the snapshot has left out.  As memory runs short, what the log
+ * holds goes to its file and leaves memory (ss_append_records; the file
+ * first takes what it lacks of the snapshot), as in the middle of a
+ * transaction's replay: a take-over is published only at its end, no
+ * round lists the shape before, and a crash before drops the shape.  The
+ * main thread does it at once, so decoding waits meanwhile, as for a
+ * compaction.  Then the file goes.
+ */
+static void
+ss_take_over_kept_file(ShapeStream *s)
+{
+	uint64		pos = 0;
+	char	   *buf = NULL;
+	size_t		cap = 0;
+
+	while (pos < s->kept.size && !s->rotate)
+	{
+		KeptEntry	entry;
+		size_t		need;
+
+		if (!kept_file_read(&s->kept, pos, &entry, sizeof(entry)))
+			break;
+		pos += sizeof(entry);
+		need = (size_t) entry.problem_len + entry.records_len;
+		if (need > cap)
+		{
+			if (buf != NULL)
+				pfree(buf);
+			buf = palloc(need);
+			cap = need;
+		}
+		if (!kept_file_read(&s->kept, pos, buf, need))
+			break;
+		pos += need;
+		if (ss_visible(s->snap_visibility, entry.xid))
+			continue;
+		if (entry.problem_len > 0)
+		{
+			ss_rotate_later(s, (SmRotationCause) entry.problem_cause,
+							pnstrdup(buf, entry.problem_len));
+			break;
+		}
+		ss_append_records(s, buf + entry.problem_len, entry.records_len);
+	}
+	if (pos < s->kept.size && !s->rotate)
+		ss_rotate_later(s, SM_ROTATION_FAILED,
+						psprintf("could not read back what was kept on disk while its snapshot was taken: %m"));
+	if (buf != NULL)
+		pfree(buf);
+	kept_file_close(&s->kept);
+}
+
 /* The snapshot is done: stitch the kept transactions on, take the pen. */
 void
 ss_take_over(ShapeStream *s)
@@ -454,12 +663,16 @@ ss_take_over(ShapeStream *s)
 		ss_check_slots = lappend_int(ss_check_slots, (int) s->slot);
 		MemoryContextSwitchTo(old);
 	}
+	/* the kept transactions on disk came first, then those in memory */
+	ss_taking_over = s;
+	if (s->kept.fd >= 0)
+		ss_take_over_kept_file(s);
 	foreach(lc, s->pending)
 	{
 		PendingTxn *txn = lfirst(lc);
-		const char *p = txn->records.data;
-		const char *end = p + txn->records.len;
 
+		if (s->rotate)
+			break;
 		if (ss_visible(s->snap_visibility, txn->xid))
 			continue;
 		if (txn->problem != NULL)
@@ -467,17 +680,9 @@ ss_take_over(ShapeStream *s)
 			ss_rotate_later(s, txn->problem_cause, txn->problem);
 			break;
 		}
-		while (p < end)
-		{
-			LogOffset	offset;
-			uint32		len;
-
-			memcpy(&offset, p, sizeof(offset));
-			memcpy(&len, p + sizeof(offset), sizeof(len));
-			ss_append(s, offset, p + sizeof(offset) + sizeof(len), len);
-			p += sizeof(offset) + sizeof(len) + len;
-		}
+		ss_append_records(s, txn->records.data, txn->records.len);
 	}
+	ss_taking_over = NULL;
 	foreach(lc, s->pending)
 		ss_free_pending(lfirst(lc));
 	list_free(s->pending);
