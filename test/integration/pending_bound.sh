@@ -31,14 +31,21 @@ synchronous_commit = local" start_cluster_retrying 4600
 cluster_psql <<'SQL'
 CREATE EXTENSION shape_sync;
 CREATE TABLE gate (id int);
-CREATE TABLE p (id int PRIMARY KEY, payload text) PARTITION BY RANGE (id);
-CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (1000000);
-CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (1000000) TO (2000000);
-ALTER TABLE p REPLICA IDENTITY FULL;
-ALTER TABLE p1 REPLICA IDENTITY FULL;
-ALTER TABLE p2 REPLICA IDENTITY FULL;
-INSERT INTO p VALUES (1, 'one');
 SQL
+# partitioned NAME: table NAME (id, payload), partitions NAME1 (id under 1000000) and NAME2, all
+# logging old rows in full
+partitioned() {
+	cluster_psql >/dev/null <<SQL
+CREATE TABLE $1 (id int PRIMARY KEY, payload text) PARTITION BY RANGE (id);
+CREATE TABLE ${1}1 PARTITION OF $1 FOR VALUES FROM (0) TO (1000000);
+CREATE TABLE ${1}2 PARTITION OF $1 FOR VALUES FROM (1000000) TO (2000000);
+ALTER TABLE $1 REPLICA IDENTITY FULL;
+ALTER TABLE ${1}1 REPLICA IDENTITY FULL;
+ALTER TABLE ${1}2 REPLICA IDENTITY FULL;
+SQL
+}
+partitioned p
+cluster_psql -c "INSERT INTO p VALUES (1, 'one')" >/dev/null
 url="$SHAPE_SYNC_URL/v1/shape?table=p"
 pid=$(worker_pid)
 
@@ -94,15 +101,8 @@ expect_eq "with every row once" 10000 "$inserts"
 # client gets the snapshot's rows and every one of those changes, once. The snapshot waits
 # after its first chunk while this test holds the advisory lock of
 # shape_sync.debug_snapshot_gate (a developer option).
-cluster_psql >/dev/null <<'SQL'
-CREATE TABLE q (id int PRIMARY KEY, payload text) PARTITION BY RANGE (id);
-CREATE TABLE q1 PARTITION OF q FOR VALUES FROM (0) TO (1000000);
-CREATE TABLE q2 PARTITION OF q FOR VALUES FROM (1000000) TO (2000000);
-ALTER TABLE q REPLICA IDENTITY FULL;
-ALTER TABLE q1 REPLICA IDENTITY FULL;
-ALTER TABLE q2 REPLICA IDENTITY FULL;
-INSERT INTO q SELECT g, repeat('s', 400) FROM generate_series(1, 10000) g;
-SQL
+partitioned q
+cluster_psql -c "INSERT INTO q SELECT g, repeat('s', 400) FROM generate_series(1, 10000) g" >/dev/null
 session_open gate_holder
 echo "SELECT pg_advisory_lock(4242); SELECT 'held';" >&5
 wait_for 60 grep -q held "$work/gate_holder.out"

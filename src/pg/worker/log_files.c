@@ -481,6 +481,18 @@ lf_write(uint32 slot, uint64 *budget)
 	return true;
 }
 
+/* The slot's shape, when it has a file to write; NULL otherwise. */
+static FileShape *
+lf_open_shape(uint32 slot)
+{
+	FileShape  *fs;
+
+	if (lf_shapes == NULL || slot >= lf_nslots)
+		return NULL;
+	fs = &lf_shapes[slot];
+	return fs->in_use && !fs->failed && fs->file >= 0 ? fs : NULL;
+}
+
 /*
  * All that the slot's published log holds past its file goes there now:
  * true when the file then holds it (caught_up), so that what is appended
@@ -490,15 +502,9 @@ lf_write(uint32 slot, uint64 *budget)
 bool
 log_files_catch_up(uint32 slot)
 {
-	FileShape  *fs;
 	uint64		unbounded = UINT64_MAX;
 
-	if (lf_shapes == NULL || slot >= lf_nslots)
-		return false;
-	fs = &lf_shapes[slot];
-	if (!fs->in_use || fs->failed || fs->file < 0)
-		return false;
-	return lf_write(slot, &unbounded);
+	return lf_open_shape(slot) != NULL && lf_write(slot, &unbounded);
 }
 
 /*
@@ -518,15 +524,12 @@ bool
 log_files_write_ahead(uint32 slot)
 {
 	ShapeTable *table = lf_table();
-	FileShape  *fs;
+	FileShape  *fs = lf_open_shape(slot);
 	ShapeLog   *log;
 	SlogPublished pub;
 	uint64		unbounded = UINT64_MAX;
 
-	if (lf_shapes == NULL || slot >= lf_nslots)
-		return false;
-	fs = &lf_shapes[slot];
-	if (!fs->in_use || fs->failed || fs->file < 0)
+	if (fs == NULL)
 		return false;
 	log = shape_table_log(table, slot);
 	slog_read_published(log, &pub);

@@ -80,7 +80,6 @@ typedef struct ShapeStream
 	uint64		pending_bytes;	/* their records, bounded (ss_emit) */
 	KeptFile	kept;			/* committed ones past the bound, before those
 								 * in pending (ss_spill_kept) */
-	bool		kept_failed;	/* a write to it failed: warned */
 	LogOffset	last;			/* the log's last offset */
 	uint64		compacted_bytes;	/* the log's size after its snapshot or
 									 * its last compaction; 0: never compact */

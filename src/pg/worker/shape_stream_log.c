@@ -340,41 +340,47 @@ typedef struct KeptEntry
 
 /*
  * The committed transactions the stream keeps go to its kept file, in
- * order, a piece of several at a time, and leave memory.  Those that
- * cannot (the disk, no descriptor left, or the file would pass
- * shape_sync.log_disk_budget) stay, and the WARNING says why, once per
- * stream; the bound then rotates the shape as without durable logs.
+ * order, a piece of several at a time, and leave memory: each piece's
+ * entries leave the list and the counts together once it is written, so
+ * that an error while the next is built (memory) leaves nothing counted
+ * twice.  When a piece cannot be written (the disk, no descriptor left,
+ * or the file would pass the disk budget of the shape logs), the WARNING
+ * says why and this shape is rotated: what it keeps is forgotten.
  */
 static void
 ss_spill_kept(ShapeStream *s)
 {
 	StringInfoData piece;
 	uint64		budget = log_files_data_budget();
-	int			written = 0;	/* entries of s->pending in the file */
-	int			in_piece = 0;	/* and in the piece, after those */
-	uint64		piece_records = 0;
-	const char *failed = NULL;
-	int			failed_errno = 0;
-	ListCell   *lc;
 
 	initStringInfo(&piece);
-	foreach(lc, s->pending)
+	while (s->pending != NIL)
 	{
-		PendingTxn *txn = lfirst(lc);
-		KeptEntry	entry = {txn->xid, (int32) txn->problem_cause,
-							 txn->problem ? (uint32) strlen(txn->problem) : 0,
-							 (uint32) txn->records.len};
+		int			in_piece = 0;
+		uint64		piece_records = 0;
+		const char *failed = NULL;
+		int			failed_errno = 0;
+		ListCell   *lc;
 
-		appendBinaryStringInfo(&piece, (const char *) &entry, sizeof(entry));
-		if (entry.problem_len > 0)
-			appendBinaryStringInfo(&piece, txn->problem, entry.problem_len);
-		appendBinaryStringInfo(&piece, txn->records.data, txn->records.len);
-		in_piece++;
-		piece_records += txn->records.len;
-		if (piece.len < SS_KEPT_WRITE_BYTES && lnext(s->pending, lc) != NULL)
-			continue;
+		resetStringInfo(&piece);
+		foreach(lc, s->pending)
+		{
+			PendingTxn *txn = lfirst(lc);
+			KeptEntry	entry = {txn->xid, (int32) txn->problem_cause,
+								 txn->problem ? (uint32) strlen(txn->problem) : 0,
+								 (uint32) txn->records.len};
+
+			appendBinaryStringInfo(&piece, (const char *) &entry, sizeof(entry));
+			if (entry.problem_len > 0)
+				appendBinaryStringInfo(&piece, txn->problem, entry.problem_len);
+			appendBinaryStringInfo(&piece, txn->records.data, txn->records.len);
+			in_piece++;
+			piece_records += txn->records.len;
+			if (piece.len >= SS_KEPT_WRITE_BYTES)
+				break;
+		}
 		if (budget > 0 && s->kept.size + piece.len > budget)
-			failed = "it would pass \"shape_sync.log_disk_budget\"";
+			failed = "it would pass the disk budget of the shape logs (\"shape_sync.log_disk_budget\")";
 		else
 		{
 			const void *parts[1] = {piece.data};
@@ -387,34 +393,30 @@ ss_spill_kept(ShapeStream *s)
 			}
 		}
 		if (failed != NULL)
+		{
+			char	   *why;
+
+			errno = failed_errno;
+			why = strcmp(failed, "%m") == 0 ?
+				psprintf("could not keep on disk what its snapshot may not have, in \"%s\": %m", LOG_FILES_DIR) :
+				psprintf("could not keep on disk what its snapshot may not have: %s", failed);
+			errno = failed_errno;
+			ereport(WARNING,
+					(failed_errno != 0 ? errcode_for_file_access() : errcode(ERRCODE_DISK_FULL),
+					 errmsg("shape %s will be rotated: %s", ss_table()->slots[s->slot].handle, why)));
+			ss_rotate_later(s, SM_ROTATION_LOG_FULL, why);
+			ss_pending_forget(s);
 			break;
-		written += in_piece;
+		}
+		/* nothing below raises an error */
 		Assert(s->pending_bytes >= piece_records);
 		s->pending_bytes -= piece_records;
 		ss_pending_total -= piece_records;
-		in_piece = 0;
-		piece_records = 0;
-		resetStringInfo(&piece);
+		for (int i = 0; i < in_piece; i++)
+			ss_free_pending(list_nth(s->pending, i));
+		s->pending = list_delete_first_n(s->pending, in_piece);
 	}
 	pfree(piece.data);
-	if (failed != NULL && !s->kept_failed)
-	{
-		errno = failed_errno;
-		if (strcmp(failed, "%m") == 0)
-			ereport(WARNING,
-					(errcode_for_file_access(),
-					 errmsg("shape %s keeps in memory what its snapshot may not have: could not write it to a file in \"%s\": %m",
-							ss_table()->slots[s->slot].handle, LOG_FILES_DIR)));
-		else
-			ereport(WARNING,
-					(errcode(ERRCODE_DISK_FULL),
-					 errmsg("shape %s keeps in memory what its snapshot may not have: %s",
-							ss_table()->slots[s->slot].handle, failed)));
-		s->kept_failed = true;
-	}
-	for (int i = 0; i < written; i++)
-		ss_free_pending(list_nth(s->pending, i));
-	s->pending = list_delete_first_n(s->pending, written);
 }
 
 /*
@@ -433,7 +435,7 @@ ss_spill_kept_all(void)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
 
-		/* a rotating one's kept transactions no longer count (ss_pending_forget) */
+		/* a rotating one is dropped at the next maintain: not worth a file */
 		if (s->in_use && !s->ready && !s->rotate && s->pending != NIL)
 			ss_spill_kept(s);
 	}
@@ -452,7 +454,11 @@ ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 		return;
 	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit() &&
 		shape_sync_durable_logs)
+	{
 		ss_spill_kept_all();
+		if (s->rotate)
+			return;				/* its own file failed it */
+	}
 	if (ss_pending_total + sizeof(offset) + sizeof(len) + len > ss_pending_limit())
 	{
 		/* bounded: the shape starts over once the changes have committed */
