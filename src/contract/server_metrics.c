@@ -69,7 +69,7 @@ static const char *const error_values[] = {"bad_request", "access", "not_found",
 "must_refetch", "unavailable", "internal", "snapshot"};
 static const char *const op_values[] = {"insert", "update", "delete", "truncate"};
 static const char *const rotation_values[] = {"table_changed", "truncated", "log_full",
-"failed", "evicted", "deleted", "snapshot_conflict", "extension_dropped"};
+"failed", "evicted", "deleted", "snapshot_conflict", "extension_dropped", "move_in"};
 static const char *const eviction_values[] = {"idle", "max_shapes", "log_memory", "log_disk"};
 static const char *const state_values[] = {"snapshotting", "ready", "failed"};
 

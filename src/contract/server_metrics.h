@@ -116,6 +116,7 @@ typedef enum SmRotationCause
 	SM_ROTATION_DELETED,		/* DELETE /v1/shape */
 	SM_ROTATION_SNAPSHOT_CONFLICT,	/* its table changed under its snapshot */
 	SM_ROTATION_EXTENSION_DROPPED,	/* DROP EXTENSION shape_sync */
+	SM_ROTATION_MOVE_IN,		/* rows may have entered it through a subquery */
 	SM_ROTATION_CAUSES
 } SmRotationCause;
 

@@ -75,6 +75,7 @@ int			shape_sync_max_where_length = 8192;
 int			shape_sync_max_where_constant_size = 64 * 1024;
 int			shape_sync_snapshot_statement_timeout = 300000;
 int			shape_sync_where_evaluation_timeout = 1000;
+int			shape_sync_subquery_max_values = 100000;
 int			shape_sync_decoder_lag_warning = 10000;
 char	   *shape_sync_trusted_owners = NULL;
 int			shape_sync_subset_columns = SUBSET_COLUMNS_SHAPE;
@@ -540,6 +541,14 @@ shape_sync_define_gucs(void)
 							&shape_sync_where_evaluation_timeout,
 							1000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("shape_sync.subquery_max_values",
+							"Sets how many rows a subquery of a shape's where clause may select when it is first read.",
+							"The worker keeps the values of each subquery in its memory; a subquery selecting more is refused.",
+							&shape_sync_subquery_max_values,
+							100000, 1, INT_MAX,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("shape_sync.decoder_lag_warning",

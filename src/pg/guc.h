@@ -49,6 +49,7 @@ extern int	shape_sync_max_where_length;	/* bytes */
 extern int	shape_sync_max_where_constant_size; /* bytes */
 extern int	shape_sync_snapshot_statement_timeout;	/* ms; 0: none */
 extern int	shape_sync_where_evaluation_timeout;	/* ms; 0: none */
+extern int	shape_sync_subquery_max_values; /* rows of a subquery read at once */
 extern int	shape_sync_decoder_lag_warning; /* ms; 0: never warn */
 extern char *shape_sync_trusted_owners;
 extern int	shape_sync_subset_columns;	/* SUBSET_COLUMNS_* */

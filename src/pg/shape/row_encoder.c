@@ -434,6 +434,13 @@ void
 row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls,
 						 StringInfo out)
 {
+	row_encoder_snapshot_row_with(enc, values, nulls, NULL, out);
+}
+
+void
+row_encoder_snapshot_row_with(RowEncoder *enc, const Datum *values, const bool *nulls,
+							  const char *extra_headers, StringInfo out)
+{
 	MemoryContext old = renc_row_begin(enc);
 	bool		first = true;
 
@@ -448,7 +455,15 @@ row_encoder_snapshot_row(RowEncoder *enc, const Datum *values, const bool *nulls
 		renc_value(out, &enc->values[i], &text, &first);
 	}
 	appendStringInfoCharMacro(out, '}');
-	renc_put(out, enc->insert_headers, enc->insert_headers_len);
+	if (extra_headers == NULL)
+		renc_put(out, enc->insert_headers, enc->insert_headers_len);
+	else
+	{
+		/* before the closing braces of the headers and of the message */
+		renc_put(out, enc->insert_headers, enc->insert_headers_len - 2);
+		appendStringInfoString(out, extra_headers);
+		renc_put(out, LOG_RECORD_END, 2);
+	}
 
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(enc->row_context);
@@ -543,6 +558,8 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 		appendStringInfoString(out, LOG_RECORD_KEY_CHANGE_FROM);
 		renc_escape_json(out, ch->key_change_from);
 	}
+	if ((is_delete ? ch->extra_headers_old : ch->extra_headers) != NULL)
+		appendStringInfoString(out, is_delete ? ch->extra_headers_old : ch->extra_headers);
 	appendStringInfo(out, LOG_RECORD_LSN "\"" UINT64_FORMAT "\"" LOG_RECORD_OP_POSITION UINT64_FORMAT
 					 LOG_RECORD_TXIDS "%u]",
 					 ch->lsn, ch->op_position, ch->xid);

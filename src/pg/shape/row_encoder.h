@@ -62,6 +62,11 @@ extern void row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark)
 extern void row_encoder_snapshot_row(RowEncoder *enc, const Datum *values,
 									 const bool *nulls, StringInfo out);
 
+/* The same, with `extra_headers` (",\"tags\":..." of row_tags.c) in its headers. */
+extern void row_encoder_snapshot_row_with(RowEncoder *enc, const Datum *values,
+										  const bool *nulls, const char *extra_headers,
+										  StringInfo out);
+
 /* A replicated change, as the decoder hands it to the encoder. */
 typedef struct RowChange
 {
@@ -75,6 +80,8 @@ typedef struct RowChange
 	uint32		xid;
 	const char *key_change_to;	/* the delete half of a key change */
 	const char *key_change_from;	/* the insert half of a key change */
+	const char *extra_headers;	/* NULL, or headers of the new row (tags) */
+	const char *extra_headers_old;	/* NULL, or a delete's (of the old row) */
 } RowChange;
 
 extern bool row_encoder_change(RowEncoder *enc, const RowChange *change,

@@ -14,8 +14,9 @@
  *
  * The where clause is limited like a publication row filter, because it
  * will also be evaluated on decoded tuples: immutable functions and
- * operators of pg_catalog only, no subqueries, aggregates, window
- * functions, set-returning functions or system columns.  It is analysed
+ * operators of pg_catalog only, subqueries only in the forms
+ * shape_subquery.c accepts, no aggregates, window functions,
+ * set-returning functions or system columns.  It is analysed
  * with search_path pinned to pg_catalog, its constants are folded once,
  * here, and the folded tree is what the snapshot and the stream evaluate,
  * so nothing resolves names again later.
@@ -55,6 +56,7 @@
 #include "row_encoder.h"
 #include "shape_def_error.h"
 #include "shape_where.h"
+#include "shape_subquery.h"
 #include "shape_where_check.h"
 #include "shape_where_fold.h"
 
@@ -113,6 +115,9 @@ where_bind_params(Node *node, WhereParams *params)
 		return (Node *) makeConst(type, -1, param->paramcollid, typlen, value,
 								  false, typbyval);
 	}
+	if (IsA(node, Query))
+		/* a subquery's select: its where clause's parameters too */
+		return (Node *) query_tree_mutator((Query *) node, where_bind_params, params, 0);
 	return expression_tree_mutator(node, where_bind_params, params);
 }
 
@@ -222,13 +227,6 @@ where_analyse(const ShapeDefinition *def, Relation rel, const char *privilege_fi
 	expr = coerce_to_boolean(pstate, expr, "WHERE");
 	assign_expr_collations(pstate, expr);
 
-	if (checkExprHasSubLink(expr))
-	{
-		shape_def_error_set("where", "Subqueries are not allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("subqueries are not allowed in a shape's where clause")));
-	}
 	if (expression_returns_set(expr))
 	{
 		shape_def_error_set("where", "Set-returning functions are not allowed in where clauses");
@@ -272,6 +270,18 @@ where_analyse(const ShapeDefinition *def, Relation rel, const char *privilege_fi
 	expr = where_fold(expr);
 	where_check_numeric_constants(expr);
 	where_check_value_cost(expr);
+	if (subquery_in_where(expr))
+	{
+		/* what the plan cannot express is refused now; the selects' own clauses are bounded too */
+		SubqueryPlan *plan = subquery_plan(expr, RelationGetRelid(rel));
+
+		for (int i = 0; i < plan->ndependencies; i++)
+			if (plan->dependencies[i].where != NULL)
+			{
+				where_check_numeric_constants(plan->dependencies[i].where);
+				where_check_value_cost(plan->dependencies[i].where);
+			}
+	}
 
 	*tree = nodeToString(expr);
 }

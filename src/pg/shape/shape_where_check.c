@@ -16,7 +16,9 @@
  * object identifier types, regclass, regconfig, ...), and calls of the
  * functions that take or return the latter (to_tsvector(regconfig, ...)).
  * After it (where_check_node): only immutable functions and operators of
- * pg_catalog, no subqueries, aggregates, window functions, set-returning
+ * pg_catalog, subqueries only in the forms shape_subquery.c accepts (whose
+ * selects are checked here too, against their own tables), no aggregates,
+ * window functions, set-returning
  * functions or system columns, and no functions whose output or time grows
  * far beyond their input, nor jsonpaths (exponential).
  *
@@ -33,6 +35,8 @@
 #include "access/genam.h"
 #include "access/relation.h"
 #include "access/table.h"
+#include "catalog/catalog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
@@ -40,6 +44,7 @@
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_type.h"
 #include "utils/builtins.h"
 #include "utils/catcache.h"
@@ -52,7 +57,12 @@
 #include "shape_where_check.h"
 
 #include "shape_def_error.h"
+#include "shape_relation.h"
 #include "shape_role.h"
+#include "shape_subquery.h"
+#include "table_code.h"
+
+static void where_check_subquery_select(Query *select);
 
 /*
  * pg_catalog functions whose output can grow far beyond their input
@@ -263,6 +273,14 @@ where_check_node(Node *node, void *context)
 
 	if (node == NULL)
 		return false;
+	if (IsA(node, Query))
+	{
+		/* a subquery's select (shape_subquery.c): its where clause, its columns */
+		where_check_subquery_select((Query *) node);
+		return query_tree_walker((Query *) node, where_check_node, context, 0);
+	}
+	if (IsA(node, FromExpr) || IsA(node, RangeTblRef) || IsA(node, TargetEntry))
+		return expression_tree_walker(node, where_check_node, context);	/* the select's parts */
 	if (IsA(node, Var) && ((Var *) node)->varattno <= 0)
 		where_refuse_system_column(0);
 	/* (the raw tree's checks refuse these before analysis; this is in case) */
@@ -690,12 +708,165 @@ where_check_param_ref(ParamRef *ref, int nparams)
 			 errposition(ref->location + 1)));
 }
 
+/* ------------------------------------------------------- subqueries */
+
+static bool
+where_select_is_plain(SelectStmt *select)
+{
+	return IsA(select, SelectStmt) && select->op == SETOP_NONE &&
+		list_length(select->fromClause) == 1 && IsA(linitial(select->fromClause), RangeVar) &&
+		select->targetList != NIL && select->groupClause == NIL &&
+		select->havingClause == NULL && select->windowClause == NIL &&
+		select->limitCount == NULL && select->limitOffset == NULL &&
+		select->lockingClause == NIL && select->withClause == NULL &&
+		select->distinctClause == NIL && select->intoClause == NULL &&
+		select->valuesLists == NIL && select->sortClause == NIL;
+}
+
+/*
+ * A subquery before analysis: its form, its table (which analysis will
+ * resolve, so its schema is set here: public when none is written), and
+ * the inner select's columns and where clause, checked as a shape's are
+ * against the inner table.
+ */
+static void
+where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
+{
+	SelectStmt *select = (SelectStmt *) sublink->subselect;
+	RangeVar   *rv;
+	Oid			relid;
+	Relation	inner;
+	WhereRaw	inner_raw;
+	ListCell   *lc;
+	char		msg[512];
+	char	   *quoted;
+
+	if (sublink->subLinkType != ANY_SUBLINK ||
+		(sublink->operName != NIL &&
+		 (list_length(sublink->operName) != 1 ||
+		  strcmp(strVal(linitial(sublink->operName)), "=") != 0)))
+		subquery_refuse("Only IN (SELECT ...) subqueries are supported in where clauses",
+						"only IN (SELECT ...) subqueries are allowed in a shape's where clause");
+	if (!where_select_is_plain(select))
+		subquery_refuse("A subquery in a where clause must select columns of one table, with an optional where clause, and nothing else",
+						"a subquery in a shape's where clause must select columns of one table");
+	rv = linitial(select->fromClause);
+	if (rv->catalogname != NULL)
+		subquery_refuse("A subquery's table cannot name a database",
+						"a subquery's table cannot name a database");
+	if (rv->schemaname == NULL)
+		rv->schemaname = pstrdup("public");
+	relid = RangeVarGetRelidExtended(rv, AccessShareLock, RVR_MISSING_OK | RVR_NOWAIT,
+									 NULL, NULL);
+	if (!OidIsValid(relid))
+	{
+		snprintf(msg, sizeof(msg), "Table \"%s\".\"%s\" in a subquery does not exist",
+				 rv->schemaname, rv->relname);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"%s.%s\" does not exist", rv->schemaname, rv->relname)));
+	}
+	inner = table_open(relid, NoLock);
+	quoted = shape_quoted_name(rv->schemaname, rv->relname);
+	if ((inner->rd_rel->relkind != RELKIND_RELATION &&
+		 inner->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(inner))
+	{
+		snprintf(msg, sizeof(msg), "Table %s in a subquery is not a user table (ordinary or partitioned)",
+				 quoted);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("%s is not a user table", quoted),
+				 errdetail("Subqueries may read ordinary and partitioned tables only.")));
+	}
+	if (OidIsValid(shape_table_not_logged_in_full(relid)))
+	{
+		snprintf(msg, sizeof(msg),
+				 "Table %s in a subquery does not have REPLICA IDENTITY FULL, which subqueries need; the database operator can run: ALTER TABLE %s REPLICA IDENTITY FULL",
+				 quoted, quoted);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table %s does not have REPLICA IDENTITY FULL", quoted),
+				 errdetail("The values a subquery selects follow the updates and deletes of its table, whose old rows PostgreSQL logs in full only with REPLICA IDENTITY FULL."),
+				 errhint("Run ALTER TABLE %s REPLICA IDENTITY FULL.", quoted)));
+	}
+	if (shape_row_security_applies(relid, GetUserId()))
+	{
+		snprintf(msg, sizeof(msg), "Table %s in a subquery has row-level security that applies to the server's role",
+				 quoted);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("table %s has row-level security that applies to role \"%s\"",
+						quoted, GetUserNameFromId(GetUserId(), false)),
+				 errdetail("A shape is shared by all its clients, so a subquery may not read such a table.")));
+	}
+	table_code_check(relid);
+	inner_raw = *raw;
+	inner_raw.rel = inner;
+	foreach(lc, select->targetList)
+	{
+		ResTarget  *target = lfirst_node(ResTarget, lc);
+
+		if (!IsA(target->val, ColumnRef))
+			subquery_refuse("A subquery in a where clause must select plain columns",
+							"a subquery in a shape's where clause must select plain columns");
+		(void) where_check_raw(target->val, &inner_raw);
+	}
+	if (select->whereClause != NULL)
+		(void) where_check_raw(select->whereClause, &inner_raw);
+	table_close(inner, NoLock);
+	(void) where_check_raw(sublink->testexpr, raw);
+}
+
+
+static void
+where_check_subquery_select(Query *select)
+{
+	ListCell   *lc;
+
+	if (select->commandType != CMD_SELECT || list_length(select->rtable) != 1 ||
+		linitial_node(RangeTblEntry, select->rtable)->rtekind != RTE_RELATION ||
+		list_length(select->jointree->fromlist) != 1 ||
+		!IsA(linitial(select->jointree->fromlist), RangeTblRef) ||
+		select->hasAggs || select->hasWindowFuncs || select->hasTargetSRFs ||
+		select->hasDistinctOn || select->groupClause != NIL || select->groupingSets != NIL ||
+		select->havingQual != NULL || select->sortClause != NIL ||
+		select->limitCount != NULL || select->limitOffset != NULL ||
+		select->setOperations != NULL || select->cteList != NIL ||
+		select->rowMarks != NIL || select->distinctClause != NIL)
+		subquery_refuse("A subquery in a where clause must select columns of one table, with an optional where clause, and nothing else",
+						"a subquery in a shape's where clause must select columns of one table");
+	if (select->hasSubLinks)
+		subquery_refuse("A subquery inside another subquery is not supported yet",
+						"a subquery inside another subquery is not supported in a shape's where clause yet");
+	if (contain_vars_of_level((Node *) select, 1))
+		subquery_refuse("A subquery in a where clause cannot refer to the shape's table",
+						"a subquery in a shape's where clause cannot refer to the outer table");
+	foreach(lc, select->targetList)
+	{
+		TargetEntry *te = lfirst_node(TargetEntry, lc);
+		Var		   *var = (Var *) te->expr;
+
+		if (te->resjunk)
+			continue;
+		if (!IsA(var, Var) || var->varlevelsup != 0 || var->varattno <= 0)
+			subquery_refuse("A subquery in a where clause must select plain columns",
+							"a subquery in a shape's where clause must select plain columns");
+		if (!subquery_type_accepted(var->vartype))
+			subquery_refuse_type(var->vartype);
+	}
+}
+
+
 /*
  * Checks of the raw parse tree, before it is analysed: analysis already
  * runs input functions (an unknown literal compared with a column, or
  * cast, is read as that type then), so what could run code outside
- * pg_catalog must be refused before.  Subqueries go here too, before they
- * could name anything; names qualified with another schema (functions,
+ * pg_catalog must be refused before.  A subquery's select is checked here
+ * against its own table (shape_subquery.c), before it could name anything; names qualified with another schema (functions,
  * operators, collations, types) and anything that would look an object up by
  * name (object identifier types); and a $n past the parameters given:
  * analysis would allocate an array of n parameter types (a gigabyte for
@@ -726,10 +897,9 @@ where_check_raw(Node *node, WhereRaw *raw)
 	}
 	if (IsA(node, SubLink))
 	{
-		shape_def_error_set("where", "Subqueries are not allowed in where clauses");
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("subqueries are not allowed in a shape's where clause")));
+		/* its select against its own table, its comparison against ours */
+		where_check_subquery_raw((SubLink *) node, raw);
+		return false;
 	}
 	if ((IsA(node, FuncCall) && !where_name_in_catalog(((FuncCall *) node)->funcname)) ||
 		(IsA(node, A_Expr) && !where_name_in_catalog(((A_Expr *) node)->name)))

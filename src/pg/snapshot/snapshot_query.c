@@ -46,6 +46,7 @@
 #include "pgstat.h"
 #include "storage/lmgr.h"
 #include "rewrite/rewriteHandler.h"
+#include "rewrite/rewriteManip.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -57,6 +58,7 @@
 #include "eval_deadline.h"
 #include "name_lookup.h"
 #include "row_encoder.h"
+#include "row_tags.h"
 #include "shape_def.h"
 #include "shape_relation.h"
 #include "snapshot_query.h"
@@ -76,6 +78,9 @@ typedef struct SnapshotReceiver
 	StringInfoData message;
 	SnapshotEmit emit;
 	void	   *arg;
+	RowTagger  *tagger;			/* a shape with subqueries: its rows' tags, */
+	bool	   *active;			/* from its positions' conditions, which */
+	StringInfoData tags;		/* follow the fetched columns */
 } SnapshotReceiver;
 
 static bool
@@ -90,7 +95,28 @@ snap_receive(TupleTableSlot *slot, DestReceiver *self)
 		r->nulls[r->fetched[c] - 1] = slot->tts_isnull[c];
 	}
 	resetStringInfo(&r->message);
-	row_encoder_snapshot_row(&r->enc, r->values, r->nulls, &r->message);
+	if (r->tagger != NULL)
+	{
+		const SubqueryPlan *plan = r->tagger->plan;
+		MemoryContext old = MemoryContextSwitchTo(r->enc.row_context);
+		RowTags		tags;
+
+		for (int p = 0; p < plan->npositions; p++)
+		{
+			bool		holds = !slot->tts_isnull[r->nfetched + p] &&
+				DatumGetBool(slot->tts_values[r->nfetched + p]);
+
+			r->active[p] = plan->positions[p].negated ? !holds : holds;
+		}
+		row_tags_make(r->tagger, r->values, r->nulls, r->active, &tags);
+		resetStringInfo(&r->tags);
+		row_tags_json(r->tagger, &tags, NULL, &r->tags);
+		MemoryContextSwitchTo(old);
+		/* (the encoder resets its row context once the row is written) */
+		row_encoder_snapshot_row_with(&r->enc, r->values, r->nulls, r->tags.data, &r->message);
+	}
+	else
+		row_encoder_snapshot_row(&r->enc, r->values, r->nulls, &r->message);
 	r->emit(r->arg, r->message.data, r->message.len);
 	return true;
 }
@@ -168,7 +194,7 @@ snap_add_subset_clauses(Query *query, const SnapshotSubset *subset)
  */
 static Query *
 snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Node *where,
-				 const SnapshotSubset *subset)
+				 const SnapshotSubset *subset, const SubqueryPlan *plan)
 {
 	ParseState *pstate = make_parsestate(NULL);
 	ParseNamespaceItem *nsitem;
@@ -204,6 +230,21 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
 	if (subset != NULL)
 		snap_add_subset_clauses(query, subset);
 
+	/* a shape with subqueries: each position's condition, after the columns */
+	for (int p = 0; plan != NULL && p < plan->npositions; p++)
+	{
+		const SubqueryPosition *pos = &plan->positions[p];
+		Expr	   *cond = pos->sublink >= 0 ?
+			(Expr *) copyObject(plan->sublinks[pos->sublink].node) :
+			(Expr *) copyObject(pos->expr);
+
+		query->targetList = lappend(query->targetList,
+									makeTargetEntry(cond,
+													(AttrNumber) (list_length(query->targetList) + 1),
+													psprintf("shape_sync_condition_%d", p), false));
+	}
+	query->hasSubLinks = plan != NULL || (where != NULL && checkExprHasSubLink(where));
+
 	query->commandType = CMD_SELECT;
 	query->querySource = QSRC_ORIGINAL;
 	query->canSetTag = true;
@@ -212,6 +253,40 @@ snap_build_query(Relation relation, const AttrNumber *fetched, int nfetched, Nod
 	query->jointree = makeFromExpr(list_make1(rtr), where);
 	free_parsestate(pstate);
 	return query;
+}
+
+/* The n-th outer column the subqueries of `plan` compare, in sublink order. */
+static AttrNumber
+snap_sublinked_column(const SubqueryPlan *plan, int n)
+{
+	for (int i = 0; i < plan->nsublinks; i++)
+	{
+		int			ncolumns = plan->dependencies[plan->sublinks[i].dependency].ncolumns;
+
+		if (n < ncolumns)
+			return plan->sublinks[i].outer_attnums[n];
+		n -= ncolumns;
+	}
+	elog(ERROR, "column %d of the subqueries out of range", n);
+	return InvalidAttrNumber;
+}
+
+/* Whether a table the query reads, its subqueries' too, got policies. */
+static bool
+snap_has_security_quals(Node *node, void *context)
+{
+	ListCell   *lc;
+
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		foreach(lc, ((Query *) node)->rtable)
+			if (((RangeTblEntry *) lfirst(lc))->securityQuals != NIL)
+				return true;
+		return query_tree_walker((Query *) node, snap_has_security_quals, context, 0);
+	}
+	return expression_tree_walker(node, snap_has_security_quals, context);
 }
 
 /*
@@ -330,7 +405,8 @@ snap_lock_for_planning(Oid relid)
 }
 
 void
-snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit emit, void *arg)
+snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, const char *handle,
+			  SnapshotEmit emit, void *arg)
 {
 	ShapeRelation *rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
 	Relation	relation;
@@ -341,10 +417,12 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	Node	   *where;
 	Query	   *query;
 	List	   *rewritten;
-	ListCell   *lc;
 	PlannedStmt *plan;
 	QueryDesc  *qd;
 	ShapeRoleSaved planner_user;
+	Node	   *shape_where = spec->where_tree ? stringToNode(spec->where_tree) : NULL;
+	SubqueryPlan *conditions = subquery_plan(shape_where, spec->relid);
+	int			nsublinked = 0;
 
 	snapshot_refuse_row_security(rel, false);
 
@@ -363,12 +441,16 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 
 	/* the shape's columns, the key columns and a subset's sort columns, each once */
 	norder = subset != NULL ? subset->norder : 0;
-	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys + norder + 1));
-	for (int i = 0; i < rel->ncolumns + rel->nkeys + norder; i++)
+	for (int i = 0; conditions != NULL && i < conditions->nsublinks; i++)
+		nsublinked += conditions->dependencies[conditions->sublinks[i].dependency].ncolumns;
+	fetched = palloc(sizeof(AttrNumber) * (rel->ncolumns + rel->nkeys + norder + nsublinked + 1));
+	for (int i = 0; i < rel->ncolumns + rel->nkeys + norder + nsublinked; i++)
 	{
 		AttrNumber	attnum = i < rel->ncolumns ? rel->columns[i].attnum :
 			i < rel->ncolumns + rel->nkeys ? rel->keys[i - rel->ncolumns] :
-			subset->order[i - rel->ncolumns - rel->nkeys].attnum;
+			i < rel->ncolumns + rel->nkeys + norder ?
+			subset->order[i - rel->ncolumns - rel->nkeys].attnum :
+			snap_sublinked_column(conditions, i - rel->ncolumns - rel->nkeys - norder);
 		bool		dup = false;
 
 		for (int j = 0; j < nfetched; j++)
@@ -382,12 +464,21 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 	receiver.nulls = palloc(sizeof(bool) * Max(rel->natts, 1));
 	memset(receiver.nulls, true, sizeof(bool) * Max(rel->natts, 1));
 
+	if (conditions != NULL)
+	{
+		/* the rows' tags: the outer columns compared are fetched too */
+		receiver.tagger = palloc(sizeof(RowTagger));
+		row_tagger_init(receiver.tagger, conditions, spec->relid, handle);
+		receiver.active = palloc(sizeof(bool) * conditions->npositions);
+		initStringInfo(&receiver.tags);
+	}
+
 	relation = table_open(spec->relid, AccessShareLock);
-	where = spec->where_tree ? stringToNode(spec->where_tree) : NULL;
+	where = shape_where;
 	if (subset != NULL && subset->where != NULL)
 		where = where ? (Node *) make_andclause(list_make2(where, subset->where)) :
 			subset->where;
-	query = snap_build_query(relation, fetched, nfetched, where, subset);
+	query = snap_build_query(relation, fetched, nfetched, where, subset, conditions);
 	table_close(relation, NoLock);
 
 	/*
@@ -402,11 +493,8 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, SnapshotEmit 
 		((Query *) linitial(rewritten))->commandType != CMD_SELECT)
 		elog(ERROR, "snapshot query of %s was rewritten unexpectedly",
 			 shape_quoted_relation(rel));
-	foreach(lc, ((Query *) linitial(rewritten))->rtable)
-	{
-		if (((RangeTblEntry *) lfirst(lc))->securityQuals != NIL)
-			snapshot_refuse_row_security(rel, true);
-	}
+	if (snap_has_security_quals(linitial(rewritten), NULL))
+		snapshot_refuse_row_security(rel, true);
 	snap_lock_for_planning(spec->relid);
 	/* what planning evaluates of the table's own code runs as its owner (table_code.c) */
 	shape_role_become(table_code_owner(spec->relid), &planner_user);

@@ -47,7 +47,7 @@ typedef struct SnapshotSubset
  * with `subset`, the subset's query instead.
  */
 extern void snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset,
-						  SnapshotEmit emit, void *arg);
+						  const char *handle, SnapshotEmit emit, void *arg);
 
 /* pg_current_snapshot()::text of the active snapshot, and as JSON members. */
 extern char *snapshot_current_text(void);

@@ -483,7 +483,7 @@ snap_take(SnapshotWriter *writer, const SnapshotJob *job, dsm_segment *definitio
 		snapshot_refuse_row_security(shape_relation_load(spec->relid, spec->ncolumns,
 													 spec->columns), false);
 	else
-		snapshot_scan(spec, NULL, snap_emit, writer);
+		snapshot_scan(spec, NULL, writer->slot->handle, snap_emit, writer);
 
 	initStringInfo(&end);
 	snap_end_message(&end, snapshot_text);

@@ -70,6 +70,7 @@
 #include "shape_role.h"
 #include "shape_where.h"
 #include "shared_state.h"
+#include "shape_subquery.h"
 #include "snapshot_query.h"
 #include "subset_query.h"
 
@@ -677,6 +678,10 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	snapshot_check_shape(&in->spec, in->texts[SUBSET_FINGERPRINT], (Oid) job->role,
 						 quote_identifier(RelationGetRelationName(rel)));
 
+	if (in->spec.where_tree != NULL && subquery_in_where(stringToNode(in->spec.where_tree)))
+		subset_invalid("where",
+					   "Subset queries of shapes with subqueries are not supported yet");
+
 	/* the client's inputs */
 	memset(&parsed, 0, sizeof(parsed));
 	if (in->texts[SUBSET_BODY] != NULL)
@@ -697,6 +702,8 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 		shape_def_http_message[0] = '\0';
 		subset.where = shape_where_for_subset(rel, parsed.where, parsed.params, parsed.nparams);
 		shape_def_error_field = NULL;
+		if (subquery_in_where(subset.where))
+			subset_invalid("where", "A subset's where clause cannot have subqueries");
 		pull_varattnos(subset.where, 1, &where_read);
 		subset_check_shape_columns(rel, in, "where", where_read);
 		subset_check_queryable(rel, in, "where", where_read);
@@ -727,7 +734,7 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 					 subset.snapshot_mark, database_lsn);
 	subset_append(w, meta.data, meta.len);
 
-	snapshot_scan(&in->spec, &subset, subset_emit, w);
+	snapshot_scan(&in->spec, &subset, NULL, subset_emit, w);
 	snapshot_end(&saved);
 }
 

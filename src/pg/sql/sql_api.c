@@ -180,7 +180,7 @@ shape_sync_encode_rows(PG_FUNCTION_ARGS)
 
 	nestlevel = NewGUCNestLevel();
 	row_encoder_set_display_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
-	snapshot_scan(&spec, NULL, sql_emit_row, rsinfo);
+	snapshot_scan(&spec, NULL, NULL, sql_emit_row, rsinfo);
 	AtEOXact_GUC(true, nestlevel);
 	return (Datum) 0;
 }

@@ -88,6 +88,7 @@
 #include "shape_relation.h"
 #include "shape_role.h"
 #include "shape_eviction.h"
+#include "shape_subquery.h"
 #include "shape_stream.h"
 #include "shared_state.h"
 #include "snapshot_pool.h"
@@ -451,19 +452,20 @@ reg_create(const ShapeSpec *spec, const char *identity, uint64 hash)
 	rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
 	e = reg_enter(slot, spec, rel, identity, hash, shape_schema_json(rel),
 				  shape_definition_fingerprint(spec));
-	old = MemoryContextSwitchTo(reg_context);
-	snapshot_pool_queue(slot, e->generation, e->role, e->manage_replica_identity, &e->spec,
-						e->fingerprint);
-	MemoryContextSwitchTo(old);
+	/* the handle first: a shape with subqueries tags its rows with it */
+	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(), handle);
+	reg_describe(slot, spec, rel, handle);
 	shape_stream_add(slot, e->generation, spec, shape_sync_chunk_bytes_threshold);
 	if (reg_in_replay)
 		shape_stream_check_when_replayed(slot);
 	else if (ActiveSnapshotSet() && GetActiveSnapshot()->snapshot_type == SNAPSHOT_MVCC &&
 			 !GetActiveSnapshot()->takenDuringRecovery)
 		shape_stream_note_creating_snapshot(slot, GetActiveSnapshot());	/* the batch's */
+	old = MemoryContextSwitchTo(reg_context);
+	snapshot_pool_queue(slot, e->generation, e->role, e->manage_replica_identity, &e->spec,
+						e->fingerprint);
+	MemoryContextSwitchTo(old);
 
-	shape_table_new_handle(table, (uint32) (hash & 0x7fffffff), shape_table_unix_us(), handle);
-	reg_describe(slot, spec, rel, handle);
 	s->created_at_us = shape_table_unix_us();
 	eviction_touch(slot);
 	shape_table_set_state(table, slot, SHAPE_SNAPSHOTTING);
@@ -501,6 +503,13 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 		 * may say this definition is another shape, or not the role's to
 		 * read.  A shape that exists has no snapshot to start early.
 		 */
+		reg_wait_for_replay = true;
+		return;
+	}
+	if (slot < 0 && reg_in_replay && spec->where_tree != NULL &&
+		subquery_in_where(stringToNode(spec->where_tree)))
+	{
+		/* its subqueries' values are read under the current snapshot only */
 		reg_wait_for_replay = true;
 		return;
 	}

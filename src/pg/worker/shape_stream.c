@@ -89,6 +89,7 @@
 #include "shape_relation.h"
 #include "shared_state.h"
 
+#include "shape_subquery.h"
 #include "shape_stream_internal.h"
 
 ShapeStream *ss_streams;	/* by slot */
@@ -201,12 +202,21 @@ ss_relcache_callback(Datum arg, Oid relid)
 		return;
 	}
 	if (!OidIsValid(relid) || hash_search(ss_relids, &relid, HASH_FIND, NULL) != NULL ||
-		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL)
+		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL || ss_sets_on(relid))
 		shape_stream_catalog_changed();
 	if (!OidIsValid(relid))
 		ss_mark_all_for_check();
 	else
+	{
+		List	   *dependents = ss_sets_on(relid) ? ss_sets_dependents_on(relid) : NIL;
+		ListCell   *lc;
+
 		ss_mark_relation_for_check(relid);
+		/* a table a subquery reads: its shapes are checked, each over its own table */
+		foreach(lc, dependents)
+			ss_mark_relation_for_check(ss_streams[lfirst_int(lc)].relid);
+		list_free(dependents);
+	}
 }
 
 /*
@@ -564,7 +574,17 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 	s->rel = shape_relation_load(spec->relid, spec->ncolumns, spec->columns);
 	row_encoder_init(&s->enc, s->rel);
 	s->schema_json = shape_schema_json(s->rel);
-	if (spec->where_tree != NULL)
+	if (spec->where_tree != NULL && subquery_in_where(stringToNode(spec->where_tree)))
+	{
+		/* matched against its value sets (shape_stream_subquery.c) */
+		Node	   *expr = stringToNode(spec->where_tree);
+
+		ss_subquery_add(s, expr, ss_table()->slots[slot].handle);
+		equality_route_of(expression_planner((Expr *) s->subquery->plan->where_params),
+						  &s->route);
+		ss_note_used_columns(s, expr);
+	}
+	else if (spec->where_tree != NULL)
 	{
 		Node	   *expr = stringToNode(spec->where_tree);
 
@@ -634,6 +654,7 @@ shape_stream_remove(uint32 slot)
 		return;
 	ss_pending_forget(s);
 	kept_file_close(&s->kept);
+	ss_subquery_remove(s);
 	ss_touched = list_delete_ptr(ss_touched, s);
 	if (!s->ready)
 		ss_snapshotting = list_delete_int(ss_snapshotting, (int) slot);

@@ -44,6 +44,19 @@ shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn)
 	ss_op = 0;
 	ss_touched = NIL;
 	ss_in_txn = true;
+	ss_sets_begin();
+}
+
+void
+ss_econtext_ensure(void)
+{
+	if (ss_econtext == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		ss_econtext = CreateStandaloneExprContext();
+		MemoryContextSwitchTo(old);
+	}
 }
 
 /* Whether the row in values/nulls satisfies the shape's where clause. */
@@ -55,13 +68,7 @@ ss_matches(ShapeStream *s, TupleTableSlot *slot)
 
 	if (s->where == NULL)
 		return true;
-	if (ss_econtext == NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(ss_context);
-
-		ss_econtext = CreateStandaloneExprContext();
-		MemoryContextSwitchTo(old);
-	}
+	ss_econtext_ensure();
 	ss_econtext->ecxt_scantuple = slot;
 	eval_deadline_begin();
 	result = ExecEvalExprSwitchContext(s->where, ss_econtext, &isnull);
@@ -122,7 +129,7 @@ ss_message_sink(void *arg, uint64 op_position, StringInfo msg)
  */
 static void
 ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
-		  TupleTableSlot *oldslot, uint64 op)
+		  TupleTableSlot *oldslot, uint64 op, const char *headers, const char *old_headers)
 {
 	StringInfoData msg;
 	RowChange	ch = {0};
@@ -142,6 +149,8 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
 	ch.lsn = ss_lsn;
 	ch.op_position = op;
 	ch.xid = ss_xid;
+	ch.extra_headers = headers;
+	ch.extra_headers_old = old_headers;
 	if (strcmp(operation, LOG_RECORD_UPDATE) == 0)
 		row_encoder_update(&s->enc, &ch, s->replica_full, ss_message_sink, s);
 	else
@@ -164,7 +173,7 @@ ss_encode(ShapeStream *s, const char *operation, TupleTableSlot *newslot,
  * old columns or a TRUNCATE after the shape was made from the table as it
  * is now.
  */
-static void
+void
 ss_rotate_unless_in_snapshot(ShapeStream *s, SmRotationCause cause, const char *why)
 {
 	Assert(s->touched && !s->skip_txn);
@@ -483,6 +492,7 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	Oid			relid = RelationGetRelid(rel);
 	SsRelation *r;
 	bool		routed;
+	bool		sets;
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *newslot = NULL;
 	TupleTableSlot *oldslot = NULL;
@@ -498,7 +508,8 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	routed = ss_npartitioned > 0 &&
 		(rel->rd_rel->relispartition ||
 		 hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL);
-	if (r == NULL && !routed)
+	sets = ss_sets_on(relid);
+	if (r == NULL && !routed && !sets)
 		return;					/* no shape on this table: one hash probe */
 
 	if (change->data.tp.newtuple)
@@ -514,6 +525,9 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	if (newslot && change->action == REORDER_BUFFER_CHANGE_UPDATE)
 		ss_patch_unchanged_toast(newslot, oldslot);
 
+	/* a subquery's values first: its shapes match against them as of this change */
+	if (sets)
+		ss_sets_change(rel, change->action, newslot, oldslot);
 	if (r != NULL)
 		ss_change_for_relation(r, rel, relid, desc, change->action,
 							   newslot, oldslot, op);
@@ -565,12 +579,69 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 	PG_END_TRY();
 }
 
+/*
+ * A change for a shape with subqueries: matched against its value sets as
+ * they stand, its messages tagged (row_tags.c); an update's lists the old
+ * row's tags the new one lost.
+ */
+static void
+ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
+						 TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+{
+	int			npositions = s->subquery->plan->npositions;
+	bool	   *new_active = palloc(sizeof(bool) * npositions);
+	bool	   *old_active = palloc(sizeof(bool) * npositions);
+	bool		new_in = newslot && ss_subquery_row(s, newslot, new_active);
+	bool		old_in = oldslot && ss_subquery_row(s, oldslot, old_active);
+	RowTags		new_tags;
+	RowTags		old_tags;
+	StringInfoData new_headers;
+	StringInfoData old_headers;
+	MemoryContext old;
+
+	if ((!new_in && !old_in) || !ss_touch(s))
+		return;
+	old = MemoryContextSwitchTo(s->context);
+	initStringInfo(&new_headers);
+	initStringInfo(&old_headers);
+	if (new_in)
+		row_tags_make(&s->subquery->tagger, newslot->tts_values, newslot->tts_isnull,
+					  new_active, &new_tags);
+	if (old_in)
+	{
+		row_tags_make(&s->subquery->tagger, oldslot->tts_values, oldslot->tts_isnull,
+					  old_active, &old_tags);
+		row_tags_json(&s->subquery->tagger, &old_tags, NULL, &old_headers);
+	}
+	if (new_in)
+		row_tags_json(&s->subquery->tagger, &new_tags, old_in ? &old_tags : NULL,
+					  &new_headers);
+	MemoryContextSwitchTo(old);
+	if (action == REORDER_BUFFER_CHANGE_INSERT || (new_in && !old_in))
+		ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op, new_headers.data, NULL);
+	else if (action == REORDER_BUFFER_CHANGE_DELETE || (!new_in && old_in))
+		ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op, NULL, old_headers.data);
+	else
+		ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op, new_headers.data,
+				  old_headers.data);
+	pfree(new_headers.data);
+	pfree(old_headers.data);
+}
+
 static void
 ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 				TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
-	bool		new_in = newslot && ss_matches(s, newslot);
-	bool		old_in = oldslot && ss_matches(s, oldslot);
+	bool		new_in;
+	bool		old_in;
+
+	if (s->subquery != NULL)
+	{
+		ss_apply_subquery_change(s, action, newslot, oldslot, op);
+		return;
+	}
+	new_in = newslot && ss_matches(s, newslot);
+	old_in = oldslot && ss_matches(s, oldslot);
 
 	if (!new_in && !old_in)
 		return;
@@ -580,18 +651,18 @@ ss_apply_change(ShapeStream *s, ReorderBufferChangeType action,
 		switch (action)
 		{
 			case REORDER_BUFFER_CHANGE_INSERT:
-				ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op);
+				ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op, NULL, NULL);
 				break;
 			case REORDER_BUFFER_CHANGE_DELETE:
-				ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op);
+				ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op, NULL, NULL);
 				break;
 			case REORDER_BUFFER_CHANGE_UPDATE:
 				if (new_in && !old_in)
-					ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op);
+					ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op, NULL, NULL);
 				else if (!new_in && old_in)
-					ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op);
+					ss_encode(s, LOG_RECORD_DELETE, NULL, oldslot, op, NULL, NULL);
 				else
-					ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op);
+					ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op, NULL, NULL);
 				break;
 			default:
 				break;
@@ -613,6 +684,9 @@ shape_stream_truncate(int nrelations, Relation *relations)
 		SsRelidEntry *partition_of = ss_partitions ?
 			hash_search(ss_partitions, &relid, HASH_FIND, NULL) : NULL;
 		ListCell   *lc;
+
+		if (ss_sets_on(relid))
+			ss_sets_truncated(relid);
 
 		for (uint32 i = 0; i < table->nslots; i++)
 			if (ss_streams[i].in_use && ss_streams[i].relid == relid &&
@@ -646,6 +720,8 @@ ss_recheck_privileges(ShapeStream *s)
 	PG_TRY();
 	{
 		problem = shape_read_problem(s->relid, s->nused, s->used_attnums, &field);
+		if (problem == NULL)
+			problem = (char *) ss_subquery_problem(s);
 	}
 	PG_CATCH();
 	{
@@ -675,6 +751,8 @@ shape_stream_commit(void)
 	ShapeTable *table = ss_table();
 	ListCell   *lc;
 
+	/* the moves of the subqueries' values, after each shape's changes */
+	ss_sets_commit();
 	foreach(lc, ss_touched)
 	{
 		ShapeStream *s = lfirst(lc);

@@ -25,6 +25,7 @@
 #include "postgres.h"
 
 #include "executor/executor.h"
+#include "replication/reorderbuffer.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "utils/hsearch.h"
@@ -32,10 +33,26 @@
 #include "equality_index.h"
 #include "kept_file.h"
 #include "row_encoder.h"
+#include "row_tags.h"
 #include "server_metrics.h"
 #include "shape_relation.h"
 #include "shape_stream.h"
 #include "shape_table.h"
+
+/*
+ * A stream whose where clause has subqueries (shape_stream_subquery.c):
+ * its plan, how its rows are tagged, and its value sets.
+ */
+typedef struct SsSubquery
+{
+	SubqueryPlan *plan;
+	RowTagger	tagger;
+	ExprState  *where;			/* plan->where_params */
+	ExprState **conditions;		/* by position: the plain conditions */
+	ParamExecData *params;		/* by sublink: each one's result for a row */
+	int		   *sets;			/* by dependency: its value set */
+	StringInfoData key;			/* a row's value, looked up */
+} SsSubquery;
 
 /* A transaction kept while its shape's snapshot is still being taken. */
 typedef struct PendingTxn
@@ -61,7 +78,8 @@ typedef struct ShapeStream
 	MemoryContext context;		/* everything below lives here */
 	ShapeRelation *rel;
 	RowEncoder	enc;
-	ExprState  *where;			/* NULL: every row matches */
+	ExprState  *where;			/* NULL: every row matches, or subquery */
+	SsSubquery *subquery;		/* NULL: the where clause has none */
 	int			nused;			/* columns the shape reads: selected, key, where */
 	AttrNumber *used_attnums;
 	Oid		   *used_types;		/* their types when the shape was made */
@@ -187,5 +205,28 @@ extern ShapeTable *ss_table(void);
 extern void ss_take_over(ShapeStream *s);
 extern bool ss_touch(ShapeStream *s);
 extern bool ss_types_match(ShapeStream *s, TupleDesc desc);
+extern void ss_rotate_unless_in_snapshot(ShapeStream *s, SmRotationCause cause,
+										 const char *why);
+extern void ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len);
+extern void ss_econtext_ensure(void);
+extern bool ss_visible(const SnapshotVisibility *vis, TransactionId xid);
+extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId next,
+											MemoryContext context);
+
+/* shape_stream_subquery.c */
+extern void ss_subquery_add(ShapeStream *s, Node *where, const char *handle);
+extern void ss_subquery_remove(ShapeStream *s);
+extern bool ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active);
+extern int	ss_set_acquire(const SubqueryDependency *dep, uint32 slot);
+extern void ss_set_release(int id, uint32 slot);
+extern bool ss_sets_on(Oid relid);
+extern void ss_sets_change(Relation rel, ReorderBufferChangeType action,
+						   TupleTableSlot *newslot, TupleTableSlot *oldslot);
+extern void ss_sets_truncated(Oid relid);
+extern List *ss_sets_dependents_on(Oid relid);
+extern void ss_sets_begin(void);
+extern void ss_sets_commit(void);
+extern void ss_sets_count(int64 *nsets, int64 *nvalues);
+extern const char *ss_subquery_problem(ShapeStream *s);
 
 #endif							/* SHAPE_STREAM_INTERNAL_H */

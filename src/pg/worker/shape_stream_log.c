@@ -84,7 +84,7 @@ ss_full_xid(TransactionId xid)
 }
 
 /* Whether transaction `xid` is visible to a snapshot. */
-static bool
+bool
 ss_visible(const SnapshotVisibility *vis, TransactionId xid)
 {
 	uint64		full = ss_full_xid(xid);
@@ -99,23 +99,31 @@ ss_visible(const SnapshotVisibility *vis, TransactionId xid)
 	return true;
 }
 
-void
-shape_stream_note_creating_snapshot(uint32 slot, Snapshot snapshot)
+/* What an MVCC snapshot sees, in `context`; `next` was read after it was taken. */
+SnapshotVisibility *
+ss_visibility_of(Snapshot snapshot, FullTransactionId next, MemoryContext context)
 {
-	ShapeStream *s = &ss_streams[slot];
-	FullTransactionId next = ReadNextFullTransactionId();
 	SnapshotVisibility *vis;
 
-	Assert(s->in_use && !s->ready && snapshot->snapshot_type == SNAPSHOT_MVCC &&
-		   !snapshot->takenDuringRecovery);
-	vis = MemoryContextAlloc(s->context, offsetof(SnapshotVisibility, xip) +
+	vis = MemoryContextAlloc(context, offsetof(SnapshotVisibility, xip) +
 							 sizeof(uint64) * snapshot->xcnt);
 	vis->xmin = ss_full_xid_before(next, snapshot->xmin);
 	vis->xmax = ss_full_xid_before(next, snapshot->xmax);
 	vis->nxip = (int32) snapshot->xcnt;
 	for (uint32 i = 0; i < snapshot->xcnt; i++)
 		vis->xip[i] = ss_full_xid_before(next, snapshot->xip[i]);
-	s->creating_visibility = vis;
+	return vis;
+}
+
+void
+shape_stream_note_creating_snapshot(uint32 slot, Snapshot snapshot)
+{
+	ShapeStream *s = &ss_streams[slot];
+
+	Assert(s->in_use && !s->ready && snapshot->snapshot_type == SNAPSHOT_MVCC &&
+		   !snapshot->takenDuringRecovery);
+	s->creating_visibility = ss_visibility_of(snapshot, ReadNextFullTransactionId(),
+											  s->context);
 }
 
 void
@@ -147,8 +155,13 @@ shape_stream_durable(uint32 slot)
 	if (ss_streams == NULL || !ss_streams[slot].in_use)
 		return false;
 	s = &ss_streams[slot];
-	/* restored and not taken over yet: its log is what its file holds */
-	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate;
+	/*
+	 * Restored and not taken over yet: its log is what its file holds.  A
+	 * shape with subqueries is not kept on disk yet: its value sets would
+	 * have to be read back as of the log's end.
+	 */
+	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate &&
+		s->subquery == NULL;
 }
 
 /* ------------------------------------------------------------ appending */
@@ -442,7 +455,7 @@ ss_spill_kept_all(void)
 }
 
 /* A finished message goes to the log, or to the pending transaction. */
-static void
+void
 ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 {
 	if (s->ready)
@@ -759,7 +772,8 @@ ss_maybe_compact(ShapeStream *s)
 	TimestampTz started;
 	bool		on_disk;
 
-	if (shape_sync_compaction_factor <= 0 || s->compacted_bytes == 0 ||
+	/* a shape with subqueries is not compacted: its events name no key */
+	if (shape_sync_compaction_factor <= 0 || s->compacted_bytes == 0 || s->subquery != NULL ||
 		log->write_pos < COMPACTION_MIN_BYTES ||
 		(double) log->write_pos < shape_sync_compaction_factor * (double) s->compacted_bytes)
 		return;

@@ -75,6 +75,8 @@ ss_check_stream(ShapeStream *s, Oid role)
 
 		shape_role_become(s->role, &saved);
 		read_problem = shape_read_problem(relid, s->nused, s->used_attnums, &field);
+		if (read_problem == NULL)
+			read_problem = (char *) ss_subquery_problem(s);
 		shape_role_restore(&saved);
 		if (read_problem != NULL)
 			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, read_problem);

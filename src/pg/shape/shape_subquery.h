@@ -1,0 +1,96 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_subquery.h
+ *		Subqueries in a shape's where clause: the forms accepted, and the
+ *		plan of conditions and disjuncts that tags are made from.
+ *
+ * IDENTIFICATION
+ *	  src/pg/shape/shape_subquery.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef SHAPE_SUBQUERY_H
+#define SHAPE_SUBQUERY_H
+
+#include "postgres.h"
+
+#include "lib/stringinfo.h"
+#include "nodes/parsenodes.h"
+#include "nodes/primnodes.h"
+
+
+/* most disjuncts a where clause with subqueries may expand to */
+#define SUBQUERY_MAX_DISJUNCTS	100
+
+/*
+ * One inner select, `SELECT c1 [, c2 ...] FROM t WHERE w`: what a value set
+ * is built from.  Two subqueries with the same inner select share it.
+ */
+typedef struct SubqueryDependency
+{
+	Query	   *select;			/* analysed, its parameters bound */
+	char	   *identity;		/* nodeToString of the select: equal, shared */
+	Oid			relid;			/* t */
+	int			ncolumns;		/* 1, or a row's width */
+	AttrNumber *inner_attnums;	/* c1, c2 ... */
+	Oid		   *types;			/* their types */
+	Node	   *where;			/* w; NULL: every row */
+	bool		negated;		/* used as NOT IN */
+} SubqueryDependency;
+
+/* One `(a [, b ...]) IN (select)` of the clause. */
+typedef struct SubquerySublink
+{
+	SubLink    *node;			/* as analysed: what a snapshot query reads */
+	int			dependency;
+	AttrNumber *outer_attnums;	/* a, b ... of the shape's table */
+	char	  **outer_names;	/* their names, for a row's tags */
+} SubquerySublink;
+
+/*
+ * One condition of the clause in disjunctive normal form: a subquery
+ * (sublink >= 0) or any other condition (expr), negated or not.
+ */
+typedef struct SubqueryPosition
+{
+	Expr	   *expr;			/* sublink < 0: the condition */
+	int			sublink;
+	bool		negated;
+} SubqueryPosition;
+
+typedef struct SubqueryPlan
+{
+	int			ndependencies;
+	SubqueryDependency *dependencies;
+	int			nsublinks;
+	SubquerySublink *sublinks;
+	int			npositions;
+	SubqueryPosition *positions;
+	int			ndisjuncts;
+	int		   *disjunct_first; /* ndisjuncts + 1: positions of disjunct d are
+								 * disjunct_first[d] .. disjunct_first[d + 1] - 1 */
+	Node	   *where_params;	/* the clause, each subquery replaced by the
+								 * PARAM_EXEC parameter numbered as its sublink */
+} SubqueryPlan;
+
+/* Refuses a where clause (field "where") for what a subquery may not be. */
+extern void subquery_refuse(const char *http_message, const char *message) pg_attribute_noreturn();
+
+/* Whether a subquery may compare values of the type; refusing one. */
+extern bool subquery_type_accepted(Oid type);
+extern void subquery_refuse_type(Oid type) pg_attribute_noreturn();
+
+/* Whether an analysed where clause has a subquery. */
+extern bool subquery_in_where(Node *where);
+
+/*
+ * The plan of an analysed, folded where clause; NULL when it has no
+ * subquery.  Refuses (an ERROR with the request field set) what the
+ * plan cannot express.
+ */
+extern SubqueryPlan *subquery_plan(Node *where, Oid outer_relid);
+
+/* The tables the clause's subqueries read, each once. */
+extern List *subquery_relids(Node *where);
+
+#endif							/* SHAPE_SUBQUERY_H */

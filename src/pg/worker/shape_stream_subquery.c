@@ -1,0 +1,1065 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream_subquery.c
+ *		Shapes with subqueries: the value sets of their inner selects,
+ *		followed through decoding, and the moves they make.
+ *
+ * A shape whose where clause has `a IN (SELECT c FROM t WHERE w)`
+ * (shape_subquery.c) is matched by the decoder against the values that
+ * select has at the point of the WAL being decoded.  Those are kept here,
+ * one value set per inner select and role, shared by the shapes that use
+ * it and freed with the last of them: the text of each value (the key of a
+ * hash table), and how many rows of t have it.
+ *
+ * A set is read when the first shape that uses it is made: on the main
+ * thread, in the resolving transaction, with its snapshot (a query of the
+ * inner table under that role, its privileges checked by the executor), at
+ * most shape_sync.subquery_max_values rows.  Decoding is behind that
+ * snapshot: until it reaches the WAL position read after the query, a
+ * transaction the snapshot saw is not applied to the set again, and one it
+ * did not see is.  Visibility order is not commit order: should a
+ * transaction the snapshot did not see come before one it saw, the first
+ * was matched against values from after it, and the set's shapes rotate.
+ * After that, every insert, update and delete of t is matched against w
+ * and counted in or out, through an index of the sets' constants
+ * (equality_index.c): 10,000 sets of `user_id = $1` cost a change of t
+ * what it concerns.
+ *
+ * A change of the shape's own table is matched as its transaction goes
+ * (shape_stream_change.c), against the set as it stands at that change,
+ * with SQL's three-valued logic.  At commit, the values each set saw
+ * counted in or out are judged against the set before the transaction and
+ * at every point of it:
+ *  - a value that is out of the set at commit, and was in at some point,
+ *    is a move out: an event names the positions of the subquery and the
+ *    value's hash (row_tags.c), and clients drop the rows whose tags it
+ *    matches and that no other disjunct keeps.  A value that entered and
+ *    left within one transaction is moved out too: rows may have been
+ *    sent while it was in;
+ *  - a value that is in at commit, and was out at some point, may bring
+ *    rows of the shape's table that no change of this transaction sent: for
+ *    now the shape rotates (409, and clients read it again), unless its
+ *    snapshot has the transaction.
+ * NOT IN turns both around.  For NOT IN, a set that gains or loses its
+ * first NULL, or becomes empty or not, changes the rows whose value is
+ * NULL, or all rows: the shape rotates.  Events are records of the
+ * transaction, after its changes: kept with it while the shape's snapshot
+ * is taken, dropped with it when the snapshot has it.
+ *
+ * A set whose table changes under it (a column it reads dropped or
+ * retyped, a TRUNCATE, old rows no longer logged in full, an error while
+ * matching) rotates its shapes, and is no longer found by new ones.
+ *
+ * Everything here runs on the worker's main thread.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/shape_stream_subquery.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/xlog.h"
+#include "common/hashfn.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "tcop/tcopprot.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "eval_deadline.h"
+#include "guc.h"
+#include "log_record.h"
+#include "shape_def_error.h"
+#include "shape_relation.h"
+#include "shape_role.h"
+
+#include "shape_stream_internal.h"
+
+/* A value's text, as the key of a set: per column, a length and the bytes. */
+typedef struct SsValueKey
+{
+	const char *data;
+	uint32		len;
+} SsValueKey;
+
+typedef struct SsValue
+{
+	SsValueKey	key;			/* hash key; data in the set's context */
+	int64		count;			/* rows of the inner table with it */
+	uint64		txn;			/* the transaction that last counted it */
+	bool		was_in;			/* in that transaction: in at some point */
+	bool		was_out;		/* out at some point (the start included) */
+} SsValue;
+
+typedef struct SsValueSet
+{
+	bool		in_use;
+	bool		findable;		/* new shapes may use it */
+	char	   *identity;
+	Oid			role;
+	Oid			relid;
+	int			ncolumns;
+	AttrNumber *attnums;
+	Oid		   *types;
+	FmgrInfo   *outputs;
+	ExprState  *where;			/* NULL: every row */
+	EqualityRoute route;
+	HTAB	   *values;			/* SsValue, by key */
+	int64		nvalues;		/* with count > 0 */
+	int64		null_rows;		/* rows whose value has a NULL */
+	int			refcount;
+	List	   *dependents;		/* int list: streams using it, once each */
+	MemoryContext context;
+
+	/* its reading, until decoding reaches it */
+	bool		filtering;
+	SnapshotVisibility *seen;
+	uint64		seen_lsn;
+	bool		applied_unseen;
+
+	/* the transaction being decoded */
+	uint64		txn;
+	bool		skip_txn;
+	List	   *txn_values;		/* SsValue *, counted in it */
+	int64		null_rows_before;
+	bool		null_changed;
+	bool		emptiness_changed;
+	uint64		visited;
+	char	   *problem;		/* its shapes rotate, for this reason */
+} SsValueSet;
+
+typedef struct SsSetRelation
+{
+	Oid			relid;			/* hash key */
+	EqualityIndex *index;		/* its sets, by their constants */
+	int			nsets;
+} SsSetRelation;
+
+static SsValueSet **ss_sets;	/* by id */
+static int	ss_nsets;
+static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
+static List *ss_sets_touched;	/* SsValueSet *, in the current transaction */
+static uint64 ss_txn_number;
+static uint64 ss_set_visits;
+
+static uint32
+ss_value_hash(const void *key, Size keysize)
+{
+	const SsValueKey *k = key;
+
+	return hash_bytes((const unsigned char *) k->data, (int) k->len);
+}
+
+static int
+ss_value_match(const void *a, const void *b, Size keysize)
+{
+	const SsValueKey *x = a;
+	const SsValueKey *y = b;
+
+	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+}
+
+/* Appends a column's text to a key. */
+static void
+ss_key_add(StringInfo key, const char *text)
+{
+	uint32		len = (uint32) strlen(text);
+
+	appendBinaryStringInfo(key, (const char *) &len, sizeof(len));
+	appendBinaryStringInfo(key, text, len);
+}
+
+/* The column texts of a key, palloc'd. */
+static char **
+ss_key_texts(const SsValueKey *key, int ncolumns)
+{
+	char	  **texts = palloc(sizeof(char *) * ncolumns);
+	const char *p = key->data;
+
+	for (int c = 0; c < ncolumns; c++)
+	{
+		uint32		len;
+
+		memcpy(&len, p, sizeof(len));
+		texts[c] = pnstrdup(p + sizeof(len), len);
+		p += sizeof(len) + len;
+	}
+	return texts;
+}
+
+/*
+ * The key of a row's value in `key` (reset first); false when a column is
+ * NULL.  `attnums` and `outputs` are the columns'.
+ */
+static bool
+ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *attnums,
+		   FmgrInfo *outputs, StringInfo key)
+{
+	resetStringInfo(key);
+	for (int c = 0; c < ncolumns; c++)
+	{
+		AttrNumber	attnum = attnums[c];
+
+		if (slot->tts_isnull[attnum - 1])
+			return false;
+		ss_key_add(key, OutputFunctionCall(&outputs[c], slot->tts_values[attnum - 1]));
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------ the sets */
+
+static SsValueSet *
+ss_set_new(void)
+{
+	int			id;
+	MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+	for (id = 0; id < ss_nsets && ss_sets[id]->in_use; id++)
+		;
+	if (id == ss_nsets)
+	{
+		ss_sets = ss_nsets == 0 ? palloc(sizeof(SsValueSet *) * 8) :
+			(ss_nsets % 8 == 0 ? repalloc(ss_sets, sizeof(SsValueSet *) * (ss_nsets + 8)) : ss_sets);
+		ss_sets[ss_nsets++] = palloc0(sizeof(SsValueSet));
+	}
+	MemoryContextSwitchTo(old);
+	memset(ss_sets[id], 0, sizeof(SsValueSet));
+	return ss_sets[id];
+}
+
+static int
+ss_set_id(SsValueSet *set)
+{
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id] == set)
+			return id;
+	elog(ERROR, "value set not found");
+	return -1;
+}
+
+/* Counts one row's value in (+1) or out (-1). */
+static void
+ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
+{
+	SsValueKey	k;
+	SsValue    *v;
+	bool		found;
+
+	if (!has_value)
+	{
+		set->null_rows += delta;
+		if ((set->null_rows > 0) != (set->null_rows_before > 0))
+			set->null_changed = true;
+		return;
+	}
+	k.data = key->data;
+	k.len = (uint32) key->len;
+	v = hash_search(set->values, &k, HASH_FIND, NULL);
+	if (v == NULL)
+	{
+		if (delta < 0)
+		{
+			set->problem = "a row left its subquery's result that was not counted in it";
+			return;
+		}
+		k.data = MemoryContextAlloc(set->context, key->len);
+		memcpy((char *) k.data, key->data, key->len);
+		v = hash_search(set->values, &k, HASH_ENTER, &found);
+		v->count = 0;
+		v->txn = 0;
+	}
+	if (set->txn != 0 && v->txn != set->txn)
+	{
+		MemoryContext old = MemoryContextSwitchTo(set->context);
+
+		v->txn = set->txn;
+		v->was_in = v->count > 0;
+		v->was_out = v->count == 0;
+		set->txn_values = lappend(set->txn_values, v);
+		MemoryContextSwitchTo(old);
+	}
+	if (v->count == 0 && delta > 0)
+		set->nvalues++;
+	v->count += delta;
+	if (v->count == 0)
+		set->nvalues--;
+	if (set->txn != 0)
+	{
+		v->was_in = v->was_in || v->count > 0;
+		v->was_out = v->was_out || v->count == 0;
+	}
+	if (set->nvalues == 0 || (set->nvalues == 1 && v->count == delta && delta > 0))
+		set->emptiness_changed = set->txn != 0;
+}
+
+/* Receives the rows of a set's first reading. */
+typedef struct SsSetReceiver
+{
+	DestReceiver pub;
+	SsValueSet *set;
+	StringInfoData key;
+	int64		rows;
+} SsSetReceiver;
+
+static bool
+ss_set_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	SsSetReceiver *r = (SsSetReceiver *) self;
+	SsValueSet *set = r->set;
+	AttrNumber	positions[INDEX_MAX_KEYS];
+	bool		has_value;
+
+	if (++r->rows > shape_sync_subquery_max_values)
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "A subquery of the where clause selects more than %d rows, the most this server reads (shape_sync.subquery_max_values)",
+				 shape_sync_subquery_max_values);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a subquery of the shape selects more than %d rows",
+						shape_sync_subquery_max_values),
+				 errhint("Make the subquery more selective, or raise \"%s\".",
+						 "shape_sync.subquery_max_values")));
+	}
+	slot_getallattrs(slot);
+	for (int c = 0; c < set->ncolumns; c++)
+		positions[c] = (AttrNumber) (c + 1);
+	has_value = ss_row_key(slot, set->ncolumns, positions, set->outputs, &r->key);
+	ss_set_count(set, &r->key, has_value, 1);
+	return true;
+}
+
+static void
+ss_set_receiver_noop(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+ss_set_receiver_end(DestReceiver *self)
+{
+}
+
+/*
+ * Reads the inner select with the active snapshot, as the current role;
+ * its privileges are the executor's to check.
+ */
+static void
+ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
+{
+	SsSetReceiver receiver;
+	List	   *rewritten;
+	PlannedStmt *plan;
+	QueryDesc  *qd;
+	Snapshot	snapshot = GetActiveSnapshot();
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	memset(&receiver, 0, sizeof(receiver));
+	receiver.pub.receiveSlot = ss_set_receive;
+	receiver.pub.rStartup = ss_set_receiver_noop;
+	receiver.pub.rShutdown = ss_set_receiver_end;
+	receiver.pub.rDestroy = ss_set_receiver_end;
+	receiver.pub.mydest = DestNone;
+	receiver.set = set;
+	initStringInfo(&receiver.key);
+
+	rewritten = QueryRewrite(copyObject(dep->select));
+	if (list_length(rewritten) != 1)
+		elog(ERROR, "a subquery's select was rewritten unexpectedly");
+	if (linitial_node(RangeTblEntry, ((Query *) linitial(rewritten))->rtable)->securityQuals != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a subquery's table has row-level security that applies to role \"%s\"",
+						GetUserNameFromId(GetUserId(), false)),
+				 errdetail("A shape is shared by all its clients, so a subquery may not read such a table.")));
+	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
+	qd = CreateQueryDesc(plan, "shape_sync subquery", snapshot, InvalidSnapshot,
+						 &receiver.pub, NULL, NULL, 0);
+	ExecutorStart(qd, 0);
+	ExecutorRun(qd, ForwardScanDirection, 0, true);
+	ExecutorFinish(qd);
+	ExecutorEnd(qd);
+	FreeQueryDesc(qd);
+
+	/* decoding applies what this snapshot did not see, once it gets here */
+	set->seen = ss_visibility_of(snapshot, next, set->context);
+	set->seen_lsn = GetXLogInsertRecPtr();
+	set->filtering = true;
+}
+
+static void
+ss_set_index(SsValueSet *set, bool add)
+{
+	SsSetRelation *r;
+	bool		found;
+
+	if (ss_set_relids == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(SsSetRelation);
+		ctl.hcxt = ss_context;
+		ss_set_relids = hash_create("shape_sync subquery tables", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	r = hash_search(ss_set_relids, &set->relid, add ? HASH_ENTER : HASH_FIND, &found);
+	if (r == NULL)
+		return;
+	if (add && !found)
+	{
+		r->index = equality_index_create(ss_context);
+		r->nsets = 0;
+	}
+	if (add)
+	{
+		equality_index_add(r->index, (uint32) ss_set_id(set), &set->route);
+		r->nsets++;
+	}
+	else
+	{
+		equality_index_remove(r->index, (uint32) ss_set_id(set), &set->route);
+		if (--r->nsets == 0)
+		{
+			equality_index_destroy(r->index);
+			hash_search(ss_set_relids, &set->relid, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+int
+ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
+{
+	Oid			role = GetUserId();
+	SsValueSet *set = NULL;
+	MemoryContext old;
+	HASHCTL		ctl;
+
+	for (int id = 0; id < ss_nsets && set == NULL; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->findable && ss_sets[id]->role == role &&
+			ss_sets[id]->relid == dep->relid && strcmp(ss_sets[id]->identity, dep->identity) == 0)
+			set = ss_sets[id];
+	if (set == NULL)
+	{
+		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
+			elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
+		set = ss_set_new();
+		set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
+											 ALLOCSET_DEFAULT_SIZES);
+		set->in_use = true;
+		old = MemoryContextSwitchTo(set->context);
+		set->identity = pstrdup(dep->identity);
+		set->role = role;
+		set->relid = dep->relid;
+		set->ncolumns = dep->ncolumns;
+		set->attnums = palloc(sizeof(AttrNumber) * dep->ncolumns);
+		set->types = palloc(sizeof(Oid) * dep->ncolumns);
+		set->outputs = palloc(sizeof(FmgrInfo) * dep->ncolumns);
+		for (int c = 0; c < dep->ncolumns; c++)
+		{
+			Oid			output;
+			bool		varlena;
+
+			set->attnums[c] = dep->inner_attnums[c];
+			set->types[c] = dep->types[c];
+			getTypeOutputInfo(dep->types[c], &output, &varlena);
+			fmgr_info(output, &set->outputs[c]);
+		}
+		if (dep->where != NULL)
+		{
+			Expr	   *planned = expression_planner((Expr *) copyObject(dep->where));
+
+			set->where = ExecInitExpr(planned, NULL);
+			equality_route_of(planned, &set->route);
+		}
+		else
+			equality_route_of(NULL, &set->route);
+		ctl.keysize = sizeof(SsValueKey);
+		ctl.entrysize = sizeof(SsValue);
+		ctl.hash = ss_value_hash;
+		ctl.match = ss_value_match;
+		ctl.hcxt = set->context;
+		set->values = hash_create("shape_sync subquery values", 64, &ctl,
+								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+		MemoryContextSwitchTo(old);
+		PG_TRY();
+		{
+			ss_set_read(set, dep);
+		}
+		PG_CATCH();
+		{
+			/* a set that could not be read is no set */
+			MemoryContextDelete(set->context);
+			memset(set, 0, sizeof(*set));
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		set->findable = true;
+		ss_set_index(set, true);
+	}
+	set->refcount++;
+	old = MemoryContextSwitchTo(set->context);
+	set->dependents = list_append_unique_int(set->dependents, (int) slot);
+	MemoryContextSwitchTo(old);
+	return ss_set_id(set);
+}
+
+void
+ss_set_release(int id, uint32 slot)
+{
+	SsValueSet *set = ss_sets[id];
+
+	Assert(set->in_use && set->refcount > 0);
+	set->dependents = list_delete_int(set->dependents, (int) slot);
+	if (--set->refcount > 0)
+		return;
+	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
+	ss_set_index(set, false);
+	MemoryContextDelete(set->context);
+	memset(set, 0, sizeof(*set));
+}
+
+/* A set that can no longer be followed: its shapes rotate at commit. */
+static void
+ss_set_fail(SsValueSet *set, const char *problem)
+{
+	if (set->problem == NULL)
+		set->problem = MemoryContextStrdup(set->context, problem);
+	set->findable = false;
+}
+
+/* ------------------------------------------------- inner table changes */
+
+/* Whether the tuple is in the set's select (its where clause). */
+static bool
+ss_set_matches(SsValueSet *set, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		result;
+
+	if (set->where == NULL)
+		return true;
+	ss_econtext_ensure();
+	ss_econtext->ecxt_scantuple = slot;
+	eval_deadline_begin();
+	result = ExecEvalExprSwitchContext(set->where, ss_econtext, &isnull);
+	if (eval_deadline_end())
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("a subquery's where clause took longer than \"%s\" allows",
+						"shape_sync.where_evaluation_timeout")));
+	ResetExprContext(ss_econtext);
+	return !isnull && DatumGetBool(result);
+}
+
+/* First change of the transaction for the set: whether it applies. */
+static bool
+ss_set_touch(SsValueSet *set)
+{
+	MemoryContext old;
+
+	if (set->txn == ss_txn_number)
+		return !set->skip_txn;
+	set->txn = ss_txn_number;
+	set->skip_txn = false;
+	set->txn_values = NIL;
+	set->null_rows_before = set->null_rows;
+	set->null_changed = false;
+	set->emptiness_changed = false;
+	old = MemoryContextSwitchTo(ss_context);
+	ss_sets_touched = lappend(ss_sets_touched, set);
+	MemoryContextSwitchTo(old);
+	if (set->filtering)
+	{
+		if (ss_lsn >= set->seen_lsn)
+			set->filtering = false;
+		else if (ss_visible(set->seen, ss_xid))
+		{
+			set->skip_txn = true;
+			if (set->applied_unseen)
+				ss_set_fail(set, "its subquery's table committed out of visibility order while its values were read");
+		}
+		else
+			set->applied_unseen = true;
+	}
+	return !set->skip_txn;
+}
+
+typedef struct SsSetChange
+{
+	TupleDesc	desc;
+	TupleTableSlot *newslot;
+	TupleTableSlot *oldslot;
+	bool		old_row_complete;
+	uint64		visit;
+	StringInfoData key;
+} SsSetChange;
+
+static bool
+ss_set_types_match(SsValueSet *set, TupleDesc desc)
+{
+	for (int c = 0; c < set->ncolumns; c++)
+	{
+		AttrNumber	attnum = set->attnums[c];
+
+		if (attnum > desc->natts || TupleDescAttr(desc, attnum - 1)->attisdropped ||
+			TupleDescAttr(desc, attnum - 1)->atttypid != set->types[c])
+			return false;
+	}
+	return true;
+}
+
+static void
+ss_set_apply(uint32 id, void *arg)
+{
+	SsValueSet *set = ss_sets[id];
+	SsSetChange *c = arg;
+	MemoryContext old = CurrentMemoryContext;
+	ShapeRoleSaved saved;
+
+	if (set->visited == c->visit || set->problem != NULL)
+		return;
+	set->visited = c->visit;
+	if (!ss_set_touch(set))
+		return;
+	if (!c->old_row_complete)
+	{
+		ss_set_fail(set, "a change of its subquery's table came without the old row: its replica identity is no longer FULL");
+		return;
+	}
+	if (!ss_set_types_match(set, c->desc))
+	{
+		ss_set_fail(set, "a column its subquery reads was dropped or changed type");
+		return;
+	}
+	shape_role_become(set->role, &saved);
+	PG_TRY();
+	{
+		if (c->oldslot != NULL && ss_set_matches(set, c->oldslot))
+		{
+			bool		has = ss_row_key(c->oldslot, set->ncolumns, set->attnums, set->outputs, &c->key);
+
+			ss_set_count(set, &c->key, has, -1);
+		}
+		if (c->newslot != NULL && ss_set_matches(set, c->newslot))
+		{
+			bool		has = ss_row_key(c->newslot, set->ncolumns, set->attnums, set->outputs, &c->key);
+
+			ss_set_count(set, &c->key, has, 1);
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(old);
+		if (ss_econtext != NULL)
+			ResetExprContext(ss_econtext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ss_set_fail(set, psprintf("a change of its subquery's table could not be processed: %s",
+								  edata->message));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	shape_role_restore(&saved);
+}
+
+bool
+ss_sets_on(Oid relid)
+{
+	return ss_set_relids != NULL && hash_search(ss_set_relids, &relid, HASH_FIND, NULL) != NULL;
+}
+
+void
+ss_sets_change(Relation rel, ReorderBufferChangeType action, TupleTableSlot *newslot,
+			   TupleTableSlot *oldslot)
+{
+	Oid			relid = RelationGetRelid(rel);
+	SsSetRelation *r = hash_search(ss_set_relids, &relid, HASH_FIND, NULL);
+	SsSetChange c;
+
+	if (r == NULL)
+		return;
+	c.desc = RelationGetDescr(rel);
+	c.newslot = newslot;
+	c.oldslot = oldslot;
+	c.old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
+		(oldslot != NULL && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	c.visit = ++ss_set_visits;
+	initStringInfo(&c.key);
+	if (!c.old_row_complete)
+	{
+		for (int id = 0; id < ss_nsets; id++)
+			if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+				ss_set_apply((uint32) id, &c);
+	}
+	else
+	{
+		equality_index_visit_unrouted(r->index, ss_set_apply, &c);
+		if (newslot != NULL)
+			equality_index_visit(r->index, newslot, ss_set_apply, &c);
+		if (oldslot != NULL)
+			equality_index_visit(r->index, oldslot, ss_set_apply, &c);
+	}
+	pfree(c.key.data);
+}
+
+/* A TRUNCATE of a table sets read: their values left without changes. */
+void
+ss_sets_truncated(Oid relid)
+{
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid && ss_set_touch(ss_sets[id]))
+			ss_set_fail(ss_sets[id], "its subquery's table was truncated");
+}
+
+/* The streams using a set on `relid`, for the catalog watch. */
+List *
+ss_sets_dependents_on(Oid relid)
+{
+	List	   *slots = NIL;
+
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+			slots = list_concat_unique_int(slots, ss_sets[id]->dependents);
+	return slots;
+}
+
+/* ------------------------------------------------- the outer table's rows */
+
+/*
+ * Whether the row is in the shape, and each position's condition, as
+ * clients read them (polarity applied, NULL as false).
+ */
+bool
+ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active)
+{
+	SsSubquery *q = s->subquery;
+	const SubqueryPlan *plan = q->plan;
+	bool		isnull;
+	Datum		result;
+	bool		in;
+
+	for (int i = 0; i < plan->nsublinks; i++)
+	{
+		const SubquerySublink *sl = &plan->sublinks[i];
+		SsValueSet *set = ss_sets[q->sets[sl->dependency]];
+		ParamExecData *param = &q->params[i];
+
+		param->execPlan = NULL;
+		if (!ss_row_key(slot, set->ncolumns, sl->outer_attnums, q->tagger.outputs[i], &q->key))
+		{
+			/* NULL IN (nothing) is false; otherwise it is NULL */
+			param->isnull = set->nvalues > 0 || set->null_rows > 0;
+			param->value = BoolGetDatum(false);
+		}
+		else
+		{
+			SsValueKey	k = {q->key.data, (uint32) q->key.len};
+			SsValue    *v = hash_search(set->values, &k, HASH_FIND, NULL);
+
+			if (v != NULL && v->count > 0)
+			{
+				param->isnull = false;
+				param->value = BoolGetDatum(true);
+			}
+			else
+			{
+				param->isnull = set->null_rows > 0;
+				param->value = BoolGetDatum(false);
+			}
+		}
+	}
+	ss_econtext_ensure();
+	ss_econtext->ecxt_scantuple = slot;
+	ss_econtext->ecxt_param_exec_vals = q->params;
+	eval_deadline_begin();
+	result = ExecEvalExprSwitchContext(q->where, ss_econtext, &isnull);
+	in = !isnull && DatumGetBool(result);
+	for (int p = 0; in && p < plan->npositions; p++)
+	{
+		const SubqueryPosition *pos = &plan->positions[p];
+		bool		holds;
+
+		if (pos->sublink >= 0)
+			holds = !q->params[pos->sublink].isnull &&
+				DatumGetBool(q->params[pos->sublink].value);
+		else
+		{
+			Datum		d = ExecEvalExprSwitchContext(q->conditions[p], ss_econtext, &isnull);
+
+			holds = !isnull && DatumGetBool(d);
+		}
+		active[p] = pos->negated ? !holds : holds;
+	}
+	if (eval_deadline_end())
+	{
+		ss_eval_too_slow = true;
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("a shape's where clause took longer than \"%s\" allows",
+						"shape_sync.where_evaluation_timeout")));
+	}
+	ss_econtext->ecxt_param_exec_vals = NULL;
+	ResetExprContext(ss_econtext);
+	return in;
+}
+
+/*
+ * Sets a stream up for its where clause's subqueries: its plan, its
+ * tagger, the expressions, and its value sets (read now if new).
+ */
+void
+ss_subquery_add(ShapeStream *s, Node *where, const char *handle)
+{
+	SubqueryPlan *plan = subquery_plan(where, s->relid);
+	SsSubquery *q;
+
+	if (plan == NULL)
+		return;
+	q = palloc0(sizeof(SsSubquery));
+	q->plan = plan;
+	row_tagger_init(&q->tagger, plan, s->relid, handle);
+	q->where = ExecInitExpr(expression_planner((Expr *) plan->where_params), NULL);
+	q->conditions = palloc0(sizeof(ExprState *) * plan->npositions);
+	for (int p = 0; p < plan->npositions; p++)
+		if (plan->positions[p].sublink < 0)
+			q->conditions[p] = ExecInitExpr(expression_planner(plan->positions[p].expr), NULL);
+	q->params = palloc0(sizeof(ParamExecData) * Max(plan->nsublinks, 1));
+	q->sets = palloc(sizeof(int) * plan->ndependencies);
+	for (int d = 0; d < plan->ndependencies; d++)
+		q->sets[d] = -1;
+	initStringInfo(&q->key);
+	s->subquery = q;
+	for (int d = 0; d < plan->ndependencies; d++)
+		q->sets[d] = ss_set_acquire(&plan->dependencies[d], s->slot);
+}
+
+void
+ss_subquery_remove(ShapeStream *s)
+{
+	SsSubquery *q = s->subquery;
+
+	if (q == NULL)
+		return;
+	for (int d = 0; d < q->plan->ndependencies; d++)
+		if (q->sets[d] >= 0)
+			ss_set_release(q->sets[d], s->slot);
+	s->subquery = NULL;
+}
+
+/* The number of value sets and the values they hold, for the views. */
+void
+ss_sets_count(int64 *nsets, int64 *nvalues)
+{
+	*nsets = 0;
+	*nvalues = 0;
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use)
+		{
+			(*nsets)++;
+			*nvalues += ss_sets[id]->nvalues;
+		}
+}
+
+/* ----------------------------------------------------------------- moves */
+
+void
+ss_sets_begin(void)
+{
+	ss_txn_number++;
+}
+
+/* Appends a move event of `s`'s dependency `dep` for `values`. */
+static void
+ss_emit_move(ShapeStream *s, int dep, List *values, const char *event)
+{
+	SsSubquery *q = s->subquery;
+	const SubqueryPlan *plan = q->plan;
+	StringInfoData msg;
+	ListCell   *lc;
+	bool		first = true;
+	LogOffset	offset = {(int64_t) ss_lsn, ss_op};
+	int			ncolumns = plan->dependencies[dep].ncolumns;
+	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	ss_op += 2;
+	initStringInfo(&msg);
+	appendStringInfo(&msg, "{\"headers\":{\"event\":\"%s\",\"patterns\":[", event);
+	for (int p = 0; p < plan->npositions; p++)
+	{
+		int			sublink = plan->positions[p].sublink;
+
+		if (sublink < 0 || plan->sublinks[sublink].dependency != dep)
+			continue;
+		foreach(lc, values)
+		{
+			char	  **texts = ss_key_texts(&((SsValue *) lfirst(lc))->key, ncolumns);
+			char		hash[ROW_TAG_HASH_LEN + 1];
+
+			row_tag_value_hash(&q->tagger, sublink, texts, hash);
+			appendStringInfo(&msg, "%s{\"pos\":%d,\"value\":\"%s\"}", first ? "" : ",", p, hash);
+			first = false;
+		}
+	}
+	appendStringInfo(&msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, ss_xid);
+	/* after the transaction's changes, the last of which says so */
+	ss_release_held(s, true);
+	ss_emit(s, offset, msg.data, (uint32) msg.len);
+	pfree(msg.data);
+	MemoryContextSwitchTo(old);
+}
+
+/* What the transaction did to one set, for one of its streams. */
+static void
+ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
+{
+	bool		negated = s->subquery->plan->dependencies[dep].negated;
+	List	   *out = NIL;
+	ListCell   *lc;
+
+	if (s->rotate || !ss_touch(s) || (!s->ready && s->txn_pending->problem != NULL))
+		return;					/* rotating, in its snapshot, or doomed */
+	if (set->problem != NULL)
+	{
+		ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, set->problem);
+		return;
+	}
+	if (negated && (set->null_changed || set->emptiness_changed))
+	{
+		ss_rotate_unless_in_snapshot(s, SM_ROTATION_MOVE_IN,
+									 "its NOT IN subquery gained or lost a NULL, or became empty or not");
+		return;
+	}
+	foreach(lc, set->txn_values)
+	{
+		SsValue    *v = lfirst(lc);
+		bool		in = v->count > 0;
+		bool		holds = negated ? !in : in;
+		bool		held = negated ? v->was_out : v->was_in;
+		bool		failed = negated ? v->was_in : v->was_out;
+
+		if (holds && failed)
+		{
+			/* rows no change of this transaction sent may be in the shape now */
+			ss_rotate_unless_in_snapshot(s, SM_ROTATION_MOVE_IN,
+										 "a value entered the result of its subquery");
+			list_free(out);
+			return;
+		}
+		if (!holds && held)
+			out = lappend(out, v);
+	}
+	if (out != NIL)
+		ss_emit_move(s, dep, out, "move-out");
+	list_free(out);
+}
+
+/*
+ * At commit, before the streams publish (shape_stream_commit): the moves
+ * of every set the transaction counted values in or out of.
+ */
+void
+ss_sets_commit(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, ss_sets_touched)
+	{
+		SsValueSet *set = lfirst(lc);
+		int			id = ss_set_id(set);
+		ListCell   *dc;
+		ListCell   *vc;
+
+		if (!set->skip_txn && (set->txn_values != NIL || set->problem != NULL ||
+							   set->null_changed || set->emptiness_changed))
+			foreach(dc, set->dependents)
+			{
+				ShapeStream *s = &ss_streams[lfirst_int(dc)];
+
+				if (!s->in_use || s->subquery == NULL)
+					continue;
+				for (int d = 0; d < s->subquery->plan->ndependencies; d++)
+					if (s->subquery->sets[d] == id)
+						ss_stream_moves(s, set, d);
+			}
+		/* values no row has any more leave the set */
+		foreach(vc, set->txn_values)
+		{
+			SsValue    *v = lfirst(vc);
+
+			v->txn = 0;
+			if (v->count == 0)
+			{
+				const char *data = v->key.data;
+
+				hash_search(set->values, &v->key, HASH_REMOVE, NULL);
+				pfree((char *) data);
+			}
+		}
+		list_free(set->txn_values);
+		set->txn_values = NIL;
+		set->txn = 0;
+	}
+	list_free(ss_sets_touched);
+	ss_sets_touched = NIL;
+}
+
+/* ------------------------------------------------------ catalog checks */
+
+/*
+ * What is wrong with the tables the stream's subqueries read, as the
+ * current catalog and the stream's role see them; NULL when nothing is.
+ * Runs as the stream's role.
+ */
+const char *
+ss_subquery_problem(ShapeStream *s)
+{
+	const SubqueryPlan *plan;
+
+	if (s->subquery == NULL)
+		return NULL;
+	plan = s->subquery->plan;
+	for (int d = 0; d < plan->ndependencies; d++)
+	{
+		const SubqueryDependency *dep = &plan->dependencies[d];
+		Bitmapset  *vars = NULL;
+		AttrNumber *attnums;
+		int			n = 0;
+		int			x = -1;
+		const char *field;
+		char	   *problem;
+
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(dep->relid)))
+			return "a table its subquery reads was dropped";
+		for (int c = 0; c < dep->ncolumns; c++)
+			if (get_atttype(dep->relid, dep->inner_attnums[c]) != dep->types[c])
+				return "a column its subquery reads was dropped or changed type";
+		if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
+			return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
+		if (shape_row_security_applies(dep->relid, GetUserId()))
+			return "a table its subquery reads has row-level security that applies to its role";
+		if (dep->where != NULL)
+			pull_varattnos(dep->where, 1, &vars);
+		attnums = palloc(sizeof(AttrNumber) * (dep->ncolumns + bms_num_members(vars)));
+		for (int c = 0; c < dep->ncolumns; c++)
+			attnums[n++] = dep->inner_attnums[c];
+		while ((x = bms_next_member(vars, x)) >= 0)
+			attnums[n++] = (AttrNumber) (x + FirstLowInvalidHeapAttributeNumber);
+		problem = shape_read_problem(dep->relid, n, attnums, &field);
+		if (problem != NULL)
+			return problem;
+	}
+	return NULL;
+}
