@@ -89,6 +89,7 @@
 /* The other headers, in order, each with the comma before it */
 #define LOG_RECORD_RELATION			",\"relation\":"
 #define LOG_RECORD_SNAPSHOT_MARK	",\"snapshot_mark\":"
+#define LOG_RECORD_IS_MOVE_IN		",\"is_move_in\":true"
 #define LOG_RECORD_KEY_CHANGE_TO	",\"key_change_to\":"
 #define LOG_RECORD_KEY_CHANGE_FROM	",\"key_change_from\":"
 #define LOG_RECORD_LSN				",\"lsn\":"

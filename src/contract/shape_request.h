@@ -84,6 +84,8 @@ typedef struct SubsetRequest
 	int			cell;			/* its SubsetResults cell, held by the request */
 	uint32_t	ticket;			/* ... and which use of it */
 	char		log_end[48];	/* main thread: the log's end before the query */
+	char	   *move_in_where;	/* main thread: a move-in's filter, no client's */
+	char	   *move_in_handle; /* ... and its shape's handle */
 } SubsetRequest;
 
 typedef struct ShapeRequest ShapeRequest;

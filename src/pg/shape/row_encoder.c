@@ -265,6 +265,16 @@ row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark)
 	enc->insert_headers_len = strlen(enc->insert_headers);
 }
 
+/* A move-in's rows (shape_stream_subquery.c) say so in their headers. */
+void
+row_encoder_set_move_in(RowEncoder *enc)
+{
+	enc->insert_headers = psprintf(LOG_RECORD_HEADERS LOG_RECORD_OPERATION(LOG_RECORD_INSERT)
+								   LOG_RECORD_RELATION "%s" LOG_RECORD_IS_MOVE_IN LOG_RECORD_END,
+								   enc->relation_json);
+	enc->insert_headers_len = strlen(enc->insert_headers);
+}
+
 /*
  * A column's value as text: data NULL for SQL NULL, else in the row
  * context, in the stored value, or in digits.

@@ -54,6 +54,7 @@ typedef struct RowEncoder
 
 extern void row_encoder_init(RowEncoder *enc, const ShapeRelation *rel);
 extern void row_encoder_set_snapshot_mark(RowEncoder *enc, uint32 snapshot_mark);
+extern void row_encoder_set_move_in(RowEncoder *enc);
 
 /*
  * Appends the snapshot message of one row to `out`.  `values` and `nulls`

@@ -30,8 +30,11 @@
 
 #include "common/md5.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 
 #include "row_tags.h"
+
+static ResourceOwner row_tags_owner = NULL;
 
 void
 row_tagger_init(RowTagger *tagger, const SubqueryPlan *plan, Oid outer_relid,
@@ -79,7 +82,26 @@ row_tag_value_hash(const RowTagger *tagger, int sublink, char *const *texts, cha
 			appendStringInfoString(&buf, texts[c]);
 		}
 	}
-	if (!pg_md5_hash(buf.data, buf.len, hash_out, &errstr))
+	/*
+	 * The hash is a resource of the current owner while it is computed; out
+	 * of a transaction (a move-in spliced between batches) it is this
+	 * file's own, which it leaves empty.
+	 */
+	if (CurrentResourceOwner == NULL)
+	{
+		bool		ok;
+
+		if (row_tags_owner == NULL)
+			row_tags_owner = ResourceOwnerCreate(NULL, "shape_sync tags");
+		CurrentResourceOwner = row_tags_owner;
+		ok = pg_md5_hash(buf.data, buf.len, hash_out, &errstr);
+		CurrentResourceOwner = NULL;
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("could not compute a tag's hash: %s", errstr)));
+	}
+	else if (!pg_md5_hash(buf.data, buf.len, hash_out, &errstr))
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("could not compute a tag's hash: %s", errstr)));

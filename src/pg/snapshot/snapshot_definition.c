@@ -162,3 +162,22 @@ snapshot_definition_visibility(dsm_segment *seg)
 	memcpy(copy, &def->visibility, size);
 	return copy;
 }
+
+/* pg_current_snapshot()'s text as a visibility, palloc'd (a move-in's). */
+SnapshotVisibility *
+snapshot_visibility_parse(const char *snapshot_text)
+{
+	const char *p = snapshot_text;
+	int			nxip = 0;
+	SnapshotVisibility *vis;
+
+	for (const char *c = snapshot_text; *c != '\0'; c++)
+		nxip += *c == ',';
+	vis = palloc(offsetof(SnapshotVisibility, xip) + sizeof(uint64) * (nxip + 1));
+	vis->xmin = sdef_number(snapshot_text, &p, ':');
+	vis->xmax = sdef_number(snapshot_text, &p, ':');
+	vis->nxip = 0;
+	while (*p != '\0')
+		vis->xip[vis->nxip++] = sdef_number(snapshot_text, &p, strchr(p, ',') ? ',' : '\0');
+	return vis;
+}

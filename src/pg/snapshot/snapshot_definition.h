@@ -55,5 +55,6 @@ extern void snapshot_definition_set_visibility(dsm_segment *seg, const char *sna
  * or NULL if the worker set none.
  */
 extern SnapshotVisibility *snapshot_definition_visibility(dsm_segment *seg);
+extern SnapshotVisibility *snapshot_visibility_parse(const char *snapshot_text);
 
 #endif							/* SHAPE_SYNC_SNAPSHOT_DEFINITION_H */

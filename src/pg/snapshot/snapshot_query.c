@@ -435,7 +435,9 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, const char *h
 	receiver.emit = emit;
 	receiver.arg = arg;
 	row_encoder_init(&receiver.enc, rel);
-	if (subset != NULL)
+	if (subset != NULL && subset->move_in)
+		row_encoder_set_move_in(&receiver.enc);
+	else if (subset != NULL)
 		row_encoder_set_snapshot_mark(&receiver.enc, subset->snapshot_mark);
 	initStringInfo(&receiver.message);
 

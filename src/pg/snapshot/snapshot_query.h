@@ -40,6 +40,7 @@ typedef struct SnapshotSubset
 	int64		limit;			/* -1: none */
 	int64		offset;			/* 0: none */
 	uint32		snapshot_mark;	/* in every row's headers */
+	bool		move_in;		/* a move-in's rows instead: is_move_in */
 } SnapshotSubset;
 
 /*

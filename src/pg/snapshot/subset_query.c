@@ -70,6 +70,7 @@
 #include "shape_role.h"
 #include "shape_where.h"
 #include "shared_state.h"
+#include "log_record.h"
 #include "shape_subquery.h"
 #include "snapshot_query.h"
 #include "subset_query.h"
@@ -85,6 +86,8 @@ typedef enum SubsetText
 	SUBSET_OFFSET,
 	SUBSET_ORDER_BY,
 	SUBSET_BODY,
+	SUBSET_MOVE_IN,				/* a move-in's filter tree (no client inputs) */
+	SUBSET_HANDLE,				/* ... and its shape's handle, for the tags */
 	SUBSET_NTEXTS
 } SubsetText;
 
@@ -156,6 +159,8 @@ subset_definition_create(const ShapeSpec *spec, const char *fingerprint,
 	texts[SUBSET_OFFSET] = in->offset;
 	texts[SUBSET_ORDER_BY] = in->order_by;
 	texts[SUBSET_BODY] = in->body;
+	texts[SUBSET_MOVE_IN] = in->move_in_where;
+	texts[SUBSET_HANDLE] = in->move_in_handle;
 	for (int i = 0; i < SUBSET_NTEXTS; i++)
 		size += texts[i] ? strlen(texts[i]) + 1 : 0;
 	for (int i = 0; i < in->nqueryable; i++)
@@ -656,6 +661,50 @@ subset_emit(void *arg, const char *message, int len)
 	subset_append((SubsetWriter *) arg, message, len);
 }
 
+/*
+ * A move-in of a shape with subqueries (shape_stream_subquery.c): the rows
+ * of the shape that the main thread's filter selects, tagged, at a snapshot
+ * of their own.  Record 0 is for the main thread alone: the WAL insert
+ * position after the snapshot and pg_current_snapshot()'s text; the rows
+ * follow, then, when there are any, the snapshot-end message clients get.
+ */
+static void
+subset_take_move_in(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
+{
+	ShapeRoleSaved saved;
+	SnapshotSubset subset;
+	Relation	rel;
+	StringInfoData meta;
+	char	   *snapshot_text;
+	uint64		database_lsn;
+
+	snapshot_text = snapshot_begin(in->spec.relid, (Oid) job->role, "taking a move-in snapshot",
+								   shape_sync_subset_statement_timeout, &saved,
+								   &database_lsn);
+	rel = table_open(in->spec.relid, AccessShareLock);
+	snapshot_check_shape(&in->spec, in->texts[SUBSET_FINGERPRINT], (Oid) job->role,
+						 quote_identifier(RelationGetRelationName(rel)));
+	table_close(rel, NoLock);
+
+	memset(&subset, 0, sizeof(subset));
+	subset.limit = -1;
+	subset.move_in = true;
+	subset.where = stringToNode(in->texts[SUBSET_MOVE_IN]);
+	initStringInfo(&meta);
+	appendStringInfo(&meta, UINT64_FORMAT " %s", database_lsn, snapshot_text);
+	subset_append(w, meta.data, meta.len);
+	snapshot_scan(&in->spec, &subset, in->texts[SUBSET_HANDLE], subset_emit, w);
+	if (w->records > 1)
+	{
+		resetStringInfo(&meta);
+		appendStringInfoString(&meta, LOG_RECORD_SNAPSHOT_END);
+		snapshot_visibility_json(&meta, snapshot_text);
+		appendStringInfoString(&meta, LOG_RECORD_END);
+		subset_append(w, meta.data, meta.len);
+	}
+	snapshot_end(&saved);
+}
+
 /* Runs the checked query; the cell holds the answer after. */
 static void
 subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
@@ -878,7 +927,10 @@ subset_run_job(const SnapshotJob *job, MemoryContext job_context)
 	PG_TRY();
 	{
 		subset_read_definition((dsm_handle) job->definition, &in);
-		subset_take(&w, job, &in);
+		if (in.texts[SUBSET_MOVE_IN] != NULL)
+			subset_take_move_in(&w, job, &in);
+		else
+			subset_take(&w, job, &in);
 	}
 	PG_CATCH();
 	{

@@ -20,6 +20,7 @@
 #include "server_metrics.h"
 #include "shape_def.h"
 #include "snapshot_definition.h"
+#include "subset_results.h"
 
 /* Registry hooks: a shape's stream lives as long as the shape. */
 extern void shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec,
@@ -40,6 +41,11 @@ extern void shape_stream_note_creating_snapshot(uint32 slot, Snapshot snapshot);
  * stream takes the log over at the next maintain (shape_stream_log.c).
  */
 extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *visibility);
+
+/* A move-in's query ended (subset_jobs.c): its answer, or why not. */
+extern void shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *answer,
+										  const SubsetOutcome *outcome);
+extern void shape_stream_move_in_failed(uint32 slot, uint32 generation);
 
 /*
  * A shape restored from disk (log_restore.c): commits before `lsn` are in

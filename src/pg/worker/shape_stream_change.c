@@ -562,6 +562,7 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 		bool		too_slow = eval_deadline_end() || ss_eval_too_slow;
 
 		ss_eval_too_slow = false;
+		ss_old_view = false;
 		MemoryContextSwitchTo(old);
 		/* what the failed evaluation held goes now, not at the next match */
 		if (ss_econtext != NULL)
@@ -580,19 +581,23 @@ ss_change_for_shape(ShapeStream *s, ReorderBufferChangeType action,
 }
 
 /*
- * A change for a shape with subqueries: matched against its value sets as
- * they stand, its messages tagged (row_tags.c); an update's lists the old
- * row's tags the new one lost.
+ * A change for a shape with subqueries, in one view: matched against its
+ * value sets as they were before the transaction (the transaction's own
+ * moves follow its changes, at its commit: shape_stream_subquery.c), its
+ * messages tagged (row_tags.c); an update's lists the old row's tags the
+ * new one lost.  With `old_view`, as if the stream's move-in in flight had
+ * not happened, into the records a move-in's snapshot may need instead.
  */
 static void
-ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
-						 TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+ss_apply_subquery_view(ShapeStream *s, ReorderBufferChangeType action,
+					   TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op,
+					   bool old_view)
 {
 	int			npositions = s->subquery->plan->npositions;
 	bool	   *new_active = palloc(sizeof(bool) * npositions);
 	bool	   *old_active = palloc(sizeof(bool) * npositions);
-	bool		new_in = newslot && ss_subquery_row(s, newslot, new_active);
-	bool		old_in = oldslot && ss_subquery_row(s, oldslot, old_active);
+	bool		new_in = newslot && ss_subquery_row(s, newslot, new_active, old_view);
+	bool		old_in = oldslot && ss_subquery_row(s, oldslot, old_active, old_view);
 	RowTags		new_tags;
 	RowTags		old_tags;
 	StringInfoData new_headers;
@@ -617,6 +622,7 @@ ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
 		row_tags_json(&s->subquery->tagger, &new_tags, old_in ? &old_tags : NULL,
 					  &new_headers);
 	MemoryContextSwitchTo(old);
+	ss_old_view = old_view;
 	if (action == REORDER_BUFFER_CHANGE_INSERT || (new_in && !old_in))
 		ss_encode(s, LOG_RECORD_INSERT, newslot, NULL, op, new_headers.data, NULL);
 	else if (action == REORDER_BUFFER_CHANGE_DELETE || (!new_in && old_in))
@@ -624,8 +630,18 @@ ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
 	else
 		ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op, new_headers.data,
 				  old_headers.data);
+	ss_old_view = false;
 	pfree(new_headers.data);
 	pfree(old_headers.data);
+}
+
+static void
+ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
+						 TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
+{
+	ss_apply_subquery_view(s, action, newslot, oldslot, op, false);
+	if (s->moving != NULL && !s->rotate)
+		ss_apply_subquery_view(s, action, newslot, oldslot, op, true);
 }
 
 static void
@@ -761,9 +777,10 @@ shape_stream_commit(void)
 		if (s->needs_check && !s->rotate && !s->skip_txn)
 			ss_recheck_privileges(s);
 		ss_release_held(s, true);
+		ss_release_held_before(s, true);
 		if (s->rotate)
 			;					/* retired at the next maintain */
-		else if (!s->ready && s->txn_pending != NULL)
+		else if ((!s->ready || s->moving != NULL) && s->txn_pending != NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(s->context);
 
@@ -779,6 +796,7 @@ shape_stream_commit(void)
 		s->touched = false;
 		s->skip_txn = false;
 		s->appended = false;
+
 	}
 	list_free(ss_touched);
 	ss_touched = NIL;

@@ -52,7 +52,26 @@ typedef struct SsSubquery
 	ParamExecData *params;		/* by sublink: each one's result for a row */
 	int		   *sets;			/* by dependency: its value set */
 	StringInfoData key;			/* a row's value, looked up */
+	Node	   *where_tree;		/* the where clause the plan was made from */
 } SsSubquery;
+
+/*
+ * A move-in in flight (shape_stream_subquery.c): the rows that a
+ * transaction's values brought into the shape are read by a query of their
+ * own; meanwhile the stream keeps its transactions, as while its snapshot
+ * is taken, and the rows are spliced in when they come (ss_move_in_splice).
+ */
+typedef struct SsMoveIn
+{
+	int			dependency;
+	List	   *values;			/* char ** (texts by column) of each value */
+	List	   *keys;			/* StringInfo: the same values as set keys */
+	TransactionId xid;			/* the transaction that moved them in */
+	bool		answered;
+	uint64		database_lsn;	/* past every commit its snapshot sees */
+	SnapshotVisibility *visibility;
+	StringInfoData answer;		/* (uint32 len, bytes)*: rows, snapshot-end */
+} SsMoveIn;
 
 /* A transaction kept while its shape's snapshot is still being taken. */
 typedef struct PendingTxn
@@ -62,6 +81,8 @@ typedef struct PendingTxn
 								 * snapshot has this transaction */
 	SmRotationCause problem_cause;	/* and what kind of why, for the metrics */
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
+	StringInfoData records_before;	/* the same, as if the stream's move-in
+									 * had not happened (data NULL: none) */
 } PendingTxn;
 
 typedef struct ShapeStream
@@ -80,6 +101,10 @@ typedef struct ShapeStream
 	RowEncoder	enc;
 	ExprState  *where;			/* NULL: every row matches, or subquery */
 	SsSubquery *subquery;		/* NULL: the where clause has none */
+	SsMoveIn   *moving;			/* a move-in in flight: transactions are kept */
+	bool		has_held_before;	/* the latest message of the transaction */
+	LogOffset	held_before_offset; /* as if the move-in had not happened */
+	StringInfoData held_before; /* (ss_old_view) */
 	int			nused;			/* columns the shape reads: selected, key, where */
 	AttrNumber *used_attnums;
 	Oid		   *used_types;		/* their types when the shape was made */
@@ -216,7 +241,7 @@ extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId
 /* shape_stream_subquery.c */
 extern void ss_subquery_add(ShapeStream *s, Node *where, const char *handle);
 extern void ss_subquery_remove(ShapeStream *s);
-extern bool ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active);
+extern bool ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_view);
 extern int	ss_set_acquire(const SubqueryDependency *dep, uint32 slot);
 extern void ss_set_release(int id, uint32 slot);
 extern bool ss_sets_on(Oid relid);
@@ -227,6 +252,13 @@ extern List *ss_sets_dependents_on(Oid relid);
 extern void ss_sets_begin(void);
 extern void ss_sets_commit(void);
 extern void ss_sets_count(int64 *nsets, int64 *nvalues);
+extern void ss_moves_maintain(void);
+extern void ss_move_in_forget(ShapeStream *s);
+extern void ss_move_in_splice(ShapeStream *s);
+extern void ss_move_in_event(ShapeStream *s, StringInfo msg);
+extern bool ss_old_view;		/* encoding as if the move-in had not happened */
+extern void ss_release_held_before(ShapeStream *s, bool last);
+extern void ss_emit_before(ShapeStream *s, LogOffset offset, const char *data, uint32 len);
 extern const char *ss_subquery_problem(ShapeStream *s);
 
 #endif							/* SHAPE_STREAM_INTERNAL_H */

@@ -458,7 +458,7 @@ ss_spill_kept_all(void)
 void
 ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 {
-	if (s->ready)
+	if (s->ready && s->moving == NULL)
 	{
 		ss_append(s, offset, data, len);
 		return;
@@ -503,6 +503,8 @@ void
 ss_free_pending(PendingTxn *txn)
 {
 	pfree(txn->records.data);
+	if (txn->records_before.data != NULL)
+		pfree(txn->records_before.data);
 	if (txn->problem != NULL)
 		pfree(txn->problem);
 	pfree(txn);
@@ -545,7 +547,7 @@ ss_touch(ShapeStream *s)
 		if (known != NULL && ss_visible(known, ss_xid))
 			s->skip_txn = true;
 	}
-	if (!s->ready && !s->skip_txn)
+	if ((!s->ready || s->moving != NULL) && !s->skip_txn)
 	{
 		old = MemoryContextSwitchTo(s->context);
 		s->txn_pending = palloc0(sizeof(PendingTxn));
@@ -557,11 +559,58 @@ ss_touch(ShapeStream *s)
 }
 
 /* Queues a message (without its closing braces) at op position `op`. */
+bool		ss_old_view = false;
+
+
+/* The held message of the view as if the move-in had not happened. */
+void
+ss_release_held_before(ShapeStream *s, bool last)
+{
+	if (!s->has_held_before)
+		return;
+	s->has_held_before = false;
+	appendStringInfoString(&s->held_before, log_record_end(last));
+	ss_emit_before(s, s->held_before_offset, s->held_before.data, (uint32) s->held_before.len);
+	resetStringInfo(&s->held_before);
+}
+
+/* A finished record of the view as if the move-in had not happened. */
+void
+ss_emit_before(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
+{
+	PendingTxn *txn = s->txn_pending;
+	MemoryContext old;
+
+	if (txn == NULL || s->rotate)
+		return;
+	old = MemoryContextSwitchTo(s->context);
+	if (txn->records_before.data == NULL)
+		initStringInfo(&txn->records_before);
+	MemoryContextSwitchTo(old);
+	s->pending_bytes += sizeof(offset) + sizeof(len) + len;
+	ss_pending_total += sizeof(offset) + sizeof(len) + len;
+	appendBinaryStringInfo(&txn->records_before, (const char *) &offset, sizeof(offset));
+	appendBinaryStringInfo(&txn->records_before, (const char *) &len, sizeof(len));
+	appendBinaryStringInfo(&txn->records_before, data, len);
+}
+
 void
 ss_message(ShapeStream *s, uint64 op, StringInfo msg)
 {
 	LogOffset	offset = {(int64_t) ss_lsn, op};
 	MemoryContext old = MemoryContextSwitchTo(s->context);
+
+	if (ss_old_view)
+	{
+		if (s->held_before.data == NULL)
+			initStringInfo(&s->held_before);
+		ss_release_held_before(s, false);
+		appendBinaryStringInfo(&s->held_before, msg->data, msg->len);
+		s->held_before_offset = offset;
+		s->has_held_before = true;
+		MemoryContextSwitchTo(old);
+		return;
+	}
 
 	ss_release_held(s, false);
 	appendBinaryStringInfo(&s->held, msg->data, msg->len);
@@ -897,4 +946,101 @@ bool
 shape_stream_write_out_due(uint64 batch_mark)
 {
 	return ss_disk_publishes != batch_mark && log_trim_due();
+}
+
+/* ------------------------------------------------------------- move-ins */
+
+/*
+ * The move-in's rows are in and decoding is past every commit their
+ * snapshot saw.  The kept transactions were encoded twice: as if the rows
+ * had come, and as if the move-in had not happened.  Those the snapshot
+ * saw go first, the second way (the rows hold their effects), then the
+ * event, the rows and their snapshot-end, then the others, the first way.
+ * Should one the snapshot saw come after one it did not see (commit order
+ * is not visibility order), the shape rotates.
+ */
+void
+ss_move_in_splice(ShapeStream *s)
+{
+	SsMoveIn   *m = s->moving;
+	ListCell   *lc;
+	LogOffset	at;
+	const char *p;
+	const char *end;
+	StringInfoData event;
+	bool		unseen = false;
+
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+		bool		seen = ss_visible(m->visibility, txn->xid);
+
+		if (seen && unseen)
+		{
+			ss_rotate_later(s, SM_ROTATION_MOVE_IN,
+							"its move-in's snapshot saw a transaction that committed after one it did not see");
+			break;
+		}
+		unseen = unseen || !seen;
+	}
+	/* those the snapshot saw */
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+
+		if (s->rotate || !ss_visible(m->visibility, txn->xid))
+			break;
+		if (txn->problem != NULL)
+		{
+			ss_rotate_later(s, txn->problem_cause, txn->problem);
+			break;
+		}
+		if (txn->records_before.data != NULL)
+			ss_append_records(s, txn->records_before.data, txn->records_before.len);
+	}
+	/* the event, the rows, their end */
+	at = s->last;
+	initStringInfo(&event);
+	ss_move_in_event(s, &event);
+	at.op++;
+	if (!s->rotate)
+		ss_append(s, at, event.data, (uint32) event.len);
+	pfree(event.data);
+	p = m->answer.data;
+	end = p + m->answer.len;
+	while (p < end && !s->rotate)
+	{
+		uint32		n;
+
+		memcpy(&n, p, sizeof(n));
+		p += sizeof(n);
+		at.op++;
+		ss_append(s, at, p, n);
+		p += n;
+	}
+	/* those it did not see */
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+
+		if (s->rotate)
+			break;
+		if (ss_visible(m->visibility, txn->xid))
+			continue;
+		if (txn->problem != NULL)
+		{
+			ss_rotate_later(s, txn->problem_cause, txn->problem);
+			break;
+		}
+		ss_append_records(s, txn->records.data, txn->records.len);
+	}
+	foreach(lc, s->pending)
+		ss_free_pending(lfirst(lc));
+	list_free(s->pending);
+	s->pending = NIL;
+	ss_pending_forget(s);
+	ss_move_in_forget(s);
+	if (!s->rotate && s->appended)
+		ss_publish_commit(s);
+	s->appended = false;
 }

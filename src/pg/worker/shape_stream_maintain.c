@@ -202,6 +202,7 @@ shape_stream_maintain(ShapeStreamRotate rotate)
 	ss_take_over_done(false);
 
 	ss_recheck_now = false;
+	ss_moves_maintain();		/* move-ins whose rows came */
 	if (ss_changed_relids != NIL || ss_all_changed || ss_check_slots != NIL)
 	{
 		Oid			role;

@@ -68,6 +68,8 @@
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
 #include "tcop/tcopprot.h"
+#include "nodes/makefuncs.h"
+#include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -76,7 +78,9 @@
 #include "eval_deadline.h"
 #include "guc.h"
 #include "log_record.h"
+#include "subset_jobs.h"
 #include "shape_def_error.h"
+#include "decoder.h"
 #include "shape_relation.h"
 #include "shape_role.h"
 
@@ -94,8 +98,7 @@ typedef struct SsValue
 	SsValueKey	key;			/* hash key; data in the set's context */
 	int64		count;			/* rows of the inner table with it */
 	uint64		txn;			/* the transaction that last counted it */
-	bool		was_in;			/* in that transaction: in at some point */
-	bool		was_out;		/* out at some point (the start included) */
+	int64		before;			/* its count before that transaction */
 } SsValue;
 
 typedef struct SsValueSet
@@ -129,8 +132,7 @@ typedef struct SsValueSet
 	bool		skip_txn;
 	List	   *txn_values;		/* SsValue *, counted in it */
 	int64		null_rows_before;
-	bool		null_changed;
-	bool		emptiness_changed;
+	int64		nvalues_before;
 	uint64		visited;
 	char	   *problem;		/* its shapes rotate, for this reason */
 } SsValueSet;
@@ -256,8 +258,6 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 	if (!has_value)
 	{
 		set->null_rows += delta;
-		if ((set->null_rows > 0) != (set->null_rows_before > 0))
-			set->null_changed = true;
 		return;
 	}
 	k.data = key->data;
@@ -281,8 +281,7 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 		MemoryContext old = MemoryContextSwitchTo(set->context);
 
 		v->txn = set->txn;
-		v->was_in = v->count > 0;
-		v->was_out = v->count == 0;
+		v->before = v->count;
 		set->txn_values = lappend(set->txn_values, v);
 		MemoryContextSwitchTo(old);
 	}
@@ -291,13 +290,6 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 	v->count += delta;
 	if (v->count == 0)
 		set->nvalues--;
-	if (set->txn != 0)
-	{
-		v->was_in = v->was_in || v->count > 0;
-		v->was_out = v->was_out || v->count == 0;
-	}
-	if (set->nvalues == 0 || (set->nvalues == 1 && v->count == delta && delta > 0))
-		set->emptiness_changed = set->txn != 0;
 }
 
 /* Receives the rows of a set's first reading. */
@@ -574,8 +566,7 @@ ss_set_touch(SsValueSet *set)
 	set->skip_txn = false;
 	set->txn_values = NIL;
 	set->null_rows_before = set->null_rows;
-	set->null_changed = false;
-	set->emptiness_changed = false;
+	set->nvalues_before = set->nvalues;
 	old = MemoryContextSwitchTo(ss_context);
 	ss_sets_touched = lappend(ss_sets_touched, set);
 	MemoryContextSwitchTo(old);
@@ -738,12 +729,31 @@ ss_sets_dependents_on(Oid relid)
 
 /* ------------------------------------------------- the outer table's rows */
 
+/* Whether `key` is one of the move-in's values. */
+static bool
+ss_moving_value(const SsMoveIn *m, const StringInfo key)
+{
+	ListCell   *lc;
+
+	foreach(lc, m->keys)
+	{
+		StringInfo	k = lfirst(lc);
+
+		if (k->len == key->len && memcmp(k->data, key->data, key->len) == 0)
+			return true;
+	}
+	return false;
+}
+
 /*
  * Whether the row is in the shape, and each position's condition, as
- * clients read them (polarity applied, NULL as false).
+ * clients read them (polarity applied, NULL as false).  The values are
+ * those the sets had before the current transaction: a transaction is
+ * judged against them, its moves follow its changes (ss_stream_moves).
+ * With `old_view`, a move-in in flight had not happened.
  */
 bool
-ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active)
+ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_view)
 {
 	SsSubquery *q = s->subquery;
 	const SubqueryPlan *plan = q->plan;
@@ -756,29 +766,28 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active)
 		const SubquerySublink *sl = &plan->sublinks[i];
 		SsValueSet *set = ss_sets[q->sets[sl->dependency]];
 		ParamExecData *param = &q->params[i];
+		bool		touched = set->txn != 0 && set->txn == ss_txn_number && !set->skip_txn;
+		int64		null_rows = touched ? set->null_rows_before : set->null_rows;
+		int64		nvalues = touched ? set->nvalues_before : set->nvalues;
 
 		param->execPlan = NULL;
 		if (!ss_row_key(slot, set->ncolumns, sl->outer_attnums, q->tagger.outputs[i], &q->key))
 		{
 			/* NULL IN (nothing) is false; otherwise it is NULL */
-			param->isnull = set->nvalues > 0 || set->null_rows > 0;
+			param->isnull = nvalues > 0 || null_rows > 0;
 			param->value = BoolGetDatum(false);
 		}
 		else
 		{
 			SsValueKey	k = {q->key.data, (uint32) q->key.len};
 			SsValue    *v = hash_search(set->values, &k, HASH_FIND, NULL);
+			bool		found = v != NULL && (v->txn == set->txn && touched ? v->before : v->count) > 0;
 
-			if (v != NULL && v->count > 0)
-			{
-				param->isnull = false;
-				param->value = BoolGetDatum(true);
-			}
-			else
-			{
-				param->isnull = set->null_rows > 0;
-				param->value = BoolGetDatum(false);
-			}
+			if (old_view && s->moving != NULL && sl->dependency == s->moving->dependency &&
+				ss_moving_value(s->moving, &q->key))
+				found = plan->dependencies[sl->dependency].negated;	/* as before it moved */
+			param->isnull = !found && null_rows > 0;
+			param->value = BoolGetDatum(found);
 		}
 	}
 	ss_econtext_ensure();
@@ -841,6 +850,7 @@ ss_subquery_add(ShapeStream *s, Node *where, const char *handle)
 	for (int d = 0; d < plan->ndependencies; d++)
 		q->sets[d] = -1;
 	initStringInfo(&q->key);
+	q->where_tree = where;
 	s->subquery = q;
 	for (int d = 0; d < plan->ndependencies; d++)
 		q->sets[d] = ss_set_acquire(&plan->dependencies[d], s->slot);
@@ -915,18 +925,374 @@ ss_emit_move(ShapeStream *s, int dep, List *values, const char *event)
 	}
 	appendStringInfo(&msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, ss_xid);
 	/* after the transaction's changes, the last of which says so */
-	ss_release_held(s, true);
-	ss_emit(s, offset, msg.data, (uint32) msg.len);
+	if (ss_old_view)
+	{
+		ss_release_held_before(s, true);
+		ss_emit_before(s, offset, msg.data, (uint32) msg.len);
+	}
+	else
+	{
+		ss_release_held(s, true);
+		ss_emit(s, offset, msg.data, (uint32) msg.len);
+	}
 	pfree(msg.data);
 	MemoryContextSwitchTo(old);
 }
 
-/* What the transaction did to one set, for one of its streams. */
+/*
+ * The same event as if the stream's move-in in flight had not happened:
+ * without the move-in's values, which were never in then.
+ */
+static void
+ss_emit_move_before(ShapeStream *s, int dep, List *values, const char *event)
+{
+	List	   *kept = NIL;
+	ListCell   *lc;
+	StringInfoData key;
+
+	if (dep != s->moving->dependency)
+		kept = list_copy(values);
+	else
+	{
+		initStringInfo(&key);
+		foreach(lc, values)
+		{
+			SsValue    *v = lfirst(lc);
+
+			resetStringInfo(&key);
+			appendBinaryStringInfo(&key, v->key.data, v->key.len);
+			if (!ss_moving_value(s->moving, &key))
+				kept = lappend(kept, v);
+		}
+		pfree(key.data);
+	}
+	if (kept != NIL)
+	{
+		ss_old_view = true;
+		PG_TRY();
+		{
+			ss_emit_move(s, dep, kept, event);
+		}
+		PG_FINALLY();
+		{
+			ss_old_view = false;
+		}
+		PG_END_TRY();
+	}
+	list_free(kept);
+}
+
+/* The move-in event of the stream's move in flight. */
+void
+ss_move_in_event(ShapeStream *s, StringInfo msg)
+{
+	SsMoveIn   *m = s->moving;
+	const SubqueryPlan *plan = s->subquery->plan;
+	ListCell   *lc;
+	bool		first = true;
+
+	appendStringInfoString(msg, "{\"headers\":{\"event\":\"move-in\",\"patterns\":[");
+	for (int p = 0; p < plan->npositions; p++)
+	{
+		int			sublink = plan->positions[p].sublink;
+
+		if (sublink < 0 || plan->sublinks[sublink].dependency != m->dependency)
+			continue;
+		foreach(lc, m->values)
+		{
+			char		hash[ROW_TAG_HASH_LEN + 1];
+
+			row_tag_value_hash(&s->subquery->tagger, sublink, lfirst(lc), hash);
+			appendStringInfo(msg, "%s{\"pos\":%d,\"value\":\"%s\"}", first ? "" : ",", p, hash);
+			first = false;
+		}
+	}
+	appendStringInfo(msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, m->xid);
+}
+
+/* The comparisons of one of the plan's subqueries, each an OpExpr. */
+static List *
+ss_sublink_comparisons(const SubqueryPlan *plan, int sublink)
+{
+	Node	   *test = plan->sublinks[sublink].node->testexpr;
+
+	return IsA(test, OpExpr) ? list_make1(test) : ((BoolExpr *) test)->args;
+}
+
+/* A value's column text as a constant of the type `op` compares it as. */
+static Const *
+ss_value_const(OpExpr *op, const char *text)
+{
+	Oid			type = exprType(lsecond(op->args));
+	Oid			input;
+	Oid			ioparam;
+	int16		typlen;
+	bool		typbyval;
+
+	getTypeInputInfo(type, &input, &ioparam);
+	get_typlenbyval(type, &typlen, &typbyval);
+	return makeConst(type, -1, exprCollation(lsecond(op->args)), typlen,
+					 OidInputFunctionCall(input, (char *) text, ioparam, -1), false, typbyval);
+}
+
+/* The clause with the dependency's subqueries as they were before the move. */
+static Node *
+ss_mask_dependency(Node *node, void *context)
+{
+	ShapeStream *s = context;
+	const SubqueryPlan *plan = s->subquery->plan;
+
+	if (node == NULL)
+		return NULL;
+	if (IsA(node, SubLink))
+		for (int i = 0; i < plan->nsublinks; i++)
+			if (plan->sublinks[i].node == (SubLink *) node &&
+				plan->sublinks[i].dependency == s->moving->dependency)
+				/* IN was false for these values; NOT IN's subquery had them */
+				return makeBoolConst(plan->dependencies[s->moving->dependency].negated, false);
+	return expression_tree_mutator(node, ss_mask_dependency, context);
+}
+
+/*
+ * The rows of a move-in: those of the shape whose compared columns have
+ * one of the values, and that were not in the shape before (the clause
+ * with the values as they were holds for them: the client has them, and
+ * the move-in event flips their conditions).
+ */
+static Node *
+ss_move_in_filter(ShapeStream *s)
+{
+	const SubqueryPlan *plan = s->subquery->plan;
+	SsMoveIn   *m = s->moving;
+	List	   *alternatives = NIL;
+	CoalesceExpr *before = makeNode(CoalesceExpr);
+
+	for (int i = 0; i < plan->nsublinks; i++)
+	{
+		List	   *comparisons;
+		ListCell   *vc;
+
+		if (plan->sublinks[i].dependency != m->dependency)
+			continue;
+		comparisons = ss_sublink_comparisons(plan, i);
+		foreach(vc, m->values)
+		{
+			char	  **texts = lfirst(vc);
+			List	   *conds = NIL;
+			ListCell   *cc;
+
+			foreach(cc, comparisons)
+			{
+				OpExpr	   *op = lfirst(cc);
+				OpExpr	   *eq = (OpExpr *) make_opclause(op->opno, BOOLOID, false,
+														 copyObject(linitial(op->args)),
+														 (Expr *) ss_value_const(op, texts[foreach_current_index(cc)]),
+														 InvalidOid, op->inputcollid);
+
+				eq->opfuncid = op->opfuncid;
+				conds = lappend(conds, eq);
+			}
+			alternatives = lappend(alternatives, list_length(conds) == 1 ? linitial(conds) :
+								   (Node *) make_andclause(conds));
+		}
+	}
+	before->coalescetype = BOOLOID;
+	before->coalescecollid = InvalidOid;
+	before->args = list_make2(ss_mask_dependency(s->subquery->where_tree, s),
+							  makeBoolConst(false, false));
+	before->location = -1;
+	return (Node *) make_andclause(list_make2(list_length(alternatives) == 1 ?
+											  linitial(alternatives) :
+											  (Node *) make_orclause(alternatives),
+											  make_notclause((Expr *) before)));
+}
+
+void
+ss_move_in_forget(ShapeStream *s)
+{
+	if (s->moving == NULL)
+		return;
+	if (s->moving->answer.data != NULL)
+		pfree(s->moving->answer.data);
+	s->moving = NULL;
+}
+
+/*
+ * Values moved the shape's rows in: their query is queued (subset_jobs.c),
+ * and the stream keeps its transactions until the rows are spliced in.
+ * A stream still taking its snapshot, already waiting for a move-in, or
+ * whose query cannot be queued now rotates instead (move_in).
+ */
+static void
+ss_move_in_begin(ShapeStream *s, int dep, List *values)
+{
+	SsMoveIn   *m;
+	SubsetRequest *request;
+	ListCell   *lc;
+	MemoryContext old;
+	int			ncolumns = s->subquery->plan->dependencies[dep].ncolumns;
+
+	if (!s->ready)
+	{
+		ss_rotate_unless_in_snapshot(s, SM_ROTATION_MOVE_IN,
+									 "a value entered the result of its subquery while its snapshot was taken");
+		return;
+	}
+	if (s->moving != NULL)
+	{
+		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
+						"a value entered the result of its subquery while an earlier move-in was read");
+		return;
+	}
+	old = MemoryContextSwitchTo(s->context);
+	m = palloc0(sizeof(SsMoveIn));
+	m->dependency = dep;
+	m->xid = ss_xid;
+	foreach(lc, values)
+	{
+		SsValue    *v = lfirst(lc);
+		StringInfo	key = makeStringInfo();
+
+		appendBinaryStringInfo(key, v->key.data, v->key.len);
+		m->keys = lappend(m->keys, key);
+		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
+	}
+	s->moving = m;
+	MemoryContextSwitchTo(old);
+
+	request = MemoryContextAllocZero(TopMemoryContext, sizeof(SubsetRequest));
+	request->move_in_where = MemoryContextStrdup(TopMemoryContext,
+												 nodeToString(ss_move_in_filter(s)));
+	request->move_in_handle = MemoryContextStrdup(TopMemoryContext, s->subquery->tagger.handle);
+	if (!subset_jobs_move_in(s->slot, s->generation, request))
+	{
+		pfree(request->move_in_where);
+		pfree(request->move_in_handle);
+		pfree(request);
+		ss_move_in_forget(s);
+		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
+						"a value entered the result of its subquery, and no query slot was free to read its rows");
+	}
+}
+
+static ShapeStream *
+ss_moving_stream(uint32 slot, uint32 generation)
+{
+	ShapeStream *s;
+
+	if (ss_streams == NULL)
+		return NULL;
+	s = &ss_streams[slot];
+	if (!s->in_use || s->generation != generation || s->moving == NULL || s->rotate)
+		return NULL;
+	return s;
+}
+
+void
+shape_stream_move_in_failed(uint32 slot, uint32 generation)
+{
+	ShapeStream *s = ss_moving_stream(slot, generation);
+
+	if (s == NULL)
+		return;
+	ss_move_in_forget(s);
+	ss_rotate_later(s, SM_ROTATION_MOVE_IN, "the rows a value brought into it could not be read");
+}
+
+/* Whether decoding is past every commit the move-in's snapshot saw. */
+static void
+ss_move_in_try(ShapeStream *s)
+{
+	if (s->moving->answered && decoder_position() >= s->moving->database_lsn)
+		ss_move_in_splice(s);
+}
+
+void
+shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *answer,
+							  const SubsetOutcome *outcome)
+{
+	ShapeStream *s = ss_moving_stream(slot, generation);
+	ShapeLogArena *arena = ss_table()->arena;
+	SlogPublished pub;
+	uint64		pos = 0;
+	MemoryContext old;
+	SsMoveIn   *m;
+
+	if (s == NULL)
+		return;
+	m = s->moving;
+	if (outcome->reason != REFUSAL_NONE)
+	{
+		shape_stream_move_in_failed(slot, generation);
+		return;
+	}
+	slog_read_published(answer, &pub);
+	old = MemoryContextSwitchTo(s->context);
+	initStringInfo(&m->answer);
+	while (pos < pub.data_end)
+	{
+		SlogRecordHeader hdr;
+		char	   *data;
+
+		if (!slog_read_header(arena, answer, pos, &hdr))
+			break;
+		data = palloc(hdr.len + 1);
+		if (!slog_copy_out(arena, answer, pos + sizeof(hdr), data, hdr.len))
+			break;
+		data[hdr.len] = '\0';
+		if (pos == 0)
+		{
+			/* the insert position after the snapshot, and the snapshot */
+			char	   *space = strchr(data, ' ');
+
+			m->database_lsn = strtoull(data, NULL, 10);
+			m->visibility = space ? snapshot_visibility_parse(space + 1) : NULL;
+		}
+		else
+		{
+			appendBinaryStringInfo(&m->answer, (const char *) &hdr.len, sizeof(hdr.len));
+			appendBinaryStringInfo(&m->answer, data, hdr.len);
+		}
+		pfree(data);
+		pos += slog_record_span(hdr.len);
+	}
+	MemoryContextSwitchTo(old);
+	if (pos < pub.data_end || m->visibility == NULL)
+	{
+		shape_stream_move_in_failed(slot, generation);
+		return;
+	}
+	m->answered = true;
+	ss_move_in_try(s);
+}
+
+/* Between batches: the move-ins whose rows came, once decoding caught up. */
+void
+ss_moves_maintain(void)
+{
+	ShapeTable *table;
+
+	if (ss_streams == NULL || ss_nsets == 0)
+		return;
+	table = ss_table();
+	for (uint32 i = 0; i < table->nslots; i++)
+		if (ss_streams[i].in_use && ss_streams[i].moving != NULL && !ss_streams[i].rotate)
+			ss_move_in_try(&ss_streams[i]);
+}
+
+/*
+ * What the transaction did to one set, for one of its streams: the values
+ * whose subquery condition held before it and does not after it move out
+ * (an event), those for which it is the other way round move in (their
+ * rows are read: ss_move_in_begin).  A value that entered and left within
+ * the transaction moves nothing: the transaction was judged without it.
+ */
 static void
 ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
 {
 	bool		negated = s->subquery->plan->dependencies[dep].negated;
 	List	   *out = NIL;
+	List	   *entering = NIL;
 	ListCell   *lc;
 
 	if (s->rotate || !ss_touch(s) || (!s->ready && s->txn_pending->problem != NULL))
@@ -936,8 +1302,11 @@ ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
 		ss_rotate_unless_in_snapshot(s, SM_ROTATION_TABLE_CHANGED, set->problem);
 		return;
 	}
-	if (negated && (set->null_changed || set->emptiness_changed))
+	if (negated && ((set->null_rows > 0) != (set->null_rows_before > 0) ||
+					(set->nvalues + set->null_rows == 0) !=
+					(set->nvalues_before + set->null_rows_before == 0)))
 	{
+		/* NOT IN of a NULL, or of nothing, concerns every row */
 		ss_rotate_unless_in_snapshot(s, SM_ROTATION_MOVE_IN,
 									 "its NOT IN subquery gained or lost a NULL, or became empty or not");
 		return;
@@ -945,25 +1314,24 @@ ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
 	foreach(lc, set->txn_values)
 	{
 		SsValue    *v = lfirst(lc);
-		bool		in = v->count > 0;
-		bool		holds = negated ? !in : in;
-		bool		held = negated ? v->was_out : v->was_in;
-		bool		failed = negated ? v->was_in : v->was_out;
+		bool		held = negated ? v->before == 0 : v->before > 0;
+		bool		holds = negated ? v->count == 0 : v->count > 0;
 
-		if (holds && failed)
-		{
-			/* rows no change of this transaction sent may be in the shape now */
-			ss_rotate_unless_in_snapshot(s, SM_ROTATION_MOVE_IN,
-										 "a value entered the result of its subquery");
-			list_free(out);
-			return;
-		}
-		if (!holds && held)
+		if (holds && !held)
+			entering = lappend(entering, v);
+		else if (held && !holds)
 			out = lappend(out, v);
 	}
 	if (out != NIL)
+	{
 		ss_emit_move(s, dep, out, "move-out");
+		if (s->moving != NULL)
+			ss_emit_move_before(s, dep, out, "move-out");
+	}
+	if (entering != NIL)
+		ss_move_in_begin(s, dep, entering);
 	list_free(out);
+	list_free(entering);
 }
 
 /*
@@ -983,7 +1351,7 @@ ss_sets_commit(void)
 		ListCell   *vc;
 
 		if (!set->skip_txn && (set->txn_values != NIL || set->problem != NULL ||
-							   set->null_changed || set->emptiness_changed))
+							   set->null_rows != set->null_rows_before))
 			foreach(dc, set->dependents)
 			{
 				ShapeStream *s = &ss_streams[lfirst_int(dc)];

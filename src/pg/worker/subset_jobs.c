@@ -64,6 +64,7 @@
 
 #include "guc.h"
 #include "registry.h"
+#include "shape_stream.h"
 #include "shared_state.h"
 #include "snapshot_pool.h"
 #include "subset_jobs.h"
@@ -73,6 +74,10 @@ typedef struct SubsetJobEntry
 {
 	bool		in_use;
 	ShapeRequest *req;			/* NULL once answered (gave up) */
+	bool		move_in;		/* the main thread's, for a shape's move-in: */
+	uint32		slot;			/* its shape, */
+	uint32		generation;
+	SubsetRequest *move_in_request; /* its filter (shape_stream_subquery.c) */
 	dsm_segment *definition;	/* until the job is done */
 	uint32		ticket;
 	bool		queued;			/* handed to the pool */
@@ -92,6 +97,19 @@ subset_results(void)
 	return &shape_sync_shared->subsets;
 }
 
+/* The shape of an entry: its request's, or its move-in's. */
+static uint32
+subset_entry_slot(const SubsetJobEntry *e)
+{
+	return e->move_in ? e->slot : e->req->result.slot;
+}
+
+static uint32
+subset_entry_generation(const SubsetJobEntry *e)
+{
+	return e->move_in ? e->generation : e->req->result.generation;
+}
+
 /*
  * The request gets its answer: the cell's (REFUSAL_NONE), or a refusal
  * for `reason` (503s all, see refusal_render.c).
@@ -101,6 +119,12 @@ subset_answer(SubsetJobEntry *e, RefusalReason reason)
 {
 	ShapeRequest *req = e->req;
 
+	if (e->move_in && reason != REFUSAL_NONE)
+	{
+		/* its shape rotates: the rows that moved in cannot be had */
+		shape_stream_move_in_failed(e->slot, e->generation);
+		return;
+	}
 	if (req == NULL)
 		return;
 	e->req = NULL;
@@ -122,6 +146,12 @@ subset_forget(int cell)
 		dsm_detach(e->definition);
 	if (e->queued)
 		subset_in_pool--;
+	if (e->move_in_request != NULL)
+	{
+		pfree(e->move_in_request->move_in_where);
+		pfree(e->move_in_request->move_in_handle);
+		pfree(e->move_in_request);
+	}
 	memset(e, 0, sizeof(*e));
 	subset_in_flight--;
 }
@@ -200,13 +230,13 @@ subset_jobs_take(ShapeRequest *req)
 static dsm_segment *
 subset_definition(SubsetJobEntry *e, Oid *role)
 {
-	ShapeRequest *req = e->req;
 	const ShapeSpec *spec;
 	const char *fingerprint;
 	MemoryContext oldcxt = CurrentMemoryContext;
 	dsm_segment *volatile seg = NULL;
 
-	if (!registry_shape(req->result.slot, req->result.generation, &spec, &fingerprint, role))
+	if (!registry_shape(subset_entry_slot(e), subset_entry_generation(e), &spec, &fingerprint,
+						role))
 	{
 		subset_answer(e, REFUSAL_SUBSET_SHAPE_DROPPED);
 		return NULL;
@@ -214,7 +244,8 @@ subset_definition(SubsetJobEntry *e, Oid *role)
 	PG_TRY();
 	{
 		MemoryContextSwitchTo(TopMemoryContext);
-		seg = subset_definition_create(spec, fingerprint, req->subset);
+		seg = subset_definition_create(spec, fingerprint,
+									   e->move_in ? e->move_in_request : e->req->subset);
 		MemoryContextSwitchTo(oldcxt);
 	}
 	PG_CATCH();
@@ -254,10 +285,10 @@ subset_shape_wait(const SubsetJobEntry *e)
 	const char *fingerprint;
 	Oid			role;
 
-	if (!registry_shape(e->req->result.slot, e->req->result.generation, &spec, &fingerprint,
+	if (!registry_shape(subset_entry_slot(e), subset_entry_generation(e), &spec, &fingerprint,
 						&role))
 		return SUBSET_SHAPE_TAKEN;
-	switch (shape_table_state(shape_sync_shared->table, e->req->result.slot))
+	switch (shape_table_state(shape_sync_shared->table, subset_entry_slot(e)))
 	{
 		case SHAPE_SNAPSHOTTING:
 			return SUBSET_SHAPE_SNAPSHOTTING;
@@ -295,7 +326,7 @@ subset_jobs_launch(void)
 		SnapshotJob job;
 		Oid			role;
 
-		if (!e->in_use || e->req == NULL || e->queued)
+		if (!e->in_use || (e->req == NULL && !e->move_in) || e->queued)
 			continue;			/* answered meanwhile: off the list */
 		if (full || subset_in_pool >= share ||
 			snapshot_jobs_queued(jobs) >= (uint32) shape_sync_max_snapshot_workers)
@@ -368,6 +399,15 @@ subset_jobs_reap(void)
 
 		if (!e->in_use)
 			continue;
+		if (e->move_in && e->queued && subset_finished(results, cell, e->ticket, &outcome))
+		{
+			/* the stream reads the answer; then the main thread's hold goes */
+			shape_stream_move_in_answered(e->slot, e->generation, &results->cells[cell].log,
+										  &outcome);
+			subset_release(results, shape_sync_shared->table->arena, cell);
+			subset_forget(cell);
+			continue;
+		}
 		if (e->queued && e->req != NULL && subset_finished(results, cell, e->ticket, &outcome))
 		{
 			subset_answer(e, REFUSAL_NONE);
@@ -381,14 +421,22 @@ subset_jobs_reap(void)
 				subset_forget(cell);
 			continue;
 		}
-		if (e->req == NULL || e->deadline == 0 || now < e->deadline)
+		if ((e->req == NULL && !e->move_in) || e->deadline == 0 || now < e->deadline)
 			continue;
 		subset_answer(e, REFUSAL_SUBSET_WAIT_TIMEOUT);
 		if (!e->queued)
 		{
 			subset_unwait(cell);
+			if (e->move_in)
+				subset_release(results, shape_sync_shared->table->arena, cell);
 			subset_forget(cell);
 			continue;
+		}
+		if (e->move_in)
+		{
+			/* nobody reads it: the job's hold frees the cell, with ours gone */
+			subset_release(results, shape_sync_shared->table->arena, cell);
+			e->move_in = false;
 		}
 		/*
 		 * The job stops: a worker that has not started it skips it, one that
@@ -398,6 +446,41 @@ subset_jobs_reap(void)
 		subset_abandon_job(results, cell, e->ticket);
 		snapshot_pool_cancel(SUBSET_JOB_SLOT_BIT | (uint32) cell, e->ticket);
 	}
+}
+
+/*
+ * Main thread: queues the move-in of a shape with subqueries (its filter
+ * and handle in `request`, palloc'd in TopMemoryContext, which this file
+ * frees).  Returns false, freeing nothing, when no cell is free.
+ */
+bool
+subset_jobs_move_in(uint32 slot, uint32 generation, SubsetRequest *request)
+{
+	uint32		ticket;
+	int			cell = subset_claim(subset_results(), 0, &ticket);
+	SubsetJobEntry *e;
+
+	if (cell < 0)
+		return false;
+	e = &subset_entries[cell];
+	if (e->in_use)
+	{
+		Assert(e->req == NULL && e->queued);
+		subset_forget(cell);
+	}
+	e->in_use = true;
+	e->move_in = true;
+	e->slot = slot;
+	e->generation = generation;
+	e->move_in_request = request;
+	e->ticket = ticket;
+	e->queued = false;
+	e->deadline = shape_sync_snapshot_wait_timeout > 0 ?
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), shape_sync_snapshot_wait_timeout) : 0;
+	subset_waiting[(subset_waiting_head + subset_waiting_len) % SUBSET_RESULTS_MAX] = cell;
+	subset_waiting_len++;
+	subset_in_flight++;
+	return true;
 }
 
 /* The worker stops: every request still kept here gets its 503 now. */
@@ -410,6 +493,9 @@ subset_jobs_stop(void)
 
 		if (!e->in_use)
 			continue;
+		if (e->move_in)
+			subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+		e->move_in = false;
 		subset_answer(e, REFUSAL_SUBSET_SHUTDOWN);
 		if (e->queued)
 			subset_abandon_job(subset_results(), cell, e->ticket);

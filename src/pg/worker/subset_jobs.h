@@ -22,4 +22,7 @@ extern void subset_jobs_launch(void);
 extern void subset_jobs_reap(void);
 extern void subset_jobs_stop(void);
 
+/* Main thread: a shape's move-in query (shape_stream_subquery.c). */
+extern bool subset_jobs_move_in(uint32 slot, uint32 generation, SubsetRequest *request);
+
 #endif							/* SUBSET_JOBS_H */
