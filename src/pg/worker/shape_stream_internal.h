@@ -67,6 +67,7 @@ typedef struct SsMoveIn
 	List	   *values;			/* char ** (texts by column) of each value */
 	List	   *keys;			/* StringInfo: the same values as set keys */
 	TransactionId xid;			/* the transaction that moved them in */
+	LogOffset	after;			/* past its records: where the rows may go */
 	bool		answered;
 	uint64		database_lsn;	/* past every commit its snapshot sees */
 	SnapshotVisibility *visibility;

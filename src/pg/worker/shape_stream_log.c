@@ -998,8 +998,12 @@ ss_move_in_splice(ShapeStream *s)
 		if (txn->records_before.data != NULL)
 			ss_append_records(s, txn->records_before.data, txn->records_before.len);
 	}
-	/* the event, the rows, their end */
-	at = s->last;
+	/*
+	 * The event, the rows, their end: after what the log has (a log with
+	 * nothing since its snapshot ends at the snapshot's end, past every op
+	 * of offset 0) and after the moving transaction's records.
+	 */
+	at = log_offset_max(s->last, m->after);
 	initStringInfo(&event);
 	ss_move_in_event(s, &event);
 	at.op++;

@@ -1148,6 +1148,9 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 	m = palloc0(sizeof(SsMoveIn));
 	m->dependency = dep;
 	m->xid = ss_xid;
+	/* the transaction's records are before this op: its events took theirs */
+	m->after.tx = (int64_t) ss_lsn;
+	m->after.op = ss_op;
 	foreach(lc, values)
 	{
 		SsValue    *v = lfirst(lc);
