@@ -378,6 +378,36 @@ equality_index_remove(EqualityIndex *index, uint32 slot, const EqualityRoute *ro
 	}
 }
 
+/*
+ * Files `slot` under one more hash of its route's column (`add`), or
+ * takes one filing back: a route made with no constants, whose values
+ * come and go (a subquery's: shape_stream_subquery.c).
+ */
+void
+equality_index_file(EqualityIndex *index, uint32 slot, const EqualityRoute *route, uint32 hash,
+					bool add)
+{
+	EqBucketKey bkey = {(uint32) route->keyno, hash};
+	EqBucket   *bucket;
+	bool		found;
+	MemoryContext old;
+
+	Assert(route->keyno >= 0);
+	bucket = hash_search(index->buckets, &bkey, add ? HASH_ENTER : HASH_FIND, &found);
+	if (bucket == NULL)
+		return;
+	if (!add)
+	{
+		bucket->slots = list_delete_int(bucket->slots, (int) slot);
+		if (bucket->slots == NIL)
+			hash_search(index->buckets, &bkey, HASH_REMOVE, NULL);
+		return;
+	}
+	old = MemoryContextSwitchTo(index->context);
+	bucket->slots = lappend_int(found ? bucket->slots : NIL, (int) slot);
+	MemoryContextSwitchTo(old);
+}
+
 void
 equality_index_visit(EqualityIndex *index, TupleTableSlot *row,
 					 EqualityVisit visit, void *arg)

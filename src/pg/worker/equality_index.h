@@ -46,6 +46,8 @@ extern EqualityIndex *equality_index_create(MemoryContext parent);
 extern void equality_index_destroy(EqualityIndex *index);
 extern void equality_index_add(EqualityIndex *index, uint32 slot, EqualityRoute *route);
 extern void equality_index_remove(EqualityIndex *index, uint32 slot, const EqualityRoute *route);
+extern void equality_index_file(EqualityIndex *index, uint32 slot, const EqualityRoute *route,
+								uint32 hash, bool add);
 
 /*
  * Visits the routed shapes that a row may belong to: each one of whose

@@ -582,6 +582,8 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		ss_subquery_add(s, expr, ss_table()->slots[slot].handle);
 		equality_route_of(expression_planner((Expr *) s->subquery->plan->where_params),
 						  &s->route);
+		if (s->route.attnum == 0)
+			(void) ss_subquery_route(s, &s->route); /* by its subquery's values */
 		ss_note_used_columns(s, expr);
 	}
 	else if (spec->where_tree != NULL)
@@ -609,6 +611,8 @@ shape_stream_add(uint32 slot, uint32 generation, const ShapeSpec *spec, int chun
 		ss_npartitioned++;
 	}
 	ss_relation_add(s);
+	if (s->subquery != NULL)
+		ss_subquery_file_all(s, true);
 	old = MemoryContextSwitchTo(ss_context);
 	ss_snapshotting = lappend_int(ss_snapshotting, (int) slot);
 	MemoryContextSwitchTo(old);

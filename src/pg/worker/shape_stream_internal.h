@@ -53,6 +53,13 @@ typedef struct SsSubquery
 	int		   *sets;			/* by dependency: its value set */
 	StringInfoData key;			/* a row's value, looked up */
 	Node	   *where_tree;		/* the where clause the plan was made from */
+	int			route_sublink;	/* the subquery whose values route changes to
+								 * it (see ss_subquery_route), or -1 */
+	FmgrInfo	route_hash;		/* the hash of that subquery's values */
+	FmgrInfo	route_input;	/* ... read with this input function (looked up
+								 * once: streams go outside transactions too) */
+	Oid			route_ioparam;
+	Oid			route_collation;
 } SsSubquery;
 
 /*
@@ -242,6 +249,8 @@ extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId
 /* shape_stream_subquery.c */
 extern void ss_subquery_add(ShapeStream *s, Node *where, const char *handle);
 extern void ss_subquery_remove(ShapeStream *s);
+extern bool ss_subquery_route(ShapeStream *s, EqualityRoute *route);
+extern void ss_subquery_file_all(ShapeStream *s, bool add);
 extern bool ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_view);
 extern int	ss_set_acquire(const SubqueryDependency *dep, uint32 slot);
 extern void ss_set_release(int id, uint32 slot);

@@ -60,6 +60,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "access/transam.h"
 #include "access/xlog.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
@@ -851,6 +852,7 @@ ss_subquery_add(ShapeStream *s, Node *where, const char *handle)
 		q->sets[d] = -1;
 	initStringInfo(&q->key);
 	q->where_tree = where;
+	q->route_sublink = -1;
 	s->subquery = q;
 	for (int d = 0; d < plan->ndependencies; d++)
 		q->sets[d] = ss_set_acquire(&plan->dependencies[d], s->slot);
@@ -863,10 +865,104 @@ ss_subquery_remove(ShapeStream *s)
 
 	if (q == NULL)
 		return;
+	if (s->counted)
+		ss_subquery_file_all(s, false);
 	for (int d = 0; d < q->plan->ndependencies; d++)
 		if (q->sets[d] >= 0)
 			ss_set_release(q->sets[d], s->slot);
 	s->subquery = NULL;
+}
+
+/* ------------------------------------------------------------ routing */
+
+static List *ss_sublink_comparisons(const SubqueryPlan *plan, int sublink);
+
+/*
+ * A shape whose clause is one conjunction holding `a IN (subquery)` can
+ * only have rows whose a is one of the subquery's values: it is filed in
+ * its table's equality index (equality_index.c) under the hash of each of
+ * them (of the first column, for a row), and changes find it as they find
+ * `a = constant` shapes.  Filed under the values the set had before the
+ * transaction being decoded, which is what the transaction is judged
+ * against: the filings change at commit (ss_sets_commit).  Fills `route`
+ * and returns true when the shape can be routed so.
+ */
+bool
+ss_subquery_route(ShapeStream *s, EqualityRoute *route)
+{
+	SsSubquery *q = s->subquery;
+	const SubqueryPlan *plan = q->plan;
+
+	if (plan->ndisjuncts != 1)
+		return false;
+	for (int p = plan->disjunct_first[0]; p < plan->disjunct_first[1]; p++)
+	{
+		int			sublink = plan->positions[p].sublink;
+		OpExpr	   *op;
+		Oid			lhs_hash;
+		Oid			rhs_hash;
+		Oid			input;
+
+		if (sublink < 0 || plan->positions[p].negated)
+			continue;
+		op = linitial(ss_sublink_comparisons(plan, sublink));
+		if (!get_op_hash_functions(op->opno, &lhs_hash, &rhs_hash) ||
+			lhs_hash >= FirstNormalObjectId || rhs_hash >= FirstNormalObjectId)
+			continue;
+		memset(route, 0, sizeof(*route));
+		route->attnum = plan->sublinks[sublink].outer_attnums[0];
+		route->column_type = get_atttype(s->relid, route->attnum);
+		route->column_hash = lhs_hash;
+		route->collation = op->inputcollid;
+		route->nhashes = 0;
+		route->keyno = -1;
+		q->route_sublink = sublink;
+		fmgr_info_cxt(rhs_hash, &q->route_hash, s->context);
+		getTypeInputInfo(exprType(lsecond(op->args)), &input, &q->route_ioparam);
+		fmgr_info_cxt(input, &q->route_input, s->context);
+		q->route_collation = op->inputcollid;
+		return true;
+	}
+	return false;
+}
+
+/* Files the stream under one value of its routing subquery, or unfiles it. */
+static void
+ss_subquery_file(ShapeStream *s, const SsValueKey *key, bool add)
+{
+	SsSubquery *q = s->subquery;
+	SsRelation *r = hash_search(ss_relids, &s->relid, HASH_FIND, NULL);
+	char	  **texts;
+	Datum		value;
+	uint32		hash;
+
+	if (r == NULL || s->route.keyno < 0)
+		return;
+	texts = ss_key_texts(key, 1);
+	value = InputFunctionCall(&q->route_input, texts[0], q->route_ioparam, -1);
+	hash = DatumGetUInt32(FunctionCall1Coll(&q->route_hash, q->route_collation, value));
+	equality_index_file(r->index, s->slot, &s->route, hash, add);
+	pfree(texts[0]);
+	pfree(texts);
+}
+
+/* Files a routed stream under every value its routing subquery has now. */
+void
+ss_subquery_file_all(ShapeStream *s, bool add)
+{
+	SsSubquery *q = s->subquery;
+	SsValueSet *set;
+	HASH_SEQ_STATUS seq;
+	SsValue    *v;
+
+	if (q == NULL || q->route_sublink < 0 ||
+		q->sets[q->plan->sublinks[q->route_sublink].dependency] < 0)
+		return;
+	set = ss_sets[q->sets[q->plan->sublinks[q->route_sublink].dependency]];
+	hash_seq_init(&seq, set->values);
+	while ((v = hash_seq_search(&seq)) != NULL)
+		if (v->count > 0)
+			ss_subquery_file(s, &v->key, add);
 }
 
 /* The number of value sets and the values they hold, for the views. */
@@ -1337,6 +1433,23 @@ ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
 	list_free(entering);
 }
 
+/* A value entered or left a set: the streams it routes follow. */
+static void
+ss_set_route_moved(SsValueSet *set, int id, SsValue *v)
+{
+	ListCell   *dc;
+
+	foreach(dc, set->dependents)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(dc)];
+		SsSubquery *q = s->subquery;
+
+		if (s->in_use && q != NULL && q->route_sublink >= 0 &&
+			q->sets[q->plan->sublinks[q->route_sublink].dependency] == id)
+			ss_subquery_file(s, &v->key, v->count > 0);
+	}
+}
+
 /*
  * At commit, before the streams publish (shape_stream_commit): the moves
  * of every set the transaction counted values in or out of.
@@ -1365,11 +1478,13 @@ ss_sets_commit(void)
 					if (s->subquery->sets[d] == id)
 						ss_stream_moves(s, set, d);
 			}
-		/* values no row has any more leave the set */
+		/* values no row has any more leave the set, and their routes */
 		foreach(vc, set->txn_values)
 		{
 			SsValue    *v = lfirst(vc);
 
+			if (!set->skip_txn && (v->before > 0) != (v->count > 0))
+				ss_set_route_moved(set, id, v);
 			v->txn = 0;
 			if (v->count == 0)
 			{
