@@ -531,7 +531,8 @@ row_encoder_change(RowEncoder *enc, const RowChange *ch, bool replica_full, Stri
 			renc_value(out, col, &text, &first);
 	}
 	appendStringInfoChar(out, '}');
-	if (is_update && !changed)
+	/* a shape with subqueries is told of every update: its tags may have changed */
+	if (is_update && !changed && ch->extra_headers == NULL)
 	{
 		out->len = start;
 		out->data[start] = '\0';

@@ -50,6 +50,7 @@
 #include "rewrite/rewriteManip.h"
 #include "utils/lsyscache.h"
 #include "utils/builtins.h"
+#include "utils/ruleutils.h"
 #include "utils/pg_locale.h"
 #include "utils/rel.h"
 
@@ -87,6 +88,28 @@ subquery_type_accepted(Oid type)
 			return true;
 		default:
 			return false;
+	}
+}
+
+/*
+ * Types whose equal values print alike: integers, text, and each other
+ * accepted type on its own (a date equals a timestamp at midnight, whose
+ * text differs).
+ */
+int
+subquery_type_group(Oid type)
+{
+	switch (type)
+	{
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+			return INT8OID;
+		case TEXTOID:
+		case VARCHAROID:
+			return TEXTOID;
+		default:
+			return (int) type;
 	}
 }
 
@@ -251,10 +274,20 @@ subquery_fill_sublink(SubLink *sublink, SubquerySublink *sl, const SubqueryDepen
 			(attnum = subquery_outer_column(linitial(op->args))) == 0)
 			subquery_refuse("A subquery must be compared with columns of the shape's table: column IN (SELECT ...) or (column, column) IN (SELECT ...)",
 							"a subquery must be compared with columns of the shape's table");
-		type = exprType(linitial(op->args));
-		if (!subquery_type_accepted(get_atttype(outer_relid, attnum)) ||
-			!subquery_type_accepted(type))
+		type = exprType(lsecond(op->args));
+		if (!subquery_type_accepted(get_atttype(outer_relid, attnum)))
 			subquery_refuse_type(get_atttype(outer_relid, attnum));
+		if (!subquery_type_accepted(type))
+			subquery_refuse_type(type);
+		if (subquery_type_group(get_atttype(outer_relid, attnum)) != subquery_type_group(type))
+		{
+			char		msg[256];
+
+			snprintf(msg, sizeof(msg),
+					 "A subquery cannot compare %s with %s: their values do not print alike",
+					 format_type_be(get_atttype(outer_relid, attnum)), format_type_be(type));
+			subquery_refuse(msg, "a subquery in a shape's where clause must compare values of the same kind");
+		}
 		if (OidIsValid(op->inputcollid) && !get_collation_isdeterministic(op->inputcollid))
 			subquery_refuse("A subquery cannot compare text under a nondeterministic collation",
 							"a subquery in a shape's where clause cannot compare text under a nondeterministic collation");
@@ -286,13 +319,26 @@ subquery_note_sublink(PlanBuild *b, SubLink *sublink, bool negated)
 		if (lfirst(lc) == sublink)
 			return foreach_current_index(lc);
 
-	identity = nodeToString(select);
+	/* as it reads: the same select written twice is one dependency */
+	identity = pg_get_querydef(select, false);
 	for (int i = 0; i < plan->ndependencies && dep < 0; i++)
 		if (strcmp(plan->dependencies[i].identity, identity) == 0)
 			dep = i;
 	if (dep >= 0 && plan->dependencies[dep].negated != negated)
 		subquery_refuse("A subquery cannot be used both with IN and with NOT IN in one where clause",
 						"a subquery cannot be used both with IN and with NOT IN in one shape's where clause");
+	if (dep < 0 && plan->ndependencies == SUBQUERY_MAX_DEPENDENCIES)
+	{
+		char		msg[128];
+
+		snprintf(msg, sizeof(msg), "A where clause may have at most %d different subqueries",
+				 SUBQUERY_MAX_DEPENDENCIES);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a shape's where clause may have at most %d different subqueries",
+						SUBQUERY_MAX_DEPENDENCIES)));
+	}
 	if (dep < 0)
 	{
 		SubqueryDependency *d;
@@ -389,6 +435,20 @@ subquery_plan(Node *where, Oid outer_relid)
 	disjuncts = subquery_dnf(where, false);
 	foreach(dc, disjuncts)
 		npositions += list_length(lfirst(dc));
+	if ((int64) npositions * list_length(disjuncts) > SUBQUERY_MAX_TAG_SLOTS)
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "The where clause is too complex: its rows would carry %d tags of %d conditions each, more than %d in all",
+				 list_length(disjuncts), npositions, SUBQUERY_MAX_TAG_SLOTS);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a shape's where clause with subqueries has %d disjuncts of %d conditions in all",
+						list_length(disjuncts), npositions),
+				 errhint("Write the clause with fewer alternatives (OR) or fewer conditions.")));
+	}
 	plan->ndisjuncts = list_length(disjuncts);
 	plan->disjunct_first = palloc(sizeof(int) * (plan->ndisjuncts + 1));
 	plan->npositions = npositions;

@@ -21,6 +21,10 @@
 
 /* most disjuncts a where clause with subqueries may expand to */
 #define SUBQUERY_MAX_DISJUNCTS	100
+/* ... most slots its tags may have in all (disjuncts x positions) */
+#define SUBQUERY_MAX_TAG_SLOTS	1000
+/* ... most different inner selects */
+#define SUBQUERY_MAX_DEPENDENCIES	16
 
 /*
  * One inner select, `SELECT c1 [, c2 ...] FROM t WHERE w`: what a value set
@@ -29,7 +33,7 @@
 typedef struct SubqueryDependency
 {
 	Query	   *select;			/* analysed, its parameters bound */
-	char	   *identity;		/* nodeToString of the select: equal, shared */
+	char	   *identity;		/* the select as SQL: equal, shared */
 	Oid			relid;			/* t */
 	int			ncolumns;		/* 1, or a row's width */
 	AttrNumber *inner_attnums;	/* c1, c2 ... */
@@ -78,6 +82,7 @@ extern void subquery_refuse(const char *http_message, const char *message) pg_at
 
 /* Whether a subquery may compare values of the type; refusing one. */
 extern bool subquery_type_accepted(Oid type);
+extern int	subquery_type_group(Oid type);
 extern void subquery_refuse_type(Oid type) pg_attribute_noreturn();
 
 /* Whether an analysed where clause has a subquery. */

@@ -121,6 +121,32 @@ where_bind_params(Node *node, WhereParams *params)
 	return expression_tree_mutator(node, where_bind_params, params);
 }
 
+/*
+ * Folds the where clause of each subquery's select in place, with the
+ * bounds the shape's own clause has (shape_where_fold.c): the decoder
+ * evaluates it on every change of the subquery's table.
+ */
+static bool
+where_fold_subqueries(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, SubLink))
+	{
+		Query	   *select = (Query *) ((SubLink *) node)->subselect;
+
+		if (select->jointree->quals != NULL)
+		{
+			where_check_numeric_constants(select->jointree->quals);
+			select->jointree->quals = where_fold(select->jointree->quals);
+			where_check_numeric_constants(select->jointree->quals);
+			where_check_value_cost(select->jointree->quals);
+		}
+		return where_fold_subqueries(((SubLink *) node)->testexpr, context);
+	}
+	return expression_tree_walker(node, where_fold_subqueries, context);
+}
+
 typedef struct WhereErrorContext
 {
 	const char *query;
@@ -272,15 +298,10 @@ where_analyse(const ShapeDefinition *def, Relation rel, const char *privilege_fi
 	where_check_value_cost(expr);
 	if (subquery_in_where(expr))
 	{
-		/* what the plan cannot express is refused now; the selects' own clauses are bounded too */
-		SubqueryPlan *plan = subquery_plan(expr, RelationGetRelid(rel));
-
-		for (int i = 0; i < plan->ndependencies; i++)
-			if (plan->dependencies[i].where != NULL)
-			{
-				where_check_numeric_constants(plan->dependencies[i].where);
-				where_check_value_cost(plan->dependencies[i].where);
-			}
+		/* the selects' own clauses are folded and bounded as the shape's */
+		(void) where_fold_subqueries(expr, NULL);
+		/* what the plan cannot express is refused now */
+		(void) subquery_plan(expr, RelationGetRelid(rel));
 	}
 
 	*tree = nodeToString(expr);

@@ -756,6 +756,8 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 						"a subquery's table cannot name a database");
 	if (rv->schemaname == NULL)
 		rv->schemaname = pstrdup("public");
+	/* the table alone, as a shape reads its own: its children are not followed */
+	rv->inh = false;
 	relid = RangeVarGetRelidExtended(rv, AccessShareLock, RVR_MISSING_OK | RVR_NOWAIT,
 									 NULL, NULL);
 	if (!OidIsValid(relid))
@@ -769,16 +771,25 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 	}
 	inner = table_open(relid, NoLock);
 	quoted = shape_quoted_name(rv->schemaname, rv->relname);
-	if ((inner->rd_rel->relkind != RELKIND_RELATION &&
-		 inner->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(inner))
+	if (inner->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
 	{
-		snprintf(msg, sizeof(msg), "Table %s in a subquery is not a user table (ordinary or partitioned)",
+		snprintf(msg, sizeof(msg), "Table %s in a subquery is partitioned: subqueries of partitioned tables are not supported yet",
+				 quoted);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a subquery of partitioned table %s is not supported yet", quoted)));
+	}
+	if (inner->rd_rel->relkind != RELKIND_RELATION || IsCatalogRelation(inner) ||
+		inner->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT)
+	{
+		snprintf(msg, sizeof(msg), "Table %s in a subquery is not a logged user table",
 				 quoted);
 		shape_def_error_set("where", msg);
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("%s is not a user table", quoted),
-				 errdetail("Subqueries may read ordinary and partitioned tables only.")));
+				 errmsg("%s is not a logged user table", quoted),
+				 errdetail("Subqueries may read ordinary tables whose changes are in the WAL only.")));
 	}
 	if (OidIsValid(shape_table_not_logged_in_full(relid)))
 	{

@@ -103,10 +103,11 @@ snap_receive(TupleTableSlot *slot, DestReceiver *self)
 
 		for (int p = 0; p < plan->npositions; p++)
 		{
-			bool		holds = !slot->tts_isnull[r->nfetched + p] &&
-				DatumGetBool(slot->tts_values[r->nfetched + p]);
+			bool		known = !slot->tts_isnull[r->nfetched + p];
+			bool		holds = known && DatumGetBool(slot->tts_values[r->nfetched + p]);
 
-			r->active[p] = plan->positions[p].negated ? !holds : holds;
+			/* whether the condition, negated or not, is true (NULL is not) */
+			r->active[p] = plan->positions[p].negated ? known && !holds : holds;
 		}
 		row_tags_make(r->tagger, r->values, r->nulls, r->active, &tags);
 		resetStringInfo(&r->tags);
@@ -468,6 +469,9 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, const char *h
 
 	if (conditions != NULL)
 	{
+		/* the subqueries' tables' code must be trusted too: the planner may run it */
+		for (int d = 0; d < conditions->ndependencies; d++)
+			table_code_check(conditions->dependencies[d].relid);
 		/* the rows' tags: the outer columns compared are fetched too */
 		receiver.tagger = palloc(sizeof(RowTagger));
 		row_tagger_init(receiver.tagger, conditions, spec->relid, handle);

@@ -47,6 +47,8 @@ shape_stream_begin(TransactionId xid, XLogRecPtr commit_lsn)
 	ss_sets_begin();
 }
 
+static MemoryContext ss_tags_context = NULL;	/* a change's tags */
+
 void
 ss_econtext_ensure(void)
 {
@@ -593,9 +595,8 @@ ss_apply_subquery_view(ShapeStream *s, ReorderBufferChangeType action,
 					   TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op,
 					   bool old_view)
 {
-	int			npositions = s->subquery->plan->npositions;
-	bool	   *new_active = palloc(sizeof(bool) * npositions);
-	bool	   *old_active = palloc(sizeof(bool) * npositions);
+	bool		new_active[SUBQUERY_MAX_TAG_SLOTS];
+	bool		old_active[SUBQUERY_MAX_TAG_SLOTS];
 	bool		new_in = newslot && ss_subquery_row(s, newslot, new_active, old_view);
 	bool		old_in = oldslot && ss_subquery_row(s, oldslot, old_active, old_view);
 	RowTags		new_tags;
@@ -606,7 +607,11 @@ ss_apply_subquery_view(ShapeStream *s, ReorderBufferChangeType action,
 
 	if ((!new_in && !old_in) || !ss_touch(s))
 		return;
-	old = MemoryContextSwitchTo(s->context);
+	/* the tags live until the messages are encoded: a context of their own */
+	if (ss_tags_context == NULL)
+		ss_tags_context = AllocSetContextCreate(ss_context, "shape_sync tags",
+												ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(ss_tags_context);
 	initStringInfo(&new_headers);
 	initStringInfo(&old_headers);
 	if (new_in)
@@ -631,8 +636,7 @@ ss_apply_subquery_view(ShapeStream *s, ReorderBufferChangeType action,
 		ss_encode(s, LOG_RECORD_UPDATE, newslot, oldslot, op, new_headers.data,
 				  old_headers.data);
 	ss_old_view = false;
-	pfree(new_headers.data);
-	pfree(old_headers.data);
+	MemoryContextReset(ss_tags_context);
 }
 
 static void

@@ -70,6 +70,7 @@ typedef struct SsSubquery
  */
 typedef struct SsMoveIn
 {
+	MemoryContext context;		/* the move-in and everything below */
 	int			dependency;
 	List	   *values;			/* char ** (texts by column) of each value */
 	List	   *keys;			/* StringInfo: the same values as set keys */

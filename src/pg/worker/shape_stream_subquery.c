@@ -84,6 +84,7 @@
 #include "decoder.h"
 #include "shape_relation.h"
 #include "shape_role.h"
+#include "table_code.h"
 
 #include "shape_stream_internal.h"
 
@@ -146,6 +147,7 @@ typedef struct SsSetRelation
 } SsSetRelation;
 
 static SsValueSet **ss_sets;	/* by id */
+static void ss_set_fail(SsValueSet *set, const char *problem);
 static int	ss_nsets;
 static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
 static List *ss_sets_touched;	/* SsValueSet *, in the current transaction */
@@ -268,7 +270,7 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 	{
 		if (delta < 0)
 		{
-			set->problem = "a row left its subquery's result that was not counted in it";
+			ss_set_fail(set, "a row left its subquery's result that was not counted in it");
 			return;
 		}
 		k.data = MemoryContextAlloc(set->context, key->len);
@@ -366,6 +368,8 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 	receiver.set = set;
 	initStringInfo(&receiver.key);
 
+	/* the table's code must still be trusted (table_code.c) */
+	table_code_check(dep->relid);
 	rewritten = QueryRewrite(copyObject(dep->select));
 	if (list_length(rewritten) != 1)
 		elog(ERROR, "a subquery's select was rewritten unexpectedly");
@@ -375,14 +379,53 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 				 errmsg("a subquery's table has row-level security that applies to role \"%s\"",
 						GetUserNameFromId(GetUserId(), false)),
 				 errdetail("A shape is shared by all its clients, so a subquery may not read such a table.")));
-	plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
-	qd = CreateQueryDesc(plan, "shape_sync subquery", snapshot, InvalidSnapshot,
-						 &receiver.pub, NULL, NULL, 0);
-	ExecutorStart(qd, 0);
-	ExecutorRun(qd, ForwardScanDirection, 0, true);
-	ExecutorFinish(qd);
-	ExecutorEnd(qd);
-	FreeQueryDesc(qd);
+	/*
+	 * The main thread waits for this: planning (as the table's owner, whose
+	 * code it may evaluate) and reading are one evaluation under the
+	 * deadline of a where clause (eval_deadline.c), lock waits included;
+	 * past it, the request is refused.
+	 */
+	eval_deadline_watch();
+	eval_deadline_begin();
+	PG_TRY();
+	{
+		ShapeRoleSaved planner;
+
+		shape_role_become(table_code_owner(dep->relid), &planner);
+		plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
+		shape_role_restore(&planner);
+		qd = CreateQueryDesc(plan, "shape_sync subquery", snapshot, InvalidSnapshot,
+							 &receiver.pub, NULL, NULL, 0);
+		ExecutorStart(qd, 0);
+		ExecutorRun(qd, ForwardScanDirection, 0, true);
+		ExecutorFinish(qd);
+		ExecutorEnd(qd);
+		FreeQueryDesc(qd);
+	}
+	PG_CATCH();
+	{
+		bool		expired = eval_deadline_end();
+
+		eval_deadline_unwatch();
+		if (expired)
+		{
+			char		msg[256];
+
+			FlushErrorState();
+			snprintf(msg, sizeof(msg),
+					 "Reading a subquery's rows took longer than this server allows (shape_sync.where_evaluation_timeout)");
+			shape_def_error_set("where", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("reading a subquery's rows took longer than \"%s\" allows",
+							"shape_sync.where_evaluation_timeout"),
+					 errhint("Make the subquery more selective, or give it an index.")));
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	(void) eval_deadline_end();
+	eval_deadline_unwatch();
 
 	/* decoding applies what this snapshot did not see, once it gets here */
 	set->seen = ss_visibility_of(snapshot, next, set->context);
@@ -522,13 +565,26 @@ ss_set_release(int id, uint32 slot)
 	memset(set, 0, sizeof(*set));
 }
 
-/* A set that can no longer be followed: its shapes rotate at commit. */
+/*
+ * A set that can no longer be followed: no new shape uses it, and every
+ * shape that does rotates now, whatever transaction it is at (it no longer
+ * follows its subquery).
+ */
 static void
 ss_set_fail(SsValueSet *set, const char *problem)
 {
+	ListCell   *lc;
+
 	if (set->problem == NULL)
 		set->problem = MemoryContextStrdup(set->context, problem);
 	set->findable = false;
+	foreach(lc, set->dependents)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+		if (s->in_use && !s->rotate)
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, set->problem);
+	}
 }
 
 /* ------------------------------------------------- inner table changes */
@@ -654,6 +710,7 @@ ss_set_apply(uint32 id, void *arg)
 	{
 		ErrorData  *edata;
 
+		(void) eval_deadline_end();
 		MemoryContextSwitchTo(old);
 		if (ss_econtext != NULL)
 			ResetExprContext(ss_econtext);
@@ -698,11 +755,26 @@ ss_sets_change(Relation rel, ReorderBufferChangeType action, TupleTableSlot *new
 	}
 	else
 	{
+		MemoryContext old = CurrentMemoryContext;
+
 		equality_index_visit_unrouted(r->index, ss_set_apply, &c);
-		if (newslot != NULL)
-			equality_index_visit(r->index, newslot, ss_set_apply, &c);
-		if (oldslot != NULL)
-			equality_index_visit(r->index, oldslot, ss_set_apply, &c);
+		PG_TRY();
+		{
+			if (newslot != NULL)
+				equality_index_visit(r->index, newslot, ss_set_apply, &c);
+			if (oldslot != NULL)
+				equality_index_visit(r->index, oldslot, ss_set_apply, &c);
+		}
+		PG_CATCH();
+		{
+			/* a hash that failed: every set of the table hears of it */
+			MemoryContextSwitchTo(old);
+			FlushErrorState();
+			for (int id = 0; id < ss_nsets; id++)
+				if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+					ss_set_apply((uint32) id, &c);
+		}
+		PG_END_TRY();
 	}
 	pfree(c.key.data);
 }
@@ -800,18 +872,23 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 	for (int p = 0; in && p < plan->npositions; p++)
 	{
 		const SubqueryPosition *pos = &plan->positions[p];
+		bool		known;
 		bool		holds;
 
 		if (pos->sublink >= 0)
-			holds = !q->params[pos->sublink].isnull &&
-				DatumGetBool(q->params[pos->sublink].value);
+		{
+			known = !q->params[pos->sublink].isnull;
+			holds = known && DatumGetBool(q->params[pos->sublink].value);
+		}
 		else
 		{
 			Datum		d = ExecEvalExprSwitchContext(q->conditions[p], ss_econtext, &isnull);
 
-			holds = !isnull && DatumGetBool(d);
+			known = !isnull;
+			holds = known && DatumGetBool(d);
 		}
-		active[p] = pos->negated ? !holds : holds;
+		/* whether the condition, negated or not, is true (NULL is not) */
+		active[p] = pos->negated ? known && !holds : holds;
 	}
 	if (eval_deadline_end())
 	{
@@ -1017,6 +1094,9 @@ ss_emit_move(ShapeStream *s, int dep, List *values, const char *event)
 			row_tag_value_hash(&q->tagger, sublink, texts, hash);
 			appendStringInfo(&msg, "%s{\"pos\":%d,\"value\":\"%s\"}", first ? "" : ",", p, hash);
 			first = false;
+			for (int c = 0; c < ncolumns; c++)
+				pfree(texts[c]);
+			pfree(texts);
 		}
 	}
 	appendStringInfo(&msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, ss_xid);
@@ -1208,8 +1288,7 @@ ss_move_in_forget(ShapeStream *s)
 {
 	if (s->moving == NULL)
 		return;
-	if (s->moving->answer.data != NULL)
-		pfree(s->moving->answer.data);
+	MemoryContextDelete(s->moving->context);
 	s->moving = NULL;
 }
 
@@ -1240,8 +1319,14 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 						"a value entered the result of its subquery while an earlier move-in was read");
 		return;
 	}
-	old = MemoryContextSwitchTo(s->context);
-	m = palloc0(sizeof(SsMoveIn));
+	{
+		MemoryContext context = AllocSetContextCreate(s->context, "shape_sync move-in",
+													  ALLOCSET_SMALL_SIZES);
+
+		old = MemoryContextSwitchTo(context);
+		m = palloc0(sizeof(SsMoveIn));
+		m->context = context;
+	}
 	m->dependency = dep;
 	m->xid = ss_xid;
 	/* the transaction's records are before this op: its events took theirs */
@@ -1326,7 +1411,7 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 		return;
 	}
 	slog_read_published(answer, &pub);
-	old = MemoryContextSwitchTo(s->context);
+	old = MemoryContextSwitchTo(m->context);
 	initStringInfo(&m->answer);
 	while (pos < pub.data_end)
 	{
