@@ -46,6 +46,8 @@ typedef enum ServerMetric
 	SM_SNAPSHOTS_FAILED,
 	SM_SNAPSHOT_ROWS,
 	SM_SNAPSHOT_SECONDS,
+	SM_SUBQUERY_VALUE_SETS,
+	SM_SUBQUERY_VALUES,
 	SM_METRICS_RESETS,			/* sampled from here on */
 	SM_SHAPES,					/* shape state */
 	SM_LOG_BYTES,

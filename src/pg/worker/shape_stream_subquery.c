@@ -9,46 +9,66 @@
  * select has at the point of the WAL being decoded.  Those are kept here,
  * one value set per inner select and role, shared by the shapes that use
  * it and freed with the last of them: the text of each value (the key of a
- * hash table), and how many rows of t have it.
+ * hash table; the compared types are those whose equal values print
+ * alike), and how many rows of t have it.
  *
- * A set is read when the first shape that uses it is made: on the main
- * thread, in the resolving transaction, with its snapshot (a query of the
- * inner table under that role, its privileges checked by the executor), at
- * most shape_sync.subquery_max_values rows.  Decoding is behind that
- * snapshot: until it reaches the WAL position read after the query, a
- * transaction the snapshot saw is not applied to the set again, and one it
- * did not see is.  Visibility order is not commit order: should a
- * transaction the snapshot did not see come before one it saw, the first
- * was matched against values from after it, and the set's shapes rotate.
- * After that, every insert, update and delete of t is matched against w
- * and counted in or out, through an index of the sets' constants
- * (equality_index.c): 10,000 sets of `user_id = $1` cost a change of t
- * what it concerns.
+ * Reading a set.  A set is read when the first shape that uses it is made:
+ * on the main thread, in the resolving transaction, with its snapshot (the
+ * inner select, as the shape's role, planned as the table's owner, at most
+ * shape_sync.subquery_max_values rows, as one evaluation under
+ * shape_sync.where_evaluation_timeout).  Decoding is behind that snapshot:
+ * until it reaches the WAL position read after the query, a transaction
+ * the snapshot saw is not applied again, and one it did not see is.  Should
+ * one it did not see come before one it saw (commit order is not
+ * visibility order), the first was matched against values from after it,
+ * and the set's shapes rotate.  Then every change of t is matched against
+ * w and counted in or out, through an index of the sets' constants
+ * (equality_index.c): 10,000 sets of `user_id = $1` cost a change of t what
+ * it concerns.
  *
- * A change of the shape's own table is matched as its transaction goes
- * (shape_stream_change.c), against the set as it stands at that change,
- * with SQL's three-valued logic.  At commit, the values each set saw
- * counted in or out are judged against the set before the transaction and
- * at every point of it:
- *  - a value that is out of the set at commit, and was in at some point,
- *    is a move out: an event names the positions of the subquery and the
- *    value's hash (row_tags.c), and clients drop the rows whose tags it
- *    matches and that no other disjunct keeps.  A value that entered and
- *    left within one transaction is moved out too: rows may have been
- *    sent while it was in;
- *  - a value that is in at commit, and was out at some point, may bring
- *    rows of the shape's table that no change of this transaction sent: for
- *    now the shape rotates (409, and clients read it again), unless its
- *    snapshot has the transaction.
- * NOT IN turns both around.  For NOT IN, a set that gains or loses its
- * first NULL, or becomes empty or not, changes the rows whose value is
- * NULL, or all rows: the shape rotates.  Events are records of the
- * transaction, after its changes: kept with it while the shape's snapshot
- * is taken, dropped with it when the snapshot has it.
+ * Judging a transaction.  A change of a shape's own table is matched
+ * against the values its sets had before the transaction, whatever the
+ * transaction does to them meanwhile (each value keeps its count from
+ * before; SQL's three-valued logic throughout).  At commit, the values
+ * whose condition changed between before and after move: an event names
+ * the positions of the subquery and the value's hash (row_tags.c) after the
+ * transaction's changes.  So a client that applied the transaction's
+ * changes and then its moves holds the rows of the table after it, judged
+ * against the values after it; and a value that enters and leaves within
+ * one transaction moves nothing.  NOT IN turns moves around; for NOT IN, a
+ * set that gains or loses its first NULL, or becomes empty or not, changes
+ * rows whose value is NULL, or all rows: the shape rotates.
+ *
+ * Moves out are an event alone: clients drop the rows whose tags it
+ * matches and that no other disjunct keeps.  Moves in bring rows no change
+ * sent.  Their query is a job of the snapshot pool (subset_jobs.c,
+ * subset_query.c): the shape's rows with one of the values that were not in
+ * the shape before (the clause with the subquery as it was holds for those
+ * the client has: the event flips their conditions), tagged, is_move_in,
+ * at a snapshot of its own.  Meanwhile the stream keeps its transactions,
+ * as while its own snapshot is taken, encoded twice: as if the rows had
+ * come, and as if the move had not happened (ss_old_view).  Once the rows
+ * are in and decoding is past every commit their snapshot saw, they are
+ * spliced in (ss_move_in_splice): the kept transactions the snapshot saw,
+ * the second way (the rows already hold their effects), the move-in event,
+ * the rows, snapshot-end, then the kept transactions it did not see, the
+ * first way.  A second move-in while one is read, a move-in of a shape
+ * still taking its snapshot, no free query cell, or a failed query rotates
+ * the shape instead (move_in).
+ *
+ * Routing.  A shape whose clause is one conjunction with a positive
+ * `a IN (subquery)` is filed in its table's equality index under each value
+ * its set has (ss_subquery_route): changes of its table find it as they
+ * find `a = constant` shapes.  Filings follow the set at commit, so during
+ * a transaction they are the values before it, which the transaction is
+ * judged against.
  *
  * A set whose table changes under it (a column it reads dropped or
  * retyped, a TRUNCATE, old rows no longer logged in full, an error while
- * matching) rotates its shapes, and is no longer found by new ones.
+ * matching) rotates its shapes at once, and is found by no new shape.
+ * Shapes with subqueries are not compacted (events name no key) and not
+ * kept on disk yet (their sets would have to be read back as of the log's
+ * end): a restart sends their clients a 409.
  *
  * Everything here runs on the worker's main thread.
  *
@@ -289,10 +309,16 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 		MemoryContextSwitchTo(old);
 	}
 	if (v->count == 0 && delta > 0)
+	{
 		set->nvalues++;
+		sm_gauge_add(SM_SUBQUERY_VALUES, 0, 1);
+	}
 	v->count += delta;
 	if (v->count == 0)
+	{
 		set->nvalues--;
+		sm_gauge_add(SM_SUBQUERY_VALUES, 0, -1);
+	}
 }
 
 /* Receives the rows of a set's first reading. */
@@ -535,6 +561,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		PG_CATCH();
 		{
 			/* a set that could not be read is no set */
+			sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
 			MemoryContextDelete(set->context);
 			memset(set, 0, sizeof(*set));
 			PG_RE_THROW();
@@ -542,6 +569,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		PG_END_TRY();
 		set->findable = true;
 		ss_set_index(set, true);
+		sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
 	}
 	set->refcount++;
 	old = MemoryContextSwitchTo(set->context);
@@ -561,6 +589,8 @@ ss_set_release(int id, uint32 slot)
 		return;
 	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
 	ss_set_index(set, false);
+	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
+	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
 	MemoryContextDelete(set->context);
 	memset(set, 0, sizeof(*set));
 }
