@@ -4,13 +4,15 @@
  *		What the files of the shape stream share: the stream, the kept
  *		transactions, the streams of a table, and the stream's state.
  *
- * The shape stream (shape_stream.c explains its design) is four files:
+ * The shape stream (shape_stream.c explains its design) is six files:
  *	 shape_stream.c           set-up, the catalog watch, the streams of a table
  *	 shape_stream_change.c    the change path: routing, matching, encoding
- *	 shape_stream_log.c       stitching a finished snapshot, appending,
- *	                          compaction
+ *	 shape_stream_log.c       stitching a finished snapshot or a move-in,
+ *	                          appending, compaction
  *	 shape_stream_maintain.c  between batches: checks against the catalog,
  *	                          rotations
+ *	 shape_stream_subquery.c  shapes with subqueries: their rows, routes, moves
+ *	 shape_stream_values.c    the value sets of their subqueries
  * All of it runs on the worker's main thread; nothing here is shared with
  * another thread or process.
  *
@@ -247,7 +249,72 @@ extern bool ss_visible(const SnapshotVisibility *vis, TransactionId xid);
 extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId next,
 											MemoryContext context);
 
-/* shape_stream_subquery.c */
+
+/*
+ * The value sets of subqueries (shape_stream_values.c): what the stream's
+ * subquery file (shape_stream_subquery.c) reads of them.
+ */
+/* A value's text, as the key of a set: per column, a length and the bytes. */
+typedef struct SsValueKey
+{
+	const char *data;
+	uint32		len;
+} SsValueKey;
+
+typedef struct SsValue
+{
+	SsValueKey	key;			/* hash key; data in the set's context */
+	int64		count;			/* rows of the inner table with it */
+	uint64		txn;			/* the transaction that last counted it */
+	int64		before;			/* its count before that transaction */
+} SsValue;
+
+typedef struct SsValueSet
+{
+	bool		in_use;
+	bool		findable;		/* new shapes may use it */
+	char	   *identity;
+	Oid			role;
+	Oid			relid;
+	int			ncolumns;
+	AttrNumber *attnums;
+	Oid		   *types;
+	FmgrInfo   *outputs;
+	ExprState  *where;			/* NULL: every row */
+	EqualityRoute route;
+	HTAB	   *values;			/* SsValue, by key */
+	int64		nvalues;		/* with count > 0 */
+	int64		null_rows;		/* rows whose value has a NULL */
+	int			refcount;
+	List	   *dependents;		/* int list: streams using it, once each */
+	MemoryContext context;
+
+	/* its reading, until decoding reaches it */
+	bool		filtering;
+	SnapshotVisibility *seen;
+	uint64		seen_lsn;
+	bool		applied_unseen;
+
+	/* the transaction being decoded */
+	uint64		txn;
+	bool		skip_txn;
+	List	   *txn_values;		/* SsValue *, counted in it */
+	int64		null_rows_before;
+	int64		nvalues_before;
+	uint64		visited;
+	char	   *problem;		/* its shapes rotate, for this reason */
+} SsValueSet;
+
+extern SsValueSet **ss_sets;	/* by id */
+extern int	ss_nsets;
+extern List *ss_sets_touched;	/* SsValueSet *, in the current transaction */
+extern uint64 ss_txn_number;	/* the transaction being decoded */
+extern char **ss_key_texts(const SsValueKey *key, int ncolumns);
+extern bool ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *attnums,
+					   FmgrInfo *outputs, StringInfo key);
+extern int	ss_set_id(SsValueSet *set);
+
+/* shape_stream_subquery.c and shape_stream_values.c */
 extern void ss_subquery_add(ShapeStream *s, Node *where, const char *handle);
 extern void ss_subquery_remove(ShapeStream *s);
 extern bool ss_subquery_route(ShapeStream *s, EqualityRoute *route);

@@ -1,0 +1,764 @@
+/*-------------------------------------------------------------------------
+ *
+ * shape_stream_values.c
+ *		The value sets of subqueries: read when first used, then followed
+ *		through decoding.
+ *
+ * A shape whose where clause has `a IN (SELECT c FROM t WHERE w)`
+ * (shape_subquery.c) is matched by the decoder against the values that
+ * select has at the point of the WAL being decoded
+ * (shape_stream_subquery.c).  Those are kept here, one value set per inner
+ * select and role, shared by the shapes that use it and freed with the
+ * last of them: the text of each value (the key of a hash table; the
+ * compared types are those whose equal values print alike), and how many
+ * rows of t have it.  Each value also keeps its count from before the
+ * transaction being decoded, which the transaction is judged against.
+ *
+ * Reading a set.  A set is read when the first shape that uses it is made:
+ * on the main thread, in the resolving transaction, with its snapshot (the
+ * inner select, as the shape's role, planned as the table's owner, at most
+ * shape_sync.subquery_max_values rows, as one evaluation under
+ * shape_sync.where_evaluation_timeout).  Decoding is behind that snapshot:
+ * until it reaches the WAL position read after the query, a transaction
+ * the snapshot saw is not applied again, and one it did not see is.  Should
+ * one it did not see come before one it saw (commit order is not
+ * visibility order), the first was matched against values from after it,
+ * and the set's shapes rotate.  Then every change of t is matched against
+ * w and counted in or out, through an index of the sets' constants
+ * (equality_index.c): 10,000 sets of `user_id = $1` cost a change of t what
+ * it concerns.
+ *
+ * A set whose table changes under it (a column it reads dropped or
+ * retyped, a TRUNCATE, old rows no longer logged in full, an error while
+ * matching) rotates its shapes at once, and is found by no new shape.
+ *
+ * Everything here runs on the worker's main thread.
+ *
+ * IDENTIFICATION
+ *	  src/pg/worker/shape_stream_values.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/transam.h"
+#include "access/xlog.h"
+#include "common/hashfn.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "tcop/tcopprot.h"
+#include "nodes/makefuncs.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "eval_deadline.h"
+#include "guc.h"
+#include "log_record.h"
+#include "subset_jobs.h"
+#include "shape_def_error.h"
+#include "decoder.h"
+#include "shape_relation.h"
+#include "shape_role.h"
+#include "table_code.h"
+
+#include "shape_stream_internal.h"
+
+typedef struct SsSetRelation
+{
+	Oid			relid;			/* hash key */
+	EqualityIndex *index;		/* its sets, by their constants */
+	int			nsets;
+} SsSetRelation;
+
+SsValueSet **ss_sets;		/* by id */
+static void ss_set_fail(SsValueSet *set, const char *problem);
+int			ss_nsets;
+static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
+List	   *ss_sets_touched;	/* SsValueSet *, in the current transaction */
+uint64		ss_txn_number;
+static uint64 ss_set_visits;
+
+static uint32
+ss_value_hash(const void *key, Size keysize)
+{
+	const SsValueKey *k = key;
+
+	return hash_bytes((const unsigned char *) k->data, (int) k->len);
+}
+
+static int
+ss_value_match(const void *a, const void *b, Size keysize)
+{
+	const SsValueKey *x = a;
+	const SsValueKey *y = b;
+
+	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+}
+
+/* Appends a column's text to a key. */
+static void
+ss_key_add(StringInfo key, const char *text)
+{
+	uint32		len = (uint32) strlen(text);
+
+	appendBinaryStringInfo(key, (const char *) &len, sizeof(len));
+	appendBinaryStringInfo(key, text, len);
+}
+
+/* The column texts of a key, palloc'd. */
+char	  **
+ss_key_texts(const SsValueKey *key, int ncolumns)
+{
+	char	  **texts = palloc(sizeof(char *) * ncolumns);
+	const char *p = key->data;
+
+	for (int c = 0; c < ncolumns; c++)
+	{
+		uint32		len;
+
+		memcpy(&len, p, sizeof(len));
+		texts[c] = pnstrdup(p + sizeof(len), len);
+		p += sizeof(len) + len;
+	}
+	return texts;
+}
+
+/*
+ * The key of a row's value in `key` (reset first); false when a column is
+ * NULL.  `attnums` and `outputs` are the columns'.
+ */
+bool
+ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *attnums,
+		   FmgrInfo *outputs, StringInfo key)
+{
+	resetStringInfo(key);
+	for (int c = 0; c < ncolumns; c++)
+	{
+		AttrNumber	attnum = attnums[c];
+
+		if (slot->tts_isnull[attnum - 1])
+			return false;
+		ss_key_add(key, OutputFunctionCall(&outputs[c], slot->tts_values[attnum - 1]));
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------ the sets */
+
+static SsValueSet *
+ss_set_new(void)
+{
+	int			id;
+	MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+	for (id = 0; id < ss_nsets && ss_sets[id]->in_use; id++)
+		;
+	if (id == ss_nsets)
+	{
+		ss_sets = ss_nsets == 0 ? palloc(sizeof(SsValueSet *) * 8) :
+			(ss_nsets % 8 == 0 ? repalloc(ss_sets, sizeof(SsValueSet *) * (ss_nsets + 8)) : ss_sets);
+		ss_sets[ss_nsets++] = palloc0(sizeof(SsValueSet));
+	}
+	MemoryContextSwitchTo(old);
+	memset(ss_sets[id], 0, sizeof(SsValueSet));
+	return ss_sets[id];
+}
+
+int
+ss_set_id(SsValueSet *set)
+{
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id] == set)
+			return id;
+	elog(ERROR, "value set not found");
+	return -1;
+}
+
+/* Counts one row's value in (+1) or out (-1). */
+static void
+ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
+{
+	SsValueKey	k;
+	SsValue    *v;
+	bool		found;
+
+	if (!has_value)
+	{
+		set->null_rows += delta;
+		return;
+	}
+	k.data = key->data;
+	k.len = (uint32) key->len;
+	v = hash_search(set->values, &k, HASH_FIND, NULL);
+	if (v == NULL)
+	{
+		if (delta < 0)
+		{
+			ss_set_fail(set, "a row left its subquery's result that was not counted in it");
+			return;
+		}
+		k.data = MemoryContextAlloc(set->context, key->len);
+		memcpy((char *) k.data, key->data, key->len);
+		v = hash_search(set->values, &k, HASH_ENTER, &found);
+		v->count = 0;
+		v->txn = 0;
+	}
+	if (set->txn != 0 && v->txn != set->txn)
+	{
+		MemoryContext old = MemoryContextSwitchTo(set->context);
+
+		v->txn = set->txn;
+		v->before = v->count;
+		set->txn_values = lappend(set->txn_values, v);
+		MemoryContextSwitchTo(old);
+	}
+	if (v->count == 0 && delta > 0)
+	{
+		set->nvalues++;
+		sm_gauge_add(SM_SUBQUERY_VALUES, 0, 1);
+	}
+	v->count += delta;
+	if (v->count == 0)
+	{
+		set->nvalues--;
+		sm_gauge_add(SM_SUBQUERY_VALUES, 0, -1);
+	}
+}
+
+/* Receives the rows of a set's first reading. */
+typedef struct SsSetReceiver
+{
+	DestReceiver pub;
+	SsValueSet *set;
+	StringInfoData key;
+	int64		rows;
+} SsSetReceiver;
+
+static bool
+ss_set_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	SsSetReceiver *r = (SsSetReceiver *) self;
+	SsValueSet *set = r->set;
+	AttrNumber	positions[INDEX_MAX_KEYS];
+	bool		has_value;
+
+	if (++r->rows > shape_sync_subquery_max_values)
+	{
+		char		msg[256];
+
+		snprintf(msg, sizeof(msg),
+				 "A subquery of the where clause selects more than %d rows, the most this server reads (shape_sync.subquery_max_values)",
+				 shape_sync_subquery_max_values);
+		shape_def_error_set("where", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a subquery of the shape selects more than %d rows",
+						shape_sync_subquery_max_values),
+				 errhint("Make the subquery more selective, or raise \"%s\".",
+						 "shape_sync.subquery_max_values")));
+	}
+	slot_getallattrs(slot);
+	for (int c = 0; c < set->ncolumns; c++)
+		positions[c] = (AttrNumber) (c + 1);
+	has_value = ss_row_key(slot, set->ncolumns, positions, set->outputs, &r->key);
+	ss_set_count(set, &r->key, has_value, 1);
+	return true;
+}
+
+static void
+ss_set_receiver_noop(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+ss_set_receiver_end(DestReceiver *self)
+{
+}
+
+/*
+ * Reads the inner select with the active snapshot, as the current role;
+ * its privileges are the executor's to check.
+ */
+static void
+ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
+{
+	SsSetReceiver receiver;
+	List	   *rewritten;
+	PlannedStmt *plan;
+	QueryDesc  *qd;
+	Snapshot	snapshot = GetActiveSnapshot();
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	memset(&receiver, 0, sizeof(receiver));
+	receiver.pub.receiveSlot = ss_set_receive;
+	receiver.pub.rStartup = ss_set_receiver_noop;
+	receiver.pub.rShutdown = ss_set_receiver_end;
+	receiver.pub.rDestroy = ss_set_receiver_end;
+	receiver.pub.mydest = DestNone;
+	receiver.set = set;
+	initStringInfo(&receiver.key);
+
+	/* the table's code must still be trusted (table_code.c) */
+	table_code_check(dep->relid);
+	rewritten = QueryRewrite(copyObject(dep->select));
+	if (list_length(rewritten) != 1)
+		elog(ERROR, "a subquery's select was rewritten unexpectedly");
+	if (linitial_node(RangeTblEntry, ((Query *) linitial(rewritten))->rtable)->securityQuals != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("a subquery's table has row-level security that applies to role \"%s\"",
+						GetUserNameFromId(GetUserId(), false)),
+				 errdetail("A shape is shared by all its clients, so a subquery may not read such a table.")));
+	/*
+	 * The main thread waits for this: planning (as the table's owner, whose
+	 * code it may evaluate) and reading are one evaluation under the
+	 * deadline of a where clause (eval_deadline.c), lock waits included;
+	 * past it, the request is refused.
+	 */
+	eval_deadline_watch();
+	eval_deadline_begin();
+	PG_TRY();
+	{
+		ShapeRoleSaved planner;
+
+		shape_role_become(table_code_owner(dep->relid), &planner);
+		plan = pg_plan_query(linitial(rewritten), NULL, 0, NULL);
+		shape_role_restore(&planner);
+		qd = CreateQueryDesc(plan, "shape_sync subquery", snapshot, InvalidSnapshot,
+							 &receiver.pub, NULL, NULL, 0);
+		ExecutorStart(qd, 0);
+		ExecutorRun(qd, ForwardScanDirection, 0, true);
+		ExecutorFinish(qd);
+		ExecutorEnd(qd);
+		FreeQueryDesc(qd);
+	}
+	PG_CATCH();
+	{
+		bool		expired = eval_deadline_end();
+
+		eval_deadline_unwatch();
+		if (expired)
+		{
+			char		msg[256];
+
+			FlushErrorState();
+			snprintf(msg, sizeof(msg),
+					 "Reading a subquery's rows took longer than this server allows (shape_sync.where_evaluation_timeout)");
+			shape_def_error_set("where", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("reading a subquery's rows took longer than \"%s\" allows",
+							"shape_sync.where_evaluation_timeout"),
+					 errhint("Make the subquery more selective, or give it an index.")));
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	(void) eval_deadline_end();
+	eval_deadline_unwatch();
+
+	/* decoding applies what this snapshot did not see, once it gets here */
+	set->seen = ss_visibility_of(snapshot, next, set->context);
+	set->seen_lsn = GetXLogInsertRecPtr();
+	set->filtering = true;
+}
+
+static void
+ss_set_index(SsValueSet *set, bool add)
+{
+	SsSetRelation *r;
+	bool		found;
+
+	if (ss_set_relids == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(SsSetRelation);
+		ctl.hcxt = ss_context;
+		ss_set_relids = hash_create("shape_sync subquery tables", 16, &ctl,
+									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	r = hash_search(ss_set_relids, &set->relid, add ? HASH_ENTER : HASH_FIND, &found);
+	if (r == NULL)
+		return;
+	if (add && !found)
+	{
+		r->index = equality_index_create(ss_context);
+		r->nsets = 0;
+	}
+	if (add)
+	{
+		equality_index_add(r->index, (uint32) ss_set_id(set), &set->route);
+		r->nsets++;
+	}
+	else
+	{
+		equality_index_remove(r->index, (uint32) ss_set_id(set), &set->route);
+		if (--r->nsets == 0)
+		{
+			equality_index_destroy(r->index);
+			hash_search(ss_set_relids, &set->relid, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+int
+ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
+{
+	Oid			role = GetUserId();
+	SsValueSet *set = NULL;
+	MemoryContext old;
+	HASHCTL		ctl;
+
+	for (int id = 0; id < ss_nsets && set == NULL; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->findable && ss_sets[id]->role == role &&
+			ss_sets[id]->relid == dep->relid && strcmp(ss_sets[id]->identity, dep->identity) == 0)
+			set = ss_sets[id];
+	if (set == NULL)
+	{
+		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
+			elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
+		set = ss_set_new();
+		set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
+											 ALLOCSET_DEFAULT_SIZES);
+		set->in_use = true;
+		old = MemoryContextSwitchTo(set->context);
+		set->identity = pstrdup(dep->identity);
+		set->role = role;
+		set->relid = dep->relid;
+		set->ncolumns = dep->ncolumns;
+		set->attnums = palloc(sizeof(AttrNumber) * dep->ncolumns);
+		set->types = palloc(sizeof(Oid) * dep->ncolumns);
+		set->outputs = palloc(sizeof(FmgrInfo) * dep->ncolumns);
+		for (int c = 0; c < dep->ncolumns; c++)
+		{
+			Oid			output;
+			bool		varlena;
+
+			set->attnums[c] = dep->inner_attnums[c];
+			set->types[c] = dep->types[c];
+			getTypeOutputInfo(dep->types[c], &output, &varlena);
+			fmgr_info(output, &set->outputs[c]);
+		}
+		if (dep->where != NULL)
+		{
+			Expr	   *planned = expression_planner((Expr *) copyObject(dep->where));
+
+			set->where = ExecInitExpr(planned, NULL);
+			equality_route_of(planned, &set->route);
+		}
+		else
+			equality_route_of(NULL, &set->route);
+		ctl.keysize = sizeof(SsValueKey);
+		ctl.entrysize = sizeof(SsValue);
+		ctl.hash = ss_value_hash;
+		ctl.match = ss_value_match;
+		ctl.hcxt = set->context;
+		set->values = hash_create("shape_sync subquery values", 64, &ctl,
+								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+		MemoryContextSwitchTo(old);
+		PG_TRY();
+		{
+			ss_set_read(set, dep);
+		}
+		PG_CATCH();
+		{
+			/* a set that could not be read is no set */
+			sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
+			MemoryContextDelete(set->context);
+			memset(set, 0, sizeof(*set));
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		set->findable = true;
+		ss_set_index(set, true);
+		sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
+	}
+	set->refcount++;
+	old = MemoryContextSwitchTo(set->context);
+	set->dependents = list_append_unique_int(set->dependents, (int) slot);
+	MemoryContextSwitchTo(old);
+	return ss_set_id(set);
+}
+
+void
+ss_set_release(int id, uint32 slot)
+{
+	SsValueSet *set = ss_sets[id];
+
+	Assert(set->in_use && set->refcount > 0);
+	set->dependents = list_delete_int(set->dependents, (int) slot);
+	if (--set->refcount > 0)
+		return;
+	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
+	ss_set_index(set, false);
+	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
+	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
+	MemoryContextDelete(set->context);
+	memset(set, 0, sizeof(*set));
+}
+
+/*
+ * A set that can no longer be followed: no new shape uses it, and every
+ * shape that does rotates now, whatever transaction it is at (it no longer
+ * follows its subquery).
+ */
+static void
+ss_set_fail(SsValueSet *set, const char *problem)
+{
+	ListCell   *lc;
+
+	if (set->problem == NULL)
+		set->problem = MemoryContextStrdup(set->context, problem);
+	set->findable = false;
+	foreach(lc, set->dependents)
+	{
+		ShapeStream *s = &ss_streams[lfirst_int(lc)];
+
+		if (s->in_use && !s->rotate)
+			ss_rotate_later(s, SM_ROTATION_TABLE_CHANGED, set->problem);
+	}
+}
+
+/* ------------------------------------------------- inner table changes */
+
+/* Whether the tuple is in the set's select (its where clause). */
+static bool
+ss_set_matches(SsValueSet *set, TupleTableSlot *slot)
+{
+	bool		isnull;
+	Datum		result;
+
+	if (set->where == NULL)
+		return true;
+	ss_econtext_ensure();
+	ss_econtext->ecxt_scantuple = slot;
+	eval_deadline_begin();
+	result = ExecEvalExprSwitchContext(set->where, ss_econtext, &isnull);
+	if (eval_deadline_end())
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("a subquery's where clause took longer than \"%s\" allows",
+						"shape_sync.where_evaluation_timeout")));
+	ResetExprContext(ss_econtext);
+	return !isnull && DatumGetBool(result);
+}
+
+/* First change of the transaction for the set: whether it applies. */
+static bool
+ss_set_touch(SsValueSet *set)
+{
+	MemoryContext old;
+
+	if (set->txn == ss_txn_number)
+		return !set->skip_txn;
+	set->txn = ss_txn_number;
+	set->skip_txn = false;
+	set->txn_values = NIL;
+	set->null_rows_before = set->null_rows;
+	set->nvalues_before = set->nvalues;
+	old = MemoryContextSwitchTo(ss_context);
+	ss_sets_touched = lappend(ss_sets_touched, set);
+	MemoryContextSwitchTo(old);
+	if (set->filtering)
+	{
+		if (ss_lsn >= set->seen_lsn)
+			set->filtering = false;
+		else if (ss_visible(set->seen, ss_xid))
+		{
+			set->skip_txn = true;
+			if (set->applied_unseen)
+				ss_set_fail(set, "its subquery's table committed out of visibility order while its values were read");
+		}
+		else
+			set->applied_unseen = true;
+	}
+	return !set->skip_txn;
+}
+
+typedef struct SsSetChange
+{
+	TupleDesc	desc;
+	TupleTableSlot *newslot;
+	TupleTableSlot *oldslot;
+	bool		old_row_complete;
+	uint64		visit;
+	StringInfoData key;
+} SsSetChange;
+
+static bool
+ss_set_types_match(SsValueSet *set, TupleDesc desc)
+{
+	for (int c = 0; c < set->ncolumns; c++)
+	{
+		AttrNumber	attnum = set->attnums[c];
+
+		if (attnum > desc->natts || TupleDescAttr(desc, attnum - 1)->attisdropped ||
+			TupleDescAttr(desc, attnum - 1)->atttypid != set->types[c])
+			return false;
+	}
+	return true;
+}
+
+static void
+ss_set_apply(uint32 id, void *arg)
+{
+	SsValueSet *set = ss_sets[id];
+	SsSetChange *c = arg;
+	MemoryContext old = CurrentMemoryContext;
+	ShapeRoleSaved saved;
+
+	if (set->visited == c->visit || set->problem != NULL)
+		return;
+	set->visited = c->visit;
+	if (!ss_set_touch(set))
+		return;
+	if (!c->old_row_complete)
+	{
+		ss_set_fail(set, "a change of its subquery's table came without the old row: its replica identity is no longer FULL");
+		return;
+	}
+	if (!ss_set_types_match(set, c->desc))
+	{
+		ss_set_fail(set, "a column its subquery reads was dropped or changed type");
+		return;
+	}
+	shape_role_become(set->role, &saved);
+	PG_TRY();
+	{
+		if (c->oldslot != NULL && ss_set_matches(set, c->oldslot))
+		{
+			bool		has = ss_row_key(c->oldslot, set->ncolumns, set->attnums, set->outputs, &c->key);
+
+			ss_set_count(set, &c->key, has, -1);
+		}
+		if (c->newslot != NULL && ss_set_matches(set, c->newslot))
+		{
+			bool		has = ss_row_key(c->newslot, set->ncolumns, set->attnums, set->outputs, &c->key);
+
+			ss_set_count(set, &c->key, has, 1);
+		}
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		(void) eval_deadline_end();
+		MemoryContextSwitchTo(old);
+		if (ss_econtext != NULL)
+			ResetExprContext(ss_econtext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ss_set_fail(set, psprintf("a change of its subquery's table could not be processed: %s",
+								  edata->message));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	shape_role_restore(&saved);
+}
+
+bool
+ss_sets_on(Oid relid)
+{
+	return ss_set_relids != NULL && hash_search(ss_set_relids, &relid, HASH_FIND, NULL) != NULL;
+}
+
+void
+ss_sets_change(Relation rel, ReorderBufferChangeType action, TupleTableSlot *newslot,
+			   TupleTableSlot *oldslot)
+{
+	Oid			relid = RelationGetRelid(rel);
+	SsSetRelation *r = hash_search(ss_set_relids, &relid, HASH_FIND, NULL);
+	SsSetChange c;
+
+	if (r == NULL)
+		return;
+	c.desc = RelationGetDescr(rel);
+	c.newslot = newslot;
+	c.oldslot = oldslot;
+	c.old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
+		(oldslot != NULL && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+	c.visit = ++ss_set_visits;
+	initStringInfo(&c.key);
+	if (!c.old_row_complete)
+	{
+		for (int id = 0; id < ss_nsets; id++)
+			if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+				ss_set_apply((uint32) id, &c);
+	}
+	else
+	{
+		MemoryContext old = CurrentMemoryContext;
+
+		equality_index_visit_unrouted(r->index, ss_set_apply, &c);
+		PG_TRY();
+		{
+			if (newslot != NULL)
+				equality_index_visit(r->index, newslot, ss_set_apply, &c);
+			if (oldslot != NULL)
+				equality_index_visit(r->index, oldslot, ss_set_apply, &c);
+		}
+		PG_CATCH();
+		{
+			/* a hash that failed: every set of the table hears of it */
+			MemoryContextSwitchTo(old);
+			FlushErrorState();
+			for (int id = 0; id < ss_nsets; id++)
+				if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+					ss_set_apply((uint32) id, &c);
+		}
+		PG_END_TRY();
+	}
+	pfree(c.key.data);
+}
+
+/* A TRUNCATE of a table sets read: their values left without changes. */
+void
+ss_sets_truncated(Oid relid)
+{
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid && ss_set_touch(ss_sets[id]))
+			ss_set_fail(ss_sets[id], "its subquery's table was truncated");
+}
+
+/* The streams using a set on `relid`, for the catalog watch. */
+List *
+ss_sets_dependents_on(Oid relid)
+{
+	List	   *slots = NIL;
+
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+			slots = list_concat_unique_int(slots, ss_sets[id]->dependents);
+	return slots;
+}
+
+/* The number of value sets and the values they hold, for the views. */
+void
+ss_sets_count(int64 *nsets, int64 *nvalues)
+{
+	*nsets = 0;
+	*nvalues = 0;
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use)
+		{
+			(*nsets)++;
+			*nvalues += ss_sets[id]->nvalues;
+		}
+}
+
+/* A transaction begins. */
+void
+ss_sets_begin(void)
+{
+	ss_txn_number++;
+}
+
