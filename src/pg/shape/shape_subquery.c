@@ -297,6 +297,36 @@ subquery_fill_sublink(SubLink *sublink, SubquerySublink *sl, const SubqueryDepen
 	}
 }
 
+/* The columns a dependency reads, with their types: a change of one rotates its shapes. */
+static void
+subquery_note_read_columns(SubqueryDependency *d)
+{
+	List	   *vars = d->where != NULL ? pull_var_clause(d->where, 0) : NIL;
+	ListCell   *lc;
+
+	d->read_attnums = palloc(sizeof(AttrNumber) * (d->ncolumns + list_length(vars)));
+	d->read_types = palloc(sizeof(Oid) * (d->ncolumns + list_length(vars)));
+	d->nread = 0;
+	for (int c = 0; c < d->ncolumns; c++)
+	{
+		d->read_attnums[d->nread] = d->inner_attnums[c];
+		d->read_types[d->nread++] = d->types[c];
+	}
+	foreach(lc, vars)
+	{
+		Var		   *var = lfirst(lc);
+		bool		seen = false;
+
+		for (int i = 0; i < d->nread && !seen; i++)
+			seen = d->read_attnums[i] == var->varattno;
+		if (!seen && var->varattno > 0)
+		{
+			d->read_attnums[d->nread] = var->varattno;
+			d->read_types[d->nread++] = var->vartype;
+		}
+	}
+}
+
 typedef struct PlanBuild
 {
 	SubqueryPlan *plan;
@@ -370,6 +400,7 @@ subquery_note_sublink(PlanBuild *b, SubLink *sublink, bool negated)
 			ncolumns++;
 		}
 		d->ncolumns = ncolumns;
+		subquery_note_read_columns(d);
 	}
 	if (negated && plan->dependencies[dep].ncolumns > 1)
 		subquery_refuse("NOT IN with a row of columns is not supported yet",

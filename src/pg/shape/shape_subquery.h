@@ -40,6 +40,9 @@ typedef struct SubqueryDependency
 	Oid		   *types;			/* their types */
 	Node	   *where;			/* w; NULL: every row */
 	bool		negated;		/* used as NOT IN */
+	int			nread;			/* the columns it reads, selected or in w, */
+	AttrNumber *read_attnums;	/* each once, */
+	Oid		   *read_types;		/* and their types when it was planned */
 } SubqueryDependency;
 
 /* One `(a [, b ...]) IN (select)` of the clause. */

@@ -279,6 +279,9 @@ typedef struct SsValueSet
 	int			ncolumns;
 	AttrNumber *attnums;
 	Oid		   *types;
+	int			nread;			/* the columns the select reads, and their */
+	AttrNumber *read_attnums;	/* types: a change of one fails the set */
+	Oid		   *read_types;
 	FmgrInfo   *outputs;
 	ExprState  *where;			/* NULL: every row */
 	EqualityRoute route;

@@ -871,30 +871,19 @@ ss_subquery_problem(ShapeStream *s)
 	for (int d = 0; d < plan->ndependencies; d++)
 	{
 		const SubqueryDependency *dep = &plan->dependencies[d];
-		Bitmapset  *vars = NULL;
-		AttrNumber *attnums;
-		int			n = 0;
-		int			x = -1;
 		const char *field;
 		char	   *problem;
 
 		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(dep->relid)))
 			return "a table its subquery reads was dropped";
-		for (int c = 0; c < dep->ncolumns; c++)
-			if (get_atttype(dep->relid, dep->inner_attnums[c]) != dep->types[c])
+		for (int c = 0; c < dep->nread; c++)
+			if (get_atttype(dep->relid, dep->read_attnums[c]) != dep->read_types[c])
 				return "a column its subquery reads was dropped or changed type";
 		if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
 			return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
 		if (shape_row_security_applies(dep->relid, GetUserId()))
 			return "a table its subquery reads has row-level security that applies to its role";
-		if (dep->where != NULL)
-			pull_varattnos(dep->where, 1, &vars);
-		attnums = palloc(sizeof(AttrNumber) * (dep->ncolumns + bms_num_members(vars)));
-		for (int c = 0; c < dep->ncolumns; c++)
-			attnums[n++] = dep->inner_attnums[c];
-		while ((x = bms_next_member(vars, x)) >= 0)
-			attnums[n++] = (AttrNumber) (x + FirstLowInvalidHeapAttributeNumber);
-		problem = shape_read_problem(dep->relid, n, attnums, &field);
+		problem = shape_read_problem(dep->relid, dep->nread, dep->read_attnums, &field);
 		if (problem != NULL)
 			return problem;
 	}

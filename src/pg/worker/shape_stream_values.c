@@ -438,6 +438,11 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		set->attnums = palloc(sizeof(AttrNumber) * dep->ncolumns);
 		set->types = palloc(sizeof(Oid) * dep->ncolumns);
 		set->outputs = palloc(sizeof(FmgrInfo) * dep->ncolumns);
+		set->nread = dep->nread;
+		set->read_attnums = palloc(sizeof(AttrNumber) * dep->nread);
+		set->read_types = palloc(sizeof(Oid) * dep->nread);
+		memcpy(set->read_attnums, dep->read_attnums, sizeof(AttrNumber) * dep->nread);
+		memcpy(set->read_types, dep->read_types, sizeof(Oid) * dep->nread);
 		for (int c = 0; c < dep->ncolumns; c++)
 		{
 			Oid			output;
@@ -594,15 +599,16 @@ typedef struct SsSetChange
 	StringInfoData key;
 } SsSetChange;
 
+/* Whether the columns the set's select reads still have their types. */
 static bool
 ss_set_types_match(SsValueSet *set, TupleDesc desc)
 {
-	for (int c = 0; c < set->ncolumns; c++)
+	for (int c = 0; c < set->nread; c++)
 	{
-		AttrNumber	attnum = set->attnums[c];
+		AttrNumber	attnum = set->read_attnums[c];
 
 		if (attnum > desc->natts || TupleDescAttr(desc, attnum - 1)->attisdropped ||
-			TupleDescAttr(desc, attnum - 1)->atttypid != set->types[c])
+			TupleDescAttr(desc, attnum - 1)->atttypid != set->read_types[c])
 			return false;
 	}
 	return true;
