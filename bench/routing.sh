@@ -72,36 +72,6 @@ END $$;
 SQL
 cluster_psql -c "CREATE EXTENSION shape_sync" >/dev/null
 
-# Makes the shapes of a table, 8 requests at a time: one where clause per line of stdin.
-cat >"$out/make_shapes.py" <<'PY'
-import http.client, sys, threading, urllib.parse
-url, table = sys.argv[1], sys.argv[2]
-wheres = [line.rstrip("\n") for line in sys.stdin]
-u = urllib.parse.urlsplit(url)
-failed = []
-def worker(part):
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
-    for w in part:
-        q = {"table": table, "offset": "-1"}
-        if w:
-            q["where"] = w
-        while True:
-            conn.request("GET", "/v1/shape?" + urllib.parse.urlencode(q))
-            r = conn.getresponse()
-            body = r.read()
-            if r.status == 503:
-                import time
-                time.sleep(float(r.getheader("retry-after") or 1))
-                continue
-            if r.status != 200:
-                failed.append(f"{w}: {r.status} {body[:200]!r}")
-            break
-threads = [threading.Thread(target=worker, args=(wheres[i::8],)) for i in range(8)]
-for t in threads: t.start()
-for t in threads: t.join()
-if failed:
-    sys.exit("\n".join(failed[:5]))
-PY
 
 scenarios=()	# name table tenants expected_matches_per_change
 make_scenario() {	# name tenants (where clauses on stdin)
@@ -111,7 +81,7 @@ make_scenario() {	# name tenants (where clauses on stdin)
 	cat >"$out/wheres"
 	n=$(wc -l <"$out/wheres")
 	if ((n > 0)); then
-		python3 "$out/make_shapes.py" "$SHAPE_SYNC_URL" "$table" <"$out/wheres"
+		python3 "$here/make_shapes.py" "$SHAPE_SYNC_URL" "$table" <"$out/wheres"
 	fi
 	local ready
 	for _ in $(seq 1 600); do

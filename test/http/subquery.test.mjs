@@ -12,8 +12,9 @@
 //     inserts, snapshot-end, no 409);
 //   - the official client's Shape through a move-out.
 //
-// The wire format is Electric's (sync-service 1.7.x): /work/notes/research27.md. The small
-// client below applies messages as @tanstack/electric-db-collection does (research27 §2.3-2.5):
+// The wire format is Electric's (sync-service 1.7.x), as docs/subqueries.md ("What clients
+// receive") describes it. The small client below applies messages as
+// @tanstack/electric-db-collection does:
 // rows by key, tags accumulate (removed_tags drop), active_conditions replace; a move-out
 // sets active_conditions[pos] = false on the rows whose tag has the value at slot pos and
 // deletes those no disjunct keeps; a move-in sets it true on the rows it names and adds none.
@@ -656,8 +657,8 @@ describe('subqueries: live', () => {
     assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
   })
 
-  // Electric's move-in (research27 §1.5), which the server does not do yet: today a value
-  // entering a subquery rotates the shape (409 must-refetch). Expected to fail until then.
+  // Electric's move-in (docs/subqueries.md): the event, the rows with is_move_in, then
+  // snapshot-end, and no 409.
   it('move-in arrives as inserts without a 409 (Electric\'s move-in)', async () => {
     const s = await makeSchema('sq_emin')
     const f = await new Follower(s.params).sync()
@@ -721,7 +722,7 @@ describe('subqueries: the official client (@electric-sql/client 1.5.28)', () => 
       })
       assert.deepEqual(client.errors, [])
       // Finding: @electric-sql/client's Shape (src/shape.ts #process) applies change messages
-      // and up-to-date/must-refetch only; it ignores move-out events (research27 §1.1). The
+      // and up-to-date/must-refetch only; it ignores move-out events (docs/subqueries.md). The
       // server sent no delete for project 1's issues (Electric does not either: the event is
       // the delete), so the Shape keeps them: its rows are the SELECT plus those stale rows.
       const byId = (a, b) => a.id - b.id

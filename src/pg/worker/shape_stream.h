@@ -46,6 +46,7 @@ extern void shape_stream_snapshot_done(uint32 slot, const SnapshotVisibility *vi
 extern void shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *answer,
 										  const SubsetOutcome *outcome);
 extern void shape_stream_move_in_failed(uint32 slot, uint32 generation);
+extern bool shape_stream_moves_waiting(void);
 
 /*
  * A shape restored from disk (log_restore.c): commits before `lsn` are in

@@ -644,7 +644,7 @@ ss_apply_subquery_change(ShapeStream *s, ReorderBufferChangeType action,
 						 TupleTableSlot *newslot, TupleTableSlot *oldslot, uint64 op)
 {
 	ss_apply_subquery_view(s, action, newslot, oldslot, op, false);
-	if (s->moving != NULL && !s->rotate)
+	if (ss_holding(s) && !s->rotate)
 		ss_apply_subquery_view(s, action, newslot, oldslot, op, true);
 }
 
@@ -784,11 +784,13 @@ shape_stream_commit(void)
 		ss_release_held_before(s, true);
 		if (s->rotate)
 			;					/* retired at the next maintain */
-		else if ((!s->ready || s->moving != NULL) && s->txn_pending != NULL)
+		else if ((!s->ready || ss_holding(s)) && s->txn_pending != NULL)
 		{
 			MemoryContext old = MemoryContextSwitchTo(s->context);
+			PendingTxn *txn = s->txn_pending;
 
-			if (s->txn_pending->records.len > 0 || s->txn_pending->problem != NULL)
+			if (txn->records.len > 0 || txn->problem != NULL || txn->moved_out != NIL ||
+				(txn->records_before.data != NULL && txn->records_before.len > 0))
 				s->pending = lappend(s->pending, s->txn_pending);
 			else
 				ss_free_pending(s->txn_pending);
@@ -796,6 +798,9 @@ shape_stream_commit(void)
 		}
 		else if (s->appended)
 			ss_publish_commit(s);
+		/* a move-in this transaction began: the next ones are kept */
+		if (s->moving != NULL)
+			s->moving->holding = true;
 		s->txn_pending = NULL;
 		s->touched = false;
 		s->skip_txn = false;

@@ -78,6 +78,8 @@ typedef struct SsMoveIn
 	List	   *keys;			/* StringInfo: the same values as set keys */
 	TransactionId xid;			/* the transaction that moved them in */
 	LogOffset	after;			/* past its records: where the rows may go */
+	bool		holding;		/* from the transaction after the moving one on:
+								 * the stream keeps its transactions */
 	bool		answered;
 	uint64		database_lsn;	/* past every commit its snapshot sees */
 	SnapshotVisibility *visibility;
@@ -94,6 +96,8 @@ typedef struct PendingTxn
 	StringInfoData records;		/* (LogOffset, uint32 len, bytes)* */
 	StringInfoData records_before;	/* the same, as if the stream's move-in
 									 * had not happened (data NULL: none) */
+	List	   *moved_out;		/* StringInfo: keys of the move-in's values
+								 * this transaction moved out again */
 } PendingTxn;
 
 typedef struct ShapeStream
@@ -317,6 +321,13 @@ extern bool ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *att
 					   FmgrInfo *outputs, StringInfo key);
 extern int	ss_set_id(SsValueSet *set);
 
+/* Whether the stream keeps its transactions for a move-in in flight. */
+static inline bool
+ss_holding(const ShapeStream *s)
+{
+	return s->moving != NULL && s->moving->holding;
+}
+
 /* shape_stream_subquery.c and shape_stream_values.c */
 extern void ss_subquery_add(ShapeStream *s, Node *where, const char *handle);
 extern void ss_subquery_remove(ShapeStream *s);
@@ -336,7 +347,7 @@ extern void ss_sets_count(int64 *nsets, int64 *nvalues);
 extern void ss_moves_maintain(void);
 extern void ss_move_in_forget(ShapeStream *s);
 extern void ss_move_in_splice(ShapeStream *s);
-extern void ss_move_in_event(ShapeStream *s, StringInfo msg);
+extern void ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg);
 extern bool ss_old_view;		/* encoding as if the move-in had not happened */
 extern void ss_release_held_before(ShapeStream *s, bool last);
 extern void ss_emit_before(ShapeStream *s, LogOffset offset, const char *data, uint32 len);

@@ -458,7 +458,7 @@ ss_spill_kept_all(void)
 void
 ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len)
 {
-	if (s->ready && s->moving == NULL)
+	if (s->ready && !ss_holding(s))
 	{
 		ss_append(s, offset, data, len);
 		return;
@@ -502,9 +502,19 @@ ss_release_held(ShapeStream *s, bool last)
 void
 ss_free_pending(PendingTxn *txn)
 {
+	ListCell   *lc;
+
 	pfree(txn->records.data);
 	if (txn->records_before.data != NULL)
 		pfree(txn->records_before.data);
+	foreach(lc, txn->moved_out)
+	{
+		StringInfo	key = lfirst(lc);
+
+		pfree(key->data);
+		pfree(key);
+	}
+	list_free(txn->moved_out);
 	if (txn->problem != NULL)
 		pfree(txn->problem);
 	pfree(txn);
@@ -547,7 +557,7 @@ ss_touch(ShapeStream *s)
 		if (known != NULL && ss_visible(known, ss_xid))
 			s->skip_txn = true;
 	}
-	if ((!s->ready || s->moving != NULL) && !s->skip_txn)
+	if ((!s->ready || ss_holding(s)) && !s->skip_txn)
 	{
 		old = MemoryContextSwitchTo(s->context);
 		s->txn_pending = palloc0(sizeof(PendingTxn));
@@ -969,6 +979,7 @@ ss_move_in_splice(ShapeStream *s)
 	const char *end;
 	StringInfoData event;
 	bool		unseen = false;
+	List	   *gone = NIL;
 
 	foreach(lc, s->pending)
 	{
@@ -983,13 +994,14 @@ ss_move_in_splice(ShapeStream *s)
 		}
 		unseen = unseen || !seen;
 	}
-	/* those the snapshot saw */
+	/* those the snapshot saw; the values they moved out again are not in the event */
 	foreach(lc, s->pending)
 	{
 		PendingTxn *txn = lfirst(lc);
 
 		if (s->rotate || !ss_visible(m->visibility, txn->xid))
 			break;
+		gone = list_concat(gone, txn->moved_out);
 		if (txn->problem != NULL)
 		{
 			ss_rotate_later(s, txn->problem_cause, txn->problem);
@@ -1005,7 +1017,7 @@ ss_move_in_splice(ShapeStream *s)
 	 */
 	at = log_offset_max(s->last, m->after);
 	initStringInfo(&event);
-	ss_move_in_event(s, &event);
+	ss_move_in_event(s, gone, &event);
 	at.op++;
 	if (!s->rotate)
 		ss_append(s, at, event.data, (uint32) event.len);
@@ -1038,6 +1050,7 @@ ss_move_in_splice(ShapeStream *s)
 		}
 		ss_append_records(s, txn->records.data, txn->records.len);
 	}
+	list_free(gone);
 	foreach(lc, s->pending)
 		ss_free_pending(lfirst(lc));
 	list_free(s->pending);

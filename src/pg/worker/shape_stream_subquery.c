@@ -424,9 +424,13 @@ ss_emit_move_before(ShapeStream *s, int dep, List *values, const char *event)
 	list_free(kept);
 }
 
-/* The move-in event of the stream's move in flight. */
+/*
+ * The move-in event of the stream's move in flight, but for the values
+ * whose keys are in `gone` (StringInfo): moved out again before the rows
+ * were read.
+ */
 void
-ss_move_in_event(ShapeStream *s, StringInfo msg)
+ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg)
 {
 	SsMoveIn   *m = s->moving;
 	const SubqueryPlan *plan = s->subquery->plan;
@@ -443,7 +447,19 @@ ss_move_in_event(ShapeStream *s, StringInfo msg)
 		foreach(lc, m->values)
 		{
 			char		hash[ROW_TAG_HASH_LEN + 1];
+			StringInfo	key = list_nth(m->keys, foreach_current_index(lc));
+			bool		left = false;
 
+			ListCell   *gc;
+
+			foreach(gc, gone)
+			{
+				StringInfo	g = lfirst(gc);
+
+				left = left || (g->len == key->len && memcmp(g->data, key->data, key->len) == 0);
+			}
+			if (left)
+				continue;
 			row_tag_value_hash(&s->subquery->tagger, sublink, lfirst(lc), hash);
 			appendStringInfo(msg, "%s{\"pos\":%d,\"value\":\"%s\"}", first ? "" : ",", p, hash);
 			first = false;
@@ -625,6 +641,8 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 	}
 }
 
+static int	ss_moves_answered = 0;	/* move-ins whose rows are in, not spliced */
+
 static ShapeStream *
 ss_moving_stream(uint32 slot, uint32 generation)
 {
@@ -714,6 +732,8 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 	}
 	m->answered = true;
 	ss_move_in_try(s);
+	if (s->moving != NULL)
+		ss_moves_answered++;
 }
 
 /* Between batches: the move-ins whose rows came, once decoding caught up. */
@@ -722,12 +742,59 @@ ss_moves_maintain(void)
 {
 	ShapeTable *table;
 
-	if (ss_streams == NULL || ss_nsets == 0)
+	if (ss_streams == NULL || ss_moves_answered == 0)
 		return;
 	table = ss_table();
+	ss_moves_answered = 0;
 	for (uint32 i = 0; i < table->nslots; i++)
 		if (ss_streams[i].in_use && ss_streams[i].moving != NULL && !ss_streams[i].rotate)
+		{
 			ss_move_in_try(&ss_streams[i]);
+			if (ss_streams[i].moving != NULL && ss_streams[i].moving->answered)
+				ss_moves_answered++;
+		}
+}
+
+/* Whether a move-in's rows wait for decoding to catch up (the main loop looks soon). */
+bool
+shape_stream_moves_waiting(void)
+{
+	return ss_moves_answered > 0;
+}
+
+/*
+ * A kept transaction moved some of the move-in's values out again: should
+ * the move-in's snapshot see it, those values are not moved in (the
+ * snapshot has no rows for them) and the transaction's second encoding
+ * has no event for them either.
+ */
+static void
+ss_note_moved_out(ShapeStream *s, int dep, List *out)
+{
+	MemoryContext old;
+	ListCell   *lc;
+	StringInfoData key;
+
+	if (dep != s->moving->dependency || s->txn_pending == NULL)
+		return;
+	initStringInfo(&key);
+	old = MemoryContextSwitchTo(s->context);
+	foreach(lc, out)
+	{
+		SsValue    *v = lfirst(lc);
+
+		resetStringInfo(&key);
+		appendBinaryStringInfo(&key, v->key.data, v->key.len);
+		if (ss_moving_value(s->moving, &key))
+		{
+			StringInfo	copy = makeStringInfo();
+
+			appendBinaryStringInfo(copy, key.data, key.len);
+			s->txn_pending->moved_out = lappend(s->txn_pending->moved_out, copy);
+		}
+	}
+	MemoryContextSwitchTo(old);
+	pfree(key.data);
 }
 
 /*
@@ -775,8 +842,11 @@ ss_stream_moves(ShapeStream *s, SsValueSet *set, int dep)
 	if (out != NIL)
 	{
 		ss_emit_move(s, dep, out, "move-out");
-		if (s->moving != NULL)
+		if (ss_holding(s))
+		{
 			ss_emit_move_before(s, dep, out, "move-out");
+			ss_note_moved_out(s, dep, out);
+		}
 	}
 	if (entering != NIL)
 		ss_move_in_begin(s, dep, entering);

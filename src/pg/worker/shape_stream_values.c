@@ -427,8 +427,9 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
 			elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
 		set = ss_set_new();
+		/* most sets are one user's few values: small to start with */
 		set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
-											 ALLOCSET_DEFAULT_SIZES);
+											 ALLOCSET_SMALL_SIZES);
 		set->in_use = true;
 		old = MemoryContextSwitchTo(set->context);
 		set->identity = pstrdup(dep->identity);
@@ -467,7 +468,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		ctl.hash = ss_value_hash;
 		ctl.match = ss_value_match;
 		ctl.hcxt = set->context;
-		set->values = hash_create("shape_sync subquery values", 64, &ctl,
+		set->values = hash_create("shape_sync subquery values", 8, &ctl,
 								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
 		MemoryContextSwitchTo(old);
 		PG_TRY();

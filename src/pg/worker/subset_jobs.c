@@ -58,7 +58,9 @@
 
 #include <stdatomic.h>
 
+#include "miscadmin.h"
 #include "storage/dsm.h"
+#include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -480,6 +482,7 @@ subset_jobs_move_in(uint32 slot, uint32 generation, SubsetRequest *request)
 	subset_waiting[(subset_waiting_head + subset_waiting_len) % SUBSET_RESULTS_MAX] = cell;
 	subset_waiting_len++;
 	subset_in_flight++;
+	SetLatch(MyLatch);			/* queued in a decoding batch: launched at the next turn */
 	return true;
 }
 

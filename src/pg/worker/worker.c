@@ -569,7 +569,7 @@ shape_sync_worker_main(Datum arg)
 		WaitEvent	fired[3];
 		long		timeout = more_wal || more_prefault || log_files_writing() ? 0 :
 			decoder_holds_commit() ? DECODER_HOLD_RECHECK_MS :
-			decoder_wal_pending() ? 2 :
+			decoder_wal_pending() || shape_stream_moves_waiting() ? 2 :
 			worker_deferred != NULL ? 20 : 1000;
 		int			release_in = http_server_release_due_ms(worker_http);
 		int			nfired;
