@@ -177,7 +177,7 @@ SELECT jsonb_pretty(shape_sync.validate_shape('items', 'true) OR (true'));
 -- An unknown column.
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'nope = 1'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'other.id = 1'));
--- Subqueries, aggregates, window functions, set-returning functions.
+-- Subqueries other than IN of one table (docs/subqueries.md), aggregates, window functions, set-returning functions.
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'id IN (SELECT 1)'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'EXISTS (SELECT FROM pairs)'));
 SELECT jsonb_pretty(shape_sync.validate_shape('items', 'count(*) > 0'));

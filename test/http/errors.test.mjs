@@ -133,7 +133,7 @@ describe('errors', () => {
 
   it('where clauses a shape cannot use', async () => {
     const cases = [
-      ['subquery', `id IN (SELECT 1)`],
+      ['subquery of no table', `id IN (SELECT 1)`],
       ['aggregate', `count(*) > 0`],
       ['volatile function', `random() > 0.5`],
       ['unknown column', `nope = 1`],
