@@ -72,7 +72,7 @@ export function hostileCorpus({ table: T, port, suffix: sfx }) {
     ['EXISTS on a catalog', shape(`where=${encodeURIComponent("EXISTS (SELECT FROM pg_authid)")}`), 400, /Only IN \(SELECT \.\.\.\) subqueries/],
     ['a subquery of a catalog', shape(`where=${encodeURIComponent('id IN (SELECT oid::int FROM pg_catalog.pg_authid)')}`), 400, /"where"/],
     ['a subquery of a catalog column', shape(`where=${encodeURIComponent('title IN (SELECT rolname FROM pg_catalog.pg_authid)')}`), 400, /not a logged user table|may not|type/],
-    ['an unqualified catalog in a subquery', shape(`where=${encodeURIComponent('id IN (SELECT oid FROM pg_class)')}`), 400, /"public"\."pg_class" in a subquery does not exist/],
+    ['an unqualified catalog in a subquery', shape(`where=${encodeURIComponent('id IN (SELECT oid FROM pg_class)')}`), 400, /pg_class.{0,2} in a subquery does not exist/],
     ['a volatile function in a subquery', shape(`where=${encodeURIComponent(`id IN (SELECT id FROM ${T} WHERE random() > 0.5)`)}`), 400, /immutable/],
     ['pg_sleep in a subquery', shape(`where=${encodeURIComponent(`id IN (SELECT id FROM ${T} WHERE pg_sleep(30) IS NULL)`)}`), 400, /immutable/],
     ['a subquery in a subquery', shape(`where=${encodeURIComponent(`id IN (SELECT id FROM ${T} WHERE id IN (SELECT id FROM ${T}))`)}`), 400, /not supported yet/],

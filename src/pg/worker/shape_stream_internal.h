@@ -28,6 +28,7 @@
 
 #include "executor/executor.h"
 #include "replication/reorderbuffer.h"
+#include "lib/ilist.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "utils/hsearch.h"
@@ -53,7 +54,6 @@ typedef struct SsSubquery
 	ExprState **conditions;		/* by position: the plain conditions */
 	ParamExecData *params;		/* by sublink: each one's result for a row */
 	int		   *sets;			/* by dependency: its value set */
-	StringInfoData key;			/* a row's value, looked up */
 	Node	   *where_tree;		/* the where clause the plan was made from */
 	int			route_sublink;	/* the subquery whose values route changes to
 								 * it (see ss_subquery_route), or -1 */
@@ -261,8 +261,9 @@ extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId
 /* A value's text, as the key of a set: per column, a length and the bytes. */
 typedef struct SsValueKey
 {
-	const char *data;
+	int			set;			/* the set's id: one table holds every set's */
 	uint32		len;
+	const char *data;
 } SsValueKey;
 
 typedef struct SsValue
@@ -271,6 +272,7 @@ typedef struct SsValue
 	int64		count;			/* rows of the inner table with it */
 	uint64		txn;			/* the transaction that last counted it */
 	int64		before;			/* its count before that transaction */
+	dlist_node	in_set;			/* on its set's list */
 } SsValue;
 
 typedef struct SsValueSet
@@ -289,7 +291,8 @@ typedef struct SsValueSet
 	FmgrInfo   *outputs;
 	ExprState  *where;			/* NULL: every row */
 	EqualityRoute route;
-	HTAB	   *values;			/* SsValue, by key */
+	int			id;
+	dlist_head	values;			/* SsValue, each in ss_values by key */
 	int64		nvalues;		/* with count > 0 */
 	int64		null_rows;		/* rows whose value has a NULL */
 	int			refcount;
@@ -320,6 +323,8 @@ extern char **ss_key_texts(const SsValueKey *key, int ncolumns);
 extern bool ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *attnums,
 					   FmgrInfo *outputs, StringInfo key);
 extern int	ss_set_id(SsValueSet *set);
+extern SsValue *ss_value_find(SsValueSet *set, const char *data, uint32 len);
+extern void ss_value_remove(SsValueSet *set, SsValue *v);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */
 static inline bool

@@ -90,6 +90,8 @@
 
 /* ------------------------------------------------- the outer table's rows */
 
+static StringInfoData ss_row_value;	/* a row's value, looked up */
+
 /* Whether `key` is one of the move-in's values. */
 static bool
 ss_moving_value(const SsMoveIn *m, const StringInfo key)
@@ -122,6 +124,13 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 	Datum		result;
 	bool		in;
 
+	if (ss_row_value.data == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		initStringInfo(&ss_row_value);
+		MemoryContextSwitchTo(old);
+	}
 	for (int i = 0; i < plan->nsublinks; i++)
 	{
 		const SubquerySublink *sl = &plan->sublinks[i];
@@ -132,7 +141,7 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 		int64		nvalues = touched ? set->nvalues_before : set->nvalues;
 
 		param->execPlan = NULL;
-		if (!ss_row_key(slot, set->ncolumns, sl->outer_attnums, q->tagger.outputs[i], &q->key))
+		if (!ss_row_key(slot, set->ncolumns, sl->outer_attnums, q->tagger.outputs[i], &ss_row_value))
 		{
 			/* NULL IN (nothing) is false; otherwise it is NULL */
 			param->isnull = nvalues > 0 || null_rows > 0;
@@ -140,12 +149,11 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 		}
 		else
 		{
-			SsValueKey	k = {q->key.data, (uint32) q->key.len};
-			SsValue    *v = hash_search(set->values, &k, HASH_FIND, NULL);
+			SsValue    *v = ss_value_find(set, ss_row_value.data, (uint32) ss_row_value.len);
 			bool		found = v != NULL && (v->txn == set->txn && touched ? v->before : v->count) > 0;
 
 			if (old_view && s->moving != NULL && sl->dependency == s->moving->dependency &&
-				ss_moving_value(s->moving, &q->key))
+				ss_moving_value(s->moving, &ss_row_value))
 				found = plan->dependencies[sl->dependency].negated;	/* as before it moved */
 			param->isnull = !found && null_rows > 0;
 			param->value = BoolGetDatum(found);
@@ -215,7 +223,6 @@ ss_subquery_add(ShapeStream *s, Node *where, const char *handle)
 	q->sets = palloc(sizeof(int) * plan->ndependencies);
 	for (int d = 0; d < plan->ndependencies; d++)
 		q->sets[d] = -1;
-	initStringInfo(&q->key);
 	q->where_tree = where;
 	q->route_sublink = -1;
 	s->subquery = q;
@@ -317,17 +324,19 @@ ss_subquery_file_all(ShapeStream *s, bool add)
 {
 	SsSubquery *q = s->subquery;
 	SsValueSet *set;
-	HASH_SEQ_STATUS seq;
-	SsValue    *v;
+	dlist_iter	it;
 
 	if (q == NULL || q->route_sublink < 0 ||
 		q->sets[q->plan->sublinks[q->route_sublink].dependency] < 0)
 		return;
 	set = ss_sets[q->sets[q->plan->sublinks[q->route_sublink].dependency]];
-	hash_seq_init(&seq, set->values);
-	while ((v = hash_seq_search(&seq)) != NULL)
+	dlist_foreach(it, &set->values)
+	{
+		SsValue    *v = dlist_container(SsValue, in_set, it.cur);
+
 		if (v->count > 0)
 			ss_subquery_file(s, &v->key, add);
+	}
 }
 
 /* Appends a move event of `s`'s dependency `dep` for `values`. */
@@ -908,12 +917,7 @@ ss_sets_commit(void)
 				ss_set_route_moved(set, id, v);
 			v->txn = 0;
 			if (v->count == 0)
-			{
-				const char *data = v->key.data;
-
-				hash_search(set->values, &v->key, HASH_REMOVE, NULL);
-				pfree((char *) data);
-			}
+				ss_value_remove(set, v);
 		}
 		list_free(set->txn_values);
 		set->txn_values = NIL;

@@ -85,12 +85,20 @@ List	   *ss_sets_touched;	/* SsValueSet *, in the current transaction */
 uint64		ss_txn_number;
 static uint64 ss_set_visits;
 
+/*
+ * One hash table holds the values of every set, keyed by set and text: a
+ * table of its own per set cost each set 12 kB, and most sets are one
+ * user's few memberships.
+ */
+static HTAB *ss_values = NULL;
+
 static uint32
 ss_value_hash(const void *key, Size keysize)
 {
 	const SsValueKey *k = key;
 
-	return hash_bytes((const unsigned char *) k->data, (int) k->len);
+	return hash_combine(murmurhash32((uint32) k->set),
+						hash_bytes((const unsigned char *) k->data, (int) k->len));
 }
 
 static int
@@ -99,7 +107,42 @@ ss_value_match(const void *a, const void *b, Size keysize)
 	const SsValueKey *x = a;
 	const SsValueKey *y = b;
 
-	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+	return x->set == y->set && x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+}
+
+/* A set's value of these bytes, or NULL. */
+SsValue *
+ss_value_find(SsValueSet *set, const char *data, uint32 len)
+{
+	SsValueKey	k = {set->id, len, data};
+
+	return ss_values ? hash_search(ss_values, &k, HASH_FIND, NULL) : NULL;
+}
+
+/* Takes a value out of its set and of the table. */
+void
+ss_value_remove(SsValueSet *set, SsValue *v)
+{
+	const char *data = v->key.data;
+
+	dlist_delete(&v->in_set);
+	hash_search(ss_values, &v->key, HASH_REMOVE, NULL);
+	pfree((char *) data);
+}
+
+/* Takes every value of a set out of the table (its texts go with its context). */
+static void
+ss_set_forget_values(SsValueSet *set)
+{
+	dlist_mutable_iter it;
+
+	dlist_foreach_modify(it, &set->values)
+	{
+		SsValue    *v = dlist_container(SsValue, in_set, it.cur);
+
+		dlist_delete(&v->in_set);
+		hash_search(ss_values, &v->key, HASH_REMOVE, NULL);
+	}
 }
 
 /* Appends a column's text to a key. */
@@ -168,17 +211,14 @@ ss_set_new(void)
 	}
 	MemoryContextSwitchTo(old);
 	memset(ss_sets[id], 0, sizeof(SsValueSet));
+	ss_sets[id]->id = id;
 	return ss_sets[id];
 }
 
 int
 ss_set_id(SsValueSet *set)
 {
-	for (int id = 0; id < ss_nsets; id++)
-		if (ss_sets[id] == set)
-			return id;
-	elog(ERROR, "value set not found");
-	return -1;
+	return set->id;
 }
 
 /* Counts one row's value in (+1) or out (-1). */
@@ -194,9 +234,7 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 		set->null_rows += delta;
 		return;
 	}
-	k.data = key->data;
-	k.len = (uint32) key->len;
-	v = hash_search(set->values, &k, HASH_FIND, NULL);
+	v = ss_value_find(set, key->data, (uint32) key->len);
 	if (v == NULL)
 	{
 		if (delta < 0)
@@ -204,11 +242,26 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
 			ss_set_fail(set, "a row left its subquery's result that was not counted in it");
 			return;
 		}
+		if (ss_values == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(SsValueKey);
+			ctl.entrysize = sizeof(SsValue);
+			ctl.hash = ss_value_hash;
+			ctl.match = ss_value_match;
+			ctl.hcxt = ss_context;
+			ss_values = hash_create("shape_sync subquery values", 1024, &ctl,
+									HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+		}
+		k.set = set->id;
+		k.len = (uint32) key->len;
 		k.data = MemoryContextAlloc(set->context, key->len);
 		memcpy((char *) k.data, key->data, key->len);
-		v = hash_search(set->values, &k, HASH_ENTER, &found);
+		v = hash_search(ss_values, &k, HASH_ENTER, &found);
 		v->count = 0;
 		v->txn = 0;
+		dlist_push_tail(&set->values, &v->in_set);
 	}
 	if (set->txn != 0 && v->txn != set->txn)
 	{
@@ -416,8 +469,6 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 	Oid			role = GetUserId();
 	SsValueSet *set = NULL;
 	MemoryContext old;
-	HASHCTL		ctl;
-
 	for (int id = 0; id < ss_nsets && set == NULL; id++)
 		if (ss_sets[id]->in_use && ss_sets[id]->findable && ss_sets[id]->role == role &&
 			ss_sets[id]->relid == dep->relid && strcmp(ss_sets[id]->identity, dep->identity) == 0)
@@ -463,13 +514,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		}
 		else
 			equality_route_of(NULL, &set->route);
-		ctl.keysize = sizeof(SsValueKey);
-		ctl.entrysize = sizeof(SsValue);
-		ctl.hash = ss_value_hash;
-		ctl.match = ss_value_match;
-		ctl.hcxt = set->context;
-		set->values = hash_create("shape_sync subquery values", 8, &ctl,
-								  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+		dlist_init(&set->values);
 		MemoryContextSwitchTo(old);
 		PG_TRY();
 		{
@@ -479,6 +524,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		{
 			/* a set that could not be read is no set */
 			sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
+			ss_set_forget_values(set);
 			MemoryContextDelete(set->context);
 			memset(set, 0, sizeof(*set));
 			PG_RE_THROW();
@@ -508,6 +554,7 @@ ss_set_release(int id, uint32 slot)
 	ss_set_index(set, false);
 	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
 	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
+	ss_set_forget_values(set);
 	MemoryContextDelete(set->context);
 	memset(set, 0, sizeof(*set));
 }
