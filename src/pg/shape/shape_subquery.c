@@ -49,6 +49,7 @@
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteManip.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/builtins.h"
 #include "utils/ruleutils.h"
 #include "utils/pg_locale.h"
@@ -349,8 +350,22 @@ subquery_note_sublink(PlanBuild *b, SubLink *sublink, bool negated)
 		if (lfirst(lc) == sublink)
 			return foreach_current_index(lc);
 
-	/* as it reads: the same select written twice is one dependency */
-	identity = pg_get_querydef(select, false);
+	/*
+	 * As it reads: the same select written twice is one dependency.
+	 * Deparsing leaves much behind: it is done in a context of its own, and
+	 * only its text is kept (a stream keeps its plan for good).
+	 */
+	{
+		MemoryContext deparse = AllocSetContextCreate(CurrentMemoryContext,
+													  "shape_sync subquery identity",
+													  ALLOCSET_SMALL_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(deparse);
+		char	   *text = pg_get_querydef(select, false);
+
+		MemoryContextSwitchTo(old);
+		identity = pstrdup(text);
+		MemoryContextDelete(deparse);
+	}
 	for (int i = 0; i < plan->ndependencies && dep < 0; i++)
 		if (strcmp(plan->dependencies[i].identity, identity) == 0)
 			dep = i;

@@ -61,6 +61,17 @@ ss_econtext_ensure(void)
 	}
 }
 
+/* Code that never looked at interrupts ran past the deadline of a match. */
+void
+ss_evaluation_too_slow(void)
+{
+	ss_eval_too_slow = true;
+	ereport(ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("a shape's where clause took longer than \"%s\" allows",
+					"shape_sync.where_evaluation_timeout")));
+}
+
 /* Whether the row in values/nulls satisfies the shape's where clause. */
 static bool
 ss_matches(ShapeStream *s, TupleTableSlot *slot)
@@ -75,14 +86,7 @@ ss_matches(ShapeStream *s, TupleTableSlot *slot)
 	eval_deadline_begin();
 	result = ExecEvalExprSwitchContext(s->where, ss_econtext, &isnull);
 	if (eval_deadline_end())
-	{
-		/* code that never looked at interrupts ran past the deadline */
-		ss_eval_too_slow = true;
-		ereport(ERROR,
-				(errcode(ERRCODE_QUERY_CANCELED),
-				 errmsg("a shape's where clause took longer than \"%s\" allows",
-						"shape_sync.where_evaluation_timeout")));
-	}
+		ss_evaluation_too_slow();
 	ResetExprContext(ss_econtext);
 	return !isnull && DatumGetBool(result);
 }

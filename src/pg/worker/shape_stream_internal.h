@@ -249,6 +249,7 @@ extern void ss_rotate_unless_in_snapshot(ShapeStream *s, SmRotationCause cause,
 										 const char *why);
 extern void ss_emit(ShapeStream *s, LogOffset offset, const char *data, uint32 len);
 extern void ss_econtext_ensure(void);
+extern void ss_evaluation_too_slow(void) pg_attribute_noreturn();
 extern bool ss_visible(const SnapshotVisibility *vis, TransactionId xid);
 extern SnapshotVisibility *ss_visibility_of(Snapshot snapshot, FullTransactionId next,
 											MemoryContext context);

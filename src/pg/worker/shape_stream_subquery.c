@@ -187,13 +187,7 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 		active[p] = pos->negated ? known && !holds : holds;
 	}
 	if (eval_deadline_end())
-	{
-		ss_eval_too_slow = true;
-		ereport(ERROR,
-				(errcode(ERRCODE_QUERY_CANCELED),
-				 errmsg("a shape's where clause took longer than \"%s\" allows",
-						"shape_sync.where_evaluation_timeout")));
-	}
+		ss_evaluation_too_slow();
 	ss_econtext->ecxt_param_exec_vals = NULL;
 	ResetExprContext(ss_econtext);
 	return in;
