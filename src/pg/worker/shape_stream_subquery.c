@@ -62,6 +62,7 @@
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "common/hashfn.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -292,24 +293,33 @@ ss_subquery_route(ShapeStream *s, EqualityRoute *route)
 	return false;
 }
 
-/* Files the stream under one value of its routing subquery, or unfiles it. */
+/*
+ * Files the stream under one value of its routing subquery, or unfiles it.
+ * Streams go outside transactions too: what reading the value allocates
+ * goes in a context of its own, emptied each time.
+ */
 static void
 ss_subquery_file(ShapeStream *s, const SsValueKey *key, bool add)
 {
+	static MemoryContext scratch = NULL;
 	SsSubquery *q = s->subquery;
 	SsRelation *r = hash_search(ss_relids, &s->relid, HASH_FIND, NULL);
+	MemoryContext old;
 	char	  **texts;
 	Datum		value;
 	uint32		hash;
 
 	if (r == NULL || s->route.keyno < 0)
 		return;
+	if (scratch == NULL)
+		scratch = AllocSetContextCreate(ss_context, "shape_sync routes", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(scratch);
 	texts = ss_key_texts(key, 1);
 	value = InputFunctionCall(&q->route_input, texts[0], q->route_ioparam, -1);
 	hash = DatumGetUInt32(FunctionCall1Coll(&q->route_hash, q->route_collation, value));
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(scratch);
 	equality_index_file(r->index, s->slot, &s->route, hash, add);
-	pfree(texts[0]);
-	pfree(texts);
 }
 
 /* Files a routed stream under every value its routing subquery has now. */
@@ -324,11 +334,18 @@ ss_subquery_file_all(ShapeStream *s, bool add)
 		q->sets[q->plan->sublinks[q->route_sublink].dependency] < 0)
 		return;
 	set = ss_sets[q->sets[q->plan->sublinks[q->route_sublink].dependency]];
+	/*
+	 * Filed under the values as they were before the transaction decoded
+	 * (they change at its commit, ss_set_route_moved), also when the
+	 * stream goes in the middle of one.
+	 */
 	dlist_foreach(it, &set->values)
 	{
 		SsValue    *v = dlist_container(SsValue, in_set, it.cur);
+		bool		touched = set->txn != 0 && set->txn == ss_txn_number && !set->skip_txn &&
+			v->txn == set->txn;
 
-		if (v->count > 0)
+		if ((touched ? v->before : v->count) > 0)
 			ss_subquery_file(s, &v->key, add);
 	}
 }
@@ -496,7 +513,46 @@ ss_value_const(OpExpr *op, const char *text)
 					 OidInputFunctionCall(input, (char *) text, ioparam, -1), false, typbyval);
 }
 
-/* The clause with the dependency's subqueries as they were before the move. */
+/*
+ * Whether the compared columns of subquery `sublink` hold one of the
+ * move-in's values: an OR of each value's equalities.
+ */
+static Node *
+ss_moving_values_condition(ShapeStream *s, int sublink)
+{
+	List	   *comparisons = ss_sublink_comparisons(s->subquery->plan, sublink);
+	List	   *alternatives = NIL;
+	ListCell   *vc;
+
+	foreach(vc, s->moving->values)
+	{
+		char	  **texts = lfirst(vc);
+		List	   *conds = NIL;
+		ListCell   *cc;
+
+		foreach(cc, comparisons)
+		{
+			OpExpr	   *op = lfirst(cc);
+			OpExpr	   *eq = (OpExpr *) make_opclause(op->opno, BOOLOID, false,
+													 copyObject(linitial(op->args)),
+													 (Expr *) ss_value_const(op, texts[foreach_current_index(cc)]),
+													 InvalidOid, op->inputcollid);
+
+			eq->opfuncid = op->opfuncid;
+			conds = lappend(conds, eq);
+		}
+		alternatives = lappend(alternatives, list_length(conds) == 1 ? linitial(conds) :
+							   (Node *) make_andclause(conds));
+	}
+	return list_length(alternatives) == 1 ? linitial(alternatives) :
+		(Node *) make_orclause(alternatives);
+}
+
+/*
+ * The clause as it was before the move: each subquery of the moving
+ * dependency, for the moving values, as it was (IN was false for them; NOT
+ * IN's subquery had them), and as it is for any other value.
+ */
 static Node *
 ss_mask_dependency(Node *node, void *context)
 {
@@ -509,8 +565,14 @@ ss_mask_dependency(Node *node, void *context)
 		for (int i = 0; i < plan->nsublinks; i++)
 			if (plan->sublinks[i].node == (SubLink *) node &&
 				plan->sublinks[i].dependency == s->moving->dependency)
-				/* IN was false for these values; NOT IN's subquery had them */
-				return makeBoolConst(plan->dependencies[s->moving->dependency].negated, false);
+			{
+				Node	   *moving = ss_moving_values_condition(s, i);
+
+				if (plan->dependencies[s->moving->dependency].negated)
+					return (Node *) make_orclause(list_make2(copyObject(node), moving));
+				return (Node *) make_andclause(list_make2(copyObject(node),
+														  make_notclause((Expr *) moving)));
+			}
 	return expression_tree_mutator(node, ss_mask_dependency, context);
 }
 
@@ -524,39 +586,12 @@ static Node *
 ss_move_in_filter(ShapeStream *s)
 {
 	const SubqueryPlan *plan = s->subquery->plan;
-	SsMoveIn   *m = s->moving;
 	List	   *alternatives = NIL;
 	CoalesceExpr *before = makeNode(CoalesceExpr);
 
 	for (int i = 0; i < plan->nsublinks; i++)
-	{
-		List	   *comparisons;
-		ListCell   *vc;
-
-		if (plan->sublinks[i].dependency != m->dependency)
-			continue;
-		comparisons = ss_sublink_comparisons(plan, i);
-		foreach(vc, m->values)
-		{
-			char	  **texts = lfirst(vc);
-			List	   *conds = NIL;
-			ListCell   *cc;
-
-			foreach(cc, comparisons)
-			{
-				OpExpr	   *op = lfirst(cc);
-				OpExpr	   *eq = (OpExpr *) make_opclause(op->opno, BOOLOID, false,
-														 copyObject(linitial(op->args)),
-														 (Expr *) ss_value_const(op, texts[foreach_current_index(cc)]),
-														 InvalidOid, op->inputcollid);
-
-				eq->opfuncid = op->opfuncid;
-				conds = lappend(conds, eq);
-			}
-			alternatives = lappend(alternatives, list_length(conds) == 1 ? linitial(conds) :
-								   (Node *) make_andclause(conds));
-		}
-	}
+		if (plan->sublinks[i].dependency == s->moving->dependency)
+			alternatives = lappend(alternatives, ss_moving_values_condition(s, i));
 	before->coalescetype = BOOLOID;
 	before->coalescecollid = InvalidOid;
 	before->args = list_make2(ss_mask_dependency(s->subquery->where_tree, s),
@@ -670,11 +705,19 @@ shape_stream_move_in_failed(uint32 slot, uint32 generation)
 	ss_rotate_later(s, SM_ROTATION_MOVE_IN, "the rows a value brought into it could not be read");
 }
 
-/* Whether decoding is past every commit the move-in's snapshot saw. */
+/*
+ * Whether decoding is past every commit the move-in's snapshot saw: the
+ * WAL insert position after it (at a page's start, past that page's
+ * header, where decoding stops until more WAL comes).
+ */
 static void
 ss_move_in_try(ShapeStream *s)
 {
-	if (s->moving->answered && decoder_position() >= s->moving->database_lsn)
+	XLogRecPtr	at = decoder_position();
+	XLogRecPtr	seen = s->moving->database_lsn;
+
+	if (s->moving->answered &&
+		(at >= seen || (at % XLOG_BLCKSZ == 0 && seen - at <= SizeOfXLogLongPHD)))
 		ss_move_in_splice(s);
 }
 
@@ -698,6 +741,12 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 		return;
 	}
 	slog_read_published(answer, &pub);
+	if (pub.data_end > MaxAllocSize / 2)
+	{
+		/* more than the worker copies at once (an answer is bounded by the log memory) */
+		shape_stream_move_in_failed(slot, generation);
+		return;
+	}
 	old = MemoryContextSwitchTo(m->context);
 	initStringInfo(&m->answer);
 	while (pos < pub.data_end)
@@ -734,7 +783,9 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 		return;
 	}
 	m->answered = true;
-	ss_move_in_try(s);
+	/* never in the middle of a transaction's replay: between batches, then */
+	if (!ss_in_txn)
+		ss_move_in_try(s);
 	if (s->moving != NULL)
 		ss_moves_answered++;
 }

@@ -77,6 +77,7 @@ typedef struct SubsetJobEntry
 	bool		in_use;
 	ShapeRequest *req;			/* NULL once answered (gave up) */
 	bool		move_in;		/* the main thread's, for a shape's move-in: */
+	bool		main_hold;		/* ... which holds the cell (as a request would) */
 	uint32		slot;			/* its shape, */
 	uint32		generation;
 	SubsetRequest *move_in_request; /* its filter (shape_stream_subquery.c) */
@@ -139,11 +140,22 @@ subset_answer(SubsetJobEntry *e, RefusalReason reason)
 	req->done(req);
 }
 
+/* A move-in's cell: the main thread lets go of it (the job's hold may stay). */
+static void
+subset_drop_main_hold(SubsetJobEntry *e, int cell)
+{
+	if (!e->main_hold)
+		return;
+	e->main_hold = false;
+	subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+}
+
 static void
 subset_forget(int cell)
 {
 	SubsetJobEntry *e = &subset_entries[cell];
 
+	subset_drop_main_hold(e, cell);	/* on every path a move-in ends by */
 	if (e->definition != NULL)
 		dsm_detach(e->definition);
 	if (e->queued)
@@ -406,7 +418,6 @@ subset_jobs_reap(void)
 			/* the stream reads the answer; then the main thread's hold goes */
 			shape_stream_move_in_answered(e->slot, e->generation, &results->cells[cell].log,
 										  &outcome);
-			subset_release(results, shape_sync_shared->table->arena, cell);
 			subset_forget(cell);
 			continue;
 		}
@@ -416,7 +427,7 @@ subset_jobs_reap(void)
 			subset_forget(cell);
 			continue;
 		}
-		if (e->queued && e->req == NULL)
+		if (e->queued && e->req == NULL && !e->move_in)
 		{
 			/* answered before its job ended: its definition goes once the job let go */
 			if (subset_job_gone(results, cell, e->ticket))
@@ -429,15 +440,13 @@ subset_jobs_reap(void)
 		if (!e->queued)
 		{
 			subset_unwait(cell);
-			if (e->move_in)
-				subset_release(results, shape_sync_shared->table->arena, cell);
 			subset_forget(cell);
 			continue;
 		}
 		if (e->move_in)
 		{
 			/* nobody reads it: the job's hold frees the cell, with ours gone */
-			subset_release(results, shape_sync_shared->table->arena, cell);
+			subset_drop_main_hold(e, cell);
 			e->move_in = false;
 		}
 		/*
@@ -472,6 +481,7 @@ subset_jobs_move_in(uint32 slot, uint32 generation, SubsetRequest *request)
 	}
 	e->in_use = true;
 	e->move_in = true;
+	e->main_hold = true;
 	e->slot = slot;
 	e->generation = generation;
 	e->move_in_request = request;
@@ -496,8 +506,7 @@ subset_jobs_stop(void)
 
 		if (!e->in_use)
 			continue;
-		if (e->move_in)
-			subset_release(subset_results(), shape_sync_shared->table->arena, cell);
+		subset_drop_main_hold(e, cell);
 		e->move_in = false;
 		subset_answer(e, REFUSAL_SUBSET_SHUTDOWN);
 		if (e->queued)
