@@ -25,7 +25,8 @@
 # Writes the section "Subqueries" of bench/RESULTS.md.
 #
 # Knobs: RUNS (5), COMMITS (200000), SHAPES (10000), SAMPLES (40, of each kind per latency
-# run), VALUES (100000).
+# run), VALUES (100000), DURABLE_LOGS (on; off writes the section "Subqueries, shape logs in
+# memory only" instead: what decoding costs without the shapes' files).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -34,6 +35,7 @@ COMMITS=${COMMITS:-200000}
 SHAPES=${SHAPES:-10000}
 SAMPLES=${SAMPLES:-40}
 VALUES=${VALUES:-100000}
+DURABLE_LOGS=${DURABLE_LOGS:-on}
 bench_init
 bench_need_node_modules
 
@@ -45,7 +47,8 @@ shape_sync.log_memory = '2GB'
 shape_sync.shape_eviction = none
 shape_sync.shape_idle_timeout = 0
 shape_sync.subquery_max_values = $((VALUES + 1))
-shape_sync.max_concurrent_initial = 1000" bench_cluster_start
+shape_sync.max_concurrent_initial = 1000
+shape_sync.durable_logs = $DURABLE_LOGS" bench_cluster_start
 worker=$(bench_worker_pid)
 cluster_psql <<SQL >/dev/null
 CREATE EXTENSION shape_sync;
@@ -163,10 +166,10 @@ values_held=$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 == "shape_sync_subquer
 cluster_stop
 
 python3 - "$out" "$RUNS" "$COMMITS" "$SHAPES" "$VALUES" "$here" "$pg_version" "$rss0 $rss1 $rss2 $ctx0 $ctx1 $ctx2 $ctx3 $ctx4" \
-	"$routed" "$moved" "$rotations" "$values_held" "$SAMPLES" <<'PY'
+	"$routed" "$moved" "$rotations" "$values_held" "$SAMPLES" "$DURABLE_LOGS" <<'PY'
 import json, statistics, sys
 out, runs, commits, shapes, values, here, pg, rss = sys.argv[1:9]
-routed, moved, rotations, values_held, samples = sys.argv[9:14]
+routed, moved, rotations, values_held, samples, durable = sys.argv[9:15]
 runs, commits, shapes, values = int(runs), int(commits), int(shapes), int(values)
 rss0, rss1, rss2, ctx0, ctx1, ctx2, ctx3, ctx4 = (int(x) for x in rss.split())
 sys.path.insert(0, here)
@@ -183,10 +186,12 @@ move = med([x["move_in"]["median"] for x in lat])
 plain90 = med([x["plain"]["p90"] for x in lat])
 move90 = med([x["move_in"]["p90"] for x in lat])
 per_value = (ctx4 - ctx3) / values
+memory_only = durable == "off"
 lines = [
-    "## Subqueries",
+    "## Subqueries" + (", shape logs in memory only" if memory_only else ""),
     "",
-    f"{machine(pg)} `bash bench/subquery.sh`: medians of {runs} runs.",
+    f"{machine(pg)} `{'DURABLE_LOGS=off ' if memory_only else ''}bash bench/subquery.sh`: medians of {runs} runs"
+    + (" with `shape_sync.durable_logs = off`: the same as the section above without the shapes' files." if memory_only else "."),
     "",
     f"**Decoding.** {commits:,} one-row `INSERT` transactions decoded as a backlog (the gate of `bench/lib.sh`), "
     f"on a table with {shapes:,} per-user shapes `project_id IN (SELECT project_id FROM members WHERE user_id = $1)` "
@@ -229,5 +234,5 @@ lines = [
     "in the routing index). "
     f"`shape_sync_subquery_values` showed {values_held}.",
 ]
-write_section(f"{here}/RESULTS.md", "subqueries", lines)
+write_section(f"{here}/RESULTS.md", "subqueries_memory_only" if memory_only else "subqueries", lines)
 PY
