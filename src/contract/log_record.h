@@ -30,10 +30,15 @@
  *				"insert", "update" and "delete"; then "relation", the schema
  *				and table names as a JSON array.  A snapshot row's headers
  *				end there, or, for a subset's rows, after "snapshot_mark"
- *				(a number).  A replicated change's go on with
+ *				(a number), or, for a move-in's rows, after "is_move_in":true;
+ *				then, for a shape with subqueries, "tags" and
+ *				"active_conditions" (row_tags.c).  A replicated change's go on
+ *				with
  *				"key_change_to" (the delete half of an update that changed
  *				the key: the new key) or "key_change_from" (the insert half:
- *				the old key), then "lsn" (the commit LSN, as a JSON string of
+ *				the old key), for a shape with subqueries "tags",
+ *				"removed_tags" (updates) and "active_conditions", then "lsn"
+ *				(the commit LSN, as a JSON string of
  *				its decimal value), "op_position" (a number) and "txids" (an
  *				array of transaction ids: one, or several in an update merged
  *				by compaction), and, on the last message of its transaction
@@ -42,6 +47,11 @@
  * So "lsn" marks a replicated change (a snapshot row belongs to no
  * transaction), and a record ends with the headers' and its own closing
  * braces, "}}".
+ *
+ * A shape with subqueries also has event records, written as change
+ * records: {"headers":{"event":"move-out"|"move-in","patterns":[...],
+ * "txids":[...]}} (shape_stream_subquery.c), and after a move-in's rows a
+ * snapshot-end; such shapes are never compacted.
  *
  * A tombstone record (SLOG_RECORD_TOMBSTONE, made by compaction) is a
  * change record behind SLOG_TOMBSTONE_PREFIX bytes that hold the offset of
