@@ -709,6 +709,45 @@ ss_take_over_kept_file(ShapeStream *s)
 	kept_file_close(&s->kept);
 }
 
+/*
+ * Appends the kept transactions a snapshot did not see, in order; one kept
+ * with a problem rotates the stream instead, and ends the appending.
+ */
+static void
+ss_append_unseen(ShapeStream *s, const SnapshotVisibility *seen)
+{
+	ListCell   *lc;
+
+	foreach(lc, s->pending)
+	{
+		PendingTxn *txn = lfirst(lc);
+
+		if (s->rotate)
+			break;
+		if (ss_visible(seen, txn->xid))
+			continue;
+		if (txn->problem != NULL)
+		{
+			ss_rotate_later(s, txn->problem_cause, txn->problem);
+			break;
+		}
+		ss_append_records(s, txn->records.data, txn->records.len);
+	}
+}
+
+/* The kept transactions go, and their bytes from the bound's count. */
+static void
+ss_drop_pending(ShapeStream *s)
+{
+	ListCell   *lc;
+
+	foreach(lc, s->pending)
+		ss_free_pending(lfirst(lc));
+	list_free(s->pending);
+	s->pending = NIL;
+	ss_pending_forget(s);
+}
+
 /* The snapshot is done: stitch the kept transactions on, take the pen. */
 void
 ss_take_over(ShapeStream *s)
@@ -716,7 +755,6 @@ ss_take_over(ShapeStream *s)
 	ShapeTable *table = ss_table();
 	ShapeLog   *log = shape_table_log(table, s->slot);
 	SlogPublished pub;
-	ListCell   *lc;
 
 	slog_read_published(log, &pub);
 	s->snap_lsn = table->slots[s->slot].snapshot_lsn;
@@ -745,27 +783,9 @@ ss_take_over(ShapeStream *s)
 	ss_taking_over = s;
 	if (s->kept.fd >= 0)
 		ss_take_over_kept_file(s);
-	foreach(lc, s->pending)
-	{
-		PendingTxn *txn = lfirst(lc);
-
-		if (s->rotate)
-			break;
-		if (ss_visible(s->snap_visibility, txn->xid))
-			continue;
-		if (txn->problem != NULL)
-		{
-			ss_rotate_later(s, txn->problem_cause, txn->problem);
-			break;
-		}
-		ss_append_records(s, txn->records.data, txn->records.len);
-	}
+	ss_append_unseen(s, s->snap_visibility);
 	ss_taking_over = NULL;
-	foreach(lc, s->pending)
-		ss_free_pending(lfirst(lc));
-	list_free(s->pending);
-	s->pending = NIL;
-	ss_pending_forget(s);
+	ss_drop_pending(s);
 	if (s->appended)
 		shape_table_note_published(table, s->slot);	/* covered by the publish */
 	/*
@@ -1035,27 +1055,9 @@ ss_move_in_splice(ShapeStream *s)
 		p += n;
 	}
 	/* those it did not see */
-	foreach(lc, s->pending)
-	{
-		PendingTxn *txn = lfirst(lc);
-
-		if (s->rotate)
-			break;
-		if (ss_visible(m->visibility, txn->xid))
-			continue;
-		if (txn->problem != NULL)
-		{
-			ss_rotate_later(s, txn->problem_cause, txn->problem);
-			break;
-		}
-		ss_append_records(s, txn->records.data, txn->records.len);
-	}
+	ss_append_unseen(s, m->visibility);
 	list_free(gone);
-	foreach(lc, s->pending)
-		ss_free_pending(lfirst(lc));
-	list_free(s->pending);
-	s->pending = NIL;
-	ss_pending_forget(s);
+	ss_drop_pending(s);
 	ss_move_in_forget(s);
 	if (!s->rotate && s->appended)
 		ss_publish_commit(s);

@@ -463,16 +463,90 @@ ss_set_index(SsValueSet *set, bool add)
 	}
 }
 
+/*
+ * The sets new shapes may use, by the hash of their role, table and
+ * select: finding one costs a probe, not a look at every set.
+ */
+typedef struct SsSetsByIdentity
+{
+	uint32		hash;			/* hash key */
+	List	   *ids;			/* int list: the sets of that hash */
+} SsSetsByIdentity;
+
+static HTAB *ss_sets_by_identity = NULL;
+
+static uint32
+ss_set_identity_hash(Oid role, Oid relid, const char *identity)
+{
+	return hash_combine(hash_combine(murmurhash32((uint32) role), murmurhash32((uint32) relid)),
+						hash_bytes((const unsigned char *) identity, (int) strlen(identity)));
+}
+
+static pg_noinline SsValueSet *
+ss_set_find(Oid role, Oid relid, const char *identity)
+{
+	uint32		hash = ss_set_identity_hash(role, relid, identity);
+	SsSetsByIdentity *e = ss_sets_by_identity ?
+		hash_search(ss_sets_by_identity, &hash, HASH_FIND, NULL) : NULL;
+	ListCell   *lc;
+
+	if (e == NULL)
+		return NULL;
+	foreach(lc, e->ids)
+	{
+		SsValueSet *set = ss_sets[lfirst_int(lc)];
+
+		if (set->role == role && set->relid == relid && strcmp(set->identity, identity) == 0)
+			return set;
+	}
+	return NULL;
+}
+
+/* A set becomes one new shapes may use, or stops being one. */
+static void
+ss_set_findable(SsValueSet *set, bool findable)
+{
+	uint32		hash;
+	SsSetsByIdentity *e;
+	bool		found;
+
+	if (set->findable == findable)
+		return;
+	set->findable = findable;
+	hash = ss_set_identity_hash(set->role, set->relid, set->identity);
+	if (ss_sets_by_identity == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(uint32);
+		ctl.entrysize = sizeof(SsSetsByIdentity);
+		ctl.hcxt = ss_context;
+		ss_sets_by_identity = hash_create("shape_sync subquery sets", 64, &ctl,
+										  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	e = hash_search(ss_sets_by_identity, &hash, findable ? HASH_ENTER : HASH_FIND, &found);
+	if (e == NULL)
+		return;
+	if (findable)
+	{
+		MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+		e->ids = lappend_int(found ? e->ids : NIL, set->id);
+		MemoryContextSwitchTo(old);
+		return;
+	}
+	e->ids = list_delete_int(e->ids, set->id);
+	if (e->ids == NIL)
+		hash_search(ss_sets_by_identity, &hash, HASH_REMOVE, NULL);
+}
+
 int
 ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 {
 	Oid			role = GetUserId();
-	SsValueSet *set = NULL;
+	SsValueSet *set = ss_set_find(role, dep->relid, dep->identity);
 	MemoryContext old;
-	for (int id = 0; id < ss_nsets && set == NULL; id++)
-		if (ss_sets[id]->in_use && ss_sets[id]->findable && ss_sets[id]->role == role &&
-			ss_sets[id]->relid == dep->relid && strcmp(ss_sets[id]->identity, dep->identity) == 0)
-			set = ss_sets[id];
+
 	if (set == NULL)
 	{
 		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
@@ -530,7 +604,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 			PG_RE_THROW();
 		}
 		PG_END_TRY();
-		set->findable = true;
+		ss_set_findable(set, true);
 		ss_set_index(set, true);
 		sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
 	}
@@ -551,6 +625,7 @@ ss_set_release(int id, uint32 slot)
 	if (--set->refcount > 0)
 		return;
 	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
+	ss_set_findable(set, false);
 	ss_set_index(set, false);
 	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
 	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
@@ -571,7 +646,7 @@ ss_set_fail(SsValueSet *set, const char *problem)
 
 	if (set->problem == NULL)
 		set->problem = MemoryContextStrdup(set->context, problem);
-	set->findable = false;
+	ss_set_findable(set, false);
 	foreach(lc, set->dependents)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
