@@ -46,6 +46,7 @@ fi
 TOTAL_PASSED=0
 TOTAL_FAILED=0
 SUMMARY=()  # one line per stage
+FAILURE_LINES=()  # what explains a failure that counted no test, printed before the summary
 STAGE_PID=
 
 say() { printf '\n==> %s\n' "$*"; }
@@ -298,6 +299,12 @@ elif cluster_needed http; then
 	fi
 	if ((rc != 0 && f == 0)); then
 		record http "$p" 1 "node exited $rc"
+		# Every test passed, yet node failed: its own diagnostics say why (an error raised
+		# after a test ended, a file that exited non-zero). CI shows only the end of the output.
+		FAILURE_LINES+=("http: node exited $rc with no failed test; its diagnostics and last lines:")
+		mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
+			grep -nE '^# (Error|Warning)|^not ok|failureType|exitCode: [1-9]|signal: .?SIG|FATAL|heap out of memory' "$log" | tail -n 20
+			tail -n 8 "$log")
 	else
 		record http "$p" "$f" "$note"
 	fi
@@ -387,6 +394,11 @@ if [[ -s $SHAPE_SYNC_CRASH_REPORT ]]; then
 else
 	echo "no crash and no restart in the logs of $clusters clusters"
 	record crash-check 1 0 "$clusters clusters"
+fi
+
+if ((${#FAILURE_LINES[@]})); then
+	say "what explains failures that counted no test"
+	printf '%s\n' "${FAILURE_LINES[@]}"
 fi
 
 say "summary"
