@@ -39,6 +39,14 @@ typedef struct ShapeSyncShared
 	ReaderEpochs epochs;		/* sections of the main worker's threads reading logs */
 	_Atomic uint64_t extension_drops;	/* DROP EXTENSION shape_sync committed */
 	_Atomic uint64_t extension_drops_handled;	/* of those, followed by the worker */
+	/*
+	 * Bumped by the main worker after each reload of the configuration: a
+	 * snapshot worker that sees it move reads the configuration again
+	 * before its next job, since the SIGHUP may never reach it (one that
+	 * comes between its fork and its start is lost), and a job the main
+	 * thread made under a new shape_sync.role must be read as that role.
+	 */
+	_Atomic uint64_t config_reloads;
 } ShapeSyncShared;
 
 extern ShapeSyncShared *shape_sync_shared;

@@ -660,7 +660,8 @@ snapshot_end(const ShapeRoleSaved *saved)
  * ERRCODE_INVALID_TABLE_DEFINITION; and the role may still read it, as
  * the catalog says now (the main thread checked it against the catalog it
  * resolved the shape with, which a replay's is older than: registry.c),
- * else ERRCODE_INSUFFICIENT_PRIVILEGE.
+ * else ERRCODE_INSUFFICIENT_PRIVILEGE; and shape_sync.role is still the
+ * role the shape was made for, else ERRCODE_INVALID_TABLE_DEFINITION too.
  */
 void
 snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
@@ -668,14 +669,27 @@ snapshot_check_shape(const ShapeSpec *spec, const char *fingerprint, Oid role,
 {
 	const char *field;
 	char	   *problem;
+	Oid			usable;
 
 	if (strcmp(shape_definition_fingerprint(spec), fingerprint) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
 				 errmsg("table %s was renamed or its definition changed after the shape was made",
 						relation)));
-	problem = shape_role_usable() != role ?
-		pstrdup("\"shape_sync.role\" changed or cannot be used") :
+	usable = shape_role_usable();
+	if (OidIsValid(usable) && usable != role)
+	{
+		/*
+		 * A reload of the configuration changed the role between the main
+		 * thread and here (either may have read it first): the shape is
+		 * made again, under the role the main thread reads now.
+		 */
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TABLE_DEFINITION),
+				 errmsg("\"shape_sync.role\" changed after the shape was made")));
+	}
+	problem = !OidIsValid(usable) ?
+		pstrdup("\"shape_sync.role\" cannot be used") :
 		shape_spec_read_problem(spec, &field);
 	if (problem != NULL)
 		ereport(ERROR,

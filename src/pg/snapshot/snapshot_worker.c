@@ -665,6 +665,7 @@ shape_sync_snapshot_main(Datum arg)
 	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
 	MemoryContext job_context;
 	TimestampTz idle_since;
+	uint64		reloads_seen = UINT64_MAX;	/* none: read once before the first job */
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
 	pqsignal(SIGTERM, snap_handle_sigterm);
@@ -693,15 +694,19 @@ shape_sync_snapshot_main(Datum arg)
 	{
 		SnapshotJob job;
 		long		idle_ms;
+		uint64		reloads;
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			break;
-		if (ConfigReloadPending)
+		reloads = atomic_load(&shape_sync_shared->config_reloads);
+		if (ConfigReloadPending || reloads != reloads_seen)
 		{
+			/* the main worker's reload is read here too, SIGHUP or not: see config_reloads */
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			reloads_seen = reloads;
 		}
 		snap_in_job = true;
 		if (ShutdownRequestPending)

@@ -588,6 +588,7 @@ shape_sync_worker_main(Datum arg)
 
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			atomic_fetch_add(&shape_sync_shared->config_reloads, 1);	/* before any job made under it */
 			shape_stream_catalog_changed();	/* shape_sync.role, for one */
 			settings = worker_runtime_settings();
 			if (http_server_apply_settings(worker_http, &settings, err, sizeof(err)) != 0)
