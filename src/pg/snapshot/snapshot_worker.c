@@ -665,9 +665,11 @@ shape_sync_snapshot_main(Datum arg)
 	SnapshotJobs *q = &shape_sync_shared->snapshot_jobs;
 	MemoryContext job_context;
 	TimestampTz idle_since;
-	uint64		reloads_seen = UINT64_MAX;	/* none: read once before the first job */
+	uint64		reloads_seen;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(args));
+	/* its settings are the postmaster's, as of a reload the main worker had read or not yet */
+	reloads_seen = args.config_reloads;
 	pqsignal(SIGTERM, snap_handle_sigterm);
 	pqsignal(SIGINT, StatementCancelHandler);	/* its shape was dropped */
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);

@@ -18,6 +18,7 @@
 typedef struct SnapshotWorkerArgs
 {
 	Oid			dboid;
+	uint64		config_reloads; /* the main worker's, when it asked for this one */
 } SnapshotWorkerArgs;
 
 extern PGDLLEXPORT void shape_sync_snapshot_main(Datum arg);

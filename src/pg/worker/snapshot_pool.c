@@ -223,7 +223,8 @@ pool_start_worker(void)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	SnapshotWorkerArgs args = {MyDatabaseId};
+	SnapshotWorkerArgs args = {MyDatabaseId,
+	atomic_load(&shape_sync_shared->config_reloads)};
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
