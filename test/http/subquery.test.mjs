@@ -699,6 +699,35 @@ describe('subqueries: live', () => {
     assert.ok(Array.isArray(snapEnd.headers.xip_list) && snapEnd.headers.xip_list.every((x) => DIGITS.test(x)))
     assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
   })
+
+  // A move of many values: each value of the move is looked up in the move's own values
+  // (writes to its rows while they are read, values moved out again before the read).
+  it('a move-in of 2,000 values in one transaction, its rows updated and half of it moved out again at once: no 409, the client equals the SELECT', async () => {
+    const s = await makeSchema('sq_bigmove')
+    await runTxid([
+      `INSERT INTO ${s.P} SELECT g, 'project ' || g FROM generate_series(1000, 2999) g`,
+      `INSERT INTO ${s.I} SELECT g, g, 'issue ' || g FROM generate_series(1000, 2999) g`,
+    ])
+    const f = await new Follower(s.params).sync()
+    const before = f.log.length
+    await runTxid([`INSERT INTO ${s.M} SELECT g, ${USER}, g FROM generate_series(1000, 2999) g`])
+    await query(`UPDATE ${s.I} SET title = 'moved in' WHERE id BETWEEN 1000 AND 2999`)
+    await runTxid([`DELETE FROM ${s.M} WHERE id BETWEEN 2000 AND 2999`])
+    const expected = await selectRows(s.sql, s.values)
+    assert.equal(expected.filter((r) => r.title === 'moved in').length, 1000)
+    const want = JSON.stringify(expected)
+    await f.until(() => f.refetches.length > 0 || JSON.stringify(clientRows(f.state)) === want,
+      'the 1,000 issues that stayed, updated')
+    assert.deepEqual(f.refetches, [], 'no 409 for one move-in')
+    assert.deepEqual(f.state.problems, [])
+    const moveIns = f.log.slice(before).filter((m) => m.headers?.event === 'move-in')
+    assert.equal(moveIns.length, 1, 'one move-in event')
+    // the values moved out again before the rows were read are not in it
+    assert.ok([1000, 2000].includes(moveIns[0].headers.patterns.length),
+      `the move-in names the 2,000 values, or the 1,000 that stayed: ${moveIns[0].headers.patterns.length}`)
+    await f.barrier(s.I, 1000)
+    assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
+  })
 })
 
 // ---------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ typedef struct SsMoveIn
 	int			dependency;
 	List	   *values;			/* char ** (texts by column) of each value */
 	List	   *keys;			/* StringInfo: the same values as set keys */
+	HTAB	   *key_set;		/* the same keys, to look one up (ss_key_set) */
 	TransactionId xid;			/* the transaction that moved them in */
 	LogOffset	after;			/* past its records: where the rows may go */
 	bool		holding;		/* from the transaction after the moving one on:

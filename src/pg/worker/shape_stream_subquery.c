@@ -93,20 +93,66 @@
 
 static StringInfoData ss_row_value;	/* a row's value, looked up */
 
+/*
+ * A set of value keys (bytes): a move of many values looks each of its
+ * values up in another list of them (the move's own, those moved out
+ * again), and walking that list made it quadratic.
+ */
+static uint32
+ss_key_set_hash(const void *key, Size keysize)
+{
+	const SsValueKey *k = key;
+
+	return hash_bytes((const unsigned char *) k->data, (int) k->len);
+}
+
+static int
+ss_key_set_match(const void *a, const void *b, Size keysize)
+{
+	const SsValueKey *x = a;
+	const SsValueKey *y = b;
+
+	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
+}
+
+/* A set of the keys (StringInfo) on `keys`, in `context`; they must outlive it. */
+static HTAB *
+ss_key_set(List *keys, MemoryContext context)
+{
+	HASHCTL		ctl;
+	HTAB	   *set;
+	ListCell   *lc;
+
+	ctl.keysize = sizeof(SsValueKey);
+	ctl.entrysize = sizeof(SsValueKey);
+	ctl.hash = ss_key_set_hash;
+	ctl.match = ss_key_set_match;
+	ctl.hcxt = context;
+	set = hash_create("shape_sync value keys", Max(list_length(keys), 8), &ctl,
+					  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);
+	foreach(lc, keys)
+	{
+		StringInfo	k = lfirst(lc);
+		SsValueKey	key = {0, (uint32) k->len, k->data};
+
+		(void) hash_search(set, &key, HASH_ENTER, NULL);
+	}
+	return set;
+}
+
+static bool
+ss_key_set_has(HTAB *set, const char *data, uint32 len)
+{
+	SsValueKey	key = {0, len, data};
+
+	return hash_search(set, &key, HASH_FIND, NULL) != NULL;
+}
+
 /* Whether `key` is one of the move-in's values. */
 static bool
 ss_moving_value(const SsMoveIn *m, const StringInfo key)
 {
-	ListCell   *lc;
-
-	foreach(lc, m->keys)
-	{
-		StringInfo	k = lfirst(lc);
-
-		if (k->len == key->len && memcmp(k->data, key->data, key->len) == 0)
-			return true;
-	}
-	return false;
+	return ss_key_set_has(m->key_set, key->data, (uint32) key->len);
 }
 
 /*
@@ -456,6 +502,7 @@ ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg)
 	const SubqueryPlan *plan = s->subquery->plan;
 	ListCell   *lc;
 	bool		first = true;
+	HTAB	   *left = gone != NIL ? ss_key_set(gone, CurrentMemoryContext) : NULL;
 
 	appendStringInfoString(msg, "{\"headers\":{\"event\":\"move-in\",\"patterns\":[");
 	for (int p = 0; p < plan->npositions; p++)
@@ -468,17 +515,8 @@ ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg)
 		{
 			char		hash[ROW_TAG_HASH_LEN + 1];
 			StringInfo	key = list_nth(m->keys, foreach_current_index(lc));
-			bool		left = false;
 
-			ListCell   *gc;
-
-			foreach(gc, gone)
-			{
-				StringInfo	g = lfirst(gc);
-
-				left = left || (g->len == key->len && memcmp(g->data, key->data, key->len) == 0);
-			}
-			if (left)
+			if (left != NULL && ss_key_set_has(left, key->data, (uint32) key->len))
 				continue;
 			row_tag_value_hash(&s->subquery->tagger, sublink, lfirst(lc), hash);
 			appendStringInfo(msg, "%s{\"pos\":%d,\"value\":\"%s\"}", first ? "" : ",", p, hash);
@@ -486,6 +524,8 @@ ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg)
 		}
 	}
 	appendStringInfo(msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, m->xid);
+	if (left != NULL)
+		hash_destroy(left);
 }
 
 /* The comparisons of one of the plan's subqueries, each an OpExpr. */
@@ -661,6 +701,7 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 		m->keys = lappend(m->keys, key);
 		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
 	}
+	m->key_set = ss_key_set(m->keys, m->context);
 	s->moving = m;
 	MemoryContextSwitchTo(old);
 
