@@ -7,8 +7,9 @@
 #    reads dropped, a TRUNCATE, the role's SELECT revoked, the table dropped; plain shapes and
 #    shapes on other sets go on;
 #  - an update of an inner row that keeps its value moves nothing (no event, no 409);
-#  - a restart sends subquery shapes' clients 409 (they are not kept on disk yet), while a
-#    plain shape of the same table goes on from its offset.
+#  - subquery shapes get no files (a plain shape of the same table has its own), and a restart
+#    sends their clients 409 (they are not kept on disk yet), while the plain shape goes on
+#    from its offset.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -114,6 +115,16 @@ INSERT INTO members VALUES (1, 1, 1, 'a'), (2, 1, 2, 'b');
 SQL
 read -r h1 o1 < <(new_shape "$w1")
 read -r hp op < <(new_shape "")
+# the bytes of the shape's data file (its snapshot's spill file for a subquery shape), or 0
+data_bytes() { _cluster_as_pg stat -c %s "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.1.log" 2>/dev/null || echo 0; }
+has_shape_file() { _cluster_as_pg test -f "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.shape"; }
+no_shape_file() { ! has_shape_file "$1"; }
+sq_bytes=$(data_bytes "$h1") plain_bytes=$(data_bytes "$hp")
+cluster_psql -c "INSERT INTO issues SELECT 1000 + g, 1, 'r' || g FROM generate_series(1, 20) g" -c "SELECT pg_sleep(1.5)" >/dev/null
+check "the plain shape is kept on disk: its shape file" has_shape_file "$hp"
+check "and its data file took the changes" test "$(data_bytes "$hp")" -gt "$plain_bytes"
+check "the subquery shape is not (it is not kept): no shape file" no_shape_file "$h1"
+expect_eq "and nothing is written for it after its snapshot" "$sq_bytes" "$(data_bytes "$h1")"
 cluster_restart
 up() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "the server is back" wait_for 60 up

@@ -19,9 +19,16 @@
  * whose logs grew (log_files_appended); log_files_step writes the bytes
  * they gained (from the published log, so whole transactions) to the page
  * cache, after their clients were woken: the disk is not on the path of a
- * live change.  A shape whose snapshot just finished is written in pieces
+ * live change.  A listed log that gained less than LOG_FILES_WAIT_MAX
+ * waits for the step that builds the next round, unless memory runs short
+ * (lf_may_wait): a round lists only what the files hold, so it writes every
+ * log that grew first, and a shape is written once a round rather than
+ * once a batch.  A shape whose snapshot just finished is written in pieces
  * of LOG_FILES_WRITE_PER_STEP per step, and enters the manifest once its
- * file holds all of its log.
+ * file holds all of its log.  Shapes of a kind not kept on disk (with
+ * subqueries: shape_stream_kept_on_disk) are not written once their
+ * snapshot is done: only a file their snapshot spilled to is kept, and
+ * counted, until they go (log_files_shape_not_kept).
  *
  * Rounds (log_rounds.c) make what the files gained durable, about once a
  * second, and bring the manifest up to date; only then may the slot be
@@ -65,6 +72,8 @@
 #include "shared_state.h"
 
 #define LOG_FILES_WRITE_PER_STEP	((uint64) 8 << 20)
+/* a log that gained this much is written at the step, not with the next round */
+#define LOG_FILES_WAIT_MAX			((uint64) 256 << 10)
 #define LOG_FILES_WARN_INTERVAL_MS	60000
 /* the journal is emptied (its files fsynced) past this size or age */
 #define LOG_FILES_JOURNAL_RESET_BYTES	((uint64) 64 << 20)
@@ -74,6 +83,7 @@ FileShape  *lf_shapes;
 uint32		lf_nslots;
 static uint32 *lf_dirty;		/* slots whose logs grew since written */
 static uint32 lf_ndirty;
+static bool lf_writing_pieces;	/* a new shape's file is written in pieces */
 uint32	   *lf_unsynced;
 uint32		lf_nunsynced;
 List	   *lf_obsolete;
@@ -407,6 +417,39 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 }
 
 void
+log_files_shape_not_kept(uint32 slot)
+{
+	FileShape  *fs;
+	uint64		spilled;
+	char		path[MAXPGPATH];
+	off_t		size;
+
+	if (lf_shapes == NULL || lf_shapes[slot].in_use)
+		return;
+	spilled = lf_table()->slots[slot].snapshot_file_bytes;
+	if (spilled == 0)
+		return;					/* no file: log_files_forget looks anyway */
+	fs = &lf_shapes[slot];
+	lf_reset(fs);
+	strlcpy(fs->handle, lf_table()->slots[slot].handle, sizeof(fs->handle));
+	fs->generation = LOG_FILES_FIRST_GENERATION;
+	fs->in_use = true;
+	fs->not_kept = true;
+	fs->incarnation = ++lf_incarnations;
+	lf_data_path(fs->handle, fs->generation, path);
+	fs->file = PathNameOpenFile(path, O_RDONLY | PG_BINARY);
+	size = fs->file >= 0 ? FileSize(fs->file) : -1;
+	if (size < 0 || (uint64) size < spilled)
+	{
+		if (size >= 0)
+			errno = ENODATA;	/* shorter than the snapshot worker wrote */
+		lf_fail(slot, "read", path);
+		return;
+	}
+	lf_set_written(fs, spilled);
+}
+
+void
 log_files_appended(uint32 slot)
 {
 	FileShape  *fs;
@@ -414,7 +457,7 @@ log_files_appended(uint32 slot)
 	if (lf_shapes == NULL)
 		return;
 	fs = &lf_shapes[slot];
-	if (fs->in_use && !fs->dirty && !fs->failed)
+	if (fs->in_use && !fs->dirty && !fs->failed && !fs->not_kept)
 	{
 		fs->dirty = true;
 		lf_dirty[lf_ndirty++] = slot;
@@ -490,7 +533,7 @@ lf_open_shape(uint32 slot)
 	if (lf_shapes == NULL || slot >= lf_nslots)
 		return NULL;
 	fs = &lf_shapes[slot];
-	return fs->in_use && !fs->failed && fs->file >= 0 ? fs : NULL;
+	return fs->in_use && !fs->failed && !fs->not_kept && fs->file >= 0 ? fs : NULL;
 }
 
 /*
@@ -780,27 +823,52 @@ lf_remove_held_files(void)
 		reader_files_forget();	/* see lf_unlink_data */
 }
 
+/*
+ * Whether a log that grew by `gained` may wait for the next round to be
+ * written: what a round lists must be in the files, only written bytes may
+ * leave memory, and with shape_sync.log_fsync = commit every batch is a
+ * round.  A log written once a round rather than once a batch spares the
+ * opening and closing of its file per batch when the shapes that change
+ * are more than the files fd.c keeps open (10,000 per-user shapes).
+ */
+static bool
+lf_may_wait(const FileShape *fs, uint64 gained, bool round_due, bool memory_short)
+{
+	return !round_due && !memory_short && shape_sync_log_fsync != LOG_FSYNC_COMMIT &&
+		fs->listed && !fs->in_round && fs->caught_up && gained < LOG_FILES_WAIT_MAX;
+}
+
 void
-log_files_step(XLogRecPtr decoded)
+log_files_step(XLogRecPtr decoded, bool memory_short)
 {
 	uint64		budget = LOG_FILES_WRITE_PER_STEP;
 	uint64		unbounded = UINT64_MAX;
 	uint32		kept = 0;
-	bool		wrote = lf_ndirty > 0;
+	bool		round_due;
 
 	if (lf_shapes == NULL)
 		return;
 	if (lf_held_files != NIL)
 		lf_remove_held_files();
+	round_due = lf_round_due(lf_ndirty > 0);
+	lf_writing_pieces = false;
 	for (uint32 i = 0; i < lf_ndirty; i++)
 	{
 		uint32		slot = lf_dirty[i];
 		FileShape  *fs = &lf_shapes[slot];
+		SlogPublished pub;
 		bool		done;
 
 		if (!fs->in_use || fs->failed)
 		{
 			fs->dirty = false;
+			continue;
+		}
+		slog_read_published(shape_table_log(lf_table(), slot), &pub);
+		if (pub.data_end > fs->written &&
+			lf_may_wait(fs, pub.data_end - fs->written, round_due, memory_short))
+		{
+			lf_dirty[kept++] = slot;	/* written with the next round */
 			continue;
 		}
 		/* listed logs (and those a round in flight lists) whole: a round lists only complete ones */
@@ -809,17 +877,20 @@ log_files_step(XLogRecPtr decoded)
 		if (done)
 			fs->dirty = false;
 		else
+		{
 			lf_dirty[kept++] = slot;	/* a snapshot being written: more next step */
+			lf_writing_pieces = true;
+		}
 	}
 	lf_ndirty = kept;
-	lf_rounds_step(decoded, wrote);
+	lf_rounds_step(decoded, round_due);
 }
 
 /* Whether a new shape's file is still being written: the main loop should not sleep. */
 bool
 log_files_writing(void)
 {
-	return lf_shapes != NULL && lf_ndirty > 0;
+	return lf_shapes != NULL && lf_writing_pieces;
 }
 
 void

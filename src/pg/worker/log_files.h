@@ -37,6 +37,12 @@ extern void log_files_start(uint32 nslots);
 
 /* The shape stream's notes. */
 extern void log_files_shape_ready(uint32 slot, const LogStoreShape *shape);
+/*
+ * A shape not kept on disk is ready: a data file its snapshot spilled to
+ * is counted (the disk budget) and kept for its readers until the shape
+ * goes, and never written again.
+ */
+extern void log_files_shape_not_kept(uint32 slot);
 extern void log_files_appended(uint32 slot);
 /*
  * Compaction swapped the slot's log: its next generation is written whole.
@@ -76,8 +82,10 @@ extern bool log_files_catch_up(uint32 slot);
  * Main loop, after decoding: writes what the logs gained, and every second
  * (or now, with shape_sync.log_fsync = commit) makes it durable up to
  * `decoded`, the position before which every commit is in the logs.
+ * `memory_short` (log_trim_wanted): every log that grew is written now, so
+ * that it may leave memory.
  */
-extern void log_files_step(XLogRecPtr decoded);
+extern void log_files_step(XLogRecPtr decoded, bool memory_short);
 extern void log_files_shutdown(XLogRecPtr decoded);
 extern bool log_files_writing(void);
 

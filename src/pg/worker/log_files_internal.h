@@ -44,6 +44,9 @@ typedef struct FileShape
 	bool		shape_file_synced;
 	bool		failed;			/* a write failed: in memory only from now on */
 	bool		in_round;		/* in the round in flight */
+	bool		not_kept;		/* only its snapshot's spilled chunks, for
+								 * their readers: never written, never
+								 * listed (log_files_shape_not_kept) */
 	uint64		incarnation;	/* tells this shape from a later one in the slot */
 	char		handle[LOG_STORE_HANDLE_LEN];
 	uint32		generation;
@@ -105,7 +108,8 @@ extern void lf_fail(uint32 slot, const char *what, const char *path);
 
 /* log_rounds.c: started with the files, a step after each of theirs, the last round at stop */
 extern void lf_rounds_start(uint32 nslots);
-extern void lf_rounds_step(XLogRecPtr decoded, bool wrote);
+extern bool lf_round_due(bool wrote);
+extern void lf_rounds_step(XLogRecPtr decoded, bool due);
 extern void lf_rounds_stop(XLogRecPtr decoded);
 
 /* The data file `name` (no directory) is removed: the journal lets go of it. */

@@ -750,15 +750,25 @@ lf_rounds_start(uint32 nslots)
 	lf_journal_reset_at = lf_last_round;
 }
 
+/*
+ * A step of the rounds: `due` (lf_round_due, asked once per step by the
+ * writing side, which writes every log that grew when it is) builds one.
+ */
 void
-lf_rounds_step(XLogRecPtr decoded, bool wrote)
+lf_rounds_step(XLogRecPtr decoded, bool due)
 {
-	/* with commit, after each batch that changed a log, and every second anyway */
-	lf_round_step(decoded,
-				  (shape_sync_log_fsync == LOG_FSYNC_COMMIT && wrote) ||
-				  TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(),
-											 LOG_FILES_ROUND_MS),
-				  shape_sync_log_fsync == LOG_FSYNC_COMMIT);
+	lf_round_step(decoded, due, shape_sync_log_fsync == LOG_FSYNC_COMMIT);
+}
+
+/*
+ * Whether this step is to build a round: with commit, after each batch
+ * that changed a log, and every second anyway.
+ */
+bool
+lf_round_due(bool wrote)
+{
+	return (shape_sync_log_fsync == LOG_FSYNC_COMMIT && wrote) ||
+		TimestampDifferenceExceeds(lf_last_round, GetCurrentTimestamp(), LOG_FILES_ROUND_MS);
 }
 
 void

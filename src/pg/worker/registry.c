@@ -987,7 +987,9 @@ registry_rotate_all(SmRotationCause cause)
 
 /*
  * A shape's snapshot is done: from now on its log is kept on disk too
- * (log_files.c), with what it takes to restore it.
+ * (log_files.c), with what it takes to restore it; a shape of a kind not
+ * kept on disk gets no files (a file its snapshot spilled to is counted,
+ * and stays for its readers until the shape goes).
  */
 static void
 reg_keep_on_disk(uint32 slot, const SnapshotVisibility *visibility)
@@ -996,6 +998,11 @@ reg_keep_on_disk(uint32 slot, const SnapshotVisibility *visibility)
 	ShapeSlot  *s = &reg_table()->slots[slot];
 	LogStoreShape shape;
 
+	if (!shape_stream_kept_on_disk(slot))
+	{
+		log_files_shape_not_kept(slot);
+		return;
+	}
 	memset(&shape, 0, sizeof(shape));
 	strlcpy(shape.handle, s->handle, sizeof(shape.handle));
 	shape.identity = e->identity;

@@ -56,6 +56,8 @@ extern void shape_stream_resume_after(uint32 slot, XLogRecPtr lsn);
 
 /* Whether the stream writes the shape's log and will go on doing so. */
 extern bool shape_stream_durable(uint32 slot);
+/* Whether the shape is of a kind whose log is kept on disk (none with subqueries yet). */
+extern bool shape_stream_kept_on_disk(uint32 slot);
 
 /* Decoding callbacks; main thread, inside the decoding transaction. */
 extern bool shape_stream_wants(Oid relid);

@@ -152,16 +152,22 @@ shape_stream_durable(uint32 slot)
 {
 	const ShapeStream *s;
 
-	if (ss_streams == NULL || !ss_streams[slot].in_use)
+	if (!shape_stream_kept_on_disk(slot))
 		return false;
 	s = &ss_streams[slot];
-	/*
-	 * Restored and not taken over yet: its log is what its file holds.  A
-	 * shape with subqueries is not kept on disk yet: its value sets would
-	 * have to be read back as of the log's end.
-	 */
-	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate &&
-		s->subquery == NULL;
+	/* restored and not taken over yet: its log is what its file holds */
+	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate;
+}
+
+/*
+ * Whether the slot's shape is of a kind kept on disk: one with subqueries
+ * is not yet (its value sets would have to be read back as of its log's
+ * end), and gets no files once its snapshot is done.
+ */
+bool
+shape_stream_kept_on_disk(uint32 slot)
+{
+	return ss_streams != NULL && ss_streams[slot].in_use && ss_streams[slot].subquery == NULL;
 }
 
 /* ------------------------------------------------------------ appending */

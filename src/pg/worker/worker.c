@@ -464,7 +464,7 @@ worker_wake_changed_shapes(bool between_transactions)
 	} while (n == lengthof(slots));
 	if (!between_transactions)
 		return;					/* with commit, woken after the replay's round */
-	log_files_step(decoder_position());
+	log_files_step(decoder_position(), log_trim_wanted());
 	log_trim_step();			/* what was just written may leave memory */
 	decoder_confirm_durable();
 	for (uint32 i = 0; i < worker_nchanged; i++)
