@@ -4,14 +4,15 @@
 # on issues whose where clauses read memberships and projects through `IN (SELECT ...)`,
 # `NOT IN`, OR/AND with plain conditions and the row form, followed by raw clients that apply
 # tags, active_conditions and move events as @tanstack/electric-db-collection does, under
-# concurrent random writers on all three tables; at quiescent points between write bursts every
-# client's rows must equal PostgreSQL's SELECT of its where clause. See the header of
-# subquery.mjs for what it covers.
+# concurrent random writers on all three tables; at quiescent points between write bursts, and
+# then after each of STEPS transactions made one at a time, every client's rows must equal
+# PostgreSQL's SELECT of its where clause. See the header of subquery.mjs for what it covers.
 #
 # test/integration/integrity_subquery.sh [SEED...]: runs each seed on a cluster of its own
 # (default: two random seeds, or $SEED alone; about 20 s a seed). Knobs passed through: DURATION
 # (s of writes per seed; 12 here, for the time of the README's test command: run longer seeds by
-# hand, e.g. DURATION=60 test/integration/integrity_subquery.sh 1 2 3), WRITERS, CONVERGE_TIMEOUT, VERBOSE, INTEGRITY_SUBQUERY_SHAPES
+# hand, e.g. DURATION=60 test/integration/integrity_subquery.sh 1 2 3), STEPS (40 here), WRITERS,
+# CONVERGE_TIMEOUT, VERBOSE, INTEGRITY_SUBQUERY_SHAPES
 # and INTEGRITY_SUBQUERY_SIMPLE (to narrow a failure down), INTEGRITY_SUBQUERY_NO_REFETCH=1 (any
 # 409 is a failure). Ports: HTTP from $SHAPE_SYNC_HTTP_PORT_FROM (default 45300), PostgreSQL
 # from $SHAPE_SYNC_PG_PORT_FROM (default 48300). INTEGRITY_KEEP_LOG=PATH keeps a failing seed's
@@ -36,8 +37,10 @@ if ((${#seeds[@]} == 0)); then
 fi
 
 export SHAPE_SYNC_PG_PORT_FROM=${SHAPE_SYNC_PG_PORT_FROM:-48300}
-export DURATION=${DURATION:-12}
-export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '1s'
+export DURATION=${DURATION:-12} STEPS=${STEPS:-40}
+# a step waits for every client to be told the transaction's position: a shape it did not
+# touch tells its client at the end of its long poll
+export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '250ms'
 shape_sync.chunk_bytes_threshold = '16kB'${SHAPE_SYNC_EXTRA_CONF:+
 $SHAPE_SYNC_EXTRA_CONF}"
 

@@ -71,8 +71,12 @@
 // Output: `ok - ...` / `not ok - ...` lines (integrity_subquery.sh numbers them) and `# `
 // lines; the exit status is 1 when any check failed.
 //
+// Steps: after the bursts, STEPS transactions of the same kinds, one at a time (the writers
+// in turn), each followed by a quiescent point as above: every shape equals its SELECT after
+// each transaction, and a divergence names the one transaction that made it.
+//
 // Knobs: SEED (default random, printed), DURATION (s of write bursts, default 45; 12 in
-// integrity_subquery.sh), WRITERS
+// integrity_subquery.sh), STEPS (default 100; 40 in integrity_subquery.sh), WRITERS
 // (default 3), CONVERGE_TIMEOUT (s, default 60), VERBOSE=1, INTEGRITY_SUBQUERY_NO_REFETCH=1,
 // INTEGRITY_SUBQUERY_SHAPES=in_u1,notin_u1 (only the shapes named), INTEGRITY_SUBQUERY_SIMPLE=1 (one
 // operation on one table per transaction: no statement pairs across tables, no savepoints).
@@ -93,6 +97,8 @@ pool.on('error', (e) => console.log(`# pg pool: an idle connection failed: ${e.m
 const env = process.env
 const SEED = env.SEED !== undefined && env.SEED !== '' ? Number(env.SEED) >>> 0 : (Math.random() * 2 ** 32) >>> 0
 const DURATION_S = Number(env.DURATION ?? 45)
+// then STEPS transactions one at a time, every shape checked against its SELECT after each
+const STEPS = Number(env.STEPS ?? 100)
 const WRITERS = Number(env.WRITERS ?? 3)
 const CONVERGE_TIMEOUT_MS = Number(env.CONVERGE_TIMEOUT ?? 60) * 1000
 const VERBOSE = env.VERBOSE === '1'
@@ -924,7 +930,7 @@ async function checkpoint(round, clients) {
       }
     }
     if (!pending.size || Date.now() - tStart > CONVERGE_TIMEOUT_MS) break
-    await sleep(100)
+    await sleep(20)
   }
   for (const c of pending) results.set(c, 'behind')
   const took = Date.now() - tStart
@@ -983,7 +989,7 @@ async function checkpoint(round, clients) {
 // main
 
 async function main() {
-  console.log(`# seed ${SEED} (replay: SEED=${SEED} DURATION=${DURATION_S} WRITERS=${WRITERS}${NO_REFETCH ? ' INTEGRITY_SUBQUERY_NO_REFETCH=1' : ''}` +
+  console.log(`# seed ${SEED} (replay: SEED=${SEED} DURATION=${DURATION_S} STEPS=${STEPS} WRITERS=${WRITERS}${NO_REFETCH ? ' INTEGRITY_SUBQUERY_NO_REFETCH=1' : ''}` +
     `${SIMPLE ? ' INTEGRITY_SUBQUERY_SIMPLE=1' : ''}${env.INTEGRITY_SUBQUERY_SHAPES ? ` INTEGRITY_SUBQUERY_SHAPES=${env.INTEGRITY_SUBQUERY_SHAPES}` : ''})`)
   await q('CREATE EXTENSION IF NOT EXISTS shape_sync')
   // the shape_sync worker's PID: another one means it crashed (or was restarted)
@@ -1032,6 +1038,27 @@ async function main() {
     log(`round ${round}: ${burst} ms of writes, ${writers.reduce((a, w) => a + w.stats.commits, 0) - commitsBefore} commits, ` +
       `the clients saw ${sum((x) => x.moveOuts) - before[0]} move-outs, ${sum((x) => x.moveIns) - before[1]} move-ins, ${sum((x) => x.r409) - before[2]} 409s; checked after ${took} ms`)
   }
+  const burstRounds = round
+  const burstCommits = writers.reduce((a, w) => a + w.stats.commits, 0)
+  const stepsFrom = Date.now()
+  for (let step = 0; step < STEPS; step++) {
+    round++
+    await refreshWorld()
+    await writers[step % writers.length].txn(round)
+    await checkpoint(round, clients)
+    const pid = await workerPid().catch((e) => `unreachable: ${e.message}`)
+    if (pid !== pidNow) {
+      crashed++
+      ok(false, `step ${step + 1} (round ${round}): the shape_sync worker kept running (PID ${pidNow})`, `its PID is now ${pid} (see the server log)`, 'SERVER')
+      pidNow = pid
+    }
+    while (txlog.length && txlog[0].round < round - 1) txlog.shift()
+  }
+  if (STEPS > 0) {
+    const stepCommits = writers.reduce((a, w) => a + w.stats.commits, 0) - burstCommits
+    log(`${STEPS} steps (${stepCommits} commits), each checked on every shape, in ${((Date.now() - stepsFrom) / 1000).toFixed(1)} s`)
+    ok(stepCommits >= STEPS / 2, `steps: ${stepCommits} of ${STEPS} transactions committed`, '', 'HARNESS')
+  }
   await Promise.all(clients.map((c) => c.stop()))
   for (const w of writers) await w.db?.end().catch(() => {})
 
@@ -1054,7 +1081,7 @@ async function main() {
     (explained.length ? ` (${explained.join('; ')})` : ''))
   const unexpected = writers.flatMap((w) => w.stats.unexpected)
   if (!crashed) unexpected.push(...writers.flatMap((w) => w.stats.connection)) // lost connections with no crash seen
-  ok(commits >= round * 5 && !unexpected.length, `writers: ${commits} transactions committed over ${round} rounds, no unexpected errors`, unexpected.join('\n'), 'HARNESS')
+  ok(burstCommits >= burstRounds * 5 && !unexpected.length, `writers: ${commits} transactions committed over ${burstRounds} rounds and ${STEPS} steps, no unexpected errors`, unexpected.join('\n'), 'HARNESS')
   const moveOuts = clients.reduce((a, c) => a + c.stats.moveOuts, 0)
   ok(moveOuts > 0, `the clients saw move-out events (${moveOuts})`, 'the workload removes memberships all the time: none came', 'SERVER')
   log(`totals: move-outs ${moveOuts}, move-ins ${clients.reduce((a, c) => a + c.stats.moveIns, 0)}, 409s ${clients.reduce((a, c) => a + c.stats.r409, 0)}, ` +
@@ -1063,9 +1090,9 @@ async function main() {
 
 // a deadline against a hang of the test itself (the .sh kills it later still)
 setTimeout(() => {
-  ok(false, `the test ended within ${DURATION_S + 300} s`, '', 'HARNESS')
+  ok(false, `the test ended within ${DURATION_S + STEPS + 300} s`, '', 'HARNESS')
   process.exit(1)
-}, (DURATION_S + 300) * 1000).unref()
+}, (DURATION_S + STEPS + 300) * 1000).unref()
 try {
   await main()
 } catch (e) {
