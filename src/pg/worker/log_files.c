@@ -353,11 +353,44 @@ lf_note_unsynced(uint32 slot)
 	}
 }
 
+/*
+ * Opens the slot's first data file with `flags`, which its snapshot worker
+ * may have written the snapshot's first chunks to already
+ * (snapshot_spill.c), and counts them; false when it could not (lf_fail).
+ */
+static bool
+lf_open_first(uint32 slot, int flags)
+{
+	FileShape  *fs = &lf_shapes[slot];
+	uint64		spilled = lf_table()->slots[slot].snapshot_file_bytes;
+	char		path[MAXPGPATH];
+	off_t		size;
+
+	lf_data_path(fs->handle, fs->generation, path);
+	fs->file = PathNameOpenFile(path, flags | (spilled > 0 ? 0 : O_TRUNC) | PG_BINARY);
+	if (fs->file < 0)
+	{
+		lf_fail(slot, (flags & O_CREAT) ? "create" : "open", path);
+		return false;
+	}
+	if (spilled == 0)
+		return true;
+	size = FileSize(fs->file);
+	if (size < 0 || (uint64) size < spilled)
+	{
+		if (size >= 0)
+			errno = ENODATA;	/* shorter than the snapshot worker wrote */
+		lf_fail(slot, "read", path);
+		return false;
+	}
+	lf_set_written(fs, spilled);
+	return true;
+}
+
 void
 log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 {
 	FileShape  *fs;
-	uint64		spilled;
 	char		path[MAXPGPATH];
 	char		tmp[MAXPGPATH];
 	size_t		len;
@@ -390,28 +423,8 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 		lf_fail(slot, "write", path);
 		return;
 	}
-	/* the snapshot worker may have written the snapshot's first chunks already */
-	spilled = lf_table()->slots[slot].snapshot_file_bytes;
-	lf_data_path(fs->handle, fs->generation, path);
-	fs->file = PathNameOpenFile(path, O_RDWR | O_CREAT | (spilled > 0 ? 0 : O_TRUNC) | PG_BINARY);
-	if (fs->file < 0)
-	{
-		lf_fail(slot, "create", path);
+	if (!lf_open_first(slot, O_RDWR | O_CREAT))
 		return;
-	}
-	if (spilled > 0)
-	{
-		off_t		size = FileSize(fs->file);
-
-		if (size < 0 || (uint64) size < spilled)
-		{
-			if (size >= 0)
-				errno = ENODATA;	/* shorter than the snapshot worker wrote */
-			lf_fail(slot, "read", path);
-			return;
-		}
-		lf_set_written(fs, spilled);
-	}
 	lf_note_unsynced(slot);		/* listed once complete, even when empty */
 	log_files_appended(slot);
 }
@@ -420,14 +433,9 @@ void
 log_files_shape_not_kept(uint32 slot)
 {
 	FileShape  *fs;
-	uint64		spilled;
-	char		path[MAXPGPATH];
-	off_t		size;
 
-	if (lf_shapes == NULL || lf_shapes[slot].in_use)
-		return;
-	spilled = lf_table()->slots[slot].snapshot_file_bytes;
-	if (spilled == 0)
+	if (lf_shapes == NULL || lf_shapes[slot].in_use ||
+		lf_table()->slots[slot].snapshot_file_bytes == 0)
 		return;					/* no file: log_files_forget looks anyway */
 	fs = &lf_shapes[slot];
 	lf_reset(fs);
@@ -436,17 +444,7 @@ log_files_shape_not_kept(uint32 slot)
 	fs->in_use = true;
 	fs->not_kept = true;
 	fs->incarnation = ++lf_incarnations;
-	lf_data_path(fs->handle, fs->generation, path);
-	fs->file = PathNameOpenFile(path, O_RDONLY | PG_BINARY);
-	size = fs->file >= 0 ? FileSize(fs->file) : -1;
-	if (size < 0 || (uint64) size < spilled)
-	{
-		if (size >= 0)
-			errno = ENODATA;	/* shorter than the snapshot worker wrote */
-		lf_fail(slot, "read", path);
-		return;
-	}
-	lf_set_written(fs, spilled);
+	(void) lf_open_first(slot, O_RDONLY);
 }
 
 void
