@@ -702,19 +702,26 @@ shape_sync_snapshot_main(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 		if (ShutdownRequestPending)
 			break;
-		reloads = atomic_load(&shape_sync_shared->config_reloads);
-		if (ConfigReloadPending || reloads != reloads_seen)
+		if (ConfigReloadPending)
 		{
-			/* the main worker's reload is read here too, SIGHUP or not: see config_reloads */
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			reloads_seen = reloads;
 		}
 		snap_in_job = true;
 		if (ShutdownRequestPending)
 			break;				/* came just now */
 		if (snapshot_jobs_pop(q, &job))
 		{
+			/*
+			 * The main worker counts a reload before it queues a job made
+			 * under it: read it here too, SIGHUP or not (config_reloads).
+			 */
+			reloads = atomic_load(&shape_sync_shared->config_reloads);
+			if (reloads != reloads_seen)
+			{
+				ProcessConfigFile(PGC_SIGHUP);
+				reloads_seen = reloads;
+			}
 			snapshot_worker_set_job(q, snap_entry, snapshot_job_key(job.slot, job.generation));
 			QueryCancelPending = false; /* a cancel meant for an earlier job */
 			RESUME_CANCEL_INTERRUPTS();
