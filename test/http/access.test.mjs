@@ -64,7 +64,7 @@ describe('access: shapes are read as shape_sync.role', () => {
     await setGuc('shape_sync.role', ROLE)
     // applied once the worker refuses what only pg_read_all_data could read
     await waitFor(async () => (await status({ table: T.none })) === 403, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: `shape_sync.role = ${ROLE} to apply`,
     })
   })
@@ -72,7 +72,7 @@ describe('access: shapes are read as shape_sync.role', () => {
   after(async () => {
     await resetGuc('shape_sync.role')
     await waitFor(async () => (await status({ table: T.none })) === 200, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: 'shape_sync.role to be reset',
     })
     for (const t of Object.values(T)) await query(`DROP TABLE IF EXISTS public.${t}`)
@@ -208,12 +208,12 @@ describe('access: the secret', () => {
     await query(`ALTER TABLE public.${table} REPLICA IDENTITY FULL`)
     await query(`INSERT INTO public.${table} VALUES (1, 'a'), (2, 'b')`)
     await setGuc('shape_sync.secret', SECRET)
-    await waitFor(async () => (await status({ table })) === 401, { timeoutMs: 10000, what: 'the secret to apply' })
+    await waitFor(async () => (await status({ table })) === 401, { timeoutMs: 30000, what: 'the secret to apply' })
   })
 
   after(async () => {
     await resetGuc('shape_sync.secret')
-    await waitFor(async () => (await status({ table })) === 200, { timeoutMs: 10000, what: 'the secret to go' })
+    await waitFor(async () => (await status({ table })) === 200, { timeoutMs: 30000, what: 'the secret to go' })
     await query(`DROP TABLE IF EXISTS public.${table}`)
   })
 
@@ -230,7 +230,7 @@ describe('access: the secret', () => {
       assert.equal(rows.length, 2)
       for (const url of c.requests) assert.equal(url.searchParams.get('secret'), SECRET)
       await query(`INSERT INTO public.${table} VALUES (3, 'c')`)
-      await waitFor(() => c.shape.currentRows.length === 3, { timeoutMs: 10000, what: 'the live insert' })
+      await waitFor(() => c.shape.currentRows.length === 3, { timeoutMs: 30000, what: 'the live insert' })
       assert.equal(c.errors.length, 0)
     } finally {
       c.close()
@@ -287,7 +287,7 @@ describe('access: browsers, while loopback clients only are served', () => {
       await waitFor(
         async () =>
           (await fetchShape({ table, offset: '-1' }, { headers: { Origin: 'https://app.example.com' } })).status === 200,
-        { timeoutMs: 10000, what: 'the origin list to apply' },
+        { timeoutMs: 30000, what: 'the origin list to apply' },
       )
       const other = await fetchShape({ table, offset: '-1' }, { headers: { Origin: 'http://localhost:5173' } })
       assert.equal(other.status, 403, 'an origin the list does not name, loopback or not')
@@ -319,7 +319,7 @@ describe('access: a snapshot that takes too long', () => {
         const r = await fetchShape({ table, offset: '-1', where: `id > ${Math.floor(Math.random() * 1000)}` })
         return r.status === 400 ? r : null
       },
-      { timeoutMs: 10000, what: 'a snapshot to time out' },
+      { timeoutMs: 30000, what: 'a snapshot to time out' },
     )
     assert.match(res.body.message, /shape_sync\.snapshot_statement_timeout/)
   })
@@ -383,7 +383,7 @@ describe('access: where clauses cannot hurt the server', () => {
       await waitFor(async () => {
         const r = await fetchShape({ table, offset: '-1', where: `id > 0 AND ${'id > 0 AND '.repeat(10)}true` })
         return r.status === 400 && /max_where_length/.test(r.text)
-      }, { timeoutMs: 10000, what: 'the worker to apply the reload' })
+      }, { timeoutMs: 30000, what: 'the worker to apply the reload' })
       // no earlier write of the table may still be on its way to the decoder: the new shape
       // would meet it while its snapshot runs, and its where clause time out on it (even
       // the first evaluation alone may take more than 1 ms), before the change below

@@ -54,7 +54,7 @@ describe('evaluation bounds in the snapshot workers', () => {
         const r = await fetchShape({ table: T, offset: '-1', where: `${SLOW} AND id > 0` })
         return r.status === 400 ? r : null
       },
-      { timeoutMs: 10000, what: 'the snapshot to fail' },
+      { timeoutMs: 30000, what: 'the snapshot to fail' },
     )
     assert.match(res.body.message, /took longer than the 50 ms that shape_sync\.where_evaluation_timeout allows on one row/)
   })

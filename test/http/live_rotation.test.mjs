@@ -104,7 +104,7 @@ describe('live: rotation and shape lifecycle', () => {
         const r = await catchUp(filtered)
         return r.status === 409 ? r : null
       },
-      { timeoutMs: 3000, what: 'the where-clause shape to get 409 after TRUNCATE' },
+      { timeoutMs: 30000, what: 'the where-clause shape to get 409 after TRUNCATE' },
     )
     assert409(filteredLater, 'where-clause shape after TRUNCATE', { oldHandle: filtered.handle, needHandle: true })
 
@@ -189,7 +189,7 @@ describe('live: rotation and shape lifecycle', () => {
         const r = await catchUp(all)
         return r.status === 409 ? r : null
       },
-      { timeoutMs: 3000, what: 'the old handle of the no-column-list shape to get 409 after ALTER TABLE ADD COLUMN' },
+      { timeoutMs: 30000, what: 'the old handle of the no-column-list shape to get 409 after ALTER TABLE ADD COLUMN' },
     )
     const newHandle = assert409(res, 'old handle after ALTER', { oldHandle: all.handle, needHandle: true })
     const fresh = await fetchFresh({ table, offset: '-1', handle: newHandle })

@@ -171,7 +171,7 @@ describe('metrics and monitoring views', { timeout: 120000 }, () => {
     await waitFor(async () => {
       const res = await fetchShape({ table, offset, handle })
       return res.status === 409
-    }, { what: 'the truncated shape answered 409', timeoutMs: 10000 })
+    }, { what: 'the truncated shape answered 409', timeoutMs: 30000 })
     const values = (await scrape()).values
     assert.equal(counter(values, 'shape_sync_shape_rotations_total{cause="truncated"}'), before + 1)
     assert.ok(counter(values, 'shape_sync_decoded_changes_total{op="truncate"}') >= 1)

@@ -84,7 +84,7 @@ describe('row-level security that does not apply to shape_sync.role', () => {
   after(async () => {
     await resetGuc('shape_sync.role')
     await waitFor(async () => (await status({ table: PLAIN })) === 200, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: 'shape_sync.role to be reset',
     })
     for (const t of [OWNED, OTHER, PLAIN]) await query(`DROP TABLE IF EXISTS public.${t}`)
@@ -96,7 +96,7 @@ describe('row-level security that does not apply to shape_sync.role', () => {
     before(async () => {
       await setGuc('shape_sync.role', OWNER)
       await waitFor(async () => (await status({ table: PLAIN })) === 403, {
-        timeoutMs: 10000,
+        timeoutMs: 30000,
         what: `shape_sync.role = ${OWNER} to apply`,
       })
     })
@@ -122,7 +122,7 @@ describe('row-level security that does not apply to shape_sync.role', () => {
       await setGuc('shape_sync.role', BYPASS)
       // BYPASS may not SELECT from OWNED: refused once the role applies
       await waitFor(async () => (await status({ table: OWNED })) === 403, {
-        timeoutMs: 10000,
+        timeoutMs: 30000,
         what: `shape_sync.role = ${BYPASS} to apply`,
       })
     })

@@ -152,10 +152,10 @@ function refetchesSince(c, mark) {
 // with the Electric keys `movedKeys` in, from log entry `mark` on.
 async function assertMoveInWithoutRefetch(c, mark, xid, movedKeys, label) {
   // The collection has applied the bodies; their clones are read a moment later. Settle until
-  // the move-in event or a 409 is recorded (at most 10 s; the assertions below say which).
+  // the move-in event or a 409 is recorded (at most 30 s; the assertions below say which).
   await waitFor(
     () => messagesSince(c, mark).some((m) => m.headers?.event === 'move-in') || refetchesSince(c, mark).conflicts.length > 0,
-    { timeoutMs: 10000, what: `${label}: a move-in event or a 409 to be recorded` },
+    { timeoutMs: 30000, what: `${label}: a move-in event or a 409 to be recorded` },
   ).catch(() => {})
   const { conflicts, mustRefetch } = refetchesSince(c, mark)
   const msgs = messagesSince(c, mark)

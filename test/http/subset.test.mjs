@@ -611,7 +611,7 @@ function track(client) {
 }
 
 async function waitUpToDate(client, label) {
-  await waitFor(() => client.stream.isUpToDate || client.errors.length > 0, { timeoutMs: 10000, what: `${label}: up to date` })
+  await waitFor(() => client.stream.isUpToDate || client.errors.length > 0, { timeoutMs: 30000, what: `${label}: up to date` })
   assert.deepEqual(client.errors.map((e) => `${e.name}: ${e.message}`), [], `${label}: client errors`)
 }
 
@@ -760,7 +760,7 @@ describe('official client: a commit while the subset query runs', () => {
       assert.ok(concurrent > 0, `${label}: at least one commit landed while a subset query ran`)
       await runTx([`INSERT INTO ${SCAN} VALUES (${sentinel}, 'sentinel')`])
       await waitRowsEqual(client, `SELECT id, v FROM ${SCAN} WHERE id = ANY('{${loaded.join(',')}}'::int[])`,
-        `${label}: the rows as committed`, { timeoutMs: 10000 })
+        `${label}: the rows as committed`, { timeoutMs: 30000 })
       unsubscribe()
       assertEachKeyInsertedOnce(client, inserts, label)
     })

@@ -58,7 +58,7 @@ describe("subsets read only the shape's columns", () => {
         const r = await subset({ subset__where: "secret LIKE 'a%'" })
         return r.status === 200 ? r : null
       },
-      { timeoutMs: 10000, what: 'shape_sync.subset_columns = table to apply' },
+      { timeoutMs: 30000, what: 'shape_sync.subset_columns = table to apply' },
     )
     assert.deepEqual(res.body.data.map((r) => r.value), [{ id: '1', title: 't1' }])
   })

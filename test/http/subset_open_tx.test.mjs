@@ -98,7 +98,7 @@ for (const liveSse of [false, true]) {
         const key = `"public"."${t}"/"${ROW}"`
         const holds = () => client.shape.currentValue.get(key)?.v
         await waitFor(() => holds() === 'committed', {
-          timeoutMs: 10000,
+          timeoutMs: 30000,
           what: `${label}: row ${ROW} as committed (the subset was ${answeredWhileOpen ? '' : 'not '}` +
             'answered while the writer was open)',
         }).catch((err) => {

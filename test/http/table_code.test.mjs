@@ -150,7 +150,7 @@ describe("table code: a table owner's functions never run as shape_sync.role", (
   it("serves them once the owner is trusted, planning as the owner, not as the serving role", async () => {
     await setGuc('shape_sync.trusted_owners', OWNER)
     await waitFor(async () => (await fetchShape({ table: TABLES.index.name, offset: '-1' })).status === 200, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: 'shape_sync.trusted_owners to apply',
     })
     for (const [kind, { name }] of Object.entries(TABLES)) {
