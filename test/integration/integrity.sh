@@ -7,10 +7,8 @@
 # a 409: only a table event that changes a shape explains one. Three random seeds per run,
 # printed first, which take the three restart modes in turn; replay one with the line its run
 # printed (SEED=<n> INTEGRITY_RESTART_MODE=<mode>), or give seeds as arguments.  integrity_standby.sh adds a synchronous standby.
-# Each seed writes for 16 s and 7 s after the restart here (every chaos kind still comes in the
-# first 10 s); DURATION and RESTART_DURATION (integrity.mjs) run it longer.
+# Each seed writes for 16 s and 7 s after the restart (run.sh's defaults).
 set -euo pipefail
-export DURATION=${DURATION:-16} RESTART_DURATION=${RESTART_DURATION:-7}
 if (($# == 0)) && [[ -z ${SEED:-} ]]; then
 	set -- $(for _ in 1 2 3; do od -An -N4 -tu4 /dev/urandom | tr -d ' '; done)
 fi

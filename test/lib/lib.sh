@@ -11,6 +11,12 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../../scripts/lib/cluster.sh
 source "$here/../../scripts/lib/cluster.sh"
 
+# A version manager's python3 (pyenv's shim) takes a third of a second to start, and the
+# scripts start python3 hundreds of times (subset_load.sh spent a minute so): the interpreter
+# it stands for goes first on PATH, and is `py`.
+py=$(python3 -c 'import sys; print(sys.executable)')
+PATH=$(dirname "$py"):$PATH
+
 _checks=0
 _failures=0
 
@@ -208,9 +214,9 @@ stall_ms() {
 }
 
 # uri TEXT: TEXT percent-encoded for a query string.
-# shape_client_init: `py`, the Python interpreter itself (a version manager's python3 shim may
-# take a second to start), for sc ARGS...: test/lib/shape_client.py (the durable_*.sh scripts)
-shape_client_init() { py=$(python3 -c 'import sys; print(sys.executable)'); }
+# sc ARGS...: test/lib/shape_client.py (the durable_*.sh scripts); shape_client_init: nothing
+# more to do (`py` is set above), kept for the scripts that call it
+shape_client_init() { :; }
 sc() { "$py" "$here/shape_client.py" "$@"; }
 
 uri() { python3 -c "import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))" "$1"; }
