@@ -176,6 +176,10 @@ class Follower {
         this.#refetch(res)
         continue
       }
+      if (res.status === 503) {
+        await this.#retryAfter(res)
+        continue
+      }
       assert.equal(res.status, 200, `sync at offset ${this.offset}: ${res.text.slice(0, 500)}`)
       this.#take(res.body)
       this.handle = res.headers.get('electric-handle')
@@ -193,6 +197,13 @@ class Follower {
     this.cursor = ''
   }
 
+  // A 503 (a shape made again while the request was answered): retried after retry-after.
+  async #retryAfter(res) {
+    this.unavailable = (this.unavailable ?? 0) + 1
+    assert.ok(this.unavailable <= 20, `20 answers 503: ${res.text.slice(0, 300)}`)
+    await new Promise((resolve) => setTimeout(resolve, 1000 * Number(res.headers.get('retry-after') ?? 1)))
+  }
+
   // One live request; returns the messages it brought (after a 409: the resync's).
   async poll() {
     const res = await fetchShape(
@@ -204,6 +215,10 @@ class Follower {
       this.#refetch(res)
       await this.sync()
       return this.log.slice(before)
+    }
+    if (res.status === 503) {
+      await this.#retryAfter(res)
+      return []
     }
     assert.equal(res.status, 200, `live request at ${this.offset}: ${res.text.slice(0, 500)}`)
     assert.equal(res.headers.get('electric-handle'), this.handle, 'a live response keeps the handle')
@@ -416,7 +431,7 @@ describe('subqueries: what the server role may read', () => {
     await query(`CREATE POLICY own ON ${RLS} USING (q = 1)`)
     await setGuc('shape_sync.role', ROLE)
     await waitFor(async () => (await fetchShape({ table: NONE, offset: '-1' })).status === 403, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: `shape_sync.role = ${ROLE} to apply`,
     })
   })
@@ -424,7 +439,7 @@ describe('subqueries: what the server role may read', () => {
   after(async () => {
     await resetGuc('shape_sync.role')
     await waitFor(async () => (await fetchShape({ table: NONE, offset: '-1' })).status === 200, {
-      timeoutMs: 10000,
+      timeoutMs: 30000,
       what: 'shape_sync.role to be reset',
     })
     for (const t of [O, COLS, RLS, NONE]) await dropTable(t)
@@ -731,6 +746,104 @@ describe('subqueries: live', () => {
 })
 
 // ---------------------------------------------------------------------------------------
+
+// A partitioned inner table: its partitions' changes reach the subquery's values, each
+// partition must log old rows in full, and a partition attached, detached or truncated changes
+// the values without a change in the WAL: the shape is made again (409).
+describe('subqueries: a partitioned inner table', () => {
+  async function makePartitioned(prefix) {
+    const P = newTable(`${prefix}_p`)
+    const M = newTable(`${prefix}_m`)
+    const I = newTable(`${prefix}_i`)
+    // a detached one is a table of its own
+    tables.push(...['low', 'high', 'more', 'mid', 'mid1', 'mid2'].map((t) => `${M}_${t}`))
+    await createTable([
+      `CREATE TABLE ${P} (id int PRIMARY KEY)`,
+      `CREATE TABLE ${I} (id int PRIMARY KEY, project_id int, title text)`,
+      `CREATE TABLE ${M} (id int, user_id int NOT NULL, project_id int NOT NULL) PARTITION BY RANGE (user_id)`,
+      `CREATE TABLE ${M}_low PARTITION OF ${M} FOR VALUES FROM (0) TO (100)`,
+      // columns in another order: its rows are converted to the partitioned table's
+      `CREATE TABLE ${M}_high (project_id int NOT NULL, id int, user_id int NOT NULL)`,
+      `ALTER TABLE ${M} ATTACH PARTITION ${M}_high FOR VALUES FROM (100) TO (200)`,
+      // a partitioned partition, with one partition
+      `CREATE TABLE ${M}_mid PARTITION OF ${M} FOR VALUES FROM (200) TO (400) PARTITION BY RANGE (user_id)`,
+      `CREATE TABLE ${M}_mid1 PARTITION OF ${M}_mid FOR VALUES FROM (200) TO (300)`,
+      `ALTER TABLE ${M}_low REPLICA IDENTITY FULL`,
+      `ALTER TABLE ${M}_high REPLICA IDENTITY FULL`,
+      `ALTER TABLE ${M}_mid1 REPLICA IDENTITY FULL`,
+      `INSERT INTO ${P} SELECT g FROM generate_series(1, 6) g`,
+      // user 150's memberships are rows of _high (converted to the partitioned table's columns)
+      `INSERT INTO ${M} VALUES (1, 150, 1), (2, 150, 2), (3, 10, 3), (4, 250, 4)`,
+      `INSERT INTO ${I} SELECT g, ((g - 1) % 6) + 1, 'issue ' || g FROM generate_series(1, 18) g`,
+    ])
+    await waitDecoded()
+    const where = `project_id IN (SELECT project_id FROM ${M} WHERE user_id = $1)`
+    return { M, I, where, params: { table: I, where, params: ['150'] }, sql: `SELECT * FROM ${I} WHERE ${where}`, values: ['150'] }
+  }
+
+  it('refuses it while a partition does not log old rows in full, naming the partition', async () => {
+    const s = await makePartitioned('sq_part_ri')
+    await query(`ALTER TABLE ${s.M}_high REPLICA IDENTITY DEFAULT`)
+    const res = await fetchShape({ ...s.params, offset: '-1' })
+    assertWhereRefused(res, 'a partition without REPLICA IDENTITY FULL')
+    assert.match(res.body.errors.where[0], new RegExp(`${s.M}_high.*REPLICA IDENTITY FULL`))
+  })
+
+  it('refuses it while a partition is unlogged, naming the partition', async () => {
+    const s = await makePartitioned('sq_part_ul')
+    await query(`CREATE UNLOGGED TABLE ${s.M}_more PARTITION OF ${s.M} FOR VALUES FROM (400) TO (500)`)
+    await query(`ALTER TABLE ${s.M}_more REPLICA IDENTITY FULL`)
+    const res = await fetchShape({ ...s.params, offset: '-1' })
+    assertWhereRefused(res, 'an unlogged partition')
+    assert.match(res.body.errors.where[0], new RegExp(`${s.M}_more.*not a logged user table`))
+  })
+
+  it('serves it: the snapshot, a move-in, a move between partitions, a move-out; the client equals the SELECT', async () => {
+    const s = await makePartitioned('sq_part')
+    const f = await new Follower(s.params).sync()
+    assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the snapshot')
+    const holds = (project) => [...f.state.rows.values()].some((r) => r.value.project_id === String(project))
+    // one move-in at a time: a second one while the first is read makes the shape again
+    await runTxid([`INSERT INTO ${s.M} VALUES (10, 150, 4)`]) // into _high
+    await f.until(() => holds(4), 'the move-in of project 4')
+    await runTxid([`UPDATE ${s.M} SET user_id = 150 WHERE id = 3`]) // from _low to _high: a move-in of project 3
+    await f.until(() => holds(3), 'the move-in of project 3')
+    await runTxid([`UPDATE ${s.M} SET user_id = 20 WHERE id = 1`]) // from _high to _low: project 1 moves out
+    await f.until(() => !holds(1), 'the move-out of project 1')
+    await f.barrier(s.I, 2)
+    assert.deepEqual(f.refetches, [], 'no 409')
+    assert.deepEqual(f.state.problems, [])
+    assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
+    const events = f.events().map((m) => m.headers.event)
+    assert.ok(events.includes('move-in') && events.includes('move-out'), `move events: ${events}`)
+  })
+
+  // [label, short name, the user of the shape, an issue of that user's projects, the change]
+  const attach = (M, parent, name, bounds, row) => [`CREATE TABLE ${M}_${name} (id int, user_id int NOT NULL, project_id int NOT NULL)`,
+    `ALTER TABLE ${M}_${name} REPLICA IDENTITY FULL`, `INSERT INTO ${M}_${name} VALUES ${row}`,
+    `ALTER TABLE ${parent} ATTACH PARTITION ${M}_${name} FOR VALUES ${bounds}`]
+  for (const [label, tag, user, issue, change] of [
+    ['a partition attached with rows', 'att', '450', 6, (M) => attach(M, M, 'more', 'FROM (400) TO (500)', '(20, 450, 6)')],
+    ['a partition attached with rows two levels down', 'att2', '350', 6, (M) => attach(M, `${M}_mid`, 'mid2', 'FROM (300) TO (400)', '(21, 350, 6)')],
+    ['a partition detached', 'det', '150', 1, (M) => [`ALTER TABLE ${M} DETACH PARTITION ${M}_low`]],
+    ['a partition detached two levels down', 'det2', '150', 1, (M) => [`ALTER TABLE ${M}_mid DETACH PARTITION ${M}_mid1`]],
+    // decoded while it is no partition: the delete never reaches the subquery's table
+    ['a partition detached, changed and attached again in one transaction', 'reatt', '150', 1, (M) => [
+      `BEGIN; ALTER TABLE ${M} DETACH PARTITION ${M}_high; DELETE FROM ${M}_high WHERE id = 2; ` +
+      `ALTER TABLE ${M} ATTACH PARTITION ${M}_high FOR VALUES FROM (100) TO (200); COMMIT`]],
+    ['a partition truncated', 'trunc', '150', 1, (M) => [`TRUNCATE ${M}_low`]],
+  ]) {
+    it(`${label}: the shape is made again (409), and its client equals the SELECT`, async () => {
+      const s = await makePartitioned(`sq_part_${tag}`)
+      s.params.params = s.values = [user]
+      const f = await new Follower(s.params).sync()
+      for (const sql of change(s.M)) await query(sql)
+      await f.until(() => f.refetches.length > 0, '409')
+      await f.barrier(s.I, issue)
+      assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
+    })
+  }
+})
 
 describe('subqueries: the official client (@electric-sql/client 1.5.28)', () => {
   it('a Shape through a move-out and an update: it keeps the moved-out rows (it ignores move events)', async () => {

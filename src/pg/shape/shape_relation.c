@@ -194,6 +194,31 @@ shape_table_not_logged_in_full(Oid relid)
 	return InvalidOid;
 }
 
+/*
+ * A partition of the partitioned table `relid`, at any level, whose
+ * changes are not in the WAL (unlogged), or InvalidOid when there is none.
+ */
+Oid
+shape_table_unlogged_partition(Oid relid)
+{
+	List	   *tables = find_all_inheritors(relid, NoLock, NULL);
+	ListCell   *lc;
+
+	foreach(lc, tables)
+	{
+		HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(lfirst_oid(lc)));
+		bool		logged;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;			/* dropped meanwhile */
+		logged = ((Form_pg_class) GETSTRUCT(tuple))->relpersistence == RELPERSISTENCE_PERMANENT;
+		ReleaseSysCache(tuple);
+		if (!logged)
+			return lfirst_oid(lc);
+	}
+	return InvalidOid;
+}
+
 /* "schema"."table", each part quoted the PostgreSQL way, always. */
 char *
 shape_quoted_name(const char *schema, const char *table)

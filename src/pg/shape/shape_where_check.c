@@ -735,6 +735,8 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 	SelectStmt *select = (SelectStmt *) sublink->subselect;
 	RangeVar   *rv;
 	Oid			relid;
+	Oid			not_full;
+	Oid			unlogged = InvalidOid;
 	Relation	inner;
 	WhereRaw	inner_raw;
 	ListCell   *lc;
@@ -756,10 +758,14 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 						"a subquery's table cannot name a database");
 	if (rv->schemaname == NULL)
 		rv->schemaname = pstrdup("public");
-	/* the table alone, as a shape reads its own: its children are not followed */
-	rv->inh = false;
 	relid = RangeVarGetRelidExtended(rv, AccessShareLock, RVR_MISSING_OK | RVR_NOWAIT,
 									 NULL, NULL);
+	/*
+	 * The table alone, as a shape reads its own: the children of an
+	 * inherited table are not followed, the partitions of a partitioned
+	 * one are its rows.
+	 */
+	rv->inh = OidIsValid(relid) && get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE;
 	if (!OidIsValid(relid))
 	{
 		snprintf(msg, sizeof(msg), "Table \"%s\".\"%s\" in a subquery does not exist",
@@ -771,18 +777,15 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 	}
 	inner = table_open(relid, NoLock);
 	quoted = shape_quoted_name(rv->schemaname, rv->relname);
-	if (inner->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
+	if ((inner->rd_rel->relkind != RELKIND_RELATION &&
+		 inner->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(inner) ||
+		inner->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT ||
+		(inner->rd_rel->relkind == RELKIND_PARTITIONED_TABLE &&
+		 OidIsValid(unlogged = shape_table_unlogged_partition(relid))))
 	{
-		snprintf(msg, sizeof(msg), "Table %s in a subquery is partitioned: subqueries of partitioned tables are not supported yet",
-				 quoted);
-		shape_def_error_set("where", msg);
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a subquery of partitioned table %s is not supported yet", quoted)));
-	}
-	if (inner->rd_rel->relkind != RELKIND_RELATION || IsCatalogRelation(inner) ||
-		inner->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT)
-	{
+		if (OidIsValid(unlogged))	/* a partition of it */
+			quoted = shape_quoted_name(get_namespace_name(get_rel_namespace(unlogged)),
+									   get_rel_name(unlogged));
 		snprintf(msg, sizeof(msg), "Table %s in a subquery is not a logged user table",
 				 quoted);
 		shape_def_error_set("where", msg);
@@ -791,8 +794,11 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 				 errmsg("%s is not a logged user table", quoted),
 				 errdetail("Subqueries may read ordinary tables whose changes are in the WAL only.")));
 	}
-	if (OidIsValid(shape_table_not_logged_in_full(relid)))
+	if (OidIsValid(not_full = shape_table_not_logged_in_full(relid)))
 	{
+		if (not_full != relid)	/* a partition of it */
+			quoted = shape_quoted_name(get_namespace_name(get_rel_namespace(not_full)),
+									   get_rel_name(not_full));
 		snprintf(msg, sizeof(msg),
 				 "Table %s in a subquery does not have REPLICA IDENTITY FULL, which subqueries need; the database operator can run: ALTER TABLE %s REPLICA IDENTITY FULL",
 				 quoted, quoted);

@@ -189,6 +189,8 @@ ss_mark_relation_for_check(Oid relid)
 static void
 ss_relcache_callback(Datum arg, Oid relid)
 {
+	bool		sets;
+
 	if (ss_streams == NULL)
 		return;
 	if (catalog_use_resetting_caches)
@@ -201,14 +203,16 @@ ss_relcache_callback(Datum arg, Oid relid)
 		ss_unverify_all();
 		return;
 	}
+	/* a table sets read, or a partition of one at any level (attached, detached) */
+	sets = OidIsValid(relid) && (ss_sets_on(relid) || ss_sets_partition_roots(relid) != NIL);
 	if (!OidIsValid(relid) || hash_search(ss_relids, &relid, HASH_FIND, NULL) != NULL ||
-		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL || ss_sets_on(relid))
+		hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL || sets)
 		shape_stream_catalog_changed();
 	if (!OidIsValid(relid))
 		ss_mark_all_for_check();
 	else
 	{
-		List	   *dependents = ss_sets_on(relid) ? ss_sets_dependents_on(relid) : NIL;
+		List	   *dependents = sets ? ss_sets_dependents_on(relid) : NIL;
 		ListCell   *lc;
 
 		ss_mark_relation_for_check(relid);
@@ -374,7 +378,7 @@ ss_oid_cmp(const void *a, const void *b)
 }
 
 /* The partitions below a partitioned table, at every level, sorted. */
-static Oid *
+Oid *
 ss_list_partitions(Oid relid, int *n)
 {
 	List	   *all = find_all_inheritors(relid, NoLock, NULL);
@@ -392,7 +396,14 @@ ss_list_partitions(Oid relid, int *n)
 bool
 ss_has_partition(ShapeStream *s, Oid relid)
 {
-	return bsearch(&relid, s->partitions, s->npartitions, sizeof(Oid), ss_oid_cmp) != NULL;
+	return ss_oid_in(relid, s->partitions, s->npartitions);
+}
+
+/* Whether `relid` is one of the `n` sorted `oids` (ss_list_partitions). */
+bool
+ss_oid_in(Oid relid, const Oid *oids, int n)
+{
+	return bsearch(&relid, oids, n, sizeof(Oid), ss_oid_cmp) != NULL;
 }
 
 /* Adds or removes the stream in `slot` in the list of `relid` in `hash`. */

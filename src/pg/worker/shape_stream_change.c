@@ -492,6 +492,62 @@ ss_change_for_ancestors(Relation leaf, ReorderBufferChangeType action,
 	}
 }
 
+/*
+ * A change of a table that sets of partitioned tables listed as one of
+ * their partitions: one no longer below such a table (detached, as of
+ * this change) fails its sets, since its rows left without a change.
+ */
+static void
+ss_sets_check_partition(Relation rel, List *roots)
+{
+	const PartitionRoute *route = rel->rd_rel->relispartition ? partition_route_of(rel) : NULL;
+	ListCell   *lc;
+
+	foreach(lc, roots)
+	{
+		Oid			root = ((const SsPartitionRoot *) lfirst(lc))->relid;
+		bool		reached = false;
+
+		for (int i = 0; route != NULL && i < route->nancestors && !reached; i++)
+			reached = route->ancestors[i].relid == root;
+		if (!reached)
+			ss_sets_partition_left(root);
+	}
+}
+
+/*
+ * A change of a partition, for the sets of the partitioned tables above
+ * it, as a row of each.
+ */
+static void
+ss_sets_change_above(Relation leaf, ReorderBufferChangeType action,
+					 TupleTableSlot *newslot, TupleTableSlot *oldslot)
+{
+	const PartitionRoute *route = partition_route_of(leaf);
+
+	for (int i = 0; i < route->nancestors; i++)
+	{
+		const PartitionAncestor *a = &route->ancestors[i];
+		TupleTableSlot *anew;
+		TupleTableSlot *aold;
+
+		if (!ss_sets_on(a->relid))
+			continue;
+		if (a->map == NULL)
+		{
+			ss_sets_change(a->relid, a->desc, leaf, action, newslot, oldslot);
+			continue;
+		}
+		anew = ss_convert_slot(newslot, a->map, a->desc);
+		aold = ss_convert_slot(oldslot, a->map, a->desc);
+		ss_sets_change(a->relid, a->desc, leaf, action, anew, aold);
+		if (anew)
+			ExecDropSingleTupleTableSlot(anew);
+		if (aold)
+			ExecDropSingleTupleTableSlot(aold);
+	}
+}
+
 void
 shape_stream_change(Relation rel, ReorderBufferChange *change)
 {
@@ -499,6 +555,7 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 	SsRelation *r;
 	bool		routed;
 	bool		sets;
+	bool		sets_above;
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleTableSlot *newslot = NULL;
 	TupleTableSlot *oldslot = NULL;
@@ -515,7 +572,15 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 		(rel->rd_rel->relispartition ||
 		 hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL);
 	sets = ss_sets_on(relid);
-	if (r == NULL && !routed && !sets)
+	sets_above = ss_npartitioned_sets > 0 && rel->rd_rel->relispartition;
+	if (ss_npartitioned_sets > 0)
+	{
+		List	   *roots = ss_sets_partition_roots(relid);
+
+		if (roots != NIL)
+			ss_sets_check_partition(rel, roots);
+	}
+	if (r == NULL && !routed && !sets && !sets_above)
 		return;					/* no shape on this table: one hash probe */
 
 	if (change->data.tp.newtuple)
@@ -533,7 +598,9 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 
 	/* a subquery's values first: its shapes match against them as of this change */
 	if (sets)
-		ss_sets_change(rel, change->action, newslot, oldslot);
+		ss_sets_change(relid, desc, rel, change->action, newslot, oldslot);
+	if (sets_above)
+		ss_sets_change_above(rel, change->action, newslot, oldslot);
 	if (r != NULL)
 		ss_change_for_relation(r, rel, relid, desc, change->action,
 							   newslot, oldslot, op);
@@ -711,6 +778,14 @@ shape_stream_truncate(int nrelations, Relation *relations)
 
 		if (ss_sets_on(relid))
 			ss_sets_truncated(relid);
+		if (ss_npartitioned_sets > 0 && relations[r]->rd_rel->relispartition)
+		{
+			const PartitionRoute *route = partition_route_of(relations[r]);
+
+			for (int i = 0; i < route->nancestors; i++)
+				if (ss_sets_on(route->ancestors[i].relid))
+					ss_sets_truncated(route->ancestors[i].relid);
+		}
 
 		for (uint32 i = 0; i < table->nslots; i++)
 			if (ss_streams[i].in_use && ss_streams[i].relid == relid &&

@@ -237,6 +237,8 @@ extern void ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number,
 						  const char *text);
 extern void ss_free_pending(PendingTxn *txn);
 extern bool ss_has_partition(ShapeStream *s, Oid relid);
+extern Oid *ss_list_partitions(Oid relid, int *n);
+extern bool ss_oid_in(Oid relid, const Oid *oids, int n);
 extern void ss_message(ShapeStream *s, uint64 op, StringInfo msg);
 extern void ss_pending_forget(ShapeStream *s);
 extern void ss_publish_commit(ShapeStream *s);
@@ -293,6 +295,9 @@ typedef struct SsValueSet
 	FmgrInfo   *outputs;
 	ExprState  *where;			/* NULL: every row */
 	EqualityRoute route;
+	bool		partitioned;	/* its table is */
+	int			npartitions;	/* its partitions when it was read (sorted): */
+	Oid		   *partitions;		/* its changes come from them */
 	int			id;
 	dlist_head	values;			/* SsValue, each in ss_values by key */
 	int64		nvalues;		/* with count > 0 */
@@ -343,8 +348,19 @@ extern void ss_subquery_file_all(ShapeStream *s, bool add);
 extern bool ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_view);
 extern int	ss_set_acquire(const SubqueryDependency *dep, uint32 slot);
 extern void ss_set_release(int id, uint32 slot);
+extern int	ss_npartitioned_sets;
 extern bool ss_sets_on(Oid relid);
-extern void ss_sets_change(Relation rel, ReorderBufferChangeType action,
+extern const char *ss_set_partitions_problem(SsValueSet *set);
+/* A partitioned table that sets read, as a partition's entry lists it. */
+typedef struct SsPartitionRoot
+{
+	Oid			relid;
+	int			nsets;			/* the sets that listed the partition */
+} SsPartitionRoot;
+extern List *ss_sets_partition_roots(Oid relid);
+extern void ss_sets_partition_left(Oid relid);
+extern void ss_sets_change(Oid relid, TupleDesc desc, Relation stored_in,
+						   ReorderBufferChangeType action,
 						   TupleTableSlot *newslot, TupleTableSlot *oldslot);
 extern void ss_sets_truncated(Oid relid);
 extern List *ss_sets_dependents_on(Oid relid);

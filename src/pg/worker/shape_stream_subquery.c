@@ -1032,6 +1032,7 @@ ss_subquery_problem(ShapeStream *s)
 	{
 		const SubqueryDependency *dep = &plan->dependencies[d];
 		const char *field;
+		const char *moved;
 		char	   *problem;
 
 		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(dep->relid)))
@@ -1041,6 +1042,12 @@ ss_subquery_problem(ShapeStream *s)
 				return "a column its subquery reads was dropped or changed type";
 		if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
 			return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
+		if (get_rel_relkind(dep->relid) == RELKIND_PARTITIONED_TABLE &&
+			OidIsValid(shape_table_unlogged_partition(dep->relid)))
+			return "a partition of a table its subquery reads is unlogged";
+		if (s->subquery->sets[d] >= 0 &&
+			(moved = ss_set_partitions_problem(ss_sets[s->subquery->sets[d]])) != NULL)
+			return moved;			/* partitions attached or detached */
 		if (shape_row_security_applies(dep->relid, GetUserId()))
 			return "a table its subquery reads has row-level security that applies to its role";
 		problem = shape_read_problem(dep->relid, dep->nread, dep->read_attnums, &field);

@@ -77,8 +77,97 @@ typedef struct SsSetRelation
 	int			nsets;
 } SsSetRelation;
 
-SsValueSet **ss_sets;		/* by id */
 static void ss_set_fail(SsValueSet *set, const char *problem);
+SsValueSet **ss_sets;		/* by id */
+int			ss_npartitioned_sets;	/* sets of partitioned tables */
+
+/*
+ * Every partition a set of a partitioned table listed when it was read,
+ * with those tables (SsPartitionRoot, each with its number of sets): an
+ * invalidation of one (a partition attached to it or detached from it,
+ * at any level) has their sets' shapes checked, and a change of one that
+ * no longer reaches such a table (detached, as decoding sees it) fails
+ * their sets.  A partition belongs to few partitioned tables, whatever
+ * the number of sets: a change looks at those, not at the sets.
+ */
+typedef struct SsSetPartition
+{
+	Oid			relid;			/* hash key */
+	List	   *roots;			/* SsPartitionRoot * */
+} SsSetPartition;
+
+static HTAB *ss_set_partitions;
+
+/* Lists or unlists the partitions `set` read under its table. */
+static void
+ss_set_partitions_note(SsValueSet *set, bool add)
+{
+	for (int i = 0; i < set->npartitions; i++)
+	{
+		bool		found;
+		SsSetPartition *e;
+		SsPartitionRoot *root = NULL;
+		ListCell   *lc;
+
+		if (ss_set_partitions == NULL)
+		{
+			HASHCTL		ctl;
+
+			ctl.keysize = sizeof(Oid);
+			ctl.entrysize = sizeof(SsSetPartition);
+			ctl.hcxt = ss_context;
+			ss_set_partitions = hash_create("shape_sync subquery partitions", 16, &ctl,
+											HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		}
+		e = hash_search(ss_set_partitions, &set->partitions[i], add ? HASH_ENTER : HASH_FIND, &found);
+		if (e == NULL)
+			continue;
+		if (!found)
+			e->roots = NIL;
+		foreach(lc, e->roots)
+			if (((SsPartitionRoot *) lfirst(lc))->relid == set->relid)
+				root = lfirst(lc);
+		if (add)
+		{
+			if (root == NULL)
+			{
+				MemoryContext old = MemoryContextSwitchTo(ss_context);
+
+				root = palloc0(sizeof(SsPartitionRoot));
+				root->relid = set->relid;
+				e->roots = lappend(e->roots, root);
+				MemoryContextSwitchTo(old);
+			}
+			root->nsets++;
+		}
+		else if (root != NULL && --root->nsets == 0)
+		{
+			e->roots = list_delete_ptr(e->roots, root);
+			pfree(root);
+			if (e->roots == NIL)
+				hash_search(ss_set_partitions, &set->partitions[i], HASH_REMOVE, NULL);
+		}
+	}
+}
+
+/* The partitioned tables of sets that listed `relid` as a partition (SsPartitionRoot *). */
+List *
+ss_sets_partition_roots(Oid relid)
+{
+	SsSetPartition *e = ss_set_partitions ?
+		hash_search(ss_set_partitions, &relid, HASH_FIND, NULL) : NULL;
+
+	return e != NULL ? e->roots : NIL;
+}
+
+/* A partition of the sets' table `relid` left it without a change: they fail. */
+void
+ss_sets_partition_left(Oid relid)
+{
+	for (int id = 0; id < ss_nsets; id++)
+		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
+			ss_set_fail(ss_sets[id], "a partition was detached from its subquery's table");
+}
 int			ss_nsets;
 static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
 List	   *ss_sets_touched;	/* SsValueSet *, in the current transaction */
@@ -360,6 +449,20 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 
 	/* the table's code must still be trusted (table_code.c) */
 	table_code_check(dep->relid);
+	if (get_rel_relkind(dep->relid) == RELKIND_PARTITIONED_TABLE)
+	{
+		/*
+		 * Listed before it is planned: a partition attached meanwhile may be
+		 * read but is not listed, and its first change fails the set.
+		 */
+		Oid		   *partitions = ss_list_partitions(dep->relid, &set->npartitions);
+
+		set->partitioned = true;
+		set->partitions = MemoryContextAlloc(set->context,
+											 sizeof(Oid) * Max(set->npartitions, 1));
+		memcpy(set->partitions, partitions, sizeof(Oid) * set->npartitions);
+		pfree(partitions);
+	}
 	rewritten = QueryRewrite(copyObject(dep->select));
 	if (list_length(rewritten) != 1)
 		elog(ERROR, "a subquery's select was rewritten unexpectedly");
@@ -446,6 +549,11 @@ ss_set_index(SsValueSet *set, bool add)
 	{
 		r->index = equality_index_create(ss_context);
 		r->nsets = 0;
+	}
+	if (set->partitioned)
+	{
+		ss_npartitioned_sets += add ? 1 : -1;
+		ss_set_partitions_note(set, add);
 	}
 	if (add)
 	{
@@ -547,6 +655,8 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 	SsValueSet *set = ss_set_find(role, dep->relid, dep->identity);
 	MemoryContext old;
 
+	if (set != NULL && ss_set_partitions_problem(set) != NULL)
+		set = NULL;				/* failed: its shapes rotate, this one reads anew */
 	if (set == NULL)
 	{
 		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
@@ -714,6 +824,7 @@ ss_set_touch(SsValueSet *set)
 
 typedef struct SsSetChange
 {
+	Oid			partition;		/* the table that stored the row */
 	TupleDesc	desc;
 	TupleTableSlot *newslot;
 	TupleTableSlot *oldslot;
@@ -753,6 +864,11 @@ ss_set_apply(uint32 id, void *arg)
 	if (!c->old_row_complete)
 	{
 		ss_set_fail(set, "a change of its subquery's table came without the old row: its replica identity is no longer FULL");
+		return;
+	}
+	if (set->partitioned && !ss_oid_in(c->partition, set->partitions, set->npartitions))
+	{
+		ss_set_fail(set, "a partition was attached to its subquery's table");
 		return;
 	}
 	if (!ss_set_types_match(set, c->desc))
@@ -801,20 +917,21 @@ ss_sets_on(Oid relid)
 }
 
 void
-ss_sets_change(Relation rel, ReorderBufferChangeType action, TupleTableSlot *newslot,
-			   TupleTableSlot *oldslot)
+ss_sets_change(Oid relid, TupleDesc desc, Relation stored_in, ReorderBufferChangeType action,
+			   TupleTableSlot *newslot, TupleTableSlot *oldslot)
 {
-	Oid			relid = RelationGetRelid(rel);
 	SsSetRelation *r = hash_search(ss_set_relids, &relid, HASH_FIND, NULL);
 	SsSetChange c;
 
 	if (r == NULL)
 		return;
-	c.desc = RelationGetDescr(rel);
+	c.partition = RelationGetRelid(stored_in);
+	c.desc = desc;
 	c.newslot = newslot;
 	c.oldslot = oldslot;
+	/* the table that stored the row logged it: its replica identity says how */
 	c.old_row_complete = action == REORDER_BUFFER_CHANGE_INSERT ||
-		(oldslot != NULL && rel->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
+		(oldslot != NULL && stored_in->rd_rel->relreplident == REPLICA_IDENTITY_FULL);
 	c.visit = ++ss_set_visits;
 	initStringInfo(&c.key);
 	if (!c.old_row_complete)
@@ -858,11 +975,42 @@ ss_sets_truncated(Oid relid)
 			ss_set_fail(ss_sets[id], "its subquery's table was truncated");
 }
 
+/*
+ * Whether the partitions of a partitioned set's table are still those it
+ * read: one attached or detached brought or took rows without a change in
+ * the WAL, so the set fails (its shapes rotate, no new shape uses it).
+ * The catalog as it is now: a shape made meanwhile must not share it.
+ */
+const char *
+ss_set_partitions_problem(SsValueSet *set)
+{
+	int			n;
+	Oid		   *now;
+	bool		same;
+
+	if (set->problem != NULL)
+		return set->problem;
+	if (!set->partitioned)
+		return NULL;
+	now = ss_list_partitions(set->relid, &n);
+	same = n == set->npartitions && memcmp(now, set->partitions, sizeof(Oid) * n) == 0;
+	pfree(now);
+	if (!same)
+		ss_set_fail(set, "partitions were attached to its subquery's table or detached from it");
+	return set->problem;
+}
+
 /* The streams using a set on `relid`, for the catalog watch. */
 List *
 ss_sets_dependents_on(Oid relid)
 {
 	List	   *slots = NIL;
+	ListCell   *lc;
+
+	/* a partition they listed: the sets of the tables above it */
+	foreach(lc, ss_sets_partition_roots(relid))
+		slots = list_concat_unique_int(slots,
+									   ss_sets_dependents_on(((SsPartitionRoot *) lfirst(lc))->relid));
 
 	for (int id = 0; id < ss_nsets; id++)
 		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
