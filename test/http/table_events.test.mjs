@@ -501,6 +501,31 @@ describe('table events under a live shape', { timeout: 15 * 60 * 1000 }, () => {
     assert.deepEqual(after.map(short), [], f.fail('the old handle served changes committed after the DROP').message)
   })
 
+  // An unlogged table's changes are not in the WAL: its snapshot was served and its changes
+  // never came (seen in review: a silent divergence). Refused now, and a table made unlogged
+  // under a live shape ends it.
+  it('4b. an UNLOGGED table is refused (400); SET UNLOGGED under a live shape: 409, then 400', { timeout: TEST_TIMEOUT_MS }, async () => {
+    const t = await baseTable('te_unlogged')
+    const shape = await new RawShape({ table: t }).sync()
+    const { response: live } = await holdLive(shape, 300, { timeoutMs: LIVE_WAIT_MS })
+    await query(`ALTER TABLE ${t} SET UNLOGGED`)
+    const res = await live
+    assert.equal(res.status, 409, `the held request ends with 409 (got ${res.status} ${res.text.slice(0, 300)})`)
+    const refused = await fetchShape({ table: t, offset: '-1' })
+    assert.equal(refused.status, 400, refused.text.slice(0, 300))
+    assert.match(refused.body.errors.table[0], /is unlogged/)
+    // a partitioned table with an unlogged partition, named
+    const p = newTable('te_unlogged_part')
+    tables.push(`${p}_u`)
+    await createTable([
+      `CREATE TABLE ${p} (id int, a text) PARTITION BY RANGE (id)`,
+      `CREATE UNLOGGED TABLE ${p}_u PARTITION OF ${p} FOR VALUES FROM (0) TO (100)`,
+    ])
+    const part = await fetchShape({ table: p, offset: '-1' })
+    assert.equal(part.status, 400, part.text.slice(0, 300))
+    assert.match(part.body.errors.table[0], new RegExp(`${p}_u.*is unlogged`))
+  })
+
   // 5 ----------------------------------------------------------------------------------
   it('5. TRUNCATE of one table in a multi-table transaction: the other shape gets its insert once, the truncated one 409s', { timeout: TEST_TIMEOUT_MS }, async () => {
     const t1 = await baseTable('te_trunc1')

@@ -209,6 +209,7 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 	Oid			relid;
 	Relation	rel;
 	Oid			not_full;
+	Oid			unlogged;
 
 	memset(spec, 0, sizeof(*spec));
 	shape_def_error_set("table", NULL);
@@ -252,6 +253,22 @@ shape_def_validate(const ShapeDefinition *def, ShapeSpec *spec, bool nowait)
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("\"%s.%s\" is not a user table", schema, def->table),
 				 errdetail("Shapes can be defined on ordinary and partitioned tables only; views, foreign tables and system catalogs are not supported.")));
+	}
+	if (OidIsValid(unlogged = shape_table_not_logged(relid)))
+	{
+		char	   *quoted = shape_quoted_name(get_namespace_name(get_rel_namespace(unlogged)),
+											   get_rel_name(unlogged));
+		char		msg[512];
+
+		snprintf(msg, sizeof(msg),
+				 "Table %s cannot be synced: it is unlogged, so its changes are not in the WAL",
+				 quoted);
+		shape_def_error_set("table", msg);
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("table %s is unlogged", quoted),
+				 errdetail("Shapes follow a table's changes through logical decoding, which does not see unlogged tables."),
+				 errhint("Run ALTER TABLE %s SET LOGGED.", quoted)));
 	}
 	if (OidIsValid(not_full = shape_table_not_logged_in_full(relid)) &&
 		!shape_sync_manage_replica_identity)

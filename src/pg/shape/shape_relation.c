@@ -195,13 +195,15 @@ shape_table_not_logged_in_full(Oid relid)
 }
 
 /*
- * A partition of the partitioned table `relid`, at any level, whose
- * changes are not in the WAL (unlogged), or InvalidOid when there is none.
+ * A table that stores rows of `relid` (the table itself, or one of its
+ * partitions at any level) whose changes are not in the WAL (unlogged), or
+ * InvalidOid when every one's are: logical decoding never sees the others'.
  */
 Oid
-shape_table_unlogged_partition(Oid relid)
+shape_table_not_logged(Oid relid)
 {
-	List	   *tables = find_all_inheritors(relid, NoLock, NULL);
+	List	   *tables = get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE ?
+		find_all_inheritors(relid, NoLock, NULL) : list_make1_oid(relid);
 	ListCell   *lc;
 
 	foreach(lc, tables)

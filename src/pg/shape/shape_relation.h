@@ -47,7 +47,7 @@ extern ShapeRelation *shape_relation_load(Oid relid, int ncolumns,
 extern ShapeRelation *shape_relation_describe(Relation rel, int ncolumns,
 											  const AttrNumber *columns);
 extern Oid	shape_table_not_logged_in_full(Oid relid);
-extern Oid	shape_table_unlogged_partition(Oid relid);
+extern Oid	shape_table_not_logged(Oid relid);
 extern char *shape_quoted_name(const char *schema, const char *table);
 extern char *shape_quoted_relation(const ShapeRelation *rel);
 extern char *shape_schema_json(const ShapeRelation *rel);

@@ -779,11 +779,9 @@ where_check_subquery_raw(SubLink *sublink, WhereRaw *raw)
 	quoted = shape_quoted_name(rv->schemaname, rv->relname);
 	if ((inner->rd_rel->relkind != RELKIND_RELATION &&
 		 inner->rd_rel->relkind != RELKIND_PARTITIONED_TABLE) || IsCatalogRelation(inner) ||
-		inner->rd_rel->relpersistence != RELPERSISTENCE_PERMANENT ||
-		(inner->rd_rel->relkind == RELKIND_PARTITIONED_TABLE &&
-		 OidIsValid(unlogged = shape_table_unlogged_partition(relid))))
+		OidIsValid(unlogged = shape_table_not_logged(relid)))
 	{
-		if (OidIsValid(unlogged))	/* a partition of it */
+		if (OidIsValid(unlogged) && unlogged != relid)	/* a partition of it */
 			quoted = shape_quoted_name(get_namespace_name(get_rel_namespace(unlogged)),
 									   get_rel_name(unlogged));
 		snprintf(msg, sizeof(msg), "Table %s in a subquery is not a logged user table",

@@ -290,18 +290,8 @@ ss_ensure_init(void)
 	ss_context = AllocSetContextCreate(TopMemoryContext, "shape_sync streams",
 									   ALLOCSET_DEFAULT_SIZES);
 	ss_streams = MemoryContextAllocZero(ss_context, sizeof(ShapeStream) * table->nslots);
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(SsRelation);
-		ctl.hcxt = ss_context;
-		ss_relids = hash_create("shape_sync relations", 64, &ctl,
-								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		ctl.entrysize = sizeof(SsRelidEntry);
-		ss_partitions = hash_create("shape_sync partitions", 64, &ctl,
-									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
+	ss_relids = ss_oid_hash("shape_sync relations", sizeof(SsRelation), 64);
+	ss_partitions = ss_oid_hash("shape_sync partitions", sizeof(SsRelidEntry), 64);
 	if (!ss_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(ss_relcache_callback, (Datum) 0);
@@ -397,6 +387,18 @@ bool
 ss_has_partition(ShapeStream *s, Oid relid)
 {
 	return ss_oid_in(relid, s->partitions, s->npartitions);
+}
+
+/* A hash table in ss_context of entries of `entrysize` keyed by an Oid (their first field). */
+HTAB *
+ss_oid_hash(const char *name, Size entrysize, long nelem)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = entrysize;
+	ctl.hcxt = ss_context;
+	return hash_create(name, nelem, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
 /* Whether `relid` is one of the `n` sorted `oids` (ss_list_partitions). */
@@ -525,6 +527,8 @@ ss_definition_problem(ShapeStream *s, Relation rel)
 		if (n != s->npartitions || memcmp(partitions, s->partitions, sizeof(Oid) * n) != 0)
 			return "partitions were attached to its table or detached from it";
 	}
+	if (OidIsValid(shape_table_not_logged(RelationGetRelid(rel))))
+		return "its table, or a partition of it, is unlogged now";
 	return NULL;
 }
 

@@ -1042,9 +1042,8 @@ ss_subquery_problem(ShapeStream *s)
 				return "a column its subquery reads was dropped or changed type";
 		if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
 			return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
-		if (get_rel_relkind(dep->relid) == RELKIND_PARTITIONED_TABLE &&
-			OidIsValid(shape_table_unlogged_partition(dep->relid)))
-			return "a partition of a table its subquery reads is unlogged";
+		if (OidIsValid(shape_table_not_logged(dep->relid)))
+			return "a table its subquery reads, or a partition of it, is unlogged";
 		if (s->subquery->sets[d] >= 0 &&
 			(moved = ss_set_partitions_problem(ss_sets[s->subquery->sets[d]])) != NULL)
 			return moved;			/* partitions attached or detached */
