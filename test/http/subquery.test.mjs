@@ -831,6 +831,9 @@ describe('subqueries: a partitioned inner table', () => {
     ['a partition detached, changed and attached again in one transaction', 'reatt', '150', 1, (M) => [
       `BEGIN; ALTER TABLE ${M} DETACH PARTITION ${M}_high; DELETE FROM ${M}_high WHERE id = 2; ` +
       `ALTER TABLE ${M} ATTACH PARTITION ${M}_high FOR VALUES FROM (100) TO (200); COMMIT`]],
+    ['a partition detached, truncated, given a row and attached again in one transaction', 'retrunc', '150', 2, (M) => [
+      `BEGIN; ALTER TABLE ${M} DETACH PARTITION ${M}_high; TRUNCATE ${M}_high; INSERT INTO ${M}_high VALUES (2, 2, 150); ` +
+      `ALTER TABLE ${M} ATTACH PARTITION ${M}_high FOR VALUES FROM (100) TO (200); COMMIT`]],
     ['a partition truncated', 'trunc', '150', 1, (M) => [`TRUNCATE ${M}_low`]],
   ]) {
     it(`${label}: the shape is made again (409), and its client equals the SELECT`, async () => {

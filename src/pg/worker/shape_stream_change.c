@@ -511,8 +511,21 @@ ss_sets_check_partition(Relation rel, List *roots)
 		for (int i = 0; route != NULL && i < route->nancestors && !reached; i++)
 			reached = route->ancestors[i].relid == root;
 		if (!reached)
-			ss_sets_partition_left(root);
+			ss_sets_partition_left(root, RelationGetRelid(rel),
+								   "a partition was detached from its subquery's table");
 	}
+}
+
+/* Whether sets read a partitioned table above the partition `leaf`. */
+static bool
+ss_sets_above(Relation leaf)
+{
+	const PartitionRoute *route = partition_route_of(leaf);
+
+	for (int i = 0; i < route->nancestors; i++)
+		if (ss_sets_on(route->ancestors[i].relid))
+			return true;
+	return false;
 }
 
 /*
@@ -572,7 +585,7 @@ shape_stream_change(Relation rel, ReorderBufferChange *change)
 		(rel->rd_rel->relispartition ||
 		 hash_search(ss_partitions, &relid, HASH_FIND, NULL) != NULL);
 	sets = ss_sets_on(relid);
-	sets_above = ss_npartitioned_sets > 0 && rel->rd_rel->relispartition;
+	sets_above = ss_npartitioned_sets > 0 && rel->rd_rel->relispartition && ss_sets_above(rel);
 	if (ss_npartitioned_sets > 0)
 	{
 		List	   *roots = ss_sets_partition_roots(relid);
@@ -785,6 +798,15 @@ shape_stream_truncate(int nrelations, Relation *relations)
 			for (int i = 0; i < route->nancestors; i++)
 				if (ss_sets_on(route->ancestors[i].relid))
 					ss_sets_truncated(route->ancestors[i].relid);
+		}
+		if (ss_npartitioned_sets > 0)
+		{
+			/* one the sets listed, also while detached (and attached again) */
+			ListCell   *rc;
+
+			foreach(rc, ss_sets_partition_roots(relid))
+				ss_sets_partition_left(((const SsPartitionRoot *) lfirst(rc))->relid, relid,
+									   "a partition of its subquery's table was truncated");
 		}
 
 		for (uint32 i = 0; i < table->nslots; i++)

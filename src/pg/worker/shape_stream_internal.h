@@ -238,6 +238,7 @@ extern void ss_fail_later(ShapeStream *s, RefusalReason reason, int64 number,
 extern void ss_free_pending(PendingTxn *txn);
 extern bool ss_has_partition(ShapeStream *s, Oid relid);
 extern Oid *ss_list_partitions(Oid relid, int *n);
+extern HTAB *ss_oid_hash(const char *name, Size entrysize, long nelem);
 extern bool ss_oid_in(Oid relid, const Oid *oids, int n);
 extern void ss_message(ShapeStream *s, uint64 op, StringInfo msg);
 extern void ss_pending_forget(ShapeStream *s);
@@ -358,7 +359,7 @@ typedef struct SsPartitionRoot
 	int			nsets;			/* the sets that listed the partition */
 } SsPartitionRoot;
 extern List *ss_sets_partition_roots(Oid relid);
-extern void ss_sets_partition_left(Oid relid);
+extern void ss_sets_partition_left(Oid relid, Oid partition, const char *why);
 extern void ss_sets_change(Oid relid, TupleDesc desc, Relation stored_in,
 						   ReorderBufferChangeType action,
 						   TupleTableSlot *newslot, TupleTableSlot *oldslot);

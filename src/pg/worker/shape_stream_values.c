@@ -78,6 +78,7 @@ typedef struct SsSetRelation
 } SsSetRelation;
 
 static void ss_set_fail(SsValueSet *set, const char *problem);
+static bool ss_set_touch(SsValueSet *set);
 SsValueSet **ss_sets;		/* by id */
 int			ss_npartitioned_sets;	/* sets of partitioned tables */
 
@@ -110,15 +111,8 @@ ss_set_partitions_note(SsValueSet *set, bool add)
 		ListCell   *lc;
 
 		if (ss_set_partitions == NULL)
-		{
-			HASHCTL		ctl;
-
-			ctl.keysize = sizeof(Oid);
-			ctl.entrysize = sizeof(SsSetPartition);
-			ctl.hcxt = ss_context;
-			ss_set_partitions = hash_create("shape_sync subquery partitions", 16, &ctl,
-											HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-		}
+			ss_set_partitions = ss_oid_hash("shape_sync subquery partitions",
+											sizeof(SsSetPartition), 16);
 		e = hash_search(ss_set_partitions, &set->partitions[i], add ? HASH_ENTER : HASH_FIND, &found);
 		if (e == NULL)
 			continue;
@@ -160,13 +154,22 @@ ss_sets_partition_roots(Oid relid)
 	return e != NULL ? e->roots : NIL;
 }
 
-/* A partition of the sets' table `relid` left it without a change: they fail. */
+/*
+ * `partition` of the sets' table `relid` left it (or lost its rows:
+ * `why`) without a change that reached it: the sets that listed it fail,
+ * unless their read saw the transaction (ss_set_touch).
+ */
 void
-ss_sets_partition_left(Oid relid)
+ss_sets_partition_left(Oid relid, Oid partition, const char *why)
 {
 	for (int id = 0; id < ss_nsets; id++)
-		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
-			ss_set_fail(ss_sets[id], "a partition was detached from its subquery's table");
+	{
+		SsValueSet *set = ss_sets[id];
+
+		if (set->in_use && set->relid == relid &&
+			ss_oid_in(partition, set->partitions, set->npartitions) && ss_set_touch(set))
+			ss_set_fail(set, why);
+	}
 }
 int			ss_nsets;
 static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
@@ -533,15 +536,7 @@ ss_set_index(SsValueSet *set, bool add)
 	bool		found;
 
 	if (ss_set_relids == NULL)
-	{
-		HASHCTL		ctl;
-
-		ctl.keysize = sizeof(Oid);
-		ctl.entrysize = sizeof(SsSetRelation);
-		ctl.hcxt = ss_context;
-		ss_set_relids = hash_create("shape_sync subquery tables", 16, &ctl,
-									HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
+		ss_set_relids = ss_oid_hash("shape_sync subquery tables", sizeof(SsSetRelation), 16);
 	r = hash_search(ss_set_relids, &set->relid, add ? HASH_ENTER : HASH_FIND, &found);
 	if (r == NULL)
 		return;
@@ -1005,16 +1000,25 @@ List *
 ss_sets_dependents_on(Oid relid)
 {
 	List	   *slots = NIL;
-	ListCell   *lc;
+	List	   *roots = ss_sets_partition_roots(relid);
 
-	/* a partition they listed: the sets of the tables above it */
-	foreach(lc, ss_sets_partition_roots(relid))
-		slots = list_concat_unique_int(slots,
-									   ss_sets_dependents_on(((SsPartitionRoot *) lfirst(lc))->relid));
-
+	/*
+	 * Sets on the table, and sets on the tables it is a partition of at any
+	 * level (a set lists all of its table's partitions: one look is enough).
+	 */
 	for (int id = 0; id < ss_nsets; id++)
-		if (ss_sets[id]->in_use && ss_sets[id]->relid == relid)
-			slots = list_concat_unique_int(slots, ss_sets[id]->dependents);
+	{
+		SsValueSet *set = ss_sets[id];
+		bool		above = false;
+		ListCell   *lc;
+
+		if (!set->in_use)
+			continue;
+		foreach(lc, roots)
+			above = above || ((SsPartitionRoot *) lfirst(lc))->relid == set->relid;
+		if (set->relid == relid || above)
+			slots = list_concat_unique_int(slots, set->dependents);
+	}
 	return slots;
 }
 
