@@ -32,6 +32,13 @@
  * retyped, a TRUNCATE, old rows no longer logged in full, an error while
  * matching) rotates its shapes at once, and is found by no new shape.
  *
+ * A partitioned t is read whole: the changes of its partitions, at any
+ * level, are counted as rows of t (shape_stream_change.c converts them).
+ * A set lists t's partitions before it is read; a partition attached,
+ * detached or truncated, at any level and also while detached, brings or
+ * takes rows without a change that reaches t, and fails the sets that
+ * listed it (ss_set_partitions, ss_set_partitions_problem).
+ *
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
@@ -81,6 +88,11 @@ static void ss_set_fail(SsValueSet *set, const char *problem);
 static bool ss_set_touch(SsValueSet *set);
 SsValueSet **ss_sets;		/* by id */
 int			ss_npartitioned_sets;	/* sets of partitioned tables */
+int			ss_nsets;
+static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
+List	   *ss_sets_touched;	/* SsValueSet *, in the current transaction */
+uint64		ss_txn_number;
+static uint64 ss_set_visits;
 
 /*
  * Every partition a set of a partitioned table listed when it was read,
@@ -171,12 +183,6 @@ ss_sets_partition_left(Oid relid, Oid partition, const char *why)
 			ss_set_fail(set, why);
 	}
 }
-int			ss_nsets;
-static HTAB *ss_set_relids;		/* relid -> SsSetRelation */
-List	   *ss_sets_touched;	/* SsValueSet *, in the current transaction */
-uint64		ss_txn_number;
-static uint64 ss_set_visits;
-
 /*
  * One hash table holds the values of every set, keyed by set and text: a
  * table of its own per set cost each set 12 kB, and most sets are one
