@@ -332,6 +332,9 @@ extern bool ss_row_key(TupleTableSlot *slot, int ncolumns, const AttrNumber *att
 					   FmgrInfo *outputs, StringInfo key);
 extern int	ss_set_id(SsValueSet *set);
 extern SsValue *ss_value_find(SsValueSet *set, const char *data, uint32 len);
+/* dynahash functions of SsValueKey: by set and bytes */
+extern uint32 ss_value_hash(const void *key, Size keysize);
+extern int	ss_value_match(const void *a, const void *b, Size keysize);
 extern void ss_value_remove(SsValueSet *set, SsValue *v);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */

@@ -94,28 +94,11 @@
 static StringInfoData ss_row_value;	/* a row's value, looked up */
 
 /*
- * A set of value keys (bytes): a move of many values looks each of its
- * values up in another list of them (the move's own, those moved out
- * again), and walking that list made it quadratic.
+ * A set of value keys (bytes, under set id 0): a move of many values looks
+ * each of its values up in another list of them (the move's own, those
+ * moved out again), and walking that list made it quadratic.  The keys
+ * (StringInfo) on `keys` must outlive it; it lives in `context`.
  */
-static uint32
-ss_key_set_hash(const void *key, Size keysize)
-{
-	const SsValueKey *k = key;
-
-	return hash_bytes((const unsigned char *) k->data, (int) k->len);
-}
-
-static int
-ss_key_set_match(const void *a, const void *b, Size keysize)
-{
-	const SsValueKey *x = a;
-	const SsValueKey *y = b;
-
-	return x->len == y->len && memcmp(x->data, y->data, x->len) == 0 ? 0 : 1;
-}
-
-/* A set of the keys (StringInfo) on `keys`, in `context`; they must outlive it. */
 static HTAB *
 ss_key_set(List *keys, MemoryContext context)
 {
@@ -125,8 +108,8 @@ ss_key_set(List *keys, MemoryContext context)
 
 	ctl.keysize = sizeof(SsValueKey);
 	ctl.entrysize = sizeof(SsValueKey);
-	ctl.hash = ss_key_set_hash;
-	ctl.match = ss_key_set_match;
+	ctl.hash = ss_value_hash;
+	ctl.match = ss_value_match;
 	ctl.hcxt = context;
 	set = hash_create("shape_sync value keys", Max(list_length(keys), 8), &ctl,
 					  HASH_ELEM | HASH_FUNCTION | HASH_COMPARE | HASH_CONTEXT);

@@ -190,7 +190,7 @@ ss_sets_partition_left(Oid relid, Oid partition, const char *why)
  */
 static HTAB *ss_values = NULL;
 
-static uint32
+uint32
 ss_value_hash(const void *key, Size keysize)
 {
 	const SsValueKey *k = key;
@@ -199,7 +199,7 @@ ss_value_hash(const void *key, Size keysize)
 						hash_bytes((const unsigned char *) k->data, (int) k->len));
 }
 
-static int
+int
 ss_value_match(const void *a, const void *b, Size keysize)
 {
 	const SsValueKey *x = a;
