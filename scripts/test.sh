@@ -46,7 +46,7 @@ fi
 TOTAL_PASSED=0
 TOTAL_FAILED=0
 SUMMARY=()  # one line per stage
-FAILURE_LINES=()  # what explains a failure that counted no test, printed before the summary
+FAILURE_LINES=()  # what explains a failure (CI shows only the output's end), printed before the summary
 STAGE_PID=
 
 say() { printf '\n==> %s\n' "$*"; }
@@ -340,6 +340,12 @@ elif cluster_needed integration; then
 		else
 			echo "FAILED ($rc): $script"
 			f=$((f + 1))
+			# CI shows only the end of the output: name the script and what it said last
+			FAILURE_LINES+=("integration: $script exited $rc; the lines that name a failure, then its last lines:")
+			mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
+				grep -nE 'FAIL|not ok|ERROR|FATAL|PANIC|Assert|timed out|mismatch|differ' \
+					"$LOG_DIR/integration-$name.log" | head -n 12
+				tail -n 15 "$LOG_DIR/integration-$name.log")
 		fi
 	done
 	record integration "$p" "$f"
@@ -376,8 +382,8 @@ fi
 if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
 	cp "$SHAPE_SYNC_LOG" "$LOG_DIR/postgres.log" 2>/dev/null || true
 	if ((TOTAL_FAILED)); then
-		say "server log, last 100 lines (all of it in log/postgres.log)"
-		tail -n 100 "$SHAPE_SYNC_LOG" || true
+		say "server log, last 40 lines (all of it in log/postgres.log)"
+		tail -n 40 "$SHAPE_SYNC_LOG" || true
 	fi
 fi
 cluster_stop
@@ -397,7 +403,7 @@ else
 fi
 
 if ((${#FAILURE_LINES[@]})); then
-	say "what explains failures that counted no test"
+	say "what explains the failures"
 	printf '%s\n' "${FAILURE_LINES[@]}"
 fi
 
