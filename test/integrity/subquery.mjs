@@ -17,7 +17,9 @@
 // (user 4); `project_id NOT IN (...)` (user 1: the same inner select as an IN shape's);
 // `prio < 5 AND project_id IN (...)` (user 2); the row form `(project_id, prio) IN (SELECT
 // project_id, level FROM memberships)`; and two subqueries OR-ed, `project_id IN (... user 3)
-// OR project_id IN (SELECT id FROM projects WHERE archived)`.
+// OR project_id IN (SELECT id FROM projects WHERE archived)`; and nested subqueries: through
+// projects to memberships (user 2), three levels (the issues of unarchived projects that share a
+// member with project 1), and `id NOT IN (memberships of user 3)` one level down.
 //
 // Writers: WRITERS concurrent pg connections, each with a PRNG of its own drawn from SEED, run
 // random transactions of 1-4 operations on all three tables: inserts, updates (prio, title,
@@ -145,6 +147,11 @@ const lit = (v) => (v === null ? 'NULL' : typeof v === 'number' ? String(v) : `'
 const IN_USER = 'project_id IN (SELECT project_id FROM memberships WHERE user_id = $1)'
 const ARCHIVED = 'project_id IN (SELECT id FROM projects WHERE archived)'
 const ROW_LEVEL = '(project_id, prio) IN (SELECT project_id, level FROM memberships)'
+// nested subqueries: two levels (the same rows as IN_USER, through projects), three levels (the
+// issues of unarchived projects that share a member with project $1), NOT IN one level down
+const NESTED = 'project_id IN (SELECT id FROM projects WHERE id IN (SELECT project_id FROM memberships WHERE user_id = $1))'
+const CO_MEMBERS = 'project_id IN (SELECT id FROM projects WHERE NOT archived AND id IN (SELECT project_id FROM memberships WHERE user_id IN (SELECT user_id FROM memberships WHERE project_id = $1)))'
+const NOT_MEMBER = 'project_id IN (SELECT id FROM projects WHERE id NOT IN (SELECT project_id FROM memberships WHERE user_id = $1))'
 // positions: the DNF literals in order, each with its SQL without negation and, for subqueries,
 // the outer columns its tag slot hashes; dnf: the positions of each disjunct
 const sub = (sql, cols = ['project_id'], negated = false) => ({ sql, sub: cols, negated })
@@ -158,6 +165,9 @@ const SHAPES = [
   { name: 'and_prio_u2', where: `prio < 5 AND ${IN_USER}`, params: ['2'], positions: [plain('prio < 5'), sub(IN_USER)], dnf: [[0, 1]] },
   { name: 'row_level', where: ROW_LEVEL, params: [], positions: [sub(ROW_LEVEL, ['project_id', 'prio'])], dnf: [[0]] },
   { name: 'or_archived_u3', where: `${IN_USER} OR ${ARCHIVED}`, params: ['3'], positions: [sub(IN_USER), sub(ARCHIVED)], dnf: [[0], [1]] },
+  { name: 'nested_u2', where: NESTED, params: ['2'], positions: [sub(NESTED)], dnf: [[0]] },
+  { name: 'co_members_p1', where: CO_MEMBERS, params: ['1'], positions: [sub(CO_MEMBERS)], dnf: [[0]] },
+  { name: 'nested_notin_u3', where: NOT_MEMBER, params: ['3'], positions: [sub(NOT_MEMBER)], dnf: [[0]] },
 ]
 // INTEGRITY_SUBQUERY_SHAPES=name,name: only these shapes (to narrow a failure down)
 if (env.INTEGRITY_SUBQUERY_SHAPES) {

@@ -13,8 +13,11 @@
  * (unqualified, it is public's, as a shape's table is), plain columns, and
  * a where clause under the same rules as a shape's (shape_where_check.c
  * checks it against the inner table: its columns' privileges, its
- * functions); it may not refer to the outer row, and a subquery inside
- * another one is not supported yet.  The compared columns are plain
+ * functions), which may have subqueries of its own, SUBQUERY_MAX_LEVELS
+ * deep in all; no select may refer to a row outside it.  An inner select
+ * with subqueries has a plan of its own (SubqueryDependency.nested) that
+ * the decoder matches its table's rows with (shape_stream_nested.c).
+ * The compared columns are plain
  * columns of types whose text is their identity (integers, text, uuid,
  * boolean, date and timestamps): the decoder keeps an inner select's
  * values as text (dependency_set.c), the tags a client matches moves
@@ -298,34 +301,65 @@ subquery_fill_sublink(SubLink *sublink, SubquerySublink *sl, const SubqueryDepen
 	}
 }
 
-/* The columns a dependency reads, with their types: a change of one rotates its shapes. */
+/* Notes one column a dependency reads, once. */
+static void
+subquery_note_read_column(SubqueryDependency *d, AttrNumber attnum, Oid type)
+{
+	for (int i = 0; i < d->nread; i++)
+		if (d->read_attnums[i] == attnum)
+			return;
+	if (attnum <= 0)
+		return;
+	d->read_attnums[d->nread] = attnum;
+	d->read_types[d->nread++] = type;
+}
+
+/*
+ * The columns a dependency reads, with their types: a change of one
+ * rotates its shapes.  Those its where clause's own subqueries are
+ * compared with count; the columns of their tables are theirs.
+ */
 static void
 subquery_note_read_columns(SubqueryDependency *d)
 {
-	List	   *vars = d->where != NULL ? pull_var_clause(d->where, 0) : NIL;
+	Node	   *own = d->nested != NULL ? d->nested->where_params : d->where;
+	List	   *vars = own != NULL ? pull_var_clause(own, 0) : NIL;
+	int			ncompared = 0;
 	ListCell   *lc;
 
-	d->read_attnums = palloc(sizeof(AttrNumber) * (d->ncolumns + list_length(vars)));
-	d->read_types = palloc(sizeof(Oid) * (d->ncolumns + list_length(vars)));
+	for (int i = 0; d->nested != NULL && i < d->nested->nsublinks; i++)
+		ncompared += d->nested->dependencies[d->nested->sublinks[i].dependency].ncolumns;
+	d->read_attnums = palloc(sizeof(AttrNumber) * (d->ncolumns + list_length(vars) + ncompared));
+	d->read_types = palloc(sizeof(Oid) * (d->ncolumns + list_length(vars) + ncompared));
 	d->nread = 0;
 	for (int c = 0; c < d->ncolumns; c++)
-	{
-		d->read_attnums[d->nread] = d->inner_attnums[c];
-		d->read_types[d->nread++] = d->types[c];
-	}
+		subquery_note_read_column(d, d->inner_attnums[c], d->types[c]);
 	foreach(lc, vars)
+		subquery_note_read_column(d, ((Var *) lfirst(lc))->varattno, ((Var *) lfirst(lc))->vartype);
+	for (int i = 0; d->nested != NULL && i < d->nested->nsublinks; i++)
 	{
-		Var		   *var = lfirst(lc);
-		bool		seen = false;
+		const SubquerySublink *sl = &d->nested->sublinks[i];
 
-		for (int i = 0; i < d->nread && !seen; i++)
-			seen = d->read_attnums[i] == var->varattno;
-		if (!seen && var->varattno > 0)
-		{
-			d->read_attnums[d->nread] = var->varattno;
-			d->read_types[d->nread++] = var->vartype;
-		}
+		for (int c = 0; c < d->nested->dependencies[sl->dependency].ncolumns; c++)
+			subquery_note_read_column(d, sl->outer_attnums[c],
+									  get_atttype(d->relid, sl->outer_attnums[c]));
 	}
+}
+
+static void subquery_refuse_too_many(void) pg_attribute_noreturn();
+
+static void
+subquery_refuse_too_many(void)
+{
+	char		msg[128];
+
+	snprintf(msg, sizeof(msg), "A where clause may have at most %d different subqueries",
+			 SUBQUERY_MAX_DEPENDENCIES);
+	shape_def_error_set("where", msg);
+	ereport(ERROR,
+			(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			 errmsg("a shape's where clause may have at most %d different subqueries",
+					SUBQUERY_MAX_DEPENDENCIES)));
 }
 
 typedef struct PlanBuild
@@ -333,7 +367,10 @@ typedef struct PlanBuild
 	SubqueryPlan *plan;
 	List	   *sublink_nodes;	/* SubLink *, by sublink number */
 	Oid			outer_relid;
+	int			level;			/* of its subqueries: 1 for a shape's clause */
 } PlanBuild;
+
+static SubqueryPlan *subquery_plan_at(Node *where, Oid outer_relid, int level);
 
 /* The sublink number of `sublink`, recording it and its dependency. */
 static int
@@ -373,17 +410,7 @@ subquery_note_sublink(PlanBuild *b, SubLink *sublink, bool negated)
 		subquery_refuse("A subquery cannot be used both with IN and with NOT IN in one where clause",
 						"a subquery cannot be used both with IN and with NOT IN in one shape's where clause");
 	if (dep < 0 && plan->ndependencies == SUBQUERY_MAX_DEPENDENCIES)
-	{
-		char		msg[128];
-
-		snprintf(msg, sizeof(msg), "A where clause may have at most %d different subqueries",
-				 SUBQUERY_MAX_DEPENDENCIES);
-		shape_def_error_set("where", msg);
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("a shape's where clause may have at most %d different subqueries",
-						SUBQUERY_MAX_DEPENDENCIES)));
-	}
+		subquery_refuse_too_many();
 	if (dep < 0)
 	{
 		SubqueryDependency *d;
@@ -415,6 +442,23 @@ subquery_note_sublink(PlanBuild *b, SubLink *sublink, bool negated)
 			ncolumns++;
 		}
 		d->ncolumns = ncolumns;
+		if (d->where != NULL && subquery_in_where(d->where))
+		{
+			if (b->level == SUBQUERY_MAX_LEVELS)
+			{
+				char		msg[128];
+
+				snprintf(msg, sizeof(msg),
+						 "Subqueries may be nested at most %d levels deep in a where clause",
+						 SUBQUERY_MAX_LEVELS);
+				shape_def_error_set("where", msg);
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("subqueries in a shape's where clause may be nested at most %d levels deep",
+								SUBQUERY_MAX_LEVELS)));
+			}
+			d->nested = subquery_plan_at(d->where, d->relid, b->level + 1);
+		}
 		subquery_note_read_columns(d);
 	}
 	if (negated && plan->dependencies[dep].ncolumns > 1)
@@ -457,12 +501,35 @@ subquery_replace_sublinks(Node *node, PlanBuild *b)
 	return expression_tree_mutator(node, subquery_replace_sublinks, b);
 }
 
+/* The inner selects of a plan, at every level. */
+static int
+subquery_plan_size(const SubqueryPlan *plan)
+{
+	int			n = plan->ndependencies;
+
+	for (int d = 0; d < plan->ndependencies; d++)
+		if (plan->dependencies[d].nested != NULL)
+			n += subquery_plan_size(plan->dependencies[d].nested);
+	return n;
+}
+
 /*
  * The plan of `where` (analysed and folded, on the table `outer_relid`),
  * or NULL when it has no subquery.
  */
 SubqueryPlan *
 subquery_plan(Node *where, Oid outer_relid)
+{
+	SubqueryPlan *plan = subquery_plan_at(where, outer_relid, 1);
+
+	if (plan != NULL && subquery_plan_size(plan) > SUBQUERY_MAX_DEPENDENCIES)
+		subquery_refuse_too_many();
+	return plan;
+}
+
+/* The plan of a where clause whose subqueries are at `level`. */
+static SubqueryPlan *
+subquery_plan_at(Node *where, Oid outer_relid, int level)
 {
 	PlanBuild	b;
 	SubqueryPlan *plan;
@@ -478,6 +545,7 @@ subquery_plan(Node *where, Oid outer_relid)
 	b.plan = plan;
 	b.sublink_nodes = NIL;
 	b.outer_relid = outer_relid;
+	b.level = level;
 	disjuncts = subquery_dnf(where, false);
 	foreach(dc, disjuncts)
 		npositions += list_length(lfirst(dc));

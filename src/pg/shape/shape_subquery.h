@@ -23,8 +23,12 @@
 #define SUBQUERY_MAX_DISJUNCTS	100
 /* ... most slots its tags may have in all (disjuncts x positions) */
 #define SUBQUERY_MAX_TAG_SLOTS	1000
-/* ... most different inner selects */
+/* ... most different inner selects, at all levels together */
 #define SUBQUERY_MAX_DEPENDENCIES	16
+/* ... most levels of subqueries, each inside the where clause of the one above */
+#define SUBQUERY_MAX_LEVELS		4
+
+struct SubqueryPlan;
 
 /*
  * One inner select, `SELECT c1 [, c2 ...] FROM t WHERE w`: what a value set
@@ -39,13 +43,18 @@ typedef struct SubqueryDependency
 	AttrNumber *inner_attnums;	/* c1, c2 ... */
 	Oid		   *types;			/* their types */
 	Node	   *where;			/* w; NULL: every row */
+	struct SubqueryPlan *nested;	/* w's own subqueries; NULL: none */
 	bool		negated;		/* used as NOT IN */
-	int			nread;			/* the columns it reads, selected or in w, */
+	int			nread;			/* the columns it reads, selected, in w or
+								 * compared with w's subqueries, */
 	AttrNumber *read_attnums;	/* each once, */
 	Oid		   *read_types;		/* and their types when it was planned */
 } SubqueryDependency;
 
-/* One `(a [, b ...]) IN (select)` of the clause. */
+/*
+ * One `(a [, b ...]) IN (select)` of the clause; in a nested plan (an inner
+ * select's where clause), a, b ... are columns of that select's table.
+ */
 typedef struct SubquerySublink
 {
 	SubLink    *node;			/* as analysed: what a snapshot query reads */
@@ -93,8 +102,10 @@ extern bool subquery_in_where(Node *where);
 
 /*
  * The plan of an analysed, folded where clause; NULL when it has no
- * subquery.  Refuses (an ERROR with the request field set) what the
- * plan cannot express.
+ * subquery.  The where clause of an inner select with subqueries of its
+ * own has a plan too (SubqueryDependency.nested), of which only the
+ * sublinks, dependencies and where_params are used.  Refuses (an ERROR
+ * with the request field set) what the plan cannot express.
  */
 extern SubqueryPlan *subquery_plan(Node *where, Oid outer_relid);
 

@@ -141,6 +141,8 @@ where_fold_subqueries(Node *node, void *context)
 			select->jointree->quals = where_fold(select->jointree->quals);
 			where_check_numeric_constants(select->jointree->quals);
 			where_check_value_cost(select->jointree->quals);
+			/* and those of the subqueries of its where clause */
+			(void) where_fold_subqueries(select->jointree->quals, context);
 		}
 		return where_fold_subqueries(((SubLink *) node)->testexpr, context);
 	}

@@ -854,12 +854,10 @@ where_check_subquery_select(Query *select)
 		select->rowMarks != NIL || select->distinctClause != NIL)
 		subquery_refuse("A subquery in a where clause must select columns of one table, with an optional where clause, and nothing else",
 						"a subquery in a shape's where clause must select columns of one table");
-	if (select->hasSubLinks)
-		subquery_refuse("A subquery inside another subquery is not supported yet",
-						"a subquery inside another subquery is not supported in a shape's where clause yet");
+	/* (its own subqueries are checked as they are walked to, and planned) */
 	if (contain_vars_of_level((Node *) select, 1))
-		subquery_refuse("A subquery in a where clause cannot refer to the shape's table",
-						"a subquery in a shape's where clause cannot refer to the outer table");
+		subquery_refuse("A subquery in a where clause cannot refer to a table outside it",
+						"a subquery in a shape's where clause cannot refer to a table outside it");
 	foreach(lc, select->targetList)
 	{
 		TargetEntry *te = lfirst_node(TargetEntry, lc);

@@ -4,7 +4,7 @@
  *		What the files of the shape stream share: the stream, the kept
  *		transactions, the streams of a table, and the stream's state.
  *
- * The shape stream (shape_stream.c explains its design) is six files:
+ * The shape stream (shape_stream.c explains its design) is seven files:
  *	 shape_stream.c           set-up, the catalog watch, the streams of a table
  *	 shape_stream_change.c    the change path: routing, matching, encoding
  *	 shape_stream_log.c       stitching a finished snapshot or a move-in,
@@ -13,6 +13,7 @@
  *	                          rotations
  *	 shape_stream_subquery.c  shapes with subqueries: their rows, routes, moves
  *	 shape_stream_values.c    the value sets of their subqueries
+ *	 shape_stream_nested.c    value sets whose select has subqueries itself
  * All of it runs on the worker's main thread; nothing here is shared with
  * another thread or process.
  *
@@ -280,10 +281,17 @@ typedef struct SsValue
 	dlist_node	in_set;			/* on its set's list */
 } SsValue;
 
+/* A set whose select's where clause has subqueries (shape_stream_nested.c). */
+typedef struct SsNested SsNested;
+
 typedef struct SsValueSet
 {
 	bool		in_use;
 	bool		findable;		/* new shapes may use it */
+	int			parent;			/* the set whose where clause reads this
+								 * one (its own, never shared), or -1 */
+	int			level;			/* 0, or its parent's + 1 */
+	SsNested   *nested;			/* NULL: its where clause has no subquery */
 	char	   *identity;
 	Oid			role;
 	Oid			relid;
@@ -300,6 +308,7 @@ typedef struct SsValueSet
 	int			npartitions;	/* its partitions when it was read (sorted): */
 	Oid		   *partitions;		/* its changes come from them */
 	int			id;
+	bool		indexed;		/* read, and in its table's index */
 	dlist_head	values;			/* SsValue, each in ss_values by key */
 	int64		nvalues;		/* with count > 0 */
 	int64		null_rows;		/* rows whose value has a NULL */
@@ -336,6 +345,31 @@ extern SsValue *ss_value_find(SsValueSet *set, const char *data, uint32 len);
 extern uint32 ss_value_hash(const void *key, Size keysize);
 extern int	ss_value_match(const void *a, const void *b, Size keysize);
 extern void ss_value_remove(SsValueSet *set, SsValue *v);
+extern void ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta);
+extern void ss_set_fail(SsValueSet *set, const char *problem);
+extern bool ss_set_touch(SsValueSet *set);
+extern SsValueSet *ss_set_create(const SubqueryDependency *dep, int parent, int level);
+extern void ss_set_destroy(SsValueSet *set);
+extern int	ss_set_evaluate(SsValueSet *set, TupleTableSlot *slot, bool timed);
+extern int64 ss_set_null_rows(const SsValueSet *set, bool before);
+extern bool ss_sublink_result(SsValueSet *set, TupleTableSlot *slot, const AttrNumber *attnums,
+							  FmgrInfo *outputs, bool before, StringInfo key,
+							  ParamExecData *param);
+
+/* shape_stream_nested.c */
+extern int	ss_nnested;			/* sets with an SsNested */
+extern void ss_nested_init(SsValueSet *set, const SubqueryDependency *dep);
+extern void ss_nested_read_children(SsValueSet *set, const SubqueryDependency *dep);
+extern void ss_nested_read_done(SsValueSet *set);
+extern Query *ss_nested_query(SsValueSet *set, const SubqueryDependency *dep);
+extern TupleTableSlot *ss_nested_read_row(SsValueSet *set, TupleTableSlot *slot);
+extern ParamExecData *ss_nested_params(SsValueSet *set);
+extern void ss_nested_params_set(SsValueSet *set, TupleTableSlot *slot, bool before);
+extern void ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed);
+extern void ss_nested_cascade(void);
+extern const char *ss_nested_partitions_problem(SsValueSet *set);
+extern void ss_nested_destroy(SsValueSet *set);
+extern int64 ss_nested_rows(void);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */
 static inline bool

@@ -166,26 +166,16 @@ ss_subquery_row(ShapeStream *s, TupleTableSlot *slot, bool *active, bool old_vie
 		const SubquerySublink *sl = &plan->sublinks[i];
 		SsValueSet *set = ss_sets[q->sets[sl->dependency]];
 		ParamExecData *param = &q->params[i];
-		bool		touched = set->txn != 0 && set->txn == ss_txn_number && !set->skip_txn;
-		int64		null_rows = touched ? set->null_rows_before : set->null_rows;
-		int64		nvalues = touched ? set->nvalues_before : set->nvalues;
 
-		param->execPlan = NULL;
-		if (!ss_row_key(slot, set->ncolumns, sl->outer_attnums, q->tagger.outputs[i], &ss_row_value))
+		if (ss_sublink_result(set, slot, sl->outer_attnums, q->tagger.outputs[i], true,
+							  &ss_row_value, param) &&
+			old_view && s->moving != NULL && sl->dependency == s->moving->dependency &&
+			ss_moving_value(s->moving, &ss_row_value))
 		{
-			/* NULL IN (nothing) is false; otherwise it is NULL */
-			param->isnull = nvalues > 0 || null_rows > 0;
-			param->value = BoolGetDatum(false);
-		}
-		else
-		{
-			SsValue    *v = ss_value_find(set, ss_row_value.data, (uint32) ss_row_value.len);
-			bool		found = v != NULL && (v->txn == set->txn && touched ? v->before : v->count) > 0;
+			/* as before it moved */
+			bool		found = plan->dependencies[sl->dependency].negated;
 
-			if (old_view && s->moving != NULL && sl->dependency == s->moving->dependency &&
-				ss_moving_value(s->moving, &ss_row_value))
-				found = plan->dependencies[sl->dependency].negated;	/* as before it moved */
-			param->isnull = !found && null_rows > 0;
+			param->isnull = !found && ss_set_null_rows(set, true) > 0;
 			param->value = BoolGetDatum(found);
 		}
 	}
@@ -958,6 +948,9 @@ ss_sets_commit(void)
 {
 	ListCell   *lc;
 
+	/* the moves of nested sets' values reach the sets above them first */
+	if (ss_nnested > 0)
+		ss_nested_cascade();
 	foreach(lc, ss_sets_touched)
 	{
 		SsValueSet *set = lfirst(lc);
@@ -999,9 +992,47 @@ ss_sets_commit(void)
 /* ------------------------------------------------------ catalog checks */
 
 /*
- * What is wrong with the tables the stream's subqueries read, as the
- * current catalog and the stream's role see them; NULL when nothing is.
- * Runs as the stream's role.
+ * What is wrong with the table one inner select reads, and those of its
+ * own subqueries (`set` is its value set, or -1), as the current catalog
+ * and the current role see them; NULL when nothing is.
+ */
+static const char *
+ss_dependency_problem(const SubqueryDependency *dep, int set)
+{
+	const char *field;
+	const char *moved;
+	char	   *problem;
+
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(dep->relid)))
+		return "a table its subquery reads was dropped";
+	for (int c = 0; c < dep->nread; c++)
+		if (get_atttype(dep->relid, dep->read_attnums[c]) != dep->read_types[c])
+			return "a column its subquery reads was dropped or changed type";
+	if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
+		return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
+	if (OidIsValid(shape_table_not_logged(dep->relid)))
+		return "a table its subquery reads, or a partition of it, is unlogged";
+	if (set >= 0 && (moved = ss_set_partitions_problem(ss_sets[set])) != NULL)
+		return moved;			/* partitions attached or detached, at any level */
+	if (shape_row_security_applies(dep->relid, GetUserId()))
+		return "a table its subquery reads has row-level security that applies to its role";
+	problem = shape_read_problem(dep->relid, dep->nread, dep->read_attnums, &field);
+	if (problem != NULL)
+		return problem;
+	for (int d = 0; dep->nested != NULL && d < dep->nested->ndependencies; d++)
+	{
+		const char *nested = ss_dependency_problem(&dep->nested->dependencies[d], -1);
+
+		if (nested != NULL)
+			return nested;
+	}
+	return NULL;
+}
+
+/*
+ * What is wrong with the tables the stream's subqueries read, at every
+ * level, as the current catalog and the stream's role see them; NULL when
+ * nothing is.  Runs as the stream's role.
  */
 const char *
 ss_subquery_problem(ShapeStream *s)
@@ -1013,26 +1044,9 @@ ss_subquery_problem(ShapeStream *s)
 	plan = s->subquery->plan;
 	for (int d = 0; d < plan->ndependencies; d++)
 	{
-		const SubqueryDependency *dep = &plan->dependencies[d];
-		const char *field;
-		const char *moved;
-		char	   *problem;
+		const char *problem = ss_dependency_problem(&plan->dependencies[d],
+													s->subquery->sets[d]);
 
-		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(dep->relid)))
-			return "a table its subquery reads was dropped";
-		for (int c = 0; c < dep->nread; c++)
-			if (get_atttype(dep->relid, dep->read_attnums[c]) != dep->read_types[c])
-				return "a column its subquery reads was dropped or changed type";
-		if (OidIsValid(shape_table_not_logged_in_full(dep->relid)))
-			return "a table its subquery reads no longer has REPLICA IDENTITY FULL";
-		if (OidIsValid(shape_table_not_logged(dep->relid)))
-			return "a table its subquery reads, or a partition of it, is unlogged";
-		if (s->subquery->sets[d] >= 0 &&
-			(moved = ss_set_partitions_problem(ss_sets[s->subquery->sets[d]])) != NULL)
-			return moved;			/* partitions attached or detached */
-		if (shape_row_security_applies(dep->relid, GetUserId()))
-			return "a table its subquery reads has row-level security that applies to its role";
-		problem = shape_read_problem(dep->relid, dep->nread, dep->read_attnums, &field);
 		if (problem != NULL)
 			return problem;
 	}

@@ -84,8 +84,8 @@ typedef struct SsSetRelation
 	int			nsets;
 } SsSetRelation;
 
-static void ss_set_fail(SsValueSet *set, const char *problem);
-static bool ss_set_touch(SsValueSet *set);
+static void ss_set_row(SsValueSet *set, TupleTableSlot *slot, int delta, StringInfo key,
+					   bool timed);
 SsValueSet **ss_sets;		/* by id */
 int			ss_npartitioned_sets;	/* sets of partitioned tables */
 int			ss_nsets;
@@ -320,8 +320,8 @@ ss_set_id(SsValueSet *set)
 }
 
 /* Counts one row's value in (+1) or out (-1). */
-static void
-ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int delta)
+void
+ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta)
 {
 	SsValueKey	k;
 	SsValue    *v;
@@ -416,6 +416,12 @@ ss_set_receive(TupleTableSlot *slot, DestReceiver *self)
 						 "shape_sync.subquery_max_values")));
 	}
 	slot_getallattrs(slot);
+	if (set->nested != NULL)
+	{
+		/* the columns it reads, matched here (ss_nested_query) */
+		ss_set_row(set, ss_nested_read_row(set, slot), 1, &r->key, false);
+		return true;
+	}
 	for (int c = 0; c < set->ncolumns; c++)
 		positions[c] = (AttrNumber) (c + 1);
 	has_value = ss_row_key(slot, set->ncolumns, positions, set->outputs, &r->key);
@@ -472,7 +478,8 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 		memcpy(set->partitions, partitions, sizeof(Oid) * set->npartitions);
 		pfree(partitions);
 	}
-	rewritten = QueryRewrite(copyObject(dep->select));
+	rewritten = QueryRewrite(set->nested != NULL ? ss_nested_query(set, dep) :
+							 copyObject(dep->select));
 	if (list_length(rewritten) != 1)
 		elog(ERROR, "a subquery's select was rewritten unexpectedly");
 	if (linitial_node(RangeTblEntry, ((Query *) linitial(rewritten))->rtable)->securityQuals != NIL)
@@ -551,6 +558,7 @@ ss_set_index(SsValueSet *set, bool add)
 		r->index = equality_index_create(ss_context);
 		r->nsets = 0;
 	}
+	set->indexed = add;
 	if (set->partitioned)
 	{
 		ss_npartitioned_sets += add ? 1 : -1;
@@ -649,81 +657,124 @@ ss_set_findable(SsValueSet *set, bool findable)
 		hash_search(ss_sets_by_identity, &hash, HASH_REMOVE, NULL);
 }
 
+/*
+ * A new set for `dep`, read now: the sets of its where clause's own
+ * subqueries first (its children, `level` + 1), all with the active
+ * snapshot.  A set with a parent is that parent's alone.
+ */
+SsValueSet *
+ss_set_create(const SubqueryDependency *dep, int parent, int level)
+{
+	SsValueSet *set;
+	MemoryContext old;
+
+	if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
+		elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
+	set = ss_set_new();
+	/* most sets are one user's few values: small to start with */
+	set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
+										 ALLOCSET_SMALL_SIZES);
+	set->in_use = true;
+	set->parent = parent;
+	set->level = level;
+	old = MemoryContextSwitchTo(set->context);
+	set->identity = pstrdup(dep->identity);
+	set->role = GetUserId();
+	set->relid = dep->relid;
+	set->ncolumns = dep->ncolumns;
+	set->attnums = palloc(sizeof(AttrNumber) * dep->ncolumns);
+	set->types = palloc(sizeof(Oid) * dep->ncolumns);
+	set->outputs = palloc(sizeof(FmgrInfo) * dep->ncolumns);
+	set->nread = dep->nread;
+	set->read_attnums = palloc(sizeof(AttrNumber) * dep->nread);
+	set->read_types = palloc(sizeof(Oid) * dep->nread);
+	memcpy(set->read_attnums, dep->read_attnums, sizeof(AttrNumber) * dep->nread);
+	memcpy(set->read_types, dep->read_types, sizeof(Oid) * dep->nread);
+	for (int c = 0; c < dep->ncolumns; c++)
+	{
+		Oid			output;
+		bool		varlena;
+
+		set->attnums[c] = dep->inner_attnums[c];
+		set->types[c] = dep->types[c];
+		getTypeOutputInfo(dep->types[c], &output, &varlena);
+		fmgr_info(output, &set->outputs[c]);
+	}
+	if (dep->where != NULL)
+	{
+		/* a subquery of the clause is a parameter the set sets (ss_nested_params) */
+		Node	   *where = dep->nested != NULL ? dep->nested->where_params : dep->where;
+		Expr	   *planned = expression_planner((Expr *) copyObject(where));
+
+		set->where = ExecInitExpr(planned, NULL);
+		equality_route_of(planned, &set->route);
+	}
+	else
+		equality_route_of(NULL, &set->route);
+	dlist_init(&set->values);
+	MemoryContextSwitchTo(old);
+	PG_TRY();
+	{
+		if (dep->nested != NULL)
+		{
+			ss_nested_init(set, dep);
+			ss_nested_read_children(set, dep);
+		}
+		ss_set_read(set, dep);
+		if (set->nested != NULL)
+			ss_nested_read_done(set);
+	}
+	PG_CATCH();
+	{
+		/* a set that could not be read is no set */
+		ss_set_destroy(set);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	ss_set_index(set, true);
+	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
+	return set;
+}
+
 int
 ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 {
-	Oid			role = GetUserId();
-	SsValueSet *set = ss_set_find(role, dep->relid, dep->identity);
+	SsValueSet *set = ss_set_find(GetUserId(), dep->relid, dep->identity);
 	MemoryContext old;
 
 	if (set != NULL && ss_set_partitions_problem(set) != NULL)
 		set = NULL;				/* failed: its shapes rotate, this one reads anew */
 	if (set == NULL)
 	{
-		if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
-			elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
-		set = ss_set_new();
-		/* most sets are one user's few values: small to start with */
-		set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
-											 ALLOCSET_SMALL_SIZES);
-		set->in_use = true;
-		old = MemoryContextSwitchTo(set->context);
-		set->identity = pstrdup(dep->identity);
-		set->role = role;
-		set->relid = dep->relid;
-		set->ncolumns = dep->ncolumns;
-		set->attnums = palloc(sizeof(AttrNumber) * dep->ncolumns);
-		set->types = palloc(sizeof(Oid) * dep->ncolumns);
-		set->outputs = palloc(sizeof(FmgrInfo) * dep->ncolumns);
-		set->nread = dep->nread;
-		set->read_attnums = palloc(sizeof(AttrNumber) * dep->nread);
-		set->read_types = palloc(sizeof(Oid) * dep->nread);
-		memcpy(set->read_attnums, dep->read_attnums, sizeof(AttrNumber) * dep->nread);
-		memcpy(set->read_types, dep->read_types, sizeof(Oid) * dep->nread);
-		for (int c = 0; c < dep->ncolumns; c++)
-		{
-			Oid			output;
-			bool		varlena;
-
-			set->attnums[c] = dep->inner_attnums[c];
-			set->types[c] = dep->types[c];
-			getTypeOutputInfo(dep->types[c], &output, &varlena);
-			fmgr_info(output, &set->outputs[c]);
-		}
-		if (dep->where != NULL)
-		{
-			Expr	   *planned = expression_planner((Expr *) copyObject(dep->where));
-
-			set->where = ExecInitExpr(planned, NULL);
-			equality_route_of(planned, &set->route);
-		}
-		else
-			equality_route_of(NULL, &set->route);
-		dlist_init(&set->values);
-		MemoryContextSwitchTo(old);
-		PG_TRY();
-		{
-			ss_set_read(set, dep);
-		}
-		PG_CATCH();
-		{
-			/* a set that could not be read is no set */
-			sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
-			ss_set_forget_values(set);
-			MemoryContextDelete(set->context);
-			memset(set, 0, sizeof(*set));
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
+		set = ss_set_create(dep, -1, 0);
 		ss_set_findable(set, true);
-		ss_set_index(set, true);
-		sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
 	}
 	set->refcount++;
 	old = MemoryContextSwitchTo(set->context);
 	set->dependents = list_append_unique_int(set->dependents, (int) slot);
 	MemoryContextSwitchTo(old);
 	return ss_set_id(set);
+}
+
+/*
+ * Frees a set no shape uses, or one that could not be read, with its
+ * children.  An indexed set is unindexed.
+ */
+void
+ss_set_destroy(SsValueSet *set)
+{
+	ss_nested_destroy(set);
+	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
+	ss_set_findable(set, false);
+	if (set->indexed)
+	{
+		ss_set_index(set, false);
+		sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
+	}
+	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
+	ss_set_forget_values(set);
+	MemoryContextDelete(set->context);
+	memset(set, 0, sizeof(*set));
 }
 
 void
@@ -735,14 +786,7 @@ ss_set_release(int id, uint32 slot)
 	set->dependents = list_delete_int(set->dependents, (int) slot);
 	if (--set->refcount > 0)
 		return;
-	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
-	ss_set_findable(set, false);
-	ss_set_index(set, false);
-	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, -1);
-	sm_gauge_add(SM_SUBQUERY_VALUES, 0, -set->nvalues);
-	ss_set_forget_values(set);
-	MemoryContextDelete(set->context);
-	memset(set, 0, sizeof(*set));
+	ss_set_destroy(set);
 }
 
 /*
@@ -750,7 +794,7 @@ ss_set_release(int id, uint32 slot)
  * shape that does rotates now, whatever transaction it is at (it no longer
  * follows its subquery).
  */
-static void
+void
 ss_set_fail(SsValueSet *set, const char *problem)
 {
 	ListCell   *lc;
@@ -758,6 +802,9 @@ ss_set_fail(SsValueSet *set, const char *problem)
 	if (set->problem == NULL)
 		set->problem = MemoryContextStrdup(set->context, problem);
 	ss_set_findable(set, false);
+	/* a child's values are its parent's where clause */
+	if (set->parent >= 0)
+		ss_set_fail(ss_sets[set->parent], problem);
 	foreach(lc, set->dependents)
 	{
 		ShapeStream *s = &ss_streams[lfirst_int(lc)];
@@ -769,30 +816,109 @@ ss_set_fail(SsValueSet *set, const char *problem)
 
 /* ------------------------------------------------- inner table changes */
 
-/* Whether the tuple is in the set's select (its where clause). */
-static bool
-ss_set_matches(SsValueSet *set, TupleTableSlot *slot)
+/*
+ * The set's where clause for the row: 1 true, 0 false, -1 NULL; its
+ * subqueries' results, if any, are in its parameters (ss_nested_params_*).
+ * `timed`: one evaluation under the deadline (a set's first reading is
+ * one as a whole).
+ */
+int
+ss_set_evaluate(SsValueSet *set, TupleTableSlot *slot, bool timed)
 {
 	bool		isnull;
 	Datum		result;
 
-	if (set->where == NULL)
-		return true;
 	ss_econtext_ensure();
 	ss_econtext->ecxt_scantuple = slot;
-	eval_deadline_begin();
+	ss_econtext->ecxt_param_exec_vals = ss_nested_params(set);
+	if (timed)
+		eval_deadline_begin();
 	result = ExecEvalExprSwitchContext(set->where, ss_econtext, &isnull);
-	if (eval_deadline_end())
+	if (timed && eval_deadline_end())
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("a subquery's where clause took longer than \"%s\" allows",
 						"shape_sync.where_evaluation_timeout")));
+	ss_econtext->ecxt_param_exec_vals = NULL;
 	ResetExprContext(ss_econtext);
-	return !isnull && DatumGetBool(result);
+	return isnull ? -1 : DatumGetBool(result) ? 1 : 0;
+}
+
+/*
+ * Whether the tuple is in the set's select (its where clause), judged
+ * against the values its subqueries had before the transaction.
+ */
+static bool
+ss_set_matches(SsValueSet *set, TupleTableSlot *slot, bool timed)
+{
+	if (set->where == NULL)
+		return true;
+	if (set->nested != NULL)
+		ss_nested_params_set(set, slot, true);
+	return ss_set_evaluate(set, slot, timed) == 1;
+}
+
+/*
+ * Counts a row of the set's table in (+1) or out (-1), and keeps it if
+ * the set's children decide it.  `timed`: as ss_set_evaluate.
+ */
+static void
+ss_set_row(SsValueSet *set, TupleTableSlot *slot, int delta, StringInfo key, bool timed)
+{
+	if (set->nested != NULL)
+		ss_nested_keep(set, slot, delta, timed);
+	if (ss_set_matches(set, slot, timed))
+	{
+		bool		has = ss_row_key(slot, set->ncolumns, set->attnums, set->outputs, key);
+
+		ss_set_count(set, key, has, delta);
+	}
+}
+
+/* Rows of the set's table whose value has a NULL, before the transaction or now. */
+int64
+ss_set_null_rows(const SsValueSet *set, bool before)
+{
+	bool		touched = before && set->txn != 0 && set->txn == ss_txn_number && !set->skip_txn;
+
+	return touched ? set->null_rows_before : set->null_rows;
+}
+
+/*
+ * The result of `(a [, b ...]) IN (the set's select)` for the row, whose
+ * a, b ... are `attnums` (printed with `outputs`), into `param`: true when
+ * the set has its value; else NULL when the set has a row whose value has
+ * a NULL, or the row's value has one and the set is not empty; else
+ * false.  With `before`, as the set was before the transaction being
+ * decoded.  Leaves the row's value in `key`; false when it has a NULL.
+ */
+bool
+ss_sublink_result(SsValueSet *set, TupleTableSlot *slot, const AttrNumber *attnums,
+				  FmgrInfo *outputs, bool before, StringInfo key, ParamExecData *param)
+{
+	bool		touched = before && set->txn != 0 && set->txn == ss_txn_number && !set->skip_txn;
+	int64		null_rows = touched ? set->null_rows_before : set->null_rows;
+	int64		nvalues = touched ? set->nvalues_before : set->nvalues;
+	SsValue    *v;
+	bool		found;
+
+	param->execPlan = NULL;
+	if (!ss_row_key(slot, set->ncolumns, attnums, outputs, key))
+	{
+		/* NULL IN (nothing) is false; otherwise it is NULL */
+		param->isnull = nvalues > 0 || null_rows > 0;
+		param->value = BoolGetDatum(false);
+		return false;
+	}
+	v = ss_value_find(set, key->data, (uint32) key->len);
+	found = v != NULL && (touched && v->txn == set->txn ? v->before : v->count) > 0;
+	param->isnull = !found && null_rows > 0;
+	param->value = BoolGetDatum(found);
+	return true;
 }
 
 /* First change of the transaction for the set: whether it applies. */
-static bool
+bool
 ss_set_touch(SsValueSet *set)
 {
 	MemoryContext old;
@@ -880,18 +1006,10 @@ ss_set_apply(uint32 id, void *arg)
 	shape_role_become(set->role, &saved);
 	PG_TRY();
 	{
-		if (c->oldslot != NULL && ss_set_matches(set, c->oldslot))
-		{
-			bool		has = ss_row_key(c->oldslot, set->ncolumns, set->attnums, set->outputs, &c->key);
-
-			ss_set_count(set, &c->key, has, -1);
-		}
-		if (c->newslot != NULL && ss_set_matches(set, c->newslot))
-		{
-			bool		has = ss_row_key(c->newslot, set->ncolumns, set->attnums, set->outputs, &c->key);
-
-			ss_set_count(set, &c->key, has, 1);
-		}
+		if (c->oldslot != NULL)
+			ss_set_row(set, c->oldslot, -1, &c->key, true);
+		if (c->newslot != NULL)
+			ss_set_row(set, c->newslot, 1, &c->key, true);
 	}
 	PG_CATCH();
 	{
@@ -991,6 +1109,8 @@ ss_set_partitions_problem(SsValueSet *set)
 
 	if (set->problem != NULL)
 		return set->problem;
+	if (set->nested != NULL && ss_nested_partitions_problem(set) != NULL)
+		return set->problem;	/* a child's, failed with it */
 	if (!set->partitioned)
 		return NULL;
 	now = ss_list_partitions(set->relid, &n);
@@ -1015,6 +1135,7 @@ ss_sets_dependents_on(Oid relid)
 	for (int id = 0; id < ss_nsets; id++)
 	{
 		SsValueSet *set = ss_sets[id];
+		SsValueSet *top = set;
 		bool		above = false;
 		ListCell   *lc;
 
@@ -1022,8 +1143,11 @@ ss_sets_dependents_on(Oid relid)
 			continue;
 		foreach(lc, roots)
 			above = above || ((SsPartitionRoot *) lfirst(lc))->relid == set->relid;
+		/* a child's streams are those of the set at the top of it */
+		while (top->parent >= 0)
+			top = ss_sets[top->parent];
 		if (set->relid == relid || above)
-			slots = list_concat_unique_int(slots, set->dependents);
+			slots = list_concat_unique_int(slots, top->dependents);
 	}
 	return slots;
 }
