@@ -22,6 +22,8 @@
 # 3. Memory per inner value: what the worker's memory contexts hold before and after one shape
 #    whose subquery selects VALUES distinct values (bench_big_members), against the same shape
 #    made first with a subquery of one value (the stream's own cost).
+#    Then the memory per row a nested select keeps: a shape whose nested select reads VALUES
+#    projects (bench_nest_big) of a team the user is not in, against the same over one project.
 # Writes the section "Subqueries" of bench/RESULTS.md.
 #
 # Knobs: RUNS (5), COMMITS (200000), SHAPES (10000), SAMPLES (40, of each kind per latency
@@ -62,6 +64,15 @@ ALTER TABLE bench_big_members REPLICA IDENTITY FULL;
 INSERT INTO bench_big_members (user_id, project_id) SELECT 1, g FROM generate_series(1, $VALUES) g;
 INSERT INTO bench_big_members (user_id, project_id) VALUES (2, 1);
 CREATE INDEX ON bench_big_members (user_id);
+CREATE TABLE bench_nest_teams (id serial PRIMARY KEY, user_id int, team_id int);
+ALTER TABLE bench_nest_teams REPLICA IDENTITY FULL;
+INSERT INTO bench_nest_teams (user_id, team_id) VALUES (1, 1);
+CREATE TABLE bench_nest_small (id int PRIMARY KEY, team_id int);
+ALTER TABLE bench_nest_small REPLICA IDENTITY FULL;
+INSERT INTO bench_nest_small VALUES (1, 2);
+CREATE TABLE bench_nest_big (id int PRIMARY KEY, team_id int);
+ALTER TABLE bench_nest_big REPLICA IDENTITY FULL;
+INSERT INTO bench_nest_big SELECT g, 2 FROM generate_series(1, $VALUES) g;
 CREATE PROCEDURE bench_sub_write(tbl regclass, first int, n int, projects int) LANGUAGE plpgsql AS \$\$
 BEGIN
 	FOR i IN first..first + n - 1 LOOP
@@ -162,16 +173,24 @@ ctx3=$(ctx_used)
 printf '%s\t1\n' "$where_big" | python3 "$here/make_shapes.py" "$SHAPE_SYNC_URL" bench_big
 wait_ready bench_big 2
 ctx4=$(ctx_used)
+# ... and per row a nested select keeps: projects of a team the user is not in (kept, no value)
+where_nest='project_id IN (SELECT id FROM %s WHERE team_id IN (SELECT team_id FROM bench_nest_teams WHERE user_id = $1))'
+printf "$where_nest\t1\n" bench_nest_small | python3 "$here/make_shapes.py" "$SHAPE_SYNC_URL" bench_big
+wait_ready bench_big 3
+ctx5=$(ctx_used)
+printf "$where_nest\t1\n" bench_nest_big | python3 "$here/make_shapes.py" "$SHAPE_SYNC_URL" bench_big
+wait_ready bench_big 4
+ctx6=$(ctx_used)
 values_held=$(curl -s "$SHAPE_SYNC_URL/metrics" | awk '$1 == "shape_sync_subquery_values" { print $2 }')
 cluster_stop
 
-python3 - "$out" "$RUNS" "$COMMITS" "$SHAPES" "$VALUES" "$here" "$pg_version" "$rss0 $rss1 $rss2 $ctx0 $ctx1 $ctx2 $ctx3 $ctx4" \
+python3 - "$out" "$RUNS" "$COMMITS" "$SHAPES" "$VALUES" "$here" "$pg_version" "$rss0 $rss1 $rss2 $ctx0 $ctx1 $ctx2 $ctx3 $ctx4 $ctx5 $ctx6" \
 	"$routed" "$moved" "$rotations" "$values_held" "$SAMPLES" "$DURABLE_LOGS" <<'PY'
 import json, statistics, sys
 out, runs, commits, shapes, values, here, pg, rss = sys.argv[1:9]
 routed, moved, rotations, values_held, samples, durable = sys.argv[9:15]
 runs, commits, shapes, values = int(runs), int(commits), int(shapes), int(values)
-rss0, rss1, rss2, ctx0, ctx1, ctx2, ctx3, ctx4 = (int(x) for x in rss.split())
+rss0, rss1, rss2, ctx0, ctx1, ctx2, ctx3, ctx4, ctx5, ctx6 = (int(x) for x in rss.split())
 sys.path.insert(0, here)
 from results_section import machine, write_section
 t = {}
@@ -233,6 +252,12 @@ lines = [
     f"{per_value:.0f} bytes per value (its entry in the table of values, its text, and the shape's filing under it "
     "in the routing index). "
     f"`shape_sync_subquery_values` showed {values_held}.",
+    "",
+    f"**Memory per kept row of a nested select.** One shape whose nested select "
+    f"(`project_id IN (SELECT id FROM projects WHERE team_id IN (SELECT ...))`) reads {values:,} projects of a team "
+    "the user is not in, made after the same shape over a table of one project: what the worker's memory contexts use "
+    f"grew by {(ctx6 - ctx5) / 2**20:.1f} MB, {(ctx6 - ctx5) / values:.0f} bytes per kept row (its two columns as text "
+    "and as a tuple, its entry in the set's rows and in the index of its compared value).",
 ]
 write_section(f"{here}/RESULTS.md", "subqueries_memory_only" if memory_only else "subqueries", lines)
 PY
