@@ -48,6 +48,7 @@ typedef enum ServerMetric
 	SM_SNAPSHOT_SECONDS,
 	SM_SUBQUERY_VALUE_SETS,
 	SM_SUBQUERY_VALUES,
+	SM_SUBQUERY_KEPT_ROWS,
 	SM_METRICS_RESETS,			/* sampled from here on */
 	SM_SHAPES,					/* shape state */
 	SM_LOG_BYTES,

@@ -174,6 +174,44 @@ describe('nested subqueries: three levels', () => {
   })
 })
 
+describe('nested subqueries: kept rows with large values', () => {
+  // A project's note, stored out of line (STORAGE EXTERNAL: never compressed), is read by the
+  // nested select: the set keeps it with the row, past the change that brought it (whose
+  // decoded value points into the decoder's memory) and past the first reading (whose value
+  // points into the TOAST table).
+  it('kept rows with out-of-line values are judged again when a membership brings them in', async () => {
+    const TM = newTable('sqn_toast_tm')
+    const P = newTable('sqn_toast_p')
+    const I = newTable('sqn_toast_i')
+    const big = (c) => c.repeat(6000)
+    await createTable([
+      `CREATE TABLE ${TM} (id int PRIMARY KEY, user_id int, team_id int)`,
+      `CREATE TABLE ${P} (id int PRIMARY KEY, team_id int, note text)`,
+      `ALTER TABLE ${P} ALTER COLUMN note SET STORAGE EXTERNAL`,
+      `CREATE TABLE ${I} (id int PRIMARY KEY, project_id int, title text)`,
+      `ALTER TABLE ${TM} REPLICA IDENTITY FULL`,
+      `ALTER TABLE ${P} REPLICA IDENTITY FULL`,
+      `INSERT INTO ${TM} VALUES (1, ${USER}, 1)`,
+      // project 2: team 2 (not the user's), read at the first reading with its note out of line
+      `INSERT INTO ${P} VALUES (1, 1, 'short'), (2, 2, '${big('a')}')`,
+      `INSERT INTO ${I} SELECT g, ((g - 1) % 3) + 1, 'issue ' || g FROM generate_series(1, 9) g`,
+    ])
+    await waitDecoded()
+    const where = `project_id IN (SELECT id FROM ${P} WHERE note LIKE '%a' AND team_id IN (SELECT team_id FROM ${TM} WHERE user_id = $1)) OR project_id = 1`
+    const s = { I, params: { table: I, where, params: [String(USER)] }, sql: `SELECT * FROM ${I} WHERE ${where}`, values: [USER] }
+    const f = await new Follower(s.params).sync()
+    // project 3: team 3, inserted with its note out of line (decoded), kept
+    await runTxid([`INSERT INTO ${P} VALUES (3, 3, '${big('a')}')`])
+    // more out-of-line values decoded after it (which reuse the decoder's memory)
+    for (let i = 0; i < 3; i++) await runTxid([`INSERT INTO ${P} VALUES (${10 + i}, 4, '${big('b')}')`])
+    await assertEqualsSelect(f, s, 1, 'a kept row inserted')
+    // the user joins teams 2 and 3: both kept rows are judged again, and come in
+    await runTxid([`INSERT INTO ${TM} VALUES (2, ${USER}, 2), (3, ${USER}, 3)`])
+    await f.until(() => projectsOf(f).has(2) && projectsOf(f).has(3), 'projects 2 and 3 to come in')
+    await assertEqualsSelect(f, s, 1, 'the kept rows moved in')
+  })
+})
+
 describe('nested subqueries: NOT IN below, and NULLs', () => {
   // issues of the projects whose team is not blocked for user 10
   async function makeBlocked(prefix) {

@@ -21,7 +21,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { createCollection } from '@tanstack/db'
+import { createCollection, createLiveQueryCollection, gt } from '@tanstack/db'
 import { electricCollectionOptions } from '@tanstack/electric-db-collection'
 
 import { closePool, createTable, dropTable, query, SHAPE_URL, uniqueTable } from '../lib/helpers.mjs'
@@ -34,7 +34,7 @@ const byId = (a, b) => a.id - b.id
 
 // A collection on one shape, with a fetch wrapper that records every response the
 // ShapeStream gets: its URL, status and (from a clone of the body) its messages.
-function startCollection(name, params) {
+function startCollection(name, params, syncMode = 'eager') {
   const log = []
   const errors = []
   const fetchClient = async (input, init) => {
@@ -63,7 +63,7 @@ function startCollection(name, params) {
   const collection = createCollection(
     electricCollectionOptions({
       id: `${name}-${process.pid}-${Date.now()}`,
-      syncMode: 'eager',
+      syncMode,
       startSync: true,
       gcTime: 0, // never garbage-collected while the test holds it without a subscriber
       getKey: (row) => row.id,
@@ -447,3 +447,82 @@ describe('TanStack electric collection, issues of my projects (project_id IN (SE
     await waitEqualsSelect(c, SQL, [], 'membership (6,1) deleted again')
   })
 })
+
+// ---------------------------------------------------------------------------------------
+// on-demand: the collection loads the rows a live query asks for as subset snapshots, which
+// carry the shape's tags, so that moves reach the rows they loaded
+
+describe('TanStack electric collection, on-demand: a live query over a membership shape loads tagged subsets', () => {
+  const projects = uniqueTable('sq_tsd_projects')
+  const memberships = uniqueTable('sq_tsd_memberships')
+  const issues = uniqueTable('sq_tsd_issues')
+  const where = `project_id IN (SELECT project_id FROM ${memberships} WHERE user_id = $1)`
+  const SQL = `SELECT id, project_id, title FROM ${issues} WHERE ${where.replace('$1', '1')} AND id > 100`
+  let c
+  let live
+
+  before(async () => {
+    await createTable([
+      `CREATE TABLE ${projects} (id int PRIMARY KEY, name text NOT NULL)`,
+      `CREATE TABLE ${memberships} (project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
+                                    user_id int NOT NULL, PRIMARY KEY (project_id, user_id))`,
+      `ALTER TABLE ${memberships} REPLICA IDENTITY FULL`,
+      `CREATE TABLE ${issues} (id int PRIMARY KEY, project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
+                               title text)`,
+      `INSERT INTO ${projects} SELECT g, 'project ' || g FROM generate_series(1, 4) g`,
+      `INSERT INTO ${memberships} VALUES (1, 1), (2, 1), (3, 2)`,
+      `INSERT INTO ${issues} VALUES (100, 1, 'i100'), (101, 1, 'i101'), (200, 2, 'i200'), (201, 2, 'i201'),
+                                    (300, 3, 'i300'), (400, 4, 'i400')`,
+    ])
+  })
+
+  after(async () => {
+    if (live) await live.cleanup()
+    if (c) await c.collection.cleanup()
+    await dropTable(issues)
+    await dropTable(memberships)
+    await dropTable(projects)
+  })
+
+  const liveRows = () => Array.from(live.values(), (row) =>
+    Object.fromEntries(Object.entries(row).filter(([name]) => !name.startsWith('$')))).sort(byId)
+
+  async function waitLiveEquals(expectIds, label) {
+    let expected
+    await waitFor(async () => {
+      failIfBroken(c, label)
+      expected = (await query(SQL)).rows.sort(byId)
+      try {
+        assert.deepEqual(liveRows(), expected)
+        return true
+      } catch {
+        return false
+      }
+    }, { timeoutMs: WAIT_MS, what: `${label}: the live query to equal the SELECT` }).catch(() => {})
+    assert.deepEqual(liveRows(), expected, `${label}: the live query's rows equal PostgreSQL's SELECT`)
+    assert.deepEqual(expected.map((r) => r.id), expectIds, `${label}: the SELECT holds the rows the scenario expects`)
+  }
+
+  it('the live query loads its rows as a subset, tagged', async () => {
+    c = startCollection('sq-ondemand', { table: issues, where, params: { 1: '1' } }, 'on-demand')
+    live = createLiveQueryCollection({
+      query: (q) => q.from({ i: c.collection }).where(({ i }) => gt(i.id, 100)),
+      startSync: true,
+    })
+    await live.preload()
+    await waitLiveEquals([101, 200, 201], 'loaded')
+    const subsets = c.log.filter((e) => [...e.url.searchParams.keys()].some((k) => k.startsWith('subset__')))
+    assert.ok(subsets.length > 0, 'the rows came by a subset request')
+    assert.deepEqual(subsets.map((e) => e.status).filter((st) => st !== 200), [], 'every subset request answered 200')
+    await waitFor(() => subsets.every((e) => e.messages !== undefined), { timeoutMs: 10000, what: 'the subset bodies' })
+    const rows = subsets.flatMap((e) => e.messages?.data ?? [])
+    assert.ok(rows.length > 0 && rows.every((m) => Array.isArray(m.headers.tags) && m.headers.tags.length === 1),
+      `the subset's rows carry the shape's tags: ${JSON.stringify(rows).slice(0, 1000)}`)
+  })
+
+  it('a move-out removes the rows the subset loaded', async () => {
+    await runTx([`DELETE FROM ${memberships} WHERE project_id = 2 AND user_id = 1`])
+    await waitLiveEquals([101], 'membership (2,1) deleted')
+  })
+})
+

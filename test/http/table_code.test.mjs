@@ -13,7 +13,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, fetchShape, query, uniqueSuffix } from '../lib/helpers.mjs'
+import { closePool, fetchRaw, fetchShape, query, uniqueSuffix } from '../lib/helpers.mjs'
 import { resetGuc, setGuc, waitFor } from '../lib/live_helpers.mjs'
 
 const sfx = uniqueSuffix()
@@ -67,6 +67,8 @@ const TABLES = {
   },
 }
 
+const extraTables = [] // dropped at the end, not served by the last test
+
 const asOwner = (sql) => query(`SET ROLE ${OWNER}; ${sql}; RESET ROLE`)
 
 function assertNoLeak(res) {
@@ -103,9 +105,12 @@ describe("table code: a table owner's functions never run as shape_sync.role", (
 
   after(async () => {
     await resetGuc('shape_sync.trusted_owners')
-    for (const { name } of Object.values(TABLES)) await query(`DROP TABLE IF EXISTS ${name} CASCADE`)
+    for (const name of [...Object.values(TABLES).map((t) => t.name), ...extraTables]) {
+      await query(`DROP TABLE IF EXISTS ${name} CASCADE`)
+    }
     await query(`DROP DOMAIN IF EXISTS ${TABLES.domain.name}_d`)
     await query(`DROP FUNCTION IF EXISTS ${FN}()`)
+    await query(`DROP OWNED BY ${OWNER} CASCADE`) // what a failed test left
     await query(`REVOKE CREATE ON SCHEMA public FROM ${OWNER}`)
     await query(`DROP ROLE IF EXISTS ${OWNER}`)
   })
@@ -145,6 +150,55 @@ describe("table code: a table owner's functions never run as shape_sync.role", (
     const other = await fetchShape({ table, offset: '-1', where: 'id > 0' })
     assertNoLeak(other)
     assert.equal(other.status, 403, JSON.stringify(other.body))
+  })
+
+  // A move-in reads the shape's rows by its where clause, nested subqueries included: planning
+  // it must check the code of every table it reads, at every level. The function here takes a
+  // session advisory lock when it runs as anyone but its owner (a move-in happens in the
+  // worker, whatever clients ask): a lock held says the attack ran.
+  it("a move-in's query never plans an untrusted table read two levels down", async () => {
+    const O = `tc_nest_o_${sfx}`
+    const M = `tc_nest_m_${sfx}`
+    const N = `tc_nest_n_${sfx}`
+    const FN2 = `tc_lock_${sfx}`
+    const KEY = 742000 + Math.floor(Math.random() * 1000)
+    extraTables.push(O, M, N)
+    await query(`CREATE TABLE ${O} (id int PRIMARY KEY, m int)`)
+    await query(`CREATE TABLE ${M} (id int PRIMARY KEY, v int)`)
+    await query(`ALTER TABLE ${M} REPLICA IDENTITY FULL`)
+    await query(`INSERT INTO ${M} VALUES (1, 1), (2, 2)`)
+    await query(`INSERT INTO ${O} VALUES (1, 1), (2, 2)`)
+    await asOwner(`CREATE FUNCTION ${FN2}() RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
+      BEGIN
+        IF current_user <> '${OWNER}' THEN PERFORM pg_advisory_lock(${KEY}); END IF;
+        RETURN 1;
+      END $$`)
+    await asOwner(`CREATE TABLE ${N} (id int PRIMARY KEY, v int)`)
+    await asOwner(`ALTER TABLE ${N} REPLICA IDENTITY FULL`)
+    await asOwner(`INSERT INTO ${N} VALUES (1, 1)`)
+    const where = `m IN (SELECT id FROM ${M} WHERE v IN (SELECT v FROM ${N}))`
+    const first = await fetchShape({ table: O, offset: '-1', where })
+    assert.equal(first.status, 200, JSON.stringify(first.body))
+    const moveInRotations = async () => {
+      const text = (await fetchRaw('/metrics')).text
+      return Number(/^shape_sync_shape_rotations_total\{cause="move_in"\} (\d+)/m.exec(text)?.[1] ?? 0)
+    }
+    const locks = async () => (await query(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1`, [KEY])).rows[0].n
+    const before = await moveInRotations()
+    // the owner's code comes after the shape, then a value moves rows in: the move-in's query
+    // is refused (the shape is made again), or, were it planned, the function ran
+    await asOwner(`CREATE INDEX ON ${N} (id) WHERE ${FN2}() > 0`)
+    await asOwner(`INSERT INTO ${N} VALUES (2, 2)`)
+    await waitFor(async () => (await moveInRotations()) > before || (await locks()) > 0,
+      { timeoutMs: 30000, what: 'the move-in to be refused or planned' })
+    assert.equal(await locks(), 0, 'the owner\'s function never ran as the serving role')
+    assert.ok((await moveInRotations()) > before, 'the move-in was refused: its shape is made again')
+    // and a client is told why, without the table's internals
+    const again = await fetchShape({ table: O, offset: '-1', where })
+    assertNoLeak(again)
+    assert.equal(again.status, 403, JSON.stringify(again.body))
+    await query(`DROP FUNCTION ${FN2}() CASCADE`)
   })
 
   it("serves them once the owner is trusted, planning as the owner, not as the serving role", async () => {

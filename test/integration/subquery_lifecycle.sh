@@ -9,7 +9,9 @@
 #  - an update of an inner row that keeps its value moves nothing (no event, no 409);
 #  - subquery shapes get no files (a plain shape of the same table has its own), and a restart
 #    sends their clients 409 (they are not kept on disk yet), while the plain shape goes on
-#    from its offset.
+#    from its offset;
+#  - a nested shape has a set per select, and its middle select keeps the rows its inner
+#    select decides (shape_sync_subquery_kept_rows); all go with the shape.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
@@ -132,5 +134,24 @@ expect_eq "after a restart the plain shape goes on from its offset" 200 "$(statu
 expect_eq "and the subquery shape is rotated" 409 "$(status_at "$w1" "$h1" "$o1")"
 read -r h1 o1 < <(new_shape "$w1")
 check "which is made again" test -n "$h1"
+
+# nested: a set for each level, and the rows the middle level keeps; all go with the shape
+cluster_psql <<'SQL'
+CREATE TABLE projects (id int PRIMARY KEY, team int);
+ALTER TABLE projects REPLICA IDENTITY FULL;
+INSERT INTO projects SELECT g, g % 3 FROM generate_series(1, 30) g;
+GRANT SELECT ON projects TO reader;
+SQL
+sets_before=$(metric shape_sync_subquery_value_sets)
+wn=$(uri "project_id IN (SELECT id FROM projects WHERE team IN (SELECT project_id FROM members WHERE user_id = 1))")
+read -r hn on < <(new_shape "$wn")
+expect_eq "a nested shape: a set for each of its two selects" $((sets_before + 2)) "$(metric shape_sync_subquery_value_sets)"
+expect_eq "the middle select keeps the 30 projects its inner select decides" 30 "$(metric shape_sync_subquery_kept_rows)"
+cluster_psql -c "DELETE FROM projects WHERE id > 20"
+kept_20() { [[ $(metric shape_sync_subquery_kept_rows) == 20 ]]; }
+check "deleted rows are no longer kept" wait_for 30 kept_20
+expect_eq "deleting the nested shape" 202 "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$base&handle=$hn&where=$wn")"
+nested_gone() { [[ $(metric shape_sync_subquery_value_sets) == "$sets_before" && $(metric shape_sync_subquery_kept_rows) == 0 ]]; }
+check "its sets and kept rows go with it" wait_for 30 nested_gone
 
 finish

@@ -549,7 +549,8 @@ subquery_plan_at(Node *where, Oid outer_relid, int level)
 	disjuncts = subquery_dnf(where, false);
 	foreach(dc, disjuncts)
 		npositions += list_length(lfirst(dc));
-	if ((int64) npositions * list_length(disjuncts) > SUBQUERY_MAX_TAG_SLOTS)
+	/* (a nested clause's positions tag nothing) */
+	if (level == 1 && (int64) npositions * list_length(disjuncts) > SUBQUERY_MAX_TAG_SLOTS)
 	{
 		char		msg[256];
 

@@ -469,9 +469,11 @@ snapshot_scan(const ShapeSpec *spec, const SnapshotSubset *subset, const char *h
 
 	if (conditions != NULL)
 	{
-		/* the subqueries' tables' code must be trusted too: the planner may run it */
-		for (int d = 0; d < conditions->ndependencies; d++)
-			table_code_check(conditions->dependencies[d].relid);
+		ListCell   *lc;
+
+		/* the subqueries' tables' code, at every level, must be trusted too: the planner may run it */
+		foreach(lc, subquery_relids(shape_where))
+			table_code_check(lfirst_oid(lc));
 		/* the rows' tags: the outer columns compared are fetched too */
 		receiver.tagger = palloc(sizeof(RowTagger));
 		row_tagger_init(receiver.tagger, conditions, spec->relid, handle);

@@ -87,7 +87,7 @@ typedef enum SubsetText
 	SUBSET_ORDER_BY,
 	SUBSET_BODY,
 	SUBSET_MOVE_IN,				/* a move-in's filter tree (no client inputs) */
-	SUBSET_HANDLE,				/* ... and its shape's handle, for the tags */
+	SUBSET_HANDLE,				/* the shape's handle, for its rows' tags */
 	SUBSET_NTEXTS
 } SubsetText;
 
@@ -143,7 +143,7 @@ static const char order_by_rule[] =
 
 dsm_segment *
 subset_definition_create(const ShapeSpec *spec, const char *fingerprint,
-						 const SubsetRequest *in)
+						 const SubsetRequest *in, const char *handle)
 {
 	const char *texts[SUBSET_NTEXTS];
 	SubsetDefinition *def;
@@ -160,7 +160,7 @@ subset_definition_create(const ShapeSpec *spec, const char *fingerprint,
 	texts[SUBSET_ORDER_BY] = in->order_by;
 	texts[SUBSET_BODY] = in->body;
 	texts[SUBSET_MOVE_IN] = in->move_in_where;
-	texts[SUBSET_HANDLE] = in->move_in_handle;
+	texts[SUBSET_HANDLE] = in->move_in_handle != NULL ? in->move_in_handle : handle;
 	for (int i = 0; i < SUBSET_NTEXTS; i++)
 		size += texts[i] ? strlen(texts[i]) + 1 : 0;
 	for (int i = 0; i < in->nqueryable; i++)
@@ -727,10 +727,6 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 	snapshot_check_shape(&in->spec, in->texts[SUBSET_FINGERPRINT], (Oid) job->role,
 						 quote_identifier(RelationGetRelationName(rel)));
 
-	if (in->spec.where_tree != NULL && subquery_in_where(stringToNode(in->spec.where_tree)))
-		subset_invalid("where",
-					   "Subset queries of shapes with subqueries are not supported yet");
-
 	/* the client's inputs */
 	memset(&parsed, 0, sizeof(parsed));
 	if (in->texts[SUBSET_BODY] != NULL)
@@ -783,7 +779,8 @@ subset_take(SubsetWriter *w, const SnapshotJob *job, const SubsetInputs *in)
 					 subset.snapshot_mark, database_lsn);
 	subset_append(w, meta.data, meta.len);
 
-	snapshot_scan(&in->spec, &subset, NULL, subset_emit, w);
+	/* a shape with subqueries tags the rows, as its log does */
+	snapshot_scan(&in->spec, &subset, in->texts[SUBSET_HANDLE], subset_emit, w);
 	snapshot_end(&saved);
 }
 

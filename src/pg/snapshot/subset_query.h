@@ -26,10 +26,11 @@
 /*
  * Main thread: the shape's definition and the client's subset inputs in a
  * new DSM segment, for the worker that runs the query; the caller keeps it
- * until the job is done.
+ * until the job is done.  `handle` is the shape's: a shape with subqueries
+ * tags its rows with it (a move-in's request names it itself).
  */
 extern dsm_segment *subset_definition_create(const ShapeSpec *spec, const char *fingerprint,
-											 const SubsetRequest *in);
+											 const SubsetRequest *in, const char *handle);
 
 /* Snapshot worker: runs one subset job, leaving the answer in its cell. */
 extern void subset_run_job(const SnapshotJob *job, MemoryContext job_context);

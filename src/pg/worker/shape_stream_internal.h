@@ -348,6 +348,7 @@ extern void ss_value_remove(SsValueSet *set, SsValue *v);
 extern void ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta);
 extern void ss_set_fail(SsValueSet *set, const char *problem);
 extern bool ss_set_touch(SsValueSet *set);
+extern SsValueSet *ss_set_top(SsValueSet *set);
 extern SsValueSet *ss_set_create(const SubqueryDependency *dep, int parent, int level);
 extern void ss_set_destroy(SsValueSet *set);
 extern int	ss_set_evaluate(SsValueSet *set, TupleTableSlot *slot, bool timed);
@@ -369,7 +370,6 @@ extern void ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, boo
 extern void ss_nested_cascade(void);
 extern const char *ss_nested_partitions_problem(SsValueSet *set);
 extern void ss_nested_destroy(SsValueSet *set);
-extern int64 ss_nested_rows(void);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */
 static inline bool

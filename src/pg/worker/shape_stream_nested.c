@@ -46,6 +46,7 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "executor/tuptable.h"
@@ -110,7 +111,6 @@ struct SsNested
 };
 
 int			ss_nnested = 0;
-static int64 ss_nested_total_rows = 0;
 static uint64 ss_nested_visits = 0;
 
 static HTAB *
@@ -338,24 +338,24 @@ ss_nested_link(SsValueSet *set, SsNestedRow *row, TupleTableSlot *slot, int i)
 	SsNestedLink *link = &row->links[i];
 	SsValueKey	k;
 	SsNestedValue *value;
+	char	   *data;
 	bool		found;
 
 	link->row = row;
 	link->value = NULL;
 	if (!ss_row_key(slot, child->ncolumns, n->sublink_attnums[i], n->sublink_outputs[i], &n->key))
 		return;
+	/* the key's own copy first: an entry is whole from its making on */
+	data = MemoryContextAlloc(set->context, Max(n->key.len, 1));
+	memcpy(data, n->key.data, n->key.len);
 	k.set = i;
 	k.len = (uint32) n->key.len;
-	k.data = n->key.data;
+	k.data = data;
 	value = hash_search(n->by_value, &k, HASH_ENTER, &found);
-	if (!found)
-	{
-		char	   *data = MemoryContextAlloc(set->context, Max(k.len, 1));
-
-		memcpy(data, k.data, k.len);
-		value->key.data = data;
+	if (found)
+		pfree(data);
+	else
 		dlist_init(&value->rows);
-	}
 	dlist_push_tail(&value->rows, &link->node);
 	link->value = value;
 }
@@ -381,12 +381,14 @@ ss_nested_forget_row(SsValueSet *set, SsNestedRow *row)
 			pfree((char *) value_data);
 		}
 	}
-	pfree(row->links);
-	pfree(row->tuple);
+	if (row->links != NULL)
+		pfree(row->links);
+	if (row->tuple != NULL)
+		pfree(row->tuple);
 	hash_search(n->rows, &row->key, HASH_REMOVE, NULL);
 	pfree((char *) data);
 	n->nrows--;
-	ss_nested_total_rows--;
+	sm_gauge_add(SM_SUBQUERY_KEPT_ROWS, 0, -1);
 }
 
 /*
@@ -413,6 +415,14 @@ ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed)
 	k.set = 0;
 	k.len = (uint32) n->key.len;
 	k.data = n->key.data;
+	if (delta > 0 && hash_search(n->rows, &k, HASH_FIND, NULL) == NULL)
+	{
+		/* the key's own copy first: an entry is whole from its making on */
+		char	   *data = MemoryContextAlloc(set->context, Max(k.len, 1));
+
+		memcpy(data, k.data, k.len);
+		k.data = data;
+	}
 	row = hash_search(n->rows, &k, delta > 0 ? HASH_ENTER : HASH_FIND, &found);
 	if (row == NULL)
 	{
@@ -421,32 +431,48 @@ ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed)
 	}
 	if (!found)
 	{
-		char	   *data = MemoryContextAlloc(set->context, Max(k.len, 1));
-		MemoryContext old = MemoryContextSwitchTo(set->context);
+		MemoryContext old;
 
-		memcpy(data, k.data, k.len);
-		row->key.data = data;
 		row->count = 0;
 		row->visited = 0;
+		row->tuple = NULL;
+		row->links = NULL;
+		n->nrows++;
+		sm_gauge_add(SM_SUBQUERY_KEPT_ROWS, 0, 1);
 		for (int a = 0; a < n->desc->natts; a++)
 		{
 			n->values[a] = (Datum) 0;
 			n->isnull[a] = true;
 		}
+		old = MemoryContextSwitchTo(set->context);
 		for (int c = 0; c < set->nread; c++)
 		{
 			AttrNumber	attnum = set->read_attnums[c];
+			Datum		value = slot->tts_values[attnum - 1];
 
-			n->values[attnum - 1] = slot->tts_values[attnum - 1];
+			/*
+			 * A value kept past the change: not a pointer into the decoder's
+			 * memory (a toasted value it rebuilt) or into a TOAST table.
+			 */
+			if (!slot->tts_isnull[attnum - 1] &&
+				TupleDescAttr(n->desc, attnum - 1)->attlen == -1 &&
+				VARATT_IS_EXTERNAL(DatumGetPointer(value)))
+				value = PointerGetDatum(detoast_external_attr((struct varlena *) DatumGetPointer(value)));
+			n->values[attnum - 1] = value;
 			n->isnull[attnum - 1] = slot->tts_isnull[attnum - 1];
 		}
 		row->tuple = heap_form_minimal_tuple(n->desc, n->values, n->isnull);
 		row->links = palloc0(sizeof(SsNestedLink) * Max(n->nsublinks, 1));
 		MemoryContextSwitchTo(old);
+		for (int c = 0; c < set->nread; c++)
+		{
+			AttrNumber	attnum = set->read_attnums[c];
+
+			if (!n->isnull[attnum - 1] && n->values[attnum - 1] != slot->tts_values[attnum - 1])
+				pfree(DatumGetPointer(n->values[attnum - 1]));	/* (copied in the tuple) */
+		}
 		for (int i = 0; i < n->nsublinks; i++)
 			ss_nested_link(set, row, slot, i);
-		n->nrows++;
-		ss_nested_total_rows++;
 	}
 	row->count += delta;
 	if (row->count == 0)
@@ -648,14 +674,7 @@ ss_nested_destroy(SsValueSet *set)
 		if (n->children[d] >= 0)
 			ss_set_destroy(ss_sets[n->children[d]]);
 	list_free(n->gathered);
-	ss_nested_total_rows -= n->nrows;
+	sm_gauge_add(SM_SUBQUERY_KEPT_ROWS, 0, -n->nrows);
 	ss_nnested--;
 	set->nested = NULL;
-}
-
-/* The rows nested sets keep, for the views. */
-int64
-ss_nested_rows(void)
-{
-	return ss_nested_total_rows;
 }

@@ -488,15 +488,6 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 				 errmsg("a subquery's table has row-level security that applies to role \"%s\"",
 						GetUserNameFromId(GetUserId(), false)),
 				 errdetail("A shape is shared by all its clients, so a subquery may not read such a table.")));
-	/*
-	 * The main thread waits for this: planning (as the table's owner, whose
-	 * code it may evaluate) and reading are one evaluation under the
-	 * deadline of a where clause (eval_deadline.c), lock waits included;
-	 * past it, the request is refused.
-	 */
-	eval_deadline_watch();
-	eval_deadline_begin();
-	PG_TRY();
 	{
 		ShapeRoleSaved planner;
 
@@ -511,30 +502,6 @@ ss_set_read(SsValueSet *set, const SubqueryDependency *dep)
 		ExecutorEnd(qd);
 		FreeQueryDesc(qd);
 	}
-	PG_CATCH();
-	{
-		bool		expired = eval_deadline_end();
-
-		eval_deadline_unwatch();
-		if (expired)
-		{
-			char		msg[256];
-
-			FlushErrorState();
-			snprintf(msg, sizeof(msg),
-					 "Reading a subquery's rows took longer than this server allows (shape_sync.where_evaluation_timeout)");
-			shape_def_error_set("where", msg);
-			ereport(ERROR,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("reading a subquery's rows took longer than \"%s\" allows",
-							"shape_sync.where_evaluation_timeout"),
-					 errhint("Make the subquery more selective, or give it an index.")));
-		}
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	(void) eval_deadline_end();
-	eval_deadline_unwatch();
 
 	/* decoding applies what this snapshot did not see, once it gets here */
 	set->seen = ss_visibility_of(snapshot, next, set->context);
@@ -713,6 +680,19 @@ ss_set_create(const SubqueryDependency *dep, int parent, int level)
 		equality_route_of(NULL, &set->route);
 	dlist_init(&set->values);
 	MemoryContextSwitchTo(old);
+
+	/*
+	 * The main thread waits for this: planning (as the table's owner, whose
+	 * code it may evaluate) and reading, of the set and of its children at
+	 * every level, are one evaluation under the deadline of a where clause
+	 * (eval_deadline.c), lock waits included; past it, the request is
+	 * refused.
+	 */
+	if (parent < 0)
+	{
+		eval_deadline_watch();
+		eval_deadline_begin();
+	}
 	PG_TRY();
 	{
 		if (dep->nested != NULL)
@@ -726,11 +706,34 @@ ss_set_create(const SubqueryDependency *dep, int parent, int level)
 	}
 	PG_CATCH();
 	{
+		bool		expired = parent < 0 && eval_deadline_end();
+
+		if (parent < 0)
+			eval_deadline_unwatch();
 		/* a set that could not be read is no set */
 		ss_set_destroy(set);
+		if (expired)
+		{
+			char		msg[256];
+
+			FlushErrorState();
+			snprintf(msg, sizeof(msg),
+					 "Reading a subquery's rows took longer than this server allows (shape_sync.where_evaluation_timeout)");
+			shape_def_error_set("where", msg);
+			ereport(ERROR,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("reading a subquery's rows took longer than \"%s\" allows",
+							"shape_sync.where_evaluation_timeout"),
+					 errhint("Make the subquery more selective, or give it an index.")));
+		}
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (parent < 0)
+	{
+		(void) eval_deadline_end();
+		eval_deadline_unwatch();
+	}
 	ss_set_index(set, true);
 	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
 	return set;
@@ -917,6 +920,15 @@ ss_sublink_result(SsValueSet *set, TupleTableSlot *slot, const AttrNumber *attnu
 	return true;
 }
 
+/* The set a child belongs to, at the top of its parents (itself if none). */
+SsValueSet *
+ss_set_top(SsValueSet *set)
+{
+	while (set->parent >= 0)
+		set = ss_sets[set->parent];
+	return set;
+}
+
 /* First change of the transaction for the set: whether it applies. */
 bool
 ss_set_touch(SsValueSet *set)
@@ -935,16 +947,22 @@ ss_set_touch(SsValueSet *set)
 	MemoryContextSwitchTo(old);
 	if (set->filtering)
 	{
+		/*
+		 * A nested set and its children were read at one snapshot: the
+		 * order of their tables' commits is judged for all of them.
+		 */
+		SsValueSet *top = ss_set_top(set);
+
 		if (ss_lsn >= set->seen_lsn)
 			set->filtering = false;
 		else if (ss_visible(set->seen, ss_xid))
 		{
 			set->skip_txn = true;
-			if (set->applied_unseen)
+			if (top->applied_unseen)
 				ss_set_fail(set, "its subquery's table committed out of visibility order while its values were read");
 		}
 		else
-			set->applied_unseen = true;
+			top->applied_unseen = true;
 	}
 	return !set->skip_txn;
 }
@@ -1135,7 +1153,6 @@ ss_sets_dependents_on(Oid relid)
 	for (int id = 0; id < ss_nsets; id++)
 	{
 		SsValueSet *set = ss_sets[id];
-		SsValueSet *top = set;
 		bool		above = false;
 		ListCell   *lc;
 
@@ -1144,10 +1161,8 @@ ss_sets_dependents_on(Oid relid)
 		foreach(lc, roots)
 			above = above || ((SsPartitionRoot *) lfirst(lc))->relid == set->relid;
 		/* a child's streams are those of the set at the top of it */
-		while (top->parent >= 0)
-			top = ss_sets[top->parent];
 		if (set->relid == relid || above)
-			slots = list_concat_unique_int(slots, top->dependents);
+			slots = list_concat_unique_int(slots, ss_set_top(set)->dependents);
 	}
 	return slots;
 }

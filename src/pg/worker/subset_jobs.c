@@ -259,7 +259,8 @@ subset_definition(SubsetJobEntry *e, Oid *role)
 	{
 		MemoryContextSwitchTo(TopMemoryContext);
 		seg = subset_definition_create(spec, fingerprint,
-									   e->move_in ? e->move_in_request : e->req->subset);
+									   e->move_in ? e->move_in_request : e->req->subset,
+									   e->move_in ? NULL : e->req->result.handle);
 		MemoryContextSwitchTo(oldcxt);
 	}
 	PG_CATCH();
