@@ -20,11 +20,11 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
 import {
-  closePool, createTable, dropTable, fetchShape, query, SHAPE_URL, shapeQuery, uniqueSuffix, uniqueTable, walkShape,
+  closePool, createTable, dropTable, fetchShape, pool, query, SHAPE_URL, shapeQuery, uniqueSuffix, uniqueTable, walkShape,
 } from '../lib/helpers.mjs'
 import { resetGuc, setGuc, startClientShape, waitDecoded, waitFor, waitRowsEqual } from '../lib/live_helpers.mjs'
 import {
-  assertForbidden, assertWhereRefused, byIdNum, clientRows, Follower, issueKey, runTxid, selectRows,
+  assertForbidden, assertWhereRefused, byIdNum, clientRows, Follower, issueKey, projectsOf, runTxid, selectRows,
 } from '../lib/subquery_client.mjs'
 
 const HEX32 = /^[0-9a-f]{32}$/
@@ -461,6 +461,39 @@ describe('subqueries: live', () => {
 
   // Electric's move-in (docs/subqueries.md): the event, the rows with is_move_in, then
   // snapshot-end, and no 409.
+  // A value entering while the rows of an earlier move-in are read joins that move-in: its
+  // rows are read again, for both values, and one event names both transactions. The first
+  // query is held on a lock of the issues table until the second value entered.
+  it('a second move-in while the first is read joins it: one event naming both transactions, no 409', async () => {
+    const s = await makeSchema('sq_join')
+    const f = await new Follower(s.params).sync()
+    const before = f.log.length
+    const holder = await pool.connect()
+    let xid1
+    let xid2
+    try {
+      await holder.query('BEGIN')
+      await holder.query(`LOCK TABLE ${s.I} IN ACCESS EXCLUSIVE MODE`)
+      xid1 = await runTxid([`INSERT INTO ${s.M} VALUES (100, ${USER}, 4)`])
+      await waitDecoded()
+      xid2 = await runTxid([`INSERT INTO ${s.M} VALUES (101, ${USER}, 5)`])
+      await waitDecoded()
+    } finally {
+      await holder.query('COMMIT')
+      holder.release()
+    }
+    await f.until(() => projectsOf(f).has(4) && projectsOf(f).has(5), 'the issues of projects 4 and 5')
+    await f.barrier(s.I, 4)
+    assert.deepEqual(f.refetches, [], 'no 409')
+    assert.deepEqual(f.state.problems, [])
+    assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), 'the client equals the SELECT')
+    const events = f.log.slice(before).filter((m) => m.headers?.event !== undefined)
+    assert.equal(events.length, 1, `one event: ${JSON.stringify(events)}`)
+    assert.equal(events[0].headers.event, 'move-in')
+    assert.deepEqual(events[0].headers.txids, [xid1, xid2], 'it names both transactions')
+    assert.equal(events[0].headers.patterns.length, 2, 'and both values')
+  })
+
   it('move-in arrives as inserts without a 409 (Electric\'s move-in)', async () => {
     const s = await makeSchema('sq_emin')
     const f = await new Follower(s.params).sync()

@@ -17,7 +17,7 @@ import assert from 'node:assert/strict'
 
 import { closePool, createTable, dropTable, fetchShape, query, uniqueTable } from '../lib/helpers.mjs'
 import { waitDecoded } from '../lib/live_helpers.mjs'
-import { clientRows, Follower, runTxid, selectRows } from '../lib/subquery_client.mjs'
+import { clientRows, Follower, projectsOf, runTxid, selectRows } from '../lib/subquery_client.mjs'
 
 const USER = 10
 
@@ -77,7 +77,6 @@ async function assertEqualsSelect(f, s, marker, label) {
   assert.deepEqual(clientRows(f.state), await selectRows(s.sql, s.values), `${label}: the client equals the SELECT`)
 }
 
-const projectsOf = (f) => new Set([...f.state.rows.values()].map((r) => Number(r.value.project_id)))
 
 describe('nested subqueries: three levels', () => {
   it('the snapshot equals the SELECT, each row tagged with one condition', async () => {

@@ -75,6 +75,9 @@ export function applyMessages(state, messages) {
 
 export const byIdNum = (a, b) => Number(a.id) - Number(b.id)
 
+// The project_id values of the rows a client holds, as numbers.
+export const projectsOf = (f) => new Set([...f.state.rows.values()].map((r) => Number(r.value.project_id)))
+
 export function clientRows(state) {
   return [...state.rows.values()].map((r) => r.value).sort(byIdNum)
 }

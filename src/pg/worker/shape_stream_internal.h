@@ -78,7 +78,12 @@ typedef struct SsMoveIn
 	List	   *values;			/* char ** (texts by column) of each value */
 	List	   *keys;			/* StringInfo: the same values as set keys */
 	HTAB	   *key_set;		/* the same keys, to look one up (ss_key_set) */
-	TransactionId xid;			/* the transaction that moved them in */
+	int			nxids;			/* the transactions that moved them in: the */
+	TransactionId *xids;		/* first, and those whose values joined it */
+	char	   *stale;			/* values joined while its query ran: the
+								 * filter to read them all again with, when
+								 * it ends */
+	bool		requery;		/* ... which it did: at the next maintain */
 	LogOffset	after;			/* past its records: where the rows may go */
 	bool		holding;		/* from the transaction after the moving one on:
 								 * the stream keeps its transactions */

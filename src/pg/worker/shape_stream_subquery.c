@@ -35,9 +35,12 @@
  * spliced in (ss_move_in_splice): the kept transactions the snapshot saw,
  * the second way (the rows already hold their effects), the move-in event,
  * the rows, snapshot-end, then the kept transactions it did not see, the
- * first way.  A second move-in while one is read, a move-in of a shape
- * still taking its snapshot, no free query cell, or a failed query rotates
- * the shape instead (move_in).
+ * first way.  Values of the same subquery that enter while one is read
+ * join it (ss_move_in_join): from then on the second encoding masks them
+ * too, and the rows of all its values are read again at a snapshot that
+ * sees them.  A move-in of another subquery while one is read, a move-in
+ * of a shape still taking its snapshot, no free query cell, or a failed
+ * query rotates the shape instead (move_in).
  *
  * Routing.  A shape whose clause is one conjunction with a positive
  * `a IN (subquery)` is filed in its table's equality index under each value
@@ -496,7 +499,10 @@ ss_move_in_event(ShapeStream *s, List *gone, StringInfo msg)
 			first = false;
 		}
 	}
-	appendStringInfo(msg, "]" LOG_RECORD_TXIDS "%u]" LOG_RECORD_END, m->xid);
+	appendStringInfoString(msg, "]" LOG_RECORD_TXIDS);
+	for (int i = 0; i < m->nxids; i++)
+		appendStringInfo(msg, "%s%u", i > 0 ? "," : "", m->xids[i]);
+	appendStringInfoString(msg, "]" LOG_RECORD_END);
 	if (left != NULL)
 		hash_destroy(left);
 }
@@ -626,16 +632,126 @@ ss_move_in_forget(ShapeStream *s)
 }
 
 /*
+ * Queues the query of the move-in's rows (subset_jobs.c), whose filter
+ * (ss_move_in_filter) is `where`, as text; a stream whose query cannot be
+ * queued now rotates.
+ */
+static void
+ss_move_in_request(ShapeStream *s, const char *where)
+{
+	SubsetRequest *request = MemoryContextAllocZero(TopMemoryContext, sizeof(SubsetRequest));
+
+	request->move_in_where = MemoryContextStrdup(TopMemoryContext, where);
+	request->move_in_handle = MemoryContextStrdup(TopMemoryContext, s->subquery->tagger.handle);
+	if (!subset_jobs_move_in(s->slot, s->generation, request))
+	{
+		pfree(request->move_in_where);
+		pfree(request->move_in_handle);
+		pfree(request);
+		ss_move_in_forget(s);
+		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
+						"a value entered the result of its subquery, and no query slot was free to read its rows");
+	}
+}
+
+/* A value of the move-in in flight is back: no kept transaction moved it out. */
+static void
+ss_move_in_back(ShapeStream *s, const SsValueKey *key)
+{
+	List	   *txns = list_copy(s->pending);
+	ListCell   *lc;
+
+	if (s->txn_pending != NULL)
+		txns = lappend(txns, s->txn_pending);
+	foreach(lc, txns)
+	{
+		PendingTxn *txn = lfirst(lc);
+		ListCell   *kc;
+
+		foreach(kc, txn->moved_out)
+		{
+			StringInfo	k = lfirst(kc);
+
+			if ((uint32) k->len == key->len && memcmp(k->data, key->data, key->len) == 0)
+				txn->moved_out = foreach_delete_current(txn->moved_out, kc);
+		}
+	}
+	list_free(txns);
+}
+
+/*
+ * Values of the same subquery entered while a move-in is in flight: they
+ * join it.  Its kept transactions from here on are encoded as if none of
+ * its values had moved (the second view masks them all), and its rows are
+ * read again, for every value, at a snapshot that sees this transaction:
+ * now if the first query's rows are in, else when that query ends.  The
+ * event names both transactions.
+ */
+static void
+ss_move_in_join(ShapeStream *s, List *values)
+{
+	SsMoveIn   *m = s->moving;
+	int			ncolumns = s->subquery->plan->dependencies[m->dependency].ncolumns;
+	MemoryContext old = MemoryContextSwitchTo(m->context);
+	ListCell   *lc;
+
+	foreach(lc, values)
+	{
+		SsValue    *v = lfirst(lc);
+		StringInfo	key;
+		SsValueKey	k;
+
+		if (ss_key_set_has(m->key_set, v->key.data, v->key.len))
+		{
+			/* moved out by a kept transaction, and in again */
+			ss_move_in_back(s, &v->key);
+			continue;
+		}
+		key = makeStringInfo();
+		appendBinaryStringInfo(key, v->key.data, v->key.len);
+		m->keys = lappend(m->keys, key);
+		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
+		k.set = 0;
+		k.len = (uint32) key->len;
+		k.data = key->data;
+		(void) hash_search(m->key_set, &k, HASH_ENTER, NULL);
+	}
+	if (m->xids[m->nxids - 1] != ss_xid)
+	{
+		m->xids = repalloc(m->xids, sizeof(TransactionId) * (m->nxids + 1));
+		m->xids[m->nxids++] = ss_xid;
+	}
+	MemoryContextSwitchTo(old);
+	if (!m->answered)
+	{
+		/*
+		 * Its query runs: read again when it ends (between batches, outside
+		 * a transaction: the filter is made now).
+		 */
+		if (m->stale != NULL)
+			pfree(m->stale);
+		m->stale = MemoryContextStrdup(m->context, nodeToString(ss_move_in_filter(s)));
+		return;
+	}
+	/* its rows are in, waiting for decoding: they are read again */
+	m->answered = false;
+	m->visibility = NULL;
+	m->database_lsn = 0;
+	resetStringInfo(&m->answer);
+	ss_move_in_request(s, nodeToString(ss_move_in_filter(s)));
+}
+
+/*
  * Values moved the shape's rows in: their query is queued (subset_jobs.c),
  * and the stream keeps its transactions until the rows are spliced in.
- * A stream still taking its snapshot, already waiting for a move-in, or
- * whose query cannot be queued now rotates instead (move_in).
+ * Values of the same subquery that enter meanwhile join the move-in
+ * (ss_move_in_join).  A stream still taking its snapshot, or reading a
+ * move-in of another subquery, rotates instead (move_in).
  */
 static void
 ss_move_in_begin(ShapeStream *s, int dep, List *values)
 {
 	SsMoveIn   *m;
-	SubsetRequest *request;
 	ListCell   *lc;
 	MemoryContext old;
 	int			ncolumns = s->subquery->plan->dependencies[dep].ncolumns;
@@ -646,10 +762,15 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 									 "a value entered the result of its subquery while its snapshot was taken");
 		return;
 	}
+	if (s->moving != NULL && s->moving->dependency == dep)
+	{
+		ss_move_in_join(s, values);
+		return;
+	}
 	if (s->moving != NULL)
 	{
 		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
-						"a value entered the result of its subquery while an earlier move-in was read");
+						"a value entered the result of one of its subqueries while a move-in of another was read");
 		return;
 	}
 	{
@@ -661,7 +782,9 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 		m->context = context;
 	}
 	m->dependency = dep;
-	m->xid = ss_xid;
+	m->xids = palloc(sizeof(TransactionId));
+	m->xids[0] = ss_xid;
+	m->nxids = 1;
 	/* the transaction's records are before this op: its events took theirs */
 	m->after.tx = (int64_t) ss_lsn;
 	m->after.op = ss_op;
@@ -675,25 +798,14 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
 	}
 	m->key_set = ss_key_set(m->keys, m->context);
+	initStringInfo(&m->answer);
 	s->moving = m;
 	MemoryContextSwitchTo(old);
-
-	request = MemoryContextAllocZero(TopMemoryContext, sizeof(SubsetRequest));
-	request->move_in_where = MemoryContextStrdup(TopMemoryContext,
-												 nodeToString(ss_move_in_filter(s)));
-	request->move_in_handle = MemoryContextStrdup(TopMemoryContext, s->subquery->tagger.handle);
-	if (!subset_jobs_move_in(s->slot, s->generation, request))
-	{
-		pfree(request->move_in_where);
-		pfree(request->move_in_handle);
-		pfree(request);
-		ss_move_in_forget(s);
-		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
-						"a value entered the result of its subquery, and no query slot was free to read its rows");
-	}
+	ss_move_in_request(s, nodeToString(ss_move_in_filter(s)));
 }
 
-static int	ss_moves_answered = 0;	/* move-ins whose rows are in, not spliced */
+static int	ss_moves_answered = 0;	/* move-ins whose rows are in, not spliced,
+										 * or to read again */
 
 static ShapeStream *
 ss_moving_stream(uint32 slot, uint32 generation)
@@ -715,6 +827,16 @@ shape_stream_move_in_failed(uint32 slot, uint32 generation)
 
 	if (s == NULL)
 		return;
+	if (s->moving->stale != NULL)
+	{
+		/*
+		 * Values joined it: its rows are read again, all of them, between
+		 * batches (not from within the ending job's own answer).
+		 */
+		s->moving->requery = true;
+		ss_moves_answered++;
+		return;
+	}
 	ss_move_in_forget(s);
 	ss_rotate_later(s, SM_ROTATION_MOVE_IN, "the rows a value brought into it could not be read");
 }
@@ -749,8 +871,9 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 	if (s == NULL)
 		return;
 	m = s->moving;
-	if (outcome->reason != REFUSAL_NONE)
+	if (outcome->reason != REFUSAL_NONE || m->stale != NULL)
 	{
+		/* failed, or values joined it while it ran (read again) */
 		shape_stream_move_in_failed(slot, generation);
 		return;
 	}
@@ -762,7 +885,7 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 		return;
 	}
 	old = MemoryContextSwitchTo(m->context);
-	initStringInfo(&m->answer);
+	resetStringInfo(&m->answer);
 	while (pos < pub.data_end)
 	{
 		SlogRecordHeader hdr;
@@ -804,7 +927,10 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 		ss_moves_answered++;
 }
 
-/* Between batches: the move-ins whose rows came, once decoding caught up. */
+/*
+ * Between batches: the move-ins whose rows came, once decoding caught up,
+ * and those to read again.
+ */
 void
 ss_moves_maintain(void)
 {
@@ -817,6 +943,18 @@ ss_moves_maintain(void)
 	for (uint32 i = 0; i < table->nslots; i++)
 		if (ss_streams[i].in_use && ss_streams[i].moving != NULL && !ss_streams[i].rotate)
 		{
+			if (ss_streams[i].moving->requery)
+			{
+				SsMoveIn   *m = ss_streams[i].moving;
+				char	   *where = m->stale;
+
+				m->requery = false;
+				m->stale = NULL;
+				ss_move_in_request(&ss_streams[i], where);
+				if (ss_streams[i].moving != NULL)
+					pfree(where);	/* (else it went with the move-in) */
+				continue;
+			}
 			ss_move_in_try(&ss_streams[i]);
 			if (ss_streams[i].moving != NULL && ss_streams[i].moving->answered)
 				ss_moves_answered++;
