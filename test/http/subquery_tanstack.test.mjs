@@ -17,6 +17,10 @@
 // must-refetch while the rows move in, a `move-in` event whose txids hold the transaction's
 // xid, the rows that entered as inserts with is_move_in, then snapshot-end, and awaitTxId(xid)
 // resolving. SUBQUERY_TS_WAIT_MS (default 60000) bounds each wait.
+//
+// Then: a collection in on-demand mode, whose live query loads its rows as subset snapshots
+// tagged as the log tags them (a move-out then removes them); and a shape with nested
+// subqueries (issues of the projects of my teams) followed through moves at both levels.
 
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
@@ -523,6 +527,57 @@ describe('TanStack electric collection, on-demand: a live query over a membershi
   it('a move-out removes the rows the subset loaded', async () => {
     await runTx([`DELETE FROM ${memberships} WHERE project_id = 2 AND user_id = 1`])
     await waitLiveEquals([101], 'membership (2,1) deleted')
+  })
+})
+
+// ---------------------------------------------------------------------------------------
+// nested: issues of the projects of the teams of user 1 (two levels of subqueries)
+
+describe('TanStack electric collection, nested subqueries: issues of the projects of my teams', () => {
+  const members = uniqueTable('sq_tsn_members')
+  const projects = uniqueTable('sq_tsn_projects')
+  const issues = uniqueTable('sq_tsn_issues')
+  const where = `project_id IN (SELECT id FROM ${projects} WHERE team_id IN (SELECT team_id FROM ${members} WHERE user_id = $1))`
+  const SQL = `SELECT id, project_id, title FROM ${issues} WHERE ${where.replace('$1', '1')}`
+  let c
+
+  before(async () => {
+    await createTable([
+      `CREATE TABLE ${members} (team_id int NOT NULL, user_id int NOT NULL, PRIMARY KEY (team_id, user_id))`,
+      `ALTER TABLE ${members} REPLICA IDENTITY FULL`,
+      `CREATE TABLE ${projects} (id int PRIMARY KEY, team_id int)`,
+      `ALTER TABLE ${projects} REPLICA IDENTITY FULL`,
+      `CREATE TABLE ${issues} (id int PRIMARY KEY, project_id int NOT NULL, title text)`,
+      `INSERT INTO ${members} VALUES (1, 1), (2, 2)`,
+      `INSERT INTO ${projects} VALUES (1, 1), (2, 1), (3, 2), (4, 3)`,
+      `INSERT INTO ${issues} VALUES (100, 1, 'i100'), (200, 2, 'i200'), (300, 3, 'i300'), (400, 4, 'i400')`,
+    ])
+  })
+
+  after(async () => {
+    if (c) await c.collection.cleanup()
+    await dropTable(issues)
+    await dropTable(projects)
+    await dropTable(members)
+  })
+
+  it('follows moves at both levels', async () => {
+    c = startCollection('sq-nested', { table: issues, where, params: { 1: '1' } })
+    await waitFor(async () => {
+      failIfBroken(c, 'initial sync')
+      return c.collection.status === 'ready'
+    }, { timeoutMs: WAIT_MS, what: 'the collection to be ready' })
+    await waitEqualsSelect(c, SQL, [100, 200], 'initial sync')
+    // the inner level: user 1 joins team 2 (project 3 comes in)
+    await runTx([`INSERT INTO ${members} VALUES (2, 1)`])
+    await waitEqualsSelect(c, SQL, [100, 200, 300], 'user 1 joins team 2')
+    // the middle level: project 2 moves to team 3 (out), project 4 to team 1 (in)
+    await runTx([`UPDATE ${projects} SET team_id = 3 WHERE id = 2`, `UPDATE ${projects} SET team_id = 1 WHERE id = 4`])
+    await waitEqualsSelect(c, SQL, [100, 300, 400], 'projects 2 and 4 change teams')
+    // the inner level again: user 1 leaves team 1 (projects 1 and 4 go)
+    const { xid } = await runTx([`DELETE FROM ${members} WHERE team_id = 1 AND user_id = 1`])
+    await waitEqualsSelect(c, SQL, [300], 'user 1 leaves team 1')
+    await awaitTxId(c, xid, 'the move-out names its transaction')
   })
 })
 
