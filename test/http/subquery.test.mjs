@@ -20,26 +20,22 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
 import {
-  closePool, createTable, dropTable, fetchShape, pool, query, SHAPE_URL, shapeQuery, uniqueSuffix, uniqueTable, walkShape,
+  closePool, createTable, dropTable, fetchShape, pool, query, SHAPE_URL, shapeQuery, uniqueSuffix, walkShape,
 } from '../lib/helpers.mjs'
 import { resetGuc, setGuc, startClientShape, waitDecoded, waitFor, waitRowsEqual } from '../lib/live_helpers.mjs'
 import {
   assertForbidden, assertWhereRefused, byIdNum, clientRows, Follower, issueKey, projectsOf, runTxid, selectRows,
+  tableTracker,
 } from '../lib/subquery_client.mjs'
 
 const HEX32 = /^[0-9a-f]{32}$/
 const DIGITS = /^\d+$/
 const USER = 10
 
-const tables = []
-function newTable(prefix) {
-  const t = uniqueTable(prefix)
-  tables.push(t)
-  return t
-}
+const { newTable, track, dropAll } = tableTracker()
 
 after(async () => {
-  for (const t of tables.reverse()) await dropTable(t)
+  await dropAll()
   await closePool()
 })
 
@@ -576,7 +572,7 @@ describe('subqueries: a partitioned inner table', () => {
     const M = newTable(`${prefix}_m`)
     const I = newTable(`${prefix}_i`)
     // a detached one is a table of its own
-    tables.push(...['low', 'high', 'more', 'mid', 'mid1', 'mid2'].map((t) => `${M}_${t}`))
+    track(...['low', 'high', 'more', 'mid', 'mid1', 'mid2'].map((t) => `${M}_${t}`))
     await createTable([
       `CREATE TABLE ${P} (id int PRIMARY KEY)`,
       `CREATE TABLE ${I} (id int PRIMARY KEY, project_id int, title text)`,

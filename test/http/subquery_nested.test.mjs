@@ -15,21 +15,16 @@
 import { after, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 
-import { closePool, createTable, dropTable, fetchShape, query, uniqueTable } from '../lib/helpers.mjs'
+import { closePool, createTable, fetchShape, query } from '../lib/helpers.mjs'
 import { waitDecoded } from '../lib/live_helpers.mjs'
-import { clientRows, Follower, projectsOf, runTxid, selectRows } from '../lib/subquery_client.mjs'
+import { clientRows, Follower, projectsOf, runTxid, selectRows, tableTracker } from '../lib/subquery_client.mjs'
 
 const USER = 10
 
-const tables = []
-function newTable(prefix) {
-  const t = uniqueTable(prefix)
-  tables.push(t)
-  return t
-}
+const { newTable, dropAll } = tableTracker()
 
 after(async () => {
-  for (const t of tables.reverse()) await dropTable(t)
+  await dropAll()
   await closePool()
 })
 

@@ -94,6 +94,13 @@ function collectionRows(c) {
   }).sort(byId)
 }
 
+async function waitReady(c) {
+  await waitFor(async () => {
+    failIfBroken(c, 'initial sync')
+    return c.collection.status === 'ready'
+  }, { timeoutMs: WAIT_MS, what: 'the collection to be ready' })
+}
+
 function failIfBroken(c, label) {
   if (c.errors.length > 0) {
     throw new Error(`${label}: collection errors: ${c.errors.map((e) => `${e.name}: ${e.message}`).join('; ')}`)
@@ -218,10 +225,7 @@ describe('TanStack electric collection, posts of active users ("userId" IN (SELE
 
   it('initial sync: only the posts of active users', async () => {
     c = startCollection('sq-posts', { table: posts, where })
-    await waitFor(async () => {
-      failIfBroken(c, 'initial sync')
-      return c.collection.status === 'ready'
-    }, { timeoutMs: WAIT_MS, what: 'the collection to be ready' })
+    await waitReady(c)
     await waitEqualsSelect(c, SQL, [10, 11, 20, 40, 50, 70], 'initial sync')
     const first = messagesSince(c, 0).find((m) => 'key' in m)
     assert.ok(first && Array.isArray(first.headers.tags) && Array.isArray(first.headers.active_conditions),
@@ -356,10 +360,7 @@ describe('TanStack electric collection, issues of my projects (project_id IN (SE
 
   it('initial sync: the issues of user 1\'s projects (param $1 = 1)', async () => {
     c = startCollection('sq-issues', { table: issues, where, params: { 1: '1' } })
-    await waitFor(async () => {
-      failIfBroken(c, 'initial sync')
-      return c.collection.status === 'ready'
-    }, { timeoutMs: WAIT_MS, what: 'the collection to be ready' })
+    await waitReady(c)
     await waitEqualsSelect(c, SQL, [100, 101, 200, 400, 500], 'initial sync')
   })
 
@@ -563,10 +564,7 @@ describe('TanStack electric collection, nested subqueries: issues of the project
 
   it('follows moves at both levels', async () => {
     c = startCollection('sq-nested', { table: issues, where, params: { 1: '1' } })
-    await waitFor(async () => {
-      failIfBroken(c, 'initial sync')
-      return c.collection.status === 'ready'
-    }, { timeoutMs: WAIT_MS, what: 'the collection to be ready' })
+    await waitReady(c)
     await waitEqualsSelect(c, SQL, [100, 200], 'initial sync')
     // the inner level: user 1 joins team 2 (project 3 comes in)
     await runTx([`INSERT INTO ${members} VALUES (2, 1)`])

@@ -9,7 +9,7 @@
 # and out of a where clause) and big (200,000 rows, for snapshots; a few updates). Five
 # shapes, with and without where clauses and column lists, each followed by a
 # test/lib/shape_client.py client that keeps its (handle, offset) and rows across restarts.
-# Then CRASH_ROUNDS rounds (default 6), drawn from SEED (default random, printed first): after
+# Then CRASH_ROUNDS rounds (default 5), drawn from SEED (default random, printed first): after
 # a random sleep (0.1-2 s), the instance is killed, alternately by SIGKILL of the shape_sync
 # worker (PostgreSQL restarts every process) and by `pg_ctl stop -m immediate` and a start.
 # Each round is one of:
@@ -36,13 +36,13 @@
 # shapes read theirs from their files (2 of 6 in a run with SEED=3004).
 #
 # Replay a run with SEED=<n> (and the same CRASH_ROUNDS); the moments of the kills are drawn
-# from the seed, what the server is doing at them is not. The default 6 rounds take about 70 s
+# from the seed, what the server is doing at them is not. The default 5 rounds take about 60 s
 # on a quiet 2-core machine (each snapshot round adds a client of 200,000 rows).
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 init_work
 shape_client_init
-rounds=${CRASH_ROUNDS:-6}
+rounds=${CRASH_ROUNDS:-5}
 seed=${SEED:-$(((RANDOM << 15) | RANDOM))}
 echo "# seed $seed, $rounds rounds (replay: SEED=$seed CRASH_ROUNDS=$rounds $0)"
 trap 'touch "$work/stop"; cleanup_work' EXIT

@@ -11,7 +11,7 @@
 # test/integration/integrity_subquery.sh [SEED...]: runs each seed on a cluster of its own
 # (default: two random seeds, or $SEED alone; about 20 s a seed). Knobs passed through: DURATION
 # (s of writes per seed; 12 here, for the time of the README's test command: run longer seeds by
-# hand, e.g. DURATION=60 test/integration/integrity_subquery.sh 1 2 3), STEPS (40 here), WRITERS,
+# hand, e.g. DURATION=60 test/integration/integrity_subquery.sh 1 2 3), STEPS (30 here), WRITERS,
 # CONVERGE_TIMEOUT, VERBOSE, INTEGRITY_SUBQUERY_SHAPES
 # and INTEGRITY_SUBQUERY_SIMPLE (to narrow a failure down), INTEGRITY_SUBQUERY_NO_REFETCH=1 (any
 # 409 is a failure). Ports: HTTP from $SHAPE_SYNC_HTTP_PORT_FROM (default 45300), PostgreSQL
@@ -37,7 +37,7 @@ if ((${#seeds[@]} == 0)); then
 fi
 
 export SHAPE_SYNC_PG_PORT_FROM=${SHAPE_SYNC_PG_PORT_FROM:-48300}
-export DURATION=${DURATION:-12} STEPS=${STEPS:-40}
+export DURATION=${DURATION:-12} STEPS=${STEPS:-30}
 # a step waits for every client to be told the transaction's position: a shape it did not
 # touch tells its client at the end of its long poll
 export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '250ms'

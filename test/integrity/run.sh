@@ -8,7 +8,7 @@
 # test/integrity/integrity.mjs against it. Prints TAP-like `ok`/`not ok` lines; exits
 # non-zero when any check of any seed failed.
 #
-# Environment passed through to integrity.mjs: SEED, DURATION and RESTART_DURATION (16 s and
+# Environment passed through to integrity.mjs: SEED, DURATION and RESTART_DURATION (14 s and
 # 7 s here, for the time of the README's test command; every chaos kind still comes in the
 # first 10 s of a seed), WRITERS,
 # INTEGRITY_SSE (0 turns the SSE clients off), INTEGRITY_RESTART, INTEGRITY_RESTART_MODE
@@ -63,7 +63,7 @@ if ((${#seeds[@]} == 0)); then
 fi
 
 export INTEGRITY_COMPACTION_FACTOR=${INTEGRITY_COMPACTION_FACTOR:-0}
-export DURATION=${DURATION:-16} RESTART_DURATION=${RESTART_DURATION:-7}
+export DURATION=${DURATION:-14} RESTART_DURATION=${RESTART_DURATION:-7}
 export SHAPE_SYNC_EXTRA_CONF="shape_sync.long_poll_timeout = '2s'
 shape_sync.chunk_bytes_threshold = '16kB'
 shape_sync.compaction_factor = $INTEGRITY_COMPACTION_FACTOR${SHAPE_SYNC_EXTRA_CONF:+

@@ -78,7 +78,7 @@
 // each transaction, and a divergence names the one transaction that made it.
 //
 // Knobs: SEED (default random, printed), DURATION (s of write bursts, default 45; 12 in
-// integrity_subquery.sh), STEPS (default 100; 40 in integrity_subquery.sh), WRITERS
+// integrity_subquery.sh), STEPS (default 100; 30 in integrity_subquery.sh), WRITERS
 // (default 3), CONVERGE_TIMEOUT (s, default 60), VERBOSE=1, INTEGRITY_SUBQUERY_NO_REFETCH=1,
 // INTEGRITY_SUBQUERY_SHAPES=in_u1,notin_u1 (only the shapes named), INTEGRITY_SUBQUERY_SIMPLE=1 (one
 // operation on one table per transaction: no statement pairs across tables, no savepoints).

@@ -10,7 +10,26 @@
 
 import assert from 'node:assert/strict'
 
-import { fetchShape, pool, query, queryAsServerText, uniqueSuffix } from './helpers.mjs'
+import { dropTable, fetchShape, pool, query, queryAsServerText, uniqueSuffix, uniqueTable } from './helpers.mjs'
+
+// Tables a test file makes, dropped in reverse order by dropAll (its `after` hook).
+export function tableTracker() {
+  const tables = []
+  return {
+    newTable(prefix) {
+      const t = uniqueTable(prefix)
+      tables.push(t)
+      return t
+    },
+    // tables made under other names (partitions), dropped too
+    track(...names) {
+      tables.push(...names)
+    },
+    async dropAll() {
+      for (const t of tables.reverse()) await dropTable(t)
+    },
+  }
+}
 
 // The applier
 

@@ -84,6 +84,7 @@ typedef struct SsMoveIn
 								 * filter to read them all again with, when
 								 * it ends */
 	bool		requery;		/* ... which it did: at the next maintain */
+	int			rereads;		/* queries made again for values that joined */
 	LogOffset	after;			/* past its records: where the rows may go */
 	bool		holding;		/* from the transaction after the moving one on:
 								 * the stream keeps its transactions */
@@ -352,6 +353,7 @@ extern int	ss_value_match(const void *a, const void *b, Size keysize);
 extern void ss_value_remove(SsValueSet *set, SsValue *v);
 extern void ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta);
 extern void ss_set_fail(SsValueSet *set, const char *problem);
+extern void ss_set_fail_caught(SsValueSet *set, MemoryContext context);
 extern bool ss_set_touch(SsValueSet *set);
 extern SsValueSet *ss_set_top(SsValueSet *set);
 extern SsValueSet *ss_set_create(const SubqueryDependency *dep, int parent, int level);

@@ -590,18 +590,8 @@ ss_nested_judge_again(SsValueSet *set)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		(void) eval_deadline_end();
-		MemoryContextSwitchTo(old);
-		if (ss_econtext != NULL)
-			ResetExprContext(ss_econtext);
 		ExecClearTuple(n->kept_slot);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ss_set_fail(set, psprintf("a change of a subquery's table could not be processed: %s",
-								  edata->message));
-		FreeErrorData(edata);
+		ss_set_fail_caught(set, old);
 	}
 	PG_END_TRY();
 	shape_role_restore(&saved);

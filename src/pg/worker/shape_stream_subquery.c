@@ -654,6 +654,9 @@ ss_move_in_request(ShapeStream *s, const char *where)
 	}
 }
 
+/* a move-in's rows read again for values that joined it, at most (then: move_in) */
+#define MOVE_IN_MAX_REREADS		3
+
 /* A value of the move-in in flight is back: no kept transaction moved it out. */
 static void
 ss_move_in_back(ShapeStream *s, const SsValueKey *key)
@@ -673,7 +676,11 @@ ss_move_in_back(ShapeStream *s, const SsValueKey *key)
 			StringInfo	k = lfirst(kc);
 
 			if ((uint32) k->len == key->len && memcmp(k->data, key->data, key->len) == 0)
+			{
 				txn->moved_out = foreach_delete_current(txn->moved_out, kc);
+				pfree(k->data);
+				pfree(k);
+			}
 		}
 	}
 	list_free(txns);
@@ -684,16 +691,32 @@ ss_move_in_back(ShapeStream *s, const SsValueKey *key)
  * join it.  Its kept transactions from here on are encoded as if none of
  * its values had moved (the second view masks them all), and its rows are
  * read again, for every value, at a snapshot that sees this transaction:
- * now if the first query's rows are in, else when that query ends.  The
- * event names both transactions.
+ * now if the first query's rows are in, else when that query ends (one
+ * that fails rotates the shape, as a move-in's does); at most
+ * MOVE_IN_MAX_REREADS times, then the shape rotates.  The event names
+ * every transaction.
  */
 static void
 ss_move_in_join(ShapeStream *s, List *values)
 {
 	SsMoveIn   *m = s->moving;
 	int			ncolumns = s->subquery->plan->dependencies[m->dependency].ncolumns;
-	MemoryContext old = MemoryContextSwitchTo(m->context);
+	LogOffset	now;
+	MemoryContext old;
 	ListCell   *lc;
+
+	/*
+	 * Values that keep joining would have its rows read again and again,
+	 * and its transactions kept meanwhile: past a few, the shape rotates.
+	 */
+	if (m->rereads >= MOVE_IN_MAX_REREADS)
+	{
+		ss_rotate_later(s, SM_ROTATION_MOVE_IN,
+						"values kept entering the result of its subquery while a move-in was read");
+		return;
+	}
+	m->rereads++;
+	old = MemoryContextSwitchTo(m->context);
 
 	foreach(lc, values)
 	{
@@ -721,6 +744,10 @@ ss_move_in_join(ShapeStream *s, List *values)
 		m->xids = repalloc(m->xids, sizeof(TransactionId) * (m->nxids + 1));
 		m->xids[m->nxids++] = ss_xid;
 	}
+	/* the event comes after this transaction's records too */
+	now.tx = (int64_t) ss_lsn;
+	now.op = ss_op;
+	m->after = log_offset_max(m->after, now);
 	MemoryContextSwitchTo(old);
 	if (!m->answered)
 	{
@@ -827,16 +854,6 @@ shape_stream_move_in_failed(uint32 slot, uint32 generation)
 
 	if (s == NULL)
 		return;
-	if (s->moving->stale != NULL)
-	{
-		/*
-		 * Values joined it: its rows are read again, all of them, between
-		 * batches (not from within the ending job's own answer).
-		 */
-		s->moving->requery = true;
-		ss_moves_answered++;
-		return;
-	}
 	ss_move_in_forget(s);
 	ss_rotate_later(s, SM_ROTATION_MOVE_IN, "the rows a value brought into it could not be read");
 }
@@ -871,10 +888,19 @@ shape_stream_move_in_answered(uint32 slot, uint32 generation, const ShapeLog *an
 	if (s == NULL)
 		return;
 	m = s->moving;
-	if (outcome->reason != REFUSAL_NONE || m->stale != NULL)
+	if (outcome->reason != REFUSAL_NONE)
 	{
-		/* failed, or values joined it while it ran (read again) */
 		shape_stream_move_in_failed(slot, generation);
+		return;
+	}
+	if (m->stale != NULL)
+	{
+		/*
+		 * Values joined it while it ran: its rows are read again, all of
+		 * them, between batches (not from within this job's own answer).
+		 */
+		m->requery = true;
+		ss_moves_answered++;
 		return;
 	}
 	slog_read_published(answer, &pub);

@@ -820,6 +820,26 @@ ss_set_fail(SsValueSet *set, const char *problem)
 /* ------------------------------------------------- inner table changes */
 
 /*
+ * In a PG_CATCH around matching rows of a set's table: the error (caught
+ * in `context`'s callee) fails the set, and is flushed.
+ */
+void
+ss_set_fail_caught(SsValueSet *set, MemoryContext context)
+{
+	ErrorData  *edata;
+
+	(void) eval_deadline_end();
+	MemoryContextSwitchTo(context);
+	if (ss_econtext != NULL)
+		ResetExprContext(ss_econtext);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ss_set_fail(set, psprintf("a change of its subquery's table could not be processed: %s",
+							  edata->message));
+	FreeErrorData(edata);
+}
+
+/*
  * The set's where clause for the row: 1 true, 0 false, -1 NULL; its
  * subqueries' results, if any, are in its parameters (ss_nested_params_*).
  * `timed`: one evaluation under the deadline (a set's first reading is
@@ -1031,17 +1051,7 @@ ss_set_apply(uint32 id, void *arg)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		(void) eval_deadline_end();
-		MemoryContextSwitchTo(old);
-		if (ss_econtext != NULL)
-			ResetExprContext(ss_econtext);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ss_set_fail(set, psprintf("a change of its subquery's table could not be processed: %s",
-								  edata->message));
-		FreeErrorData(edata);
+		ss_set_fail_caught(set, old);
 	}
 	PG_END_TRY();
 	shape_role_restore(&saved);
