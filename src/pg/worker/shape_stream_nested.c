@@ -366,7 +366,7 @@ ss_nested_forget_row(SsValueSet *set, SsNestedRow *row)
 	SsNested   *n = set->nested;
 	const char *data = row->key.data;
 
-	for (int i = 0; i < n->nsublinks; i++)
+	for (int i = 0; row->links != NULL && i < n->nsublinks; i++)
 	{
 		SsNestedValue *value = row->links[i].value;
 
