@@ -94,6 +94,18 @@ function collectionRows(c) {
   }).sort(byId)
 }
 
+// projects, memberships (project_id, user_id) and issues (project_id), with the foreign keys
+function membershipTables(projects, memberships, issues) {
+  return [
+    `CREATE TABLE ${projects} (id int PRIMARY KEY, name text NOT NULL)`,
+    `CREATE TABLE ${memberships} (project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
+                                  user_id int NOT NULL, PRIMARY KEY (project_id, user_id))`,
+    `ALTER TABLE ${memberships} REPLICA IDENTITY FULL`,
+    `CREATE TABLE ${issues} (id int PRIMARY KEY, project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
+                             title text)`,
+  ]
+}
+
 async function waitReady(c) {
   await waitFor(async () => {
     failIfBroken(c, 'initial sync')
@@ -338,12 +350,7 @@ describe('TanStack electric collection, issues of my projects (project_id IN (SE
 
   before(async () => {
     await createTable([
-      `CREATE TABLE ${projects} (id int PRIMARY KEY, name text NOT NULL)`,
-      `CREATE TABLE ${memberships} (project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
-                                    user_id int NOT NULL, PRIMARY KEY (project_id, user_id))`,
-      `ALTER TABLE ${memberships} REPLICA IDENTITY FULL`,
-      `CREATE TABLE ${issues} (id int PRIMARY KEY, project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
-                               title text)`,
+      ...membershipTables(projects, memberships, issues),
       `INSERT INTO ${projects} SELECT g, 'project ' || g FROM generate_series(1, 6) g`,
       `INSERT INTO ${memberships} VALUES (1, 1), (2, 1), (3, 2), (4, 1), (5, 1), (6, 2)`,
       `INSERT INTO ${issues} VALUES (100, 1, 'i100'), (101, 1, 'i101'), (200, 2, 'i200'), (300, 3, 'i300'),
@@ -468,12 +475,7 @@ describe('TanStack electric collection, on-demand: a live query over a membershi
 
   before(async () => {
     await createTable([
-      `CREATE TABLE ${projects} (id int PRIMARY KEY, name text NOT NULL)`,
-      `CREATE TABLE ${memberships} (project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
-                                    user_id int NOT NULL, PRIMARY KEY (project_id, user_id))`,
-      `ALTER TABLE ${memberships} REPLICA IDENTITY FULL`,
-      `CREATE TABLE ${issues} (id int PRIMARY KEY, project_id int NOT NULL REFERENCES ${projects}(id) ON DELETE CASCADE,
-                               title text)`,
+      ...membershipTables(projects, memberships, issues),
       `INSERT INTO ${projects} SELECT g, 'project ' || g FROM generate_series(1, 4) g`,
       `INSERT INTO ${memberships} VALUES (1, 1), (2, 1), (3, 2)`,
       `INSERT INTO ${issues} VALUES (100, 1, 'i100'), (101, 1, 'i101'), (200, 2, 'i200'), (201, 2, 'i201'),
