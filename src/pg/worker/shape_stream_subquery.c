@@ -654,6 +654,26 @@ ss_move_in_request(ShapeStream *s, const char *where)
 	}
 }
 
+/*
+ * Adds a value to the move-in's (its key set, once made, included); in
+ * its context.
+ */
+static void
+ss_move_in_add(SsMoveIn *m, const SsValue *v, int ncolumns)
+{
+	StringInfo	key = makeStringInfo();
+
+	appendBinaryStringInfo(key, v->key.data, v->key.len);
+	m->keys = lappend(m->keys, key);
+	m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
+	if (m->key_set != NULL)
+	{
+		SsValueKey	k = {0, (uint32) key->len, key->data};
+
+		(void) hash_search(m->key_set, &k, HASH_ENTER, NULL);
+	}
+}
+
 /* a move-in's rows read again for values that joined it, at most (then: move_in) */
 #define MOVE_IN_MAX_REREADS		3
 
@@ -721,23 +741,11 @@ ss_move_in_join(ShapeStream *s, List *values)
 	foreach(lc, values)
 	{
 		SsValue    *v = lfirst(lc);
-		StringInfo	key;
-		SsValueKey	k;
 
 		if (ss_key_set_has(m->key_set, v->key.data, v->key.len))
-		{
-			/* moved out by a kept transaction, and in again */
-			ss_move_in_back(s, &v->key);
-			continue;
-		}
-		key = makeStringInfo();
-		appendBinaryStringInfo(key, v->key.data, v->key.len);
-		m->keys = lappend(m->keys, key);
-		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
-		k.set = 0;
-		k.len = (uint32) key->len;
-		k.data = key->data;
-		(void) hash_search(m->key_set, &k, HASH_ENTER, NULL);
+			ss_move_in_back(s, &v->key);	/* moved out by a kept transaction, and in again */
+		else
+			ss_move_in_add(m, v, ncolumns);
 	}
 	if (m->xids[m->nxids - 1] != ss_xid)
 	{
@@ -816,14 +824,7 @@ ss_move_in_begin(ShapeStream *s, int dep, List *values)
 	m->after.tx = (int64_t) ss_lsn;
 	m->after.op = ss_op;
 	foreach(lc, values)
-	{
-		SsValue    *v = lfirst(lc);
-		StringInfo	key = makeStringInfo();
-
-		appendBinaryStringInfo(key, v->key.data, v->key.len);
-		m->keys = lappend(m->keys, key);
-		m->values = lappend(m->values, ss_key_texts(&v->key, ncolumns));
-	}
+		ss_move_in_add(m, lfirst(lc), ncolumns);
 	m->key_set = ss_key_set(m->keys, m->context);
 	initStringInfo(&m->answer);
 	s->moving = m;
