@@ -9,9 +9,11 @@
  * what each file gained since the last round copied into the journal and
  * one fsync of it (log_journal.c; a file that gained much, or every file
  * journaled since the last reset when the journal is to be emptied, is
- * fsynced itself instead), then the manifest: a delta appended to it and
- * fsynced, or a whole one written aside, fsynced, renamed, the directory
- * fsynced (manifest_listing.c says which): milliseconds to
+ * fsynced itself instead), then the round's bytes of the value sets file
+ * (subquery shapes, pg/worker/shape_stream_sets_disk.c) written and
+ * fsynced, since the manifest names them, then the manifest: a delta
+ * appended to it and fsynced, or a whole one written aside, fsynced,
+ * renamed, the directory fsynced (manifest_listing.c says which): milliseconds to
  * tens of milliseconds on real disks, which the main thread must not
  * spend, since every live change waits behind it.  So a round is handed to
  * this thread: the files' paths (it opens each for its fsync, one at a
@@ -24,7 +26,8 @@
  * lets the replication slot pass that position.  A failed fsync of a
  * file, or a data file that cannot be read for the journal, installs no
  * manifest: the previous one holds, and the main thread says which file
- * failed.  A journal that could not be written or fsynced may end in a
+ * failed; so does a value sets file that could not be written or fsynced
+ * (failed_sets).  A journal that could not be written or fsynced may end in a
  * record cut short, after which a replay would stop: the round says so,
  * and the main thread's next round empties it, fsyncing its files first.  (A failed fsync of the directory, after the
  * rename, leaves the new manifest in place but reports failure: the slot
@@ -197,6 +200,37 @@ round_append_manifest(LogFlushRound *round)
 }
 
 /*
+ * The value sets file's bytes of the round, at sets_at, fdatasynced; a new
+ * generation creates or truncates the file first and fsyncs the directory
+ * after.  Before the manifest, which names them.
+ */
+static void
+round_write_sets(LogFlushRound *round)
+{
+	int			fd = open(round->sets_path,
+						  O_WRONLY | O_CREAT | (round->sets_create ? O_TRUNC : 0), 0600);
+
+	if (fd < 0)
+	{
+		round_fail(round, "write", -1);
+		round->failed_sets = true;
+		return;
+	}
+	if (lseek(fd, (off_t) round->sets_at, SEEK_SET) != (off_t) round->sets_at ||
+		!fd_write_all(fd, round->sets, round->sets_len))
+		round_fail(round, "write", -1);
+	else if (round->sync && (round->fsyncs++, fdatasync(fd) != 0))
+		round_fail(round, "fsync", -1);
+	if (close(fd) != 0 && round->ok)
+		round_fail(round, "write", -1);
+	if (round->ok && round->sets_create && round->sync &&
+		(round->fsyncs++, !fsync_path(round->dir_path, false, false)))
+		round_fail(round, "fsync", -1);
+	if (!round->ok)
+		round->failed_sets = true;
+}
+
+/*
  * A whole manifest written aside, fsynced, renamed over the old one, the
  * directory fsynced; a delta appended.
  */
@@ -238,6 +272,7 @@ log_flush_round_run(LogFlushRound *round)
 	round->failed_path = -1;
 	round->failed_piece = -1;
 	round->failed_journal = false;
+	round->failed_sets = false;
 	round->journal_torn = false;
 	round->journal_reset_failed = false;
 	round->journal_bytes = 0;
@@ -252,6 +287,8 @@ log_flush_round_run(LogFlushRound *round)
 	}
 	if (round->ok && round->npieces > 0)
 		round_write_journal(round);
+	if (round->ok && round->sets_path != NULL)
+		round_write_sets(round);
 	if (round->ok && round->manifest != NULL)
 		round_install_manifest(round);
 
@@ -280,6 +317,7 @@ log_flush_round_free(LogFlushRound *round)
 	for (uint32_t i = 0; i < round->npieces; i++)
 		free(round->pieces[i].name);
 	free(round->pieces);
+	free(round->sets);
 	free(round->manifest);
 	free(round);
 }

@@ -29,9 +29,11 @@ typedef struct LogJournalPiece
 
 /*
  * One round: files to fsync, pieces of files copied into the journal and
- * it fsynced, a manifest to put in place, then, when asked, the journal
- * emptied (the files it held records of are among those fsynced).  Built by the caller with malloc'd arrays and strings; the
- * flusher fills in the outcome; log_flush_round_free releases them.
+ * it fsynced, bytes of the value sets file written and fsynced, a manifest
+ * to put in place, then, when asked, the journal emptied (the files it
+ * held records of are among those fsynced).  Built by the caller with
+ * malloc'd arrays and strings; the flusher fills in the outcome;
+ * log_flush_round_free releases them.
  */
 typedef struct LogFlushRound
 {
@@ -48,7 +50,14 @@ typedef struct LogFlushRound
 	const char *manifest_tmp_path;	/* written there first, then renamed */
 	bool		manifest_append;	/* a delta: written at manifest_at, fsynced */
 	uint64_t	manifest_at;
-	const char *dir_path;		/* the directory of both, fsynced after */
+	const char *sets_path;		/* the value sets file, or NULL: nothing to write */
+	char	   *sets;			/* its bytes this round (malloc'd) */
+	size_t		sets_len;
+	uint64_t	sets_at;		/* written at this offset, fdatasynced, before
+								 * the manifest that names them */
+	bool		sets_create;	/* a new generation: the file created or
+								 * truncated first, the directory fsynced after */
+	const char *dir_path;		/* the directory of them all, fsynced after */
 	bool		sync;			/* false: write and rename, never fsync */
 	uint64_t	durable_lsn;	/* what the manifest makes durable */
 
@@ -56,7 +65,9 @@ typedef struct LogFlushRound
 	bool		ok;				/* every fsync and the manifest succeeded */
 	int			failed_path;	/* index in paths of a file that failed, or -1 */
 	int			failed_piece;	/* index in pieces of a file that could not be read, or -1 */
-	bool		failed_journal; /* what failed was the journal (else the manifest) */
+	bool		failed_journal; /* what failed was the journal (else the value
+								 * sets file or the manifest) */
+	bool		failed_sets;	/* what failed was the value sets file: no manifest */
 	bool		journal_torn;	/* writing or fsyncing the journal failed: it may end
 								 * in a record cut short, so it is to be emptied */
 	bool		journal_reset_failed;	/* ok, but the journal could not be emptied */

@@ -9,9 +9,12 @@
  * (records as log_record.h and shape_log.h lay them out) and a shape file
  * (LogStoreShape) written once; and one manifest for all shapes: the
  * header naming the cluster, timeline, slot and database the logs belong
- * to, the position up to which every commit is in them (durable_lsn), and
- * each shape's durable extent.  A data file may hold more than its extent
- * says (bytes written after the last manifest): those are cut at start.
+ * to, the position up to which every commit is in them (durable_lsn), the
+ * generation and length of the value sets file of subquery shapes
+ * (pg_shape_sync/sets.<generation>, see pg/worker/shape_stream_sets_disk.c;
+ * generation 0: none), and each shape's durable extent.  A data file, or
+ * the value sets file, may hold more than the manifest says (bytes written
+ * after the last manifest): those are cut at start.
  *
  * Both kinds of file are one frame:
  *
@@ -334,6 +337,8 @@ w_header(Writer *w, const LogStoreHeader *h)
 	w_u32(w, h->fsync_policy);
 	w_str(w, h->boot_id);
 	w_u64(w, h->durable_lsn);
+	w_u32(w, h->sets_generation);
+	w_u64(w, h->sets_length);
 }
 
 static void
@@ -402,6 +407,8 @@ r_header(Reader *r, LogStoreHeader *h)
 	h->fsync_policy = r_u32(r);
 	r_fixed(r, h->boot_id, sizeof(h->boot_id));
 	h->durable_lsn = r_u64(r);
+	h->sets_generation = r_u32(r);
+	h->sets_length = r_u64(r);
 }
 
 /*
@@ -765,6 +772,7 @@ log_manifest_free(LogStoreManifest *manifest)
 const char *
 log_store_header_mismatch(const LogStoreHeader *stored, const LogStoreHeader *now)
 {
+	/* the value sets file's generation and length are not about the cluster */
 	if (stored->system_id != now->system_id)
 		return "the system identifier";
 	if (stored->timeline != now->timeline)

@@ -22,7 +22,7 @@
 #include "shape_log.h"
 
 /* Bumped whenever a file's layout or a log record's layout changes. */
-#define LOG_STORE_FORMAT_VERSION	1
+#define LOG_STORE_FORMAT_VERSION	2
 
 #define LOG_STORE_NAME_LEN		64	/* slot names, boot ids: NAMEDATALEN */
 #define LOG_STORE_HANDLE_LEN	48	/* SHAPE_HANDLE_LEN */
@@ -38,7 +38,9 @@ typedef enum LogFsyncPolicy
 
 /*
  * Where the logs came from: a header that no longer matches the cluster
- * means that no shape of the store may be served.
+ * means that no shape of the store may be served.  It also names the
+ * value sets file of the state it describes (not about the cluster:
+ * log_store_header_mismatch leaves it out).
  */
 typedef struct LogStoreHeader
 {
@@ -49,6 +51,9 @@ typedef struct LogStoreHeader
 	uint32_t	fsync_policy;	/* LogFsyncPolicy the files were written under */
 	char		boot_id[LOG_STORE_NAME_LEN];	/* the kernel's, when written */
 	uint64_t	durable_lsn;	/* every commit before it is in the files */
+	uint32_t	sets_generation;	/* of the value sets file; 0: none */
+	uint64_t	sets_length;	/* its bytes that belong to this manifest (the
+								 * file may hold more, written after it) */
 } LogStoreHeader;
 
 /* One shape's durable extent, in the manifest. */

@@ -161,14 +161,14 @@ purged "2 (database postgres again)" t
 # 3. the manifest has another format version (bytes 8..11; the checksum is not made again)
 check "3: the manifest lists shape t" wait_for 60 listed "${handle[t]}"
 pg_stop
-patch_manifest 'struct.pack_into("<I", data, 8, 2)'
-expect_eq "3: the manifest now says format version 2" 2 \
+patch_manifest 'struct.pack_into("<I", data, 8, 3)'
+expect_eq "3: the manifest now says format version 3" 3 \
 	"$(manifest 'm["version"]')"
 m=$(mark)
 pg_start
 restarted 3
-check "3: the log says the store is discarded: format version 2" wait_for 60 logged "$m" \
-	'LOG:  shape_sync discards its stored shape logs: file "pg_shape_sync/manifest" cannot be used: it has format version 2, not 1'
+check "3: the log says the store is discarded: format version 3" wait_for 60 logged "$m" \
+	'LOG:  shape_sync discards its stored shape logs: file "pg_shape_sync/manifest" cannot be used: it has format version 3, not 2'
 purged 3 t
 
 # 4. a payload byte of the manifest is flipped

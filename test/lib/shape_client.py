@@ -193,7 +193,8 @@ def manifest(name, expr=None, *args):
     def header():
         return {"system_id": r.take("Q"), "timeline": r.take("I"),
                 "database_oid": r.take("I"), "slot": r.str(), "fsync_policy": r.take("I"),
-                "boot_id": r.str(), "durable_lsn": r.take("Q")}
+                "boot_id": r.str(), "durable_lsn": r.take("Q"),
+                "sets_generation": r.take("I"), "sets_length": r.take("Q")}
 
     def extent(old_chunks):
         s = {"handle": r.str(), "generation": r.take("I"), "length": r.take("Q"),

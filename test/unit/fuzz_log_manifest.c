@@ -36,7 +36,8 @@ manifests_equal(const LogStoreManifest *a, const LogStoreManifest *b)
 	if (x->system_id != y->system_id || x->timeline != y->timeline ||
 		x->database_oid != y->database_oid || strcmp(x->slot, y->slot) != 0 ||
 		x->fsync_policy != y->fsync_policy || strcmp(x->boot_id, y->boot_id) != 0 ||
-		x->durable_lsn != y->durable_lsn || a->nshapes != b->nshapes)
+		x->durable_lsn != y->durable_lsn || x->sets_generation != y->sets_generation ||
+		x->sets_length != y->sets_length || a->nshapes != b->nshapes)
 		return false;
 	for (uint32_t i = 0; i < a->nshapes; i++)
 	{
@@ -337,6 +338,8 @@ main(int argc, char **argv)
 	m.nshapes = 3;
 	m.shapes = e;
 	m.header.fsync_policy = LOG_FSYNC_OFF;
+	m.header.sets_generation = 2;
+	m.header.sets_length = 12288;
 	write_seed(argv[1], "manifest_three_shapes", log_manifest_encode(&m, &len), &len);
 
 	/* the same, then a delta: one shape gone, one with two chunks more, one new; then a cut one */
@@ -353,6 +356,7 @@ main(int argc, char **argv)
 		memset(&delta, 0, sizeof(delta));
 		delta.header = m.header;
 		delta.header.durable_lsn += 64;
+		delta.header.sets_length += 640;
 		delta.removed = removed;
 		delta.nremoved = 1;
 		changed[0] = e[1];

@@ -249,6 +249,7 @@ new_round_n(const Fx *fx, const char *const *names, uint32_t npaths,
 	round->durable_lsn = UINT64_C(0x16B3748);
 	round->ok = false;
 	round->failed_path = 12345;
+	round->failed_sets = true;
 	round->error = 9999;
 	round->failed_step = "garbage";
 	return round;
@@ -266,6 +267,7 @@ new_round(const Fx *fx, const char *const *names, uint32_t npaths, const char *m
 	do { \
 		CHECK((round)->ok); \
 		CHECK_EQ((round)->failed_path, -1); \
+		CHECK(!(round)->failed_sets); \
 		CHECK_EQ((round)->error, 0); \
 		CHECK_STR_EQ((round)->failed_step, NULL); \
 	} while (0)
@@ -520,6 +522,206 @@ FX_TEST(run_journal_unwritable_is_torn)
 	CHECK(!round->ok);
 	CHECK(round->journal_torn);
 	CHECK_UEQ(round->failed_piece, -1);
+	CHECK_ABSENT(fx->manifest);
+	log_flush_round_free(round);
+}
+
+/* the round's value sets bytes: a malloc'd copy of `len` bytes, at `at`, to `path` */
+static void
+round_set_sets(LogFlushRound *round, const char *path, const void *bytes, size_t len,
+			   uint64_t at, bool create)
+{
+	round->sets = malloc(len > 0 ? len : 1);
+	if (round->sets == NULL)
+		abort();
+	memcpy(round->sets, bytes, len);
+	round->sets_len = len;
+	round->sets_path = path;
+	round->sets_at = at;
+	round->sets_create = create;
+}
+
+/*
+ * A new generation creates the value sets file (the directory fsynced
+ * after it), a later round writes at the offset it is given (over bytes
+ * written after the last manifest), and a new generation again truncates.
+ */
+FX_TEST(run_writes_value_sets_at_their_offset)
+{
+	char		sets[256];
+	LogFlushRound *round;
+
+	fx_path(fx, "sets.1", sets, sizeof(sets));
+	round = new_round(fx, NULL, 0, "m1", true);
+	round_set_sets(round, sets, "first", 5, 0, true);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	/* the sets file, the directory, the manifest, the directory */
+	CHECK_UEQ(round->fsyncs, 4);
+	CHECK_FILE_STR(sets, "first");
+	CHECK_FILE_STR(fx->manifest, "m1");
+	log_flush_round_free(round);
+
+	/* an append at the end: one fsync for it, no directory */
+	round = new_round(fx, NULL, 0, "m2", true);
+	round_set_sets(round, sets, "+second\0", 8, 5, false);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 3);
+	CHECK_FILE(sets, "first+second\0", 13);
+	CHECK_FILE_STR(fx->manifest, "m2");
+	log_flush_round_free(round);
+
+	/* bytes written after the last manifest are overwritten where the round says */
+	{
+		int			fd = open(sets, O_WRONLY | O_APPEND);
+
+		REQUIRE(fd >= 0);
+		REQUIRE(write(fd, "junk", 4) == 4);
+		close(fd);
+	}
+	round = new_round(fx, NULL, 0, NULL, true);
+	round_set_sets(round, sets, "+3", 2, 13, false);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 1);
+	CHECK_FILE(sets, "first+second\0+3nk", 17);
+	log_flush_round_free(round);
+
+	/* a new generation over the same path starts it again */
+	round = new_round(fx, NULL, 0, "m3", true);
+	round_set_sets(round, sets, "new", 3, 0, true);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 4);
+	CHECK_FILE_STR(sets, "new");
+	log_flush_round_free(round);
+
+	/* nothing this round: the file is left alone */
+	round = new_round(fx, NULL, 0, "m4", true);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 2);
+	CHECK_FILE_STR(sets, "new");
+	log_flush_round_free(round);
+}
+
+/* with sync off the value sets file is written, nothing fsynced (not even a missing directory) */
+FX_TEST(run_without_sync_writes_value_sets_unsynced)
+{
+	char		sets[256];
+	char		missing[256];
+	LogFlushRound *round;
+
+	fx_path(fx, "sets.1", sets, sizeof(sets));
+	round = new_round(fx, NULL, 0, "m", false);
+	round_set_sets(round, sets, "abc", 3, 0, true);
+	round->dir_path = fx_path(fx, "no-such-dir", missing, sizeof(missing));
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 0);
+	CHECK_FILE_STR(sets, "abc");
+	CHECK_FILE_STR(fx->manifest, "m");
+	log_flush_round_free(round);
+
+	round = new_round(fx, NULL, 0, "m2", false);
+	round_set_sets(round, sets, "def", 3, 3, false);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_UEQ(round->fsyncs, 0);
+	CHECK_FILE_STR(sets, "abcdef");
+	CHECK_FILE_STR(fx->manifest, "m2");
+	log_flush_round_free(round);
+}
+
+/*
+ * A value sets file that cannot be opened, written or fsynced fails the
+ * round with failed_sets: no manifest is installed (the old one holds,
+ * no temporary file), the journal is not emptied.
+ */
+FX_TEST(run_value_sets_failure_installs_no_manifest)
+{
+	char		sets[256];
+	char		dir[256];
+	LogFlushRound *round;
+
+	REQUIRE(write_file(fx->manifest, "old manifest", 12));
+
+	/* in a missing directory: cannot be opened, with or without sync */
+	fx_path(fx, "no-dir/sets.1", sets, sizeof(sets));
+	for (int sync = 0; sync <= 1; sync++)
+	{
+		round = new_round(fx, NULL, 0, "never installed", sync);
+		round_set_sets(round, sets, "abc", 3, 0, true);
+		round->reset_journal = true;
+		REQUIRE(write_file(fx->journal, "kept", 4));
+		log_flush_round_run(round);
+		CHECK_ROUND_FAILED(round, "write", -1, ENOENT);
+		CHECK(round->failed_sets);
+		CHECK(!round->failed_journal);
+		CHECK_UEQ(round->fsyncs, 0);
+		CHECK_FILE_STR(fx->manifest, "old manifest");
+		CHECK_ABSENT(fx->tmp);
+		CHECK_UEQ(file_length(fx->journal), 4);
+		log_flush_round_free(round);
+	}
+
+	/* a write that fails: /dev/full */
+	REQUIRE(symlink("/dev/full", fx_path(fx, "full", sets, sizeof(sets))) == 0);
+	round = new_round(fx, NULL, 0, "never installed", true);
+	round_set_sets(round, sets, "abc", 3, 0, false);
+	log_flush_round_run(round);
+	CHECK_ROUND_FAILED(round, "write", -1, ENOSPC);
+	CHECK(round->failed_sets);
+	CHECK_FILE_STR(fx->manifest, "old manifest");
+	log_flush_round_free(round);
+
+	/* an fsync that fails: /dev/null; without sync the same round succeeds */
+	REQUIRE(symlink("/dev/null", fx_path(fx, "null", sets, sizeof(sets))) == 0);
+	round = new_round(fx, NULL, 0, "never installed", true);
+	round_set_sets(round, sets, "abc", 3, 0, true);
+	log_flush_round_run(round);
+	CHECK_ROUND_FAILED(round, "fsync", -1, EINVAL);
+	CHECK(round->failed_sets);
+	CHECK_UEQ(round->fsyncs, 1);
+	CHECK_FILE_STR(fx->manifest, "old manifest");
+	round->sync = false;
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_FILE_STR(fx->manifest, "never installed");
+	log_flush_round_free(round);
+	REQUIRE(write_file(fx->manifest, "old manifest", 12));
+
+	/* a new generation whose directory cannot be fsynced */
+	fx_path(fx, "sets.2", sets, sizeof(sets));
+	round = new_round(fx, NULL, 0, "never installed", true);
+	round_set_sets(round, sets, "abc", 3, 0, true);
+	round->dir_path = fx_path(fx, "no-such-dir", dir, sizeof(dir));
+	log_flush_round_run(round);
+	CHECK_ROUND_FAILED(round, "fsync", -1, ENOENT);
+	CHECK(round->failed_sets);
+	CHECK_UEQ(round->fsyncs, 2);
+	CHECK_FILE_STR(sets, "abc");
+	CHECK_FILE_STR(fx->manifest, "old manifest");
+	log_flush_round_free(round);
+}
+
+/* a data file that fails comes first: the value sets file is not written, and not blamed */
+FX_TEST(run_failed_file_writes_no_value_sets)
+{
+	const char *names[] = {"loop1"};
+	char		sets[256];
+	LogFlushRound *round;
+
+	REQUIRE(fx_symlink(fx, "loop2", "loop1"));
+	REQUIRE(fx_symlink(fx, "loop1", "loop2"));
+	fx_path(fx, "sets.1", sets, sizeof(sets));
+	round = new_round(fx, names, 1, "m", true);
+	round_set_sets(round, sets, "abc", 3, 0, true);
+	log_flush_round_run(round);
+	CHECK_ROUND_FAILED(round, "fsync", 0, ELOOP);
+	CHECK(!round->failed_sets);
+	CHECK_ABSENT(sets);
 	CHECK_ABSENT(fx->manifest);
 	log_flush_round_free(round);
 }
@@ -916,6 +1118,12 @@ FX_TEST(round_free_releases_everything)
 	log_flush_round_free(new_round(fx, names, 4, NULL, true));
 	log_flush_round_free(new_round(fx, NULL, 0, "manifest", false));
 	log_flush_round_free(new_round(fx, NULL, 0, NULL, false));
+	{
+		LogFlushRound *round = new_round(fx, names, 4, "manifest", true);
+
+		round_set_sets(round, "/nowhere/sets.1", "sets", 4, 0, true);
+		log_flush_round_free(round);
+	}
 	log_flush_round_free(NULL);
 	/* after a run, too */
 	{

@@ -176,6 +176,8 @@ sample_header(LogStoreHeader *h)
 	h->fsync_policy = LOG_FSYNC_BATCH;
 	strcpy(h->boot_id, "9f0c4e2a-51b7-4d3e-8a61-0c2f7b9d1e44");
 	h->durable_lsn = 0x16B3748ULL;
+	h->sets_generation = 5;
+	h->sets_length = 0x2A0F1ULL;
 }
 
 static SlogChunk *
@@ -327,6 +329,12 @@ manifest_eq(const char *file, int line, const LogStoreManifest *got,
 	if (g->durable_lsn != w->durable_lsn)
 		unit_fail(file, line, "durable_lsn: got %llu, want %llu",
 				  (unsigned long long) g->durable_lsn, (unsigned long long) w->durable_lsn);
+	if (g->sets_generation != w->sets_generation)
+		unit_fail(file, line, "sets_generation: got %u, want %u",
+				  g->sets_generation, w->sets_generation);
+	if (g->sets_length != w->sets_length)
+		unit_fail(file, line, "sets_length: got %llu, want %llu",
+				  (unsigned long long) g->sets_length, (unsigned long long) w->sets_length);
 	if (got->nshapes != want->nshapes)
 	{
 		unit_fail(file, line, "nshapes: got %u, want %u", got->nshapes, want->nshapes);
@@ -605,10 +613,10 @@ TEST(manifest_without_shapes_round_trips)
 	sample_header(&m.header);
 	MANIFEST_ROUND_TRIP(&m);
 
-	/* header only: 8 + 4 + 4 + (4 + 16) + 4 + (4 + 36) + 8 + nshapes 4 */
+	/* header only: 8 + 4 + 4 + (4 + 16) + 4 + (4 + 36) + 8 + 4 + 8 + nshapes 4 */
 	bytes = log_manifest_encode(&m, &len);
 	REQUIRE(bytes != NULL);
-	CHECK_EQ(len, HEAD + 92 + TAIL);
+	CHECK_EQ(len, HEAD + 104 + TAIL);
 	free(bytes);
 
 	/* empty strings and the largest values */
@@ -620,12 +628,18 @@ TEST(manifest_without_shapes_round_trips)
 	m.header.database_oid = UINT32_MAX;
 	m.header.fsync_policy = LOG_FSYNC_OFF;
 	m.header.durable_lsn = UINT64_MAX;
+	m.header.sets_generation = UINT32_MAX;
+	m.header.sets_length = UINT64_MAX;
 	memset(m.header.slot, 's', LOG_STORE_NAME_LEN - 1);
 	memset(m.header.boot_id, 'b', LOG_STORE_NAME_LEN - 1);
 	MANIFEST_ROUND_TRIP(&m);
 	m.header.fsync_policy = LOG_FSYNC_COMMIT;
 	m.header.system_id = 0;
 	m.header.durable_lsn = 0;
+	MANIFEST_ROUND_TRIP(&m);
+	/* no value sets file */
+	m.header.sets_generation = 0;
+	m.header.sets_length = 0;
 	MANIFEST_ROUND_TRIP(&m);
 }
 
@@ -731,6 +745,8 @@ TEST(manifest_layout_is_the_documented_one)
 	put_u32(&p, m.header.fsync_policy);
 	put_str(&p, m.header.boot_id);
 	put_u64(&p, m.header.durable_lsn);
+	put_u32(&p, m.header.sets_generation);
+	put_u64(&p, m.header.sets_length);
 	put_u32(&p, 1);
 	put_str(&p, "42-7");
 	put_u32(&p, 2);
@@ -749,7 +765,7 @@ TEST(manifest_layout_is_the_documented_one)
 	CHECK_EQ(len, want_len);
 	if (len == want_len)
 		CHECK_MEM_EQ(got, want, len);
-	CHECK_EQ(LOG_STORE_FORMAT_VERSION, 1);
+	CHECK_EQ(LOG_STORE_FORMAT_VERSION, 2);
 	free(got);
 	free(want);
 	buf_free(&p);
@@ -1160,7 +1176,7 @@ TEST(another_format_version_is_refused)
 	size_t		slen = 0;
 	char	   *mbytes;
 	char	   *sbytes;
-	const uint32_t versions[] = {0, 2, 0x100, UINT32_MAX};
+	const uint32_t versions[] = {0, 1, 3, 0x100, UINT32_MAX};
 
 	sample_manifest(&m, 2);
 	sample_shape(&s, NULL, 1, 1);
@@ -1274,6 +1290,8 @@ put_header(Buf *p)
 	put_u32(p, h.fsync_policy);
 	put_str(p, h.boot_id);
 	put_u64(p, h.durable_lsn);
+	put_u32(p, h.sets_generation);
+	put_u64(p, h.sets_length);
 }
 
 /* An extent with `nchunks` claimed and none written. */
@@ -1567,6 +1585,8 @@ TEST(strings_with_a_nul_inside_are_refused)
 	put_str(&p, "boot");
 	put_u64(&p, 0);
 	put_u32(&p, 0);
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	MANIFEST_PAYLOAD_REFUSED(&p, "decode");
 	buf_free(&p);
 
@@ -1577,6 +1597,8 @@ TEST(strings_with_a_nul_inside_are_refused)
 	put_str(&p, "slot");
 	put_u32(&p, 0);
 	put_strn(&p, "boot\0", 5);
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	put_u64(&p, 0);
 	put_u32(&p, 0);
 	MANIFEST_PAYLOAD_REFUSED(&p, "decode");
@@ -1642,6 +1664,8 @@ TEST(over_long_fixed_strings_are_refused)
 	put_str(&p, "boot");
 	put_u64(&p, 0);
 	put_u32(&p, 0);
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	MANIFEST_PAYLOAD_REFUSED(&p, "decode");
 	buf_free(&p);
 
@@ -1652,6 +1676,8 @@ TEST(over_long_fixed_strings_are_refused)
 	put_str(&p, "slot");
 	put_u32(&p, 0);
 	put_str(&p, name);
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	put_u64(&p, 0);
 	put_u32(&p, 0);
 	MANIFEST_PAYLOAD_REFUSED(&p, "decode");
@@ -1665,6 +1691,8 @@ TEST(over_long_fixed_strings_are_refused)
 	put_str(&p, name);
 	put_u32(&p, 0);
 	put_str(&p, name);
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	put_u64(&p, 0);
 	put_u32(&p, 0);
 	if (MANIFEST_PAYLOAD_ACCEPTED(&p, &m))
@@ -1682,6 +1710,8 @@ TEST(over_long_fixed_strings_are_refused)
 	put_null(&p);
 	put_u32(&p, 0);
 	put_str(&p, "boot");
+	put_u64(&p, 0);
+	put_u32(&p, 0);
 	put_u64(&p, 0);
 	put_u32(&p, 0);
 	MANIFEST_PAYLOAD_REFUSED(&p, "decode");
@@ -1762,6 +1792,8 @@ TEST(equal_headers_match)
 
 	/* how far the files got, and the boot, do not matter with fsync on */
 	b.durable_lsn = a.durable_lsn + 1000;
+	b.sets_generation = a.sets_generation + 1;
+	b.sets_length = 0;
 	strcpy(b.boot_id, "another-boot");
 	a.fsync_policy = LOG_FSYNC_BATCH;
 	CHECK(log_store_header_mismatch(&a, &b) == NULL);
@@ -1965,6 +1997,7 @@ sample_with_deltas(LogStoreManifest *after1, LogStoreManifest *after2, size_t *b
 	memset(&delta, 0, sizeof(delta));
 	delta.header = m.header;
 	delta.header.durable_lsn += 100;
+	delta.header.sets_length += 4096;	/* a round appended value sets */
 	removed[0] = "12345-1700000000000000";
 	delta.removed = removed;
 	delta.nremoved = 1;
@@ -2013,6 +2046,8 @@ sample_with_deltas(LogStoreManifest *after1, LogStoreManifest *after2, size_t *b
 	delta.header = m.header;
 	delta.header.durable_lsn += 100;
 	delta.header.fsync_policy = LOG_FSYNC_COMMIT;
+	delta.header.sets_generation++;	/* a new value sets file */
+	delta.header.sets_length = 512;
 	removed[0] = "big-handle";
 	delta.removed = removed;
 	delta.nremoved = 1;
@@ -2212,6 +2247,8 @@ delta_payload(Buf *b, const char *removed)
 	put_u32(b, h.fsync_policy);
 	put_str(b, h.boot_id);
 	put_u64(b, h.durable_lsn);
+	put_u32(b, h.sets_generation);
+	put_u64(b, h.sets_length);
 	put_u32(b, removed ? 1 : 0);
 	if (removed)
 		put_str(b, removed);
