@@ -207,8 +207,9 @@ round_append_manifest(LogFlushRound *round)
 static void
 round_write_sets(LogFlushRound *round)
 {
+	/* an append to a file that is gone fails: bytes past its start are no file */
 	int			fd = open(round->sets_path,
-						  O_WRONLY | O_CREAT | (round->sets_create ? O_TRUNC : 0), 0600);
+						  O_WRONLY | (round->sets_create ? O_CREAT | O_TRUNC : 0), 0600);
 
 	if (fd < 0)
 	{

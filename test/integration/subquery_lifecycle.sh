@@ -7,9 +7,9 @@
 #    reads dropped, a TRUNCATE, the role's SELECT revoked, the table dropped; plain shapes and
 #    shapes on other sets go on;
 #  - an update of an inner row that keeps its value moves nothing (no event, no 409);
-#  - subquery shapes get no files (a plain shape of the same table has its own), and a restart
-#    sends their clients 409 (they are not kept on disk yet), while the plain shape goes on
-#    from its offset;
+#  - subquery shapes are kept on disk as plain shapes are, their value sets in the value sets
+#    file, and after a restart both go on from their offsets (subquery_durable.sh follows
+#    their moves across restarts);
 #  - a nested shape has a set per select, and its middle select keeps the rows its inner
 #    select decides (shape_sync_subquery_kept_rows); all go with the shape.
 set -euo pipefail
@@ -108,7 +108,7 @@ cluster_psql -c "DROP TABLE members"
 check "dropping the inner table rotates the shape" wait_for 60 rotated_n "$before" 1
 expect_eq "which is refused now" 400 "$(status_at "$w1" "$h1" "$o1")"
 
-# a restart: subquery shapes are not kept on disk, plain shapes are
+# a restart: subquery shapes are kept on disk as plain shapes are, with their value sets
 cluster_psql <<'SQL'
 CREATE TABLE members (id int PRIMARY KEY, user_id int, project_id int, note text);
 ALTER TABLE members REPLICA IDENTITY FULL;
@@ -117,23 +117,22 @@ INSERT INTO members VALUES (1, 1, 1, 'a'), (2, 1, 2, 'b');
 SQL
 read -r h1 o1 < <(new_shape "$w1")
 read -r hp op < <(new_shape "")
-# the bytes of the shape's data file (its snapshot's spill file for a subquery shape), or 0
+# the bytes of the shape's data file, or 0
 data_bytes() { _cluster_as_pg stat -c %s "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.1.log" 2>/dev/null || echo 0; }
 has_shape_file() { _cluster_as_pg test -f "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.shape"; }
-no_shape_file() { ! has_shape_file "$1"; }
+has_sets_file() { _cluster_as_pg bash -c 'ls "$1"/sets.* >/dev/null 2>&1' _ "$SHAPE_SYNC_PGDATA/pg_shape_sync"; }
 sq_bytes=$(data_bytes "$h1") plain_bytes=$(data_bytes "$hp")
 cluster_psql -c "INSERT INTO issues SELECT 1000 + g, 1, 'r' || g FROM generate_series(1, 20) g" -c "SELECT pg_sleep(1.5)" >/dev/null
 check "the plain shape is kept on disk: its shape file" has_shape_file "$hp"
 check "and its data file took the changes" test "$(data_bytes "$hp")" -gt "$plain_bytes"
-check "the subquery shape is not (it is not kept): no shape file" no_shape_file "$h1"
-expect_eq "and nothing is written for it after its snapshot" "$sq_bytes" "$(data_bytes "$h1")"
+check "the subquery shape is too: its shape file" has_shape_file "$h1"
+check "and its data file took the changes" test "$(data_bytes "$h1")" -gt "$sq_bytes"
+check "its value set is in the value sets file" has_sets_file
 cluster_restart
 up() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "the server is back" wait_for 60 up
 expect_eq "after a restart the plain shape goes on from its offset" 200 "$(status_at "" "$hp" "$op")"
-expect_eq "and the subquery shape is rotated" 409 "$(status_at "$w1" "$h1" "$o1")"
-read -r h1 o1 < <(new_shape "$w1")
-check "which is made again" test -n "$h1"
+expect_eq "and so does the subquery shape" 200 "$(status_at "$w1" "$h1" "$o1")"
 
 # nested: a set for each level, and the rows the middle level keeps; all go with the shape
 cluster_psql <<'SQL'

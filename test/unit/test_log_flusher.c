@@ -606,6 +606,41 @@ FX_TEST(run_writes_value_sets_at_their_offset)
 	log_flush_round_free(round);
 }
 
+/*
+ * An append to a value sets file that is gone fails the round (it would
+ * make a file whose first bytes are zeros), and no manifest is installed;
+ * a new generation creates it.
+ */
+FX_TEST(run_refuses_an_append_to_a_missing_value_sets_file)
+{
+	char		sets[256];
+	LogFlushRound *round;
+
+	fx_path(fx, "sets.2", sets, sizeof(sets));
+	round = new_round(fx, NULL, 0, "before", true);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	log_flush_round_free(round);
+
+	round = new_round(fx, NULL, 0, "after", true);
+	round_set_sets(round, sets, "tail", 4, 100, false);
+	log_flush_round_run(round);
+	CHECK(!round->ok);
+	CHECK(round->failed_sets);
+	CHECK_EQ(round->error, ENOENT);
+	CHECK_ABSENT(sets);
+	CHECK_FILE_STR(fx->manifest, "before");
+	log_flush_round_free(round);
+
+	round = new_round(fx, NULL, 0, "after", true);
+	round_set_sets(round, sets, "whole", 5, 0, true);
+	log_flush_round_run(round);
+	CHECK_ROUND_OK(round);
+	CHECK_FILE_STR(sets, "whole");
+	CHECK_FILE_STR(fx->manifest, "after");
+	log_flush_round_free(round);
+}
+
 /* with sync off the value sets file is written, nothing fsynced (not even a missing directory) */
 FX_TEST(run_without_sync_writes_value_sets_unsynced)
 {

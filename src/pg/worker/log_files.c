@@ -25,10 +25,10 @@
  * log that grew first, and a shape is written once a round rather than
  * once a batch.  A shape whose snapshot just finished is written in pieces
  * of LOG_FILES_WRITE_PER_STEP per step, and enters the manifest once its
- * file holds all of its log.  Shapes of a kind not kept on disk (with
- * subqueries: shape_stream_kept_on_disk) are not written once their
- * snapshot is done: only a file their snapshot spilled to is kept, and
- * counted, until they go (log_files_shape_not_kept).
+ * file holds all of its log.  A shape whose log cannot be listed for now
+ * (one with subqueries, while a move-in is in flight or its value sets
+ * are still to be written: shape_stream_durable) is written all the same,
+ * and listed again once it can be.
  *
  * Rounds (log_rounds.c) make what the files gained durable, about once a
  * second, and bring the manifest up to date; only then may the slot be
@@ -430,24 +430,6 @@ log_files_shape_ready(uint32 slot, const LogStoreShape *shape)
 }
 
 void
-log_files_shape_not_kept(uint32 slot)
-{
-	FileShape  *fs;
-
-	if (lf_shapes == NULL || lf_shapes[slot].in_use ||
-		lf_table()->slots[slot].snapshot_file_bytes == 0)
-		return;					/* no file: log_files_forget looks anyway */
-	fs = &lf_shapes[slot];
-	lf_reset(fs);
-	strlcpy(fs->handle, lf_table()->slots[slot].handle, sizeof(fs->handle));
-	fs->generation = LOG_FILES_FIRST_GENERATION;
-	fs->in_use = true;
-	fs->not_kept = true;
-	fs->incarnation = ++lf_incarnations;
-	(void) lf_open_first(slot, O_RDONLY);
-}
-
-void
 log_files_appended(uint32 slot)
 {
 	FileShape  *fs;
@@ -455,7 +437,7 @@ log_files_appended(uint32 slot)
 	if (lf_shapes == NULL)
 		return;
 	fs = &lf_shapes[slot];
-	if (fs->in_use && !fs->dirty && !fs->failed && !fs->not_kept)
+	if (fs->in_use && !fs->dirty && !fs->failed)
 	{
 		fs->dirty = true;
 		lf_dirty[lf_ndirty++] = slot;
@@ -531,7 +513,7 @@ lf_open_shape(uint32 slot)
 	if (lf_shapes == NULL || slot >= lf_nslots)
 		return NULL;
 	fs = &lf_shapes[slot];
-	return fs->in_use && !fs->failed && !fs->not_kept && fs->file >= 0 ? fs : NULL;
+	return fs->in_use && !fs->failed && fs->file >= 0 ? fs : NULL;
 }
 
 /*

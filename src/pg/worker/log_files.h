@@ -37,12 +37,6 @@ extern void log_files_start(uint32 nslots);
 
 /* The shape stream's notes. */
 extern void log_files_shape_ready(uint32 slot, const LogStoreShape *shape);
-/*
- * A shape not kept on disk is ready: a data file its snapshot spilled to
- * is counted (the disk budget) and kept for its readers until the shape
- * goes, and never written again.
- */
-extern void log_files_shape_not_kept(uint32 slot);
 extern void log_files_appended(uint32 slot);
 /*
  * Compaction swapped the slot's log: its next generation is written whole.

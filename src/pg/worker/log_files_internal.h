@@ -44,9 +44,6 @@ typedef struct FileShape
 	bool		shape_file_synced;
 	bool		failed;			/* a write failed: in memory only from now on */
 	bool		in_round;		/* in the round in flight */
-	bool		not_kept;		/* only its snapshot's spilled chunks, for
-								 * their readers: never written, never
-								 * listed (log_files_shape_not_kept) */
 	uint64		incarnation;	/* tells this shape from a later one in the slot */
 	char		handle[LOG_STORE_HANDLE_LEN];
 	uint32		generation;
@@ -125,6 +122,13 @@ static inline void
 lf_shape_path(const char *handle, char *path)
 {
 	snprintf(path, MAXPGPATH, "%s/%s.shape", LOG_FILES_DIR, handle);
+}
+
+/* The value sets file of a generation (shape_stream_sets_disk.c). */
+static inline void
+lf_sets_path(uint32 generation, char *path)
+{
+	snprintf(path, MAXPGPATH, "%s/sets.%u", LOG_FILES_DIR, generation);
 }
 
 /* Removes every file of the store but those `keep` says to keep; how many went. */

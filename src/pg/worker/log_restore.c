@@ -253,6 +253,53 @@ log_restore_check_header(bool slot_made_now, XLogRecPtr slot_confirmed)
 	return &lr_previous;
 }
 
+/*
+ * The bytes of the value sets file that the manifest names (its first
+ * sets_length), palloc'd; NULL when it names none, or (said in the log)
+ * when the file lacks them.
+ */
+char *
+log_restore_read_sets(const LogStoreHeader *header, size_t *len)
+{
+	char		path[MAXPGPATH];
+	char	   *bytes = NULL;
+	size_t		done = 0;
+	int			fd;
+
+	*len = 0;
+	if (header->sets_generation == 0)
+		return NULL;
+	lf_sets_path(header->sets_generation, path);
+	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	if (fd >= 0 && header->sets_length <= MaxAllocHugeSize)
+	{
+		/* its first sets_length bytes: what came after was never confirmed */
+		bytes = MemoryContextAllocHuge(CurrentMemoryContext, Max(header->sets_length, 1));
+		while (done < header->sets_length)
+		{
+			ssize_t		n = read(fd, bytes + done, (size_t) header->sets_length - done);
+
+			if (n <= 0)
+				break;
+			done += (size_t) n;
+		}
+	}
+	if (fd >= 0)
+		CloseTransientFile(fd);
+	if (bytes == NULL || done < header->sets_length)
+	{
+		ereport(LOG,
+				(errmsg("shape_sync cannot read back the value sets of its subqueries: file \"%s\" is missing or shorter than its manifest says",
+						path),
+				 errdetail("Shapes with subqueries are not restored; their clients get 409.")));
+		if (bytes != NULL)
+			pfree(bytes);
+		return NULL;
+	}
+	*len = done;
+	return bytes;
+}
+
 LogStoreShape *
 log_restore_read_shape(const char *handle)
 {
@@ -462,6 +509,15 @@ lr_restored_file(const char *name)
 
 	if (strcmp(name, "manifest") == 0)
 		return true;
+	if (lr_have_previous && lr_previous.header.sets_generation != 0)
+	{
+		char		sets[MAXPGPATH];
+
+		/* named by the manifest until the first round writes the next one */
+		lf_sets_path(lr_previous.header.sets_generation, sets);
+		if (strcmp(name, sets + strlen(LOG_FILES_DIR) + 1) == 0)
+			return true;
+	}
 	if (strlen(name) >= sizeof(key))
 		return false;
 	memset(key, 0, sizeof(key));

@@ -27,6 +27,7 @@
 extern const LogStoreManifest *log_restore_check_header(bool slot_made_now,
 														XLogRecPtr slot_confirmed);
 extern LogStoreShape *log_restore_read_shape(const char *handle);
+extern char *log_restore_read_sets(const LogStoreHeader *header, size_t *len);
 extern bool log_restore_load(uint32 slot, const LogStoreExtent *extent, char *why, size_t why_len);
 extern void log_restore_done(void);
 

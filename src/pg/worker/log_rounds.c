@@ -22,7 +22,9 @@
  * after a journal write failed and may have cut a record short), and held
  * open until then, so that a writeback error meanwhile is not lost with
  * its inode (lf_journaled_add); a start replays the journal first
- * (log_restore.c).
+ * (log_restore.c).  A round also writes what the value sets of
+ * subqueries gained as of its position (shape_stream_sets_disk.c), fsynced
+ * before the manifest, which names the file and its length.
  *
  * The main thread builds a round (which files, the manifest's bytes) and
  * the flusher thread does it (log_flusher.c), so that no fsync delays
@@ -96,6 +98,7 @@ typedef struct LfRoundShape
 } LfRoundShape;
 
 static LogFlusher lf_flusher;	/* the thread that does rounds (log_flusher.c) */
+static char lf_round_sets_path[MAXPGPATH];	/* its value sets file */
 static LfRoundShape *lf_round;	/* the round in flight */
 static uint32 lf_nround;
 static uint32 lf_round_lists;	/* shapes its manifest lists */
@@ -296,6 +299,26 @@ lf_requeue_round(void)
 	lf_nround = 0;
 }
 
+/* Removes a generation of the value sets file (a later start would, too). */
+static void
+lf_remove_sets_file(uint32 generation)
+{
+	char		path[MAXPGPATH];
+
+	lf_sets_path(generation, path);
+	if (unlink(path) != 0 && errno != ENOENT && lf_may_warn())
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", path)));
+}
+
+/* What a round was to write of the value sets file waits for the next round. */
+static void
+lf_sets_not_written(ShapeStreamSetsRound *sets)
+{
+	shape_stream_sets_round_cancel(sets);
+}
+
 /*
  * Builds the next round: the files written since the last one (of shapes
  * that are complete, or already listed), and a manifest of every complete
@@ -306,6 +329,7 @@ lf_requeue_round(void)
 static LogFlushRound *
 lf_build_round(XLogRecPtr decoded)
 {
+	ShapeStreamSetsRound sets;
 	ShapeTable *table = lf_table();
 	LogFlushRound *round = calloc(1, sizeof(LogFlushRound));
 	LogStoreHeader header;
@@ -368,6 +392,13 @@ lf_build_round(XLogRecPtr decoded)
 		}
 	}
 	lf_round_journaled_paths = round->npaths;
+
+	/*
+	 * The value sets of subqueries as of `decoded` first: which shapes
+	 * with subqueries may be listed depends on them (shape_stream_durable).
+	 */
+	shape_stream_sets_settle(decoded);
+	shape_stream_sets_round(&sets);
 
 	lf_nround = 0;
 	for (uint32 i = 0; i < lf_nunsynced; i++)
@@ -439,6 +470,7 @@ lf_build_round(XLogRecPtr decoded)
 	if (out_of_memory)
 	{
 		/* no round this time: its shapes wait for the next */
+		lf_sets_not_written(&sets);
 		log_flush_round_free(round);
 		lf_requeue_round();
 		return NULL;
@@ -446,6 +478,8 @@ lf_build_round(XLogRecPtr decoded)
 
 	/* what the manifest is to list now; manifest_listing.c writes what changed */
 	lf_header_now(&header, decoded);
+	header.sets_generation = sets.generation;
+	header.sets_length = sets.length;
 	manifest_listing_begin(lf_listing);
 	for (uint32 slot = 0; slot < lf_nslots; slot++)
 	{
@@ -509,6 +543,18 @@ lf_build_round(XLogRecPtr decoded)
 	}
 	else
 		manifest_listing_cancel(lf_listing);
+	if (round != NULL && round->manifest != NULL && sets.bytes != NULL)
+	{
+		/* written before the manifest that names them */
+		lf_sets_path(sets.generation, lf_round_sets_path);
+		round->sets_path = lf_round_sets_path;
+		round->sets = sets.bytes;
+		round->sets_len = sets.len;
+		round->sets_at = sets.at;
+		round->sets_create = sets.create;
+	}
+	else
+		lf_sets_not_written(&sets);
 	if (round == NULL)
 		lf_requeue_round();
 	return round;
@@ -525,8 +571,15 @@ static void
 lf_apply_round(LogFlushRound *round)
 {
 	ListCell   *lc;
+	uint32		obsolete_sets;
 
 	sm_add(SM_LOG_FSYNCS, 0, round->fsyncs);
+	/* the generations of the value sets file no manifest names now go */
+	shape_stream_sets_round_done(round->ok,
+								 round->failed_sets || round->failed_journal ||
+								 round->failed_path >= 0 || round->failed_piece >= 0);
+	while ((obsolete_sets = shape_stream_sets_take_obsolete()) != 0)
+		lf_remove_sets_file(obsolete_sets);
 	lf_journal_bytes += round->journal_bytes;
 	if (round->journal_torn)
 		lf_journal_reset_due = true;	/* a record may be cut short: empty it next */
@@ -650,7 +703,8 @@ lf_apply_round(LogFlushRound *round)
 		ereport(WARNING,
 				(errcode_for_file_access(),
 				 errmsg("shape_sync could not %s file \"%s\": %m", round->failed_step,
-						round->failed_journal ? JOURNAL_PATH : MANIFEST_PATH),
+						round->failed_journal ? JOURNAL_PATH :
+						round->failed_sets ? round->sets_path : MANIFEST_PATH),
 				 errdetail("The replication slot keeps the WAL since the last manifest until one is written.")));
 	lf_requeue_round();
 	lf_manifest_stale = true;	/* what it would have said is still to say */
@@ -704,6 +758,7 @@ lf_round_step(XLogRecPtr decoded, bool due, bool inline_round)
 		 */
 		if (lf_listing != NULL)
 			manifest_listing_lost(lf_listing);
+		shape_stream_sets_write_whole();
 		for (uint32 slot = 0; slot < lf_nslots; slot++)
 		{
 			if (!lf_shapes[slot].in_use || lf_shapes[slot].failed)

@@ -580,6 +580,7 @@ reg_restore_one(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
 	RegistryEntry *e;
 	SnapshotVisibility *visibility;
 	char		why[256];
+	const char *problem;
 
 	memset(&def, 0, sizeof(def));
 	def.schema = stored->schema_name;
@@ -606,12 +607,15 @@ reg_restore_one(const LogStoreShape *stored, const LogStoreExtent *extent, XLogR
 		return "\"shape_sync.max_shapes\" was reached";
 	reg_creating = slot;		/* undone by the caller on error */
 	e = reg_enter(slot, &spec, rel, identity, hash, stored->schema_json, stored->fingerprint);
-	shape_stream_add(slot, e->generation, &spec, stored->chunk_threshold);
+	/* described first: the stream tags rows with the handle (row_tags.c) */
 	reg_describe(slot, &spec, rel, stored->handle);
+	shape_stream_add(slot, e->generation, &spec, stored->chunk_threshold);
 	table->slots[slot].created_at_us = stored->created_at_us;
 	table->slots[slot].snapshot_lsn = stored->snapshot_lsn;
 	atomic_store(&table->slots[slot].snapshot_rows, stored->snapshot_rows);
 	atomic_store(&table->slots[slot].snapshot_ms, stored->snapshot_ms);
+	if ((problem = shape_stream_restored_problem(slot)) != NULL)
+		return pstrdup(problem);	/* (it may be the set's, which goes with the slot) */
 	if (!log_restore_load(slot, extent, why, sizeof(why)))
 		return pstrdup(why);
 	visibility = palloc(offsetof(SnapshotVisibility, xip) + sizeof(uint64) * Max(stored->nxip, 1));
@@ -692,6 +696,8 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 	int			restored = 0;
 	TimestampTz started = GetCurrentTimestamp();
 	List	   *locked = NIL;	/* tables whose lock did not come in time */
+	char	   *sets;
+	size_t		sets_len;
 
 	catalog_use_current();
 	SetCurrentStatementStartTimestamp();
@@ -700,6 +706,10 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 	/* a table locked for long does not hold the worker's start */
 	(void) set_config_option("lock_timeout", "5s", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
+	/* the value sets of subqueries, as of the logs' end */
+	sets = log_restore_read_sets(&manifest->header, &sets_len);
+	shape_stream_sets_restore_begin(sets, sets_len, manifest->header.sets_generation,
+									manifest->header.durable_lsn);
 	for (uint32 i = 0; i < manifest->nshapes; i++)
 	{
 		const LogStoreExtent *extent = &manifest->shapes[i];
@@ -728,6 +738,9 @@ registry_restore_shapes(const LogStoreManifest *manifest)
 		log_store_shape_free(stored);
 		pfree(stored);
 	}
+	shape_stream_sets_restore_end();
+	if (sets != NULL)
+		pfree(sets);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	if (manifest->nshapes > 0)
@@ -987,9 +1000,7 @@ registry_rotate_all(SmRotationCause cause)
 
 /*
  * A shape's snapshot is done: from now on its log is kept on disk too
- * (log_files.c), with what it takes to restore it; a shape of a kind not
- * kept on disk gets no files (a file its snapshot spilled to is counted,
- * and stays for its readers until the shape goes).
+ * (log_files.c), with what it takes to restore it.
  */
 static void
 reg_keep_on_disk(uint32 slot, const SnapshotVisibility *visibility)
@@ -998,11 +1009,6 @@ reg_keep_on_disk(uint32 slot, const SnapshotVisibility *visibility)
 	ShapeSlot  *s = &reg_table()->slots[slot];
 	LogStoreShape shape;
 
-	if (!shape_stream_kept_on_disk(slot))
-	{
-		log_files_shape_not_kept(slot);
-		return;
-	}
 	memset(&shape, 0, sizeof(shape));
 	strlcpy(shape.handle, s->handle, sizeof(shape.handle));
 	shape.identity = e->identity;

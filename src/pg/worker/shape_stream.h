@@ -54,10 +54,52 @@ extern bool shape_stream_moves_waiting(void);
  */
 extern void shape_stream_resume_after(uint32 slot, XLogRecPtr lsn);
 
-/* Whether the stream writes the shape's log and will go on doing so. */
+/*
+ * Whether the stream writes the shape's log and will go on doing so, and
+ * a restart could restore it now (with subqueries: no move-in in flight,
+ * its value sets on disk as of the log's end).
+ */
 extern bool shape_stream_durable(uint32 slot);
-/* Whether the shape is of a kind whose log is kept on disk (none with subqueries yet). */
-extern bool shape_stream_kept_on_disk(uint32 slot);
+
+/*
+ * The value sets of subqueries on disk (shape_stream_sets_disk.c): at each
+ * round of the shape logs' files (log_rounds.c), first the sets read since
+ * the last one that decoding has caught up with are kept on disk too
+ * (_settle); then what the round is to write of the value sets file
+ * (_round), which the manifest names; then whether it did (_round_done:
+ * `manifest_untouched` when it failed before its manifest was written),
+ * or that it was not handed to the flusher after all (_round_cancel).
+ * _take_obsolete returns, one by one, the generations no manifest names
+ * now, or 0.
+ */
+typedef struct ShapeStreamSetsRound
+{
+	char	   *bytes;			/* malloc'd, or NULL: nothing to write */
+	size_t		len;
+	uint64		at;				/* where they go in the file */
+	bool		create;			/* a new generation, from its start */
+	uint32		generation;		/* the file's, for the manifest (0: none) */
+	uint64		length;			/* its length once written, for the manifest */
+} ShapeStreamSetsRound;
+
+extern void shape_stream_sets_settle(XLogRecPtr decoded);
+extern void shape_stream_sets_round(ShapeStreamSetsRound *round);
+extern void shape_stream_sets_round_done(bool ok, bool manifest_untouched);
+extern void shape_stream_sets_round_cancel(ShapeStreamSetsRound *round);
+extern uint32 shape_stream_sets_take_obsolete(void);
+/* The next round writes the file whole, as a new generation (one written unsynced). */
+extern void shape_stream_sets_write_whole(void);
+
+/*
+ * At start: the value sets file as the manifest names it (bytes from
+ * log_restore.c, or NULL), read so that restored shapes with subqueries
+ * get their sets from it, as of `durable`; _end frees what was not used.
+ */
+extern void shape_stream_sets_restore_begin(const char *bytes, size_t len, uint32 generation,
+											XLogRecPtr durable);
+extern void shape_stream_sets_restore_end(void);
+/* Why a restored shape's subqueries can no longer be followed, or NULL. */
+extern const char *shape_stream_restored_problem(uint32 slot);
 
 /* Decoding callbacks; main thread, inside the decoding transaction. */
 extern bool shape_stream_wants(Oid relid);

@@ -4,7 +4,7 @@
  *		What the files of the shape stream share: the stream, the kept
  *		transactions, the streams of a table, and the stream's state.
  *
- * The shape stream (shape_stream.c explains its design) is seven files:
+ * The shape stream (shape_stream.c explains its design) is eight files:
  *	 shape_stream.c           set-up, the catalog watch, the streams of a table
  *	 shape_stream_change.c    the change path: routing, matching, encoding
  *	 shape_stream_log.c       stitching a finished snapshot or a move-in,
@@ -14,6 +14,7 @@
  *	 shape_stream_subquery.c  shapes with subqueries: their rows, routes, moves
  *	 shape_stream_values.c    the value sets of their subqueries
  *	 shape_stream_nested.c    value sets whose select has subqueries itself
+ *	 shape_stream_sets_disk.c value sets kept on disk, read back at start
  * All of it runs on the worker's main thread; nothing here is shared with
  * another thread or process.
  *
@@ -42,6 +43,7 @@
 #include "shape_relation.h"
 #include "shape_stream.h"
 #include "shape_table.h"
+#include "value_sets_file.h"
 
 /*
  * A stream whose where clause has subqueries (shape_stream_subquery.c):
@@ -321,6 +323,10 @@ typedef struct SsValueSet
 	int			refcount;
 	List	   *dependents;		/* int list: streams using it, once each */
 	MemoryContext context;
+	uint64		uid;			/* its id in the value sets file, or 0: its
+								 * changes are not written there (not settled
+								 * yet, or failed; shape_stream_sets_disk.c) */
+	uint64		resume_lsn;		/* restored: commits before it are counted */
 
 	/* its reading, until decoding reaches it */
 	bool		filtering;
@@ -356,6 +362,8 @@ extern void ss_set_fail(SsValueSet *set, const char *problem);
 extern void ss_set_fail_caught(SsValueSet *set, MemoryContext context);
 extern bool ss_set_touch(SsValueSet *set);
 extern SsValueSet *ss_set_top(SsValueSet *set);
+extern SsValueSet *ss_set_make(const SubqueryDependency *dep, int parent, int level);
+extern void ss_set_indexed(SsValueSet *set);
 extern SsValueSet *ss_set_create(const SubqueryDependency *dep, int parent, int level);
 extern void ss_set_destroy(SsValueSet *set);
 extern int	ss_set_evaluate(SsValueSet *set, TupleTableSlot *slot, bool timed);
@@ -377,6 +385,25 @@ extern void ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, boo
 extern void ss_nested_cascade(void);
 extern const char *ss_nested_partitions_problem(SsValueSet *set);
 extern void ss_nested_destroy(SsValueSet *set);
+extern int	ss_nested_nchildren(const SsValueSet *set);
+extern int	ss_nested_child(const SsValueSet *set, int dependency);
+extern void ss_nested_set_child(SsValueSet *set, int dependency, int child);
+extern void ss_nested_write_kept(SsValueSet *set, ValueSetsBuffer *buf);
+extern void ss_nested_restore_row(SsValueSet *set, const char *key, uint32 len, int64 count);
+
+/*
+ * shape_stream_sets_disk.c: value sets kept on disk, as their changes come
+ * (each a no-op for a set not kept there), and read back at start.
+ */
+extern void ss_disk_value(SsValueSet *set, const SsValue *v);
+extern void ss_disk_null_rows(SsValueSet *set);
+extern void ss_disk_kept_row(SsValueSet *set, const char *key, uint32 len, int64 count);
+extern void ss_disk_drop(SsValueSet *set);
+extern void ss_disk_unsettled(SsValueSet *set, bool add);
+extern bool ss_disk_restoring(void);
+extern SsValueSet *ss_disk_restore_set(const SubqueryDependency *dep, int parent, int level,
+									   uint64 uid);
+extern bool ss_subquery_kept_on_disk(const ShapeStream *s);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */
 static inline bool

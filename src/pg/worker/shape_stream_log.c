@@ -152,22 +152,12 @@ shape_stream_durable(uint32 slot)
 {
 	const ShapeStream *s;
 
-	if (!shape_stream_kept_on_disk(slot))
+	if (ss_streams == NULL || !ss_streams[slot].in_use)
 		return false;
 	s = &ss_streams[slot];
 	/* restored and not taken over yet: its log is what its file holds */
-	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate;
-}
-
-/*
- * Whether the slot's shape is of a kind kept on disk: one with subqueries
- * is not yet (its value sets would have to be read back as of its log's
- * end), and gets no files once its snapshot is done.
- */
-bool
-shape_stream_kept_on_disk(uint32 slot)
-{
-	return ss_streams != NULL && ss_streams[slot].in_use && ss_streams[slot].subquery == NULL;
+	return (s->ready || (s->snapshot_done && s->resume_lsn != 0)) && !s->rotate &&
+		ss_subquery_kept_on_disk(s);
 }
 
 /* ------------------------------------------------------------ appending */

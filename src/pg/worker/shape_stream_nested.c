@@ -35,7 +35,9 @@
  *
  * The first reading reads the children, then the rows of t whose clause
  * is not false with the subqueries unknown (ss_nested_query), each
- * matched and kept here.
+ * matched and kept here.  Kept rows go to the value sets file with the
+ * set's values (their keys are their columns' texts), and are read in
+ * again from them at start (ss_nested_restore_row).
  *
  * Everything here runs on the worker's main thread.
  *
@@ -391,6 +393,8 @@ ss_nested_forget_row(SsValueSet *set, SsNestedRow *row)
 	sm_gauge_add(SM_SUBQUERY_KEPT_ROWS, 0, -1);
 }
 
+static void ss_nested_count_row(SsValueSet *set, TupleTableSlot *slot, int64 delta);
+
 /*
  * Keeps (+1) or stops keeping (-1) a row of the set's table, if its
  * children decide it.  `timed`: as ss_set_evaluate.
@@ -399,9 +403,6 @@ void
 ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed)
 {
 	SsNested   *n = set->nested;
-	SsValueKey	k;
-	SsNestedRow *row;
-	bool		found;
 
 	for (int i = 0; i < n->nsublinks; i++)
 	{
@@ -412,6 +413,18 @@ ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed)
 	if (ss_set_evaluate(set, slot, timed) != -1)
 		return;					/* true or false whatever the children hold */
 	ss_nested_row_key(set, slot, &n->key);
+	ss_nested_count_row(set, slot, delta);
+}
+
+/* Counts a kept row (its key in n->key) in (> 0) or out (< 0). */
+static void
+ss_nested_count_row(SsValueSet *set, TupleTableSlot *slot, int64 delta)
+{
+	SsNested   *n = set->nested;
+	SsValueKey	k;
+	SsNestedRow *row;
+	bool		found;
+
 	k.set = 0;
 	k.len = (uint32) n->key.len;
 	k.data = n->key.data;
@@ -475,6 +488,7 @@ ss_nested_keep(SsValueSet *set, TupleTableSlot *slot, int delta, bool timed)
 			ss_nested_link(set, row, slot, i);
 	}
 	row->count += delta;
+	ss_disk_kept_row(set, row->key.data, row->key.len, row->count);
 	if (row->count == 0)
 		ss_nested_forget_row(set, row);
 }
@@ -650,6 +664,90 @@ ss_nested_partitions_problem(SsValueSet *set)
 			return problem;
 	}
 	return NULL;
+}
+
+/* The subqueries of the set's where clause: 0 when it has none. */
+int
+ss_nested_nchildren(const SsValueSet *set)
+{
+	return set->nested != NULL ? set->nested->ndependencies : 0;
+}
+
+/* The set of the set's subquery `dependency`, or -1 (not read yet). */
+int
+ss_nested_child(const SsValueSet *set, int dependency)
+{
+	return set->nested->children[dependency];
+}
+
+void
+ss_nested_set_child(SsValueSet *set, int dependency, int child)
+{
+	set->nested->children[dependency] = child;
+}
+
+/* The set's kept rows, as records of the value sets file. */
+void
+ss_nested_write_kept(SsValueSet *set, ValueSetsBuffer *buf)
+{
+	HASH_SEQ_STATUS seq;
+	SsNestedRow *row;
+
+	hash_seq_init(&seq, set->nested->rows);
+	while ((row = hash_seq_search(&seq)) != NULL)
+		value_sets_write_kept_row(buf, set->uid, row->key.data, row->key.len, row->count);
+}
+
+/*
+ * Keeps a row read back from the value sets file: its key (ss_nested_row_key)
+ * is the texts of the columns it reads, read in again with their types'
+ * input functions.  A key that does not print back the same is refused.
+ */
+void
+ss_nested_restore_row(SsValueSet *set, const char *key, uint32 len, int64 count)
+{
+	SsNested   *n = set->nested;
+	TupleTableSlot *slot = n->read_slot;
+	uint32		at = 0;
+
+	ExecClearTuple(slot);
+	for (int a = 0; a < slot->tts_tupleDescriptor->natts; a++)
+	{
+		slot->tts_values[a] = (Datum) 0;
+		slot->tts_isnull[a] = true;
+	}
+	for (int c = 0; c < set->nread; c++)
+	{
+		Form_pg_attribute att = TupleDescAttr(n->desc, set->read_attnums[c] - 1);
+		uint32		text_len;
+		char	   *text;
+		Oid			input;
+		Oid			ioparam;
+
+		if (at >= len)
+			break;
+		if (key[at++] != 0)
+			continue;			/* NULL */
+		if (len - at < sizeof(text_len))
+			break;
+		memcpy(&text_len, key + at, sizeof(text_len));
+		at += sizeof(text_len);
+		if (len - at < text_len)
+			break;
+		text = pnstrdup(key + at, text_len);
+		at += text_len;
+		getTypeInputInfo(att->atttypid, &input, &ioparam);
+		slot->tts_values[att->attnum - 1] = OidInputFunctionCall(input, text, ioparam,
+																 att->atttypmod);
+		slot->tts_isnull[att->attnum - 1] = false;
+	}
+	ExecStoreVirtualTuple(slot);
+	ss_nested_row_key(set, slot, &n->key);
+	if (at != len || n->key.len != (int) len || memcmp(n->key.data, key, len) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("a row kept for a nested subquery does not read back as it was written")));
+	ss_nested_count_row(set, slot, count);
 }
 
 /* Frees the set's children and kept rows (the rest goes with its context). */

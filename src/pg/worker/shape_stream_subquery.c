@@ -49,9 +49,9 @@
  * a transaction they are the values before it, which the transaction is
  * judged against.
  *
- * Shapes with subqueries are not compacted (events name no key) and not
- * kept on disk yet (their sets would have to be read back as of the log's
- * end): a restart sends their clients a 409.
+ * Shapes with subqueries are not compacted (events name no key).  They are
+ * kept on disk as others are, their sets with them
+ * (shape_stream_sets_disk.c), except while a move-in is in flight.
  *
  * Everything here runs on the worker's main thread.
  *

@@ -39,6 +39,12 @@
  * takes rows without a change that reaches t, and fails the sets that
  * listed it (ss_set_partitions, ss_set_partitions_problem).
  *
+ * A set is kept on disk from the first round of the logs' files after
+ * decoding passed its reading, and each change of its counts is recorded
+ * for the next round (ss_disk_*, shape_stream_sets_disk.c); a restored
+ * shape's set is built from the file (ss_disk_restore_set), and skips the
+ * commits before the file's position (resume_lsn), as its shapes do.
+ *
  * Everything here runs on the worker's main thread.
  *
  * IDENTIFICATION
@@ -330,6 +336,7 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta)
 	if (!has_value)
 	{
 		set->null_rows += delta;
+		ss_disk_null_rows(set);
 		return;
 	}
 	v = ss_value_find(set, key->data, (uint32) key->len);
@@ -381,6 +388,7 @@ ss_set_count(SsValueSet *set, StringInfo key, bool has_value, int64 delta)
 		set->nvalues--;
 		sm_gauge_add(SM_SUBQUERY_VALUES, 0, -1);
 	}
+	ss_disk_value(set, v);
 }
 
 /* Receives the rows of a set's first reading. */
@@ -625,18 +633,15 @@ ss_set_findable(SsValueSet *set, bool findable)
 }
 
 /*
- * A new set for `dep`, read now: the sets of its where clause's own
- * subqueries first (its children, `level` + 1), all with the active
- * snapshot.  A set with a parent is that parent's alone.
+ * A new set for `dep`, empty, not indexed: what ss_set_create reads and
+ * ss_disk_restore_set (shape_stream_sets_disk.c) fills from disk.
  */
 SsValueSet *
-ss_set_create(const SubqueryDependency *dep, int parent, int level)
+ss_set_make(const SubqueryDependency *dep, int parent, int level)
 {
 	SsValueSet *set;
 	MemoryContext old;
 
-	if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
-		elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
 	set = ss_set_new();
 	/* most sets are one user's few values: small to start with */
 	set->context = AllocSetContextCreate(ss_context, "shape_sync value set",
@@ -680,6 +685,30 @@ ss_set_create(const SubqueryDependency *dep, int parent, int level)
 		equality_route_of(NULL, &set->route);
 	dlist_init(&set->values);
 	MemoryContextSwitchTo(old);
+	return set;
+}
+
+/* A set, indexed: changes of its table reach it from now on. */
+void
+ss_set_indexed(SsValueSet *set)
+{
+	ss_set_index(set, true);
+	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
+}
+
+/*
+ * A new set for `dep`, read now: the sets of its where clause's own
+ * subqueries first (its children, `level` + 1), all with the active
+ * snapshot.  A set with a parent is that parent's alone.
+ */
+SsValueSet *
+ss_set_create(const SubqueryDependency *dep, int parent, int level)
+{
+	SsValueSet *set;
+
+	if (!ActiveSnapshotSet() || GetActiveSnapshot()->snapshot_type != SNAPSHOT_MVCC)
+		elog(ERROR, "a subquery's values can only be read under an MVCC snapshot");
+	set = ss_set_make(dep, parent, level);
 
 	/*
 	 * The main thread waits for this: planning (as the table's owner, whose
@@ -734,8 +763,7 @@ ss_set_create(const SubqueryDependency *dep, int parent, int level)
 		(void) eval_deadline_end();
 		eval_deadline_unwatch();
 	}
-	ss_set_index(set, true);
-	sm_gauge_add(SM_SUBQUERY_VALUE_SETS, 0, 1);
+	ss_set_indexed(set);
 	return set;
 }
 
@@ -749,8 +777,11 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 		set = NULL;				/* failed: its shapes rotate, this one reads anew */
 	if (set == NULL)
 	{
-		set = ss_set_create(dep, -1, 0);
+		/* a restored shape's set is read back from disk, as of its log's end */
+		set = ss_disk_restoring() ? ss_disk_restore_set(dep, -1, 0, 0) :
+			ss_set_create(dep, -1, 0);
 		ss_set_findable(set, true);
+		ss_disk_unsettled(set, true);
 	}
 	set->refcount++;
 	old = MemoryContextSwitchTo(set->context);
@@ -766,6 +797,9 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 void
 ss_set_destroy(SsValueSet *set)
 {
+	ss_disk_drop(set);
+	if (set->parent < 0)
+		ss_disk_unsettled(set, false);
 	ss_nested_destroy(set);
 	ss_sets_touched = list_delete_ptr(ss_sets_touched, set);
 	ss_set_findable(set, false);
@@ -805,6 +839,7 @@ ss_set_fail(SsValueSet *set, const char *problem)
 	if (set->problem == NULL)
 		set->problem = MemoryContextStrdup(set->context, problem);
 	ss_set_findable(set, false);
+	ss_disk_drop(set);			/* no longer kept on disk: its shapes rotate */
 	/* a child's values are its parent's where clause */
 	if (set->parent >= 0)
 		ss_set_fail(ss_sets[set->parent], problem);
@@ -958,7 +993,8 @@ ss_set_touch(SsValueSet *set)
 	if (set->txn == ss_txn_number)
 		return !set->skip_txn;
 	set->txn = ss_txn_number;
-	set->skip_txn = false;
+	/* restored from disk with it */
+	set->skip_txn = ss_lsn < set->resume_lsn;
 	set->txn_values = NIL;
 	set->null_rows_before = set->null_rows;
 	set->nvalues_before = set->nvalues;
