@@ -59,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "byte_codec.h"
 #include "fnv_hash.h"
 
 #ifdef POSTGRES_H
@@ -74,83 +75,30 @@
 
 /* ------------------------------------------------------------- writing */
 
-typedef struct Writer
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-	bool		failed;
-} Writer;
-
-static void
-w_bytes(Writer *w, const void *p, size_t n)
-{
-	if (w->failed)
-		return;
-	if (w->len + n > w->cap)
-	{
-		size_t		cap = w->cap ? w->cap : 256;
-		char	   *grown;
-
-		while (cap < w->len + n)
-			cap *= 2;
-		grown = realloc(w->data, cap);
-		if (grown == NULL)
-		{
-			w->failed = true;
-			return;
-		}
-		w->data = grown;
-		w->cap = cap;
-	}
-	memcpy(w->data + w->len, p, n);
-	w->len += n;
-}
-
-static void
-w_u32(Writer *w, uint32_t v)
-{
-	unsigned char b[4];
-
-	for (int i = 0; i < 4; i++)
-		b[i] = (unsigned char) (v >> (8 * i));
-	w_bytes(w, b, 4);
-}
-
-static void
-w_u64(Writer *w, uint64_t v)
-{
-	unsigned char b[8];
-
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char) (v >> (8 * i));
-	w_bytes(w, b, 8);
-}
-
 /* A string, or NULL (length UINT32_MAX). */
 static void
-w_str(Writer *w, const char *s)
+w_str(ByteWriter *w, const char *s)
 {
 	if (s == NULL)
 	{
-		w_u32(w, UINT32_MAX);
+		byte_put_u32(w, UINT32_MAX);
 		return;
 	}
-	w_u32(w, (uint32_t) strlen(s));
-	w_bytes(w, s, strlen(s));
+	byte_put_u32(w, (uint32_t) strlen(s));
+	byte_put(w, s, strlen(s));
 }
 
 static void
-w_begin(Writer *w, const char *magic)
+w_begin(ByteWriter *w, const char *magic)
 {
 	memset(w, 0, sizeof(*w));
-	w_bytes(w, magic, 8);
-	w_u32(w, LOG_STORE_FORMAT_VERSION);
-	w_u32(w, 0);				/* the payload's length, set by w_finish */
+	byte_put(w, magic, 8);
+	byte_put_u32(w, LOG_STORE_FORMAT_VERSION);
+	byte_put_u32(w, 0);				/* the payload's length, set by w_finish */
 }
 
 static char *
-w_finish(Writer *w, size_t *len)
+w_finish(ByteWriter *w, size_t *len)
 {
 	uint64_t	payload = w->len - FRAME_HEAD;
 	uint64_t	sum;
@@ -165,7 +113,7 @@ w_finish(Writer *w, size_t *len)
 	for (int i = 0; i < 4; i++)
 		w->data[12 + i] = (char) (payload >> (8 * i));
 	sum = fnv_hash_bytes(FNV_HASH_START, w->data + 8, w->len - 8);
-	w_u64(w, sum);
+	byte_put_u64(w, sum);
 	if (w->failed)
 	{
 		free(w->data);
@@ -177,57 +125,11 @@ w_finish(Writer *w, size_t *len)
 
 /* ------------------------------------------------------------- reading */
 
-typedef struct Reader
-{
-	const unsigned char *p;
-	size_t		left;
-	bool		failed;
-} Reader;
-
-static bool
-r_bytes(Reader *r, void *out, size_t n)
-{
-	if (r->failed || r->left < n)
-	{
-		r->failed = true;
-		memset(out, 0, n);
-		return false;
-	}
-	memcpy(out, r->p, n);
-	r->p += n;
-	r->left -= n;
-	return true;
-}
-
-static uint32_t
-r_u32(Reader *r)
-{
-	unsigned char b[4];
-	uint32_t	v = 0;
-
-	r_bytes(r, b, 4);
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t) b[i] << (8 * i);
-	return v;
-}
-
-static uint64_t
-r_u64(Reader *r)
-{
-	unsigned char b[8];
-	uint64_t	v = 0;
-
-	r_bytes(r, b, 8);
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t) b[i] << (8 * i);
-	return v;
-}
-
 /* A malloc'd string, or NULL when it was written as NULL or is broken. */
 static char *
-r_str(Reader *r)
+r_str(ByteReader *r)
 {
-	uint32_t	n = r_u32(r);
+	uint32_t	n = byte_get_u32(r);
 	char	   *s;
 
 	if (r->failed || n == UINT32_MAX)
@@ -252,7 +154,7 @@ r_str(Reader *r)
 
 /* A string into a fixed buffer: it must fit. */
 static void
-r_fixed(Reader *r, char *out, size_t size)
+r_fixed(ByteReader *r, char *out, size_t size)
 {
 	char	   *s = r_str(r);
 
@@ -265,7 +167,7 @@ r_fixed(Reader *r, char *out, size_t size)
 
 /* Checks the frame and points `r` at its payload. */
 static bool
-r_open(Reader *r, const char *bytes, size_t len, const char *magic, char *error,
+r_open(ByteReader *r, const char *bytes, size_t len, const char *magic, char *error,
 	   size_t error_len)
 {
 	const unsigned char *b = (const unsigned char *) bytes;
@@ -309,7 +211,7 @@ r_open(Reader *r, const char *bytes, size_t len, const char *magic, char *error,
 }
 
 static bool
-r_close(Reader *r, char *error, size_t error_len)
+r_close(ByteReader *r, char *error, size_t error_len)
 {
 	if (r->failed || r->left != 0)
 	{
@@ -328,47 +230,47 @@ Min32(uint32_t a, uint32_t b)
 }
 
 static void
-w_header(Writer *w, const LogStoreHeader *h)
+w_header(ByteWriter *w, const LogStoreHeader *h)
 {
-	w_u64(w, h->system_id);
-	w_u32(w, h->timeline);
-	w_u32(w, h->database_oid);
+	byte_put_u64(w, h->system_id);
+	byte_put_u32(w, h->timeline);
+	byte_put_u32(w, h->database_oid);
 	w_str(w, h->slot);
-	w_u32(w, h->fsync_policy);
+	byte_put_u32(w, h->fsync_policy);
 	w_str(w, h->boot_id);
-	w_u64(w, h->durable_lsn);
-	w_u32(w, h->sets_generation);
-	w_u64(w, h->sets_length);
+	byte_put_u64(w, h->durable_lsn);
+	byte_put_u32(w, h->sets_generation);
+	byte_put_u64(w, h->sets_length);
 }
 
 static void
-w_extent(Writer *w, const LogStoreExtent *e, uint32_t first_chunk)
+w_extent(ByteWriter *w, const LogStoreExtent *e, uint32_t first_chunk)
 {
 	w_str(w, e->handle);
-	w_u32(w, e->generation);
-	w_u64(w, e->length);
-	w_u64(w, (uint64_t) e->last.tx);
-	w_u64(w, e->last.op);
-	w_u32(w, e->nchunks);
+	byte_put_u32(w, e->generation);
+	byte_put_u64(w, e->length);
+	byte_put_u64(w, (uint64_t) e->last.tx);
+	byte_put_u64(w, e->last.op);
+	byte_put_u32(w, e->nchunks);
 	for (uint32_t c = first_chunk; c < e->nchunks; c++)
 	{
 		const SlogChunk *chunk = &e->chunks[c - first_chunk];
 
-		w_u64(w, chunk->start_pos);
-		w_u64(w, chunk->end_pos);
-		w_u64(w, (uint64_t) chunk->end_tx);
-		w_u64(w, chunk->end_op);
+		byte_put_u64(w, chunk->start_pos);
+		byte_put_u64(w, chunk->end_pos);
+		byte_put_u64(w, (uint64_t) chunk->end_tx);
+		byte_put_u64(w, chunk->end_op);
 	}
 }
 
 char *
 log_manifest_encode(const LogStoreManifest *manifest, size_t *len)
 {
-	Writer		w;
+	ByteWriter		w;
 
 	w_begin(&w, MANIFEST_MAGIC);
 	w_header(&w, &manifest->header);
-	w_u32(&w, manifest->nshapes);
+	byte_put_u32(&w, manifest->nshapes);
 	for (uint32_t i = 0; i < manifest->nshapes; i++)
 		w_extent(&w, &manifest->shapes[i], 0);
 	return w_finish(&w, len);
@@ -377,38 +279,38 @@ log_manifest_encode(const LogStoreManifest *manifest, size_t *len)
 char *
 log_manifest_delta_encode(const LogStoreDelta *delta, size_t *len)
 {
-	Writer		w;
+	ByteWriter		w;
 
 	w_begin(&w, DELTA_MAGIC);
 	w_header(&w, &delta->header);
-	w_u32(&w, delta->nremoved);
+	byte_put_u32(&w, delta->nremoved);
 	for (uint32_t i = 0; i < delta->nremoved; i++)
 		w_str(&w, delta->removed[i]);
-	w_u32(&w, delta->nchanged);
+	byte_put_u32(&w, delta->nchanged);
 	for (uint32_t i = 0; i < delta->nchanged; i++)
 	{
 		const LogStoreExtent *e = &delta->changed[i];
 
 		if (delta->first_chunk[i] > e->nchunks)
 			w.failed = true;
-		w_u32(&w, delta->first_chunk[i]);
+		byte_put_u32(&w, delta->first_chunk[i]);
 		w_extent(&w, e, Min32(delta->first_chunk[i], e->nchunks));
 	}
 	return w_finish(&w, len);
 }
 
 static void
-r_header(Reader *r, LogStoreHeader *h)
+r_header(ByteReader *r, LogStoreHeader *h)
 {
-	h->system_id = r_u64(r);
-	h->timeline = r_u32(r);
-	h->database_oid = r_u32(r);
+	h->system_id = byte_get_u64(r);
+	h->timeline = byte_get_u32(r);
+	h->database_oid = byte_get_u32(r);
 	r_fixed(r, h->slot, sizeof(h->slot));
-	h->fsync_policy = r_u32(r);
+	h->fsync_policy = byte_get_u32(r);
 	r_fixed(r, h->boot_id, sizeof(h->boot_id));
-	h->durable_lsn = r_u64(r);
-	h->sets_generation = r_u32(r);
-	h->sets_length = r_u64(r);
+	h->durable_lsn = byte_get_u64(r);
+	h->sets_generation = byte_get_u32(r);
+	h->sets_length = byte_get_u64(r);
 }
 
 /*
@@ -417,17 +319,17 @@ r_header(Reader *r, LogStoreHeader *h)
  * first_chunk entries already.
  */
 static void
-r_extent(Reader *r, LogStoreExtent *e, uint32_t first_chunk)
+r_extent(ByteReader *r, LogStoreExtent *e, uint32_t first_chunk)
 {
 	uint32_t	nchunks;
 	SlogChunk  *grown;
 
 	r_fixed(r, e->handle, sizeof(e->handle));
-	e->generation = r_u32(r);
-	e->length = r_u64(r);
-	e->last.tx = (int64_t) r_u64(r);
-	e->last.op = r_u64(r);
-	nchunks = r_u32(r);
+	e->generation = byte_get_u32(r);
+	e->length = byte_get_u64(r);
+	e->last.tx = (int64_t) byte_get_u64(r);
+	e->last.op = byte_get_u64(r);
+	nchunks = byte_get_u32(r);
 	/* no count the bytes cannot hold */
 	if (r->failed || nchunks < first_chunk || nchunks > SLOG_MAX_CHUNKS ||
 		nchunks - first_chunk > r->left / 32)
@@ -448,10 +350,10 @@ r_extent(Reader *r, LogStoreExtent *e, uint32_t first_chunk)
 	for (uint32_t c = first_chunk; c < nchunks; c++)
 	{
 		memset(&e->chunks[c], 0, sizeof(SlogChunk));
-		e->chunks[c].start_pos = r_u64(r);
-		e->chunks[c].end_pos = r_u64(r);
-		e->chunks[c].end_tx = (int64_t) r_u64(r);
-		e->chunks[c].end_op = r_u64(r);
+		e->chunks[c].start_pos = byte_get_u64(r);
+		e->chunks[c].end_pos = byte_get_u64(r);
+		e->chunks[c].end_tx = (int64_t) byte_get_u64(r);
+		e->chunks[c].end_op = byte_get_u64(r);
 	}
 	e->nchunks = nchunks;
 }
@@ -521,7 +423,7 @@ typedef struct Decoding
 
 /* Applies one delta frame's payload; false when its bytes or its changes do not fit. */
 static bool
-apply_delta(Decoding *d, Reader *r)
+apply_delta(Decoding *d, ByteReader *r)
 {
 	LogStoreManifest *out = d->out;
 	uint32_t	n;
@@ -529,7 +431,7 @@ apply_delta(Decoding *d, Reader *r)
 	uint32_t	at;
 
 	r_header(r, &out->header);
-	n = r_u32(r);
+	n = byte_get_u32(r);
 	if (r->failed || n > r->left / 4)
 		return false;
 	for (uint32_t i = 0; i < n; i++)
@@ -544,12 +446,12 @@ apply_delta(Decoding *d, Reader *r)
 			return false;		/* removes what it does not have */
 		d->removed[found] = true;
 	}
-	n = r_u32(r);
+	n = byte_get_u32(r);
 	if (r->failed || n > r->left / 36)
 		return false;
 	for (uint32_t i = 0; i < n; i++)
 	{
-		uint32_t	first_chunk = r_u32(r);
+		uint32_t	first_chunk = byte_get_u32(r);
 		size_t		mark_left = r->left;
 		const unsigned char *mark = r->p;
 		int32_t		found;
@@ -642,7 +544,7 @@ bool
 log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 					char *error, size_t error_len)
 {
-	Reader		r;
+	ByteReader		r;
 	Decoding	d;
 	size_t		base = len;
 	size_t		pos;
@@ -665,7 +567,7 @@ log_manifest_decode(const char *bytes, size_t len, LogStoreManifest *out,
 	if (!r_open(&r, bytes, base, MANIFEST_MAGIC, error, error_len))
 		return false;
 	r_header(&r, &out->header);
-	out->nshapes = r_u32(&r);
+	out->nshapes = byte_get_u32(&r);
 	/* each extent takes at least 36 bytes: no count the bytes cannot hold */
 	if (!r.failed && out->nshapes > r.left / 36)
 		r.failed = true;
@@ -792,7 +694,7 @@ log_store_header_mismatch(const LogStoreHeader *stored, const LogStoreHeader *no
 char *
 log_store_shape_encode(const LogStoreShape *s, size_t *len)
 {
-	Writer		w;
+	ByteWriter		w;
 
 	w_begin(&w, SHAPE_MAGIC);
 	w_str(&w, s->handle);
@@ -802,20 +704,20 @@ log_store_shape_encode(const LogStoreShape *s, size_t *len)
 	w_str(&w, s->schema_name);
 	w_str(&w, s->table_name);
 	w_str(&w, s->where_sql);
-	w_u32(&w, s->ncolumns);
+	byte_put_u32(&w, s->ncolumns);
 	for (uint32_t i = 0; i < s->ncolumns; i++)
 		w_str(&w, s->columns[i]);
-	w_u32(&w, s->flags);
-	w_u32(&w, (uint32_t) s->chunk_threshold);
-	w_u64(&w, s->snapshot_lsn);
-	w_u64(&w, s->xmin);
-	w_u64(&w, s->xmax);
-	w_u32(&w, s->nxip);
+	byte_put_u32(&w, s->flags);
+	byte_put_u32(&w, (uint32_t) s->chunk_threshold);
+	byte_put_u64(&w, s->snapshot_lsn);
+	byte_put_u64(&w, s->xmin);
+	byte_put_u64(&w, s->xmax);
+	byte_put_u32(&w, s->nxip);
 	for (uint32_t i = 0; i < s->nxip; i++)
-		w_u64(&w, s->xip[i]);
-	w_u64(&w, (uint64_t) s->created_at_us);
-	w_u64(&w, s->snapshot_rows);
-	w_u64(&w, (uint64_t) s->snapshot_ms);
+		byte_put_u64(&w, s->xip[i]);
+	byte_put_u64(&w, (uint64_t) s->created_at_us);
+	byte_put_u64(&w, s->snapshot_rows);
+	byte_put_u64(&w, (uint64_t) s->snapshot_ms);
 	return w_finish(&w, len);
 }
 
@@ -823,7 +725,7 @@ bool
 log_store_shape_decode(const char *bytes, size_t len, LogStoreShape *out,
 					   char *error, size_t error_len)
 {
-	Reader		r;
+	ByteReader		r;
 
 	memset(out, 0, sizeof(*out));
 	if (!r_open(&r, bytes, len, SHAPE_MAGIC, error, error_len))
@@ -835,7 +737,7 @@ log_store_shape_decode(const char *bytes, size_t len, LogStoreShape *out,
 	out->schema_name = r_str(&r);
 	out->table_name = r_str(&r);
 	out->where_sql = r_str(&r);
-	out->ncolumns = r_u32(&r);
+	out->ncolumns = byte_get_u32(&r);
 	if (!r.failed && out->ncolumns > r.left / 4)
 		r.failed = true;
 	if (!r.failed && out->ncolumns > 0)
@@ -850,12 +752,12 @@ log_store_shape_decode(const char *bytes, size_t len, LogStoreShape *out,
 		if (out->columns[i] == NULL)
 			r.failed = true;
 	}
-	out->flags = r_u32(&r);
-	out->chunk_threshold = (int32_t) r_u32(&r);
-	out->snapshot_lsn = r_u64(&r);
-	out->xmin = r_u64(&r);
-	out->xmax = r_u64(&r);
-	out->nxip = r_u32(&r);
+	out->flags = byte_get_u32(&r);
+	out->chunk_threshold = (int32_t) byte_get_u32(&r);
+	out->snapshot_lsn = byte_get_u64(&r);
+	out->xmin = byte_get_u64(&r);
+	out->xmax = byte_get_u64(&r);
+	out->nxip = byte_get_u32(&r);
 	if (!r.failed && out->nxip > r.left / 8)
 		r.failed = true;
 	if (!r.failed && out->nxip > 0)
@@ -865,10 +767,10 @@ log_store_shape_decode(const char *bytes, size_t len, LogStoreShape *out,
 			r.failed = true;
 	}
 	for (uint32_t i = 0; !r.failed && i < out->nxip; i++)
-		out->xip[i] = r_u64(&r);
-	out->created_at_us = (int64_t) r_u64(&r);
-	out->snapshot_rows = r_u64(&r);
-	out->snapshot_ms = (int64_t) r_u64(&r);
+		out->xip[i] = byte_get_u64(&r);
+	out->created_at_us = (int64_t) byte_get_u64(&r);
+	out->snapshot_rows = byte_get_u64(&r);
+	out->snapshot_ms = (int64_t) byte_get_u64(&r);
 	/* a shape always names its table and has the texts it is checked by */
 	if (!r.failed && (out->identity == NULL || out->fingerprint == NULL ||
 					  out->schema_json == NULL || out->schema_name == NULL ||

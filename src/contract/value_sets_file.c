@@ -83,52 +83,6 @@
 
 /* ------------------------------------------------------------- writing */
 
-static void
-w_bytes(ValueSetsBuffer *w, const void *p, size_t n)
-{
-	if (w->failed)
-		return;
-	if (w->len + n > w->cap)
-	{
-		size_t		cap = w->cap ? w->cap : 256;
-		char	   *grown;
-
-		while (cap < w->len + n)
-			cap *= 2;
-		grown = realloc(w->data, cap);
-		if (grown == NULL)
-		{
-			w->failed = true;
-			return;
-		}
-		w->data = grown;
-		w->cap = cap;
-	}
-	if (n > 0)
-		memcpy(w->data + w->len, p, n);
-	w->len += n;
-}
-
-static void
-w_u32(ValueSetsBuffer *w, uint32_t v)
-{
-	unsigned char b[4];
-
-	for (int i = 0; i < 4; i++)
-		b[i] = (unsigned char) (v >> (8 * i));
-	w_bytes(w, b, 4);
-}
-
-static void
-w_u64(ValueSetsBuffer *w, uint64_t v)
-{
-	unsigned char b[8];
-
-	for (int i = 0; i < 8; i++)
-		b[i] = (unsigned char) (v >> (8 * i));
-	w_bytes(w, b, 8);
-}
-
 /* n bytes, after their length; longer than a payload may be: failed */
 static void
 w_lenbytes(ValueSetsBuffer *w, const void *p, size_t n)
@@ -138,19 +92,19 @@ w_lenbytes(ValueSetsBuffer *w, const void *p, size_t n)
 		w->failed = true;
 		return;
 	}
-	w_u32(w, (uint32_t) n);
-	w_bytes(w, p, n);
+	byte_put_u32(w, (uint32_t) n);
+	byte_put(w, p, n);
 }
 
 /* (attnum, type) pairs */
 static void
 w_columns(ValueSetsBuffer *w, uint32_t n, const int16_t *attnums, const uint32_t *types)
 {
-	w_u32(w, n);
+	byte_put_u32(w, n);
 	for (uint32_t i = 0; i < n; i++)
 	{
-		w_u32(w, (uint32_t) (uint16_t) attnums[i]);
-		w_u32(w, types[i]);
+		byte_put_u32(w, (uint32_t) (uint16_t) attnums[i]);
+		byte_put_u32(w, types[i]);
 	}
 }
 
@@ -161,8 +115,8 @@ w_begin(ValueSetsBuffer *w, ValueSetsRecordKind kind)
 	size_t		start = w->len;
 	unsigned char k = (unsigned char) kind;
 
-	w_u32(w, 0);				/* the payload's length, set by w_finish */
-	w_bytes(w, &k, 1);
+	byte_put_u32(w, 0);				/* the payload's length, set by w_finish */
+	byte_put(w, &k, 1);
 	return start;
 }
 
@@ -188,7 +142,7 @@ w_finish(ValueSetsBuffer *w, size_t start)
 	for (int i = 0; i < 4; i++)
 		w->data[start + i] = (char) (payload >> (8 * i));
 	sum = fnv_hash_bytes(FNV_HASH_START, w->data + start, w->len - start);
-	w_u64(w, sum);
+	byte_put_u64(w, sum);
 	if (w->failed)
 		w->len = start;
 }
@@ -198,9 +152,9 @@ value_sets_write_header(ValueSetsBuffer *buf, uint32_t generation)
 {
 	size_t		start = w_begin(buf, VALUE_SETS_HEADER);
 
-	w_bytes(buf, VALUE_SETS_MAGIC, 8);
-	w_u32(buf, VALUE_SETS_FILE_VERSION);
-	w_u32(buf, generation);
+	byte_put(buf, VALUE_SETS_MAGIC, 8);
+	byte_put_u32(buf, VALUE_SETS_FILE_VERSION);
+	byte_put_u32(buf, generation);
 	w_finish(buf, start);
 }
 
@@ -210,19 +164,19 @@ value_sets_write_set(ValueSetsBuffer *buf, const ValueSetsSetInfo *set)
 	size_t		start = w_begin(buf, VALUE_SETS_SET);
 	const char *identity = set->identity ? set->identity : "";
 
-	w_u64(buf, set->uid);
-	w_u64(buf, set->parent);
-	w_u32(buf, set->dependency);
-	w_u32(buf, set->level);
-	w_u32(buf, set->role);
-	w_u32(buf, set->relid);
+	byte_put_u64(buf, set->uid);
+	byte_put_u64(buf, set->parent);
+	byte_put_u32(buf, set->dependency);
+	byte_put_u32(buf, set->level);
+	byte_put_u32(buf, set->role);
+	byte_put_u32(buf, set->relid);
 	w_lenbytes(buf, identity, strlen(identity));
 	w_columns(buf, set->ncolumns, set->attnums, set->types);
 	w_columns(buf, set->nread, set->read_attnums, set->read_types);
-	w_u32(buf, set->npartitions);
+	byte_put_u32(buf, set->npartitions);
 	for (uint32_t i = 0; i < set->npartitions; i++)
-		w_u32(buf, set->partitions[i]);
-	w_u64(buf, (uint64_t) set->null_rows);
+		byte_put_u32(buf, set->partitions[i]);
+	byte_put_u64(buf, (uint64_t) set->null_rows);
 	w_finish(buf, start);
 }
 
@@ -232,9 +186,9 @@ write_counted(ValueSetsBuffer *buf, ValueSetsRecordKind kind, uint64_t uid,
 {
 	size_t		start = w_begin(buf, kind);
 
-	w_u64(buf, uid);
+	byte_put_u64(buf, uid);
 	w_lenbytes(buf, key, key_len);
-	w_u64(buf, (uint64_t) count);
+	byte_put_u64(buf, (uint64_t) count);
 	w_finish(buf, start);
 }
 
@@ -257,8 +211,8 @@ value_sets_write_null_rows(ValueSetsBuffer *buf, uint64_t uid, int64_t null_rows
 {
 	size_t		start = w_begin(buf, VALUE_SETS_NULL_ROWS);
 
-	w_u64(buf, uid);
-	w_u64(buf, (uint64_t) null_rows);
+	byte_put_u64(buf, uid);
+	byte_put_u64(buf, (uint64_t) null_rows);
 	w_finish(buf, start);
 }
 
@@ -267,7 +221,7 @@ value_sets_write_drop(ValueSetsBuffer *buf, uint64_t uid)
 {
 	size_t		start = w_begin(buf, VALUE_SETS_DROP);
 
-	w_u64(buf, uid);
+	byte_put_u64(buf, uid);
 	w_finish(buf, start);
 }
 
@@ -287,70 +241,18 @@ value_sets_buffer_free(ValueSetsBuffer *buf)
 
 /* ------------------------------------------------------------- reading */
 
-typedef struct Reader
-{
-	const unsigned char *p;
-	size_t		left;
-	bool		failed;
-} Reader;
-
-static uint32_t
-le32(const unsigned char *b)
-{
-	return (uint32_t) b[0] | (uint32_t) b[1] << 8 | (uint32_t) b[2] << 16 |
-		(uint32_t) b[3] << 24;
-}
-
-static uint64_t
-le64(const unsigned char *b)
-{
-	return (uint64_t) le32(b) | (uint64_t) le32(b + 4) << 32;
-}
-
-/* n bytes where the reader is, skipped; NULL when fewer are left */
-static const unsigned char *
-r_take(Reader *r, size_t n)
-{
-	const unsigned char *p = r->p;
-
-	if (r->failed || r->left < n)
-	{
-		r->failed = true;
-		return NULL;
-	}
-	r->p += n;
-	r->left -= n;
-	return p;
-}
-
-static uint32_t
-r_u32(Reader *r)
-{
-	const unsigned char *p = r_take(r, 4);
-
-	return p ? le32(p) : 0;
-}
-
-static uint64_t
-r_u64(Reader *r)
-{
-	const unsigned char *p = r_take(r, 8);
-
-	return p ? le64(p) : 0;
-}
-
 /* A count of `width`-byte items, then the items: no count the bytes cannot hold. */
 static const unsigned char *
-r_array(Reader *r, uint32_t *count, size_t width)
+r_array(ByteReader *r, uint32_t *count, size_t width)
 {
-	*count = r_u32(r);
+	*count = byte_get_u32(r);
 	if (r->failed || *count > r->left / width)
 	{
 		r->failed = true;
 		*count = 0;
 		return NULL;
 	}
-	return r_take(r, (size_t) *count * width);
+	return byte_take(r, (size_t) *count * width);
 }
 
 /* Whether each attnum word of n (attnum, type) pairs holds 16 bits. */
@@ -383,17 +285,17 @@ refuse(char *error, size_t error_len, const char *fmt,...)
  * its fields (when they fill it: the caller checks) not a set's.
  */
 static const char *
-read_set(Reader *r, ValueSetsRecord *rec)
+read_set(ByteReader *r, ValueSetsRecord *rec)
 {
 	uint32_t	n;
 	const unsigned char *identity;
 
-	rec->uid = r_u64(r);
-	rec->parent = r_u64(r);
-	rec->dependency = r_u32(r);
-	rec->level = r_u32(r);
-	rec->role = r_u32(r);
-	rec->relid = r_u32(r);
+	rec->uid = byte_get_u64(r);
+	rec->parent = byte_get_u64(r);
+	rec->dependency = byte_get_u32(r);
+	rec->level = byte_get_u32(r);
+	rec->role = byte_get_u32(r);
+	rec->relid = byte_get_u32(r);
 	identity = r_array(r, &n, 1);
 	rec->identity = (const char *) identity;
 	rec->identity_len = n;
@@ -403,7 +305,7 @@ read_set(Reader *r, ValueSetsRecord *rec)
 	rec->nread = n;
 	rec->partitions = r_array(r, &n, 4);
 	rec->npartitions = n;
-	rec->null_rows = (int64_t) r_u64(r);
+	rec->null_rows = (int64_t) byte_get_u64(r);
 	if (r->failed || r->left != 0)
 		return NULL;
 	if (rec->uid == 0)
@@ -434,7 +336,7 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 	const unsigned char *b = (const unsigned char *) bytes;
 	size_t		at = *pos;
 	uint32_t	payload;
-	Reader		r;
+	ByteReader		r;
 	const char *problem = NULL;
 	unsigned char kind;
 
@@ -447,13 +349,13 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 	/* the frame: whole, and unchanged */
 	if (len - at < RECORD_HEAD)
 		return refuse(error, error_len, "the record at byte %zu is cut short", at);
-	payload = le32(b + at);
+	payload = byte_le32(b + at);
 	if (payload == 0 || payload > MAX_PAYLOAD)
 		return refuse(error, error_len, "the record at byte %zu has an impossible length, %u",
 					  at, payload);
 	if (len - at - RECORD_HEAD < (size_t) payload + RECORD_TAIL)
 		return refuse(error, error_len, "the record at byte %zu is cut short", at);
-	if (le64(b + at + RECORD_HEAD + payload) !=
+	if (byte_le64(b + at + RECORD_HEAD + payload) !=
 		fnv_hash_bytes(FNV_HASH_START, b + at, RECORD_HEAD + (size_t) payload))
 		return refuse(error, error_len,
 					  "the checksum of the record at byte %zu does not match its contents", at);
@@ -461,7 +363,7 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 	r.p = b + at + RECORD_HEAD;
 	r.left = payload;
 	r.failed = false;
-	kind = *r_take(&r, 1);
+	kind = *byte_take(&r, 1);
 	if (at == 0 && kind != VALUE_SETS_HEADER)
 		return refuse(error, error_len, "it does not start with a header record");
 	rec->kind = (ValueSetsRecordKind) kind;
@@ -469,8 +371,8 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 	{
 		case VALUE_SETS_HEADER:
 			{
-				const unsigned char *magic = r_take(&r, 8);
-				uint32_t	version = r_u32(&r);
+				const unsigned char *magic = byte_take(&r, 8);
+				uint32_t	version = byte_get_u32(&r);
 
 				if (at != 0)
 				{
@@ -489,7 +391,7 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 					return refuse(error, error_len, "it has format version %u, not %u", version,
 								  VALUE_SETS_FILE_VERSION);
 				}
-				rec->generation = r_u32(&r);
+				rec->generation = byte_get_u32(&r);
 				break;
 			}
 		case VALUE_SETS_SET:
@@ -500,22 +402,22 @@ value_sets_read(const char *bytes, size_t len, size_t *pos, ValueSetsRecord *rec
 			{
 				uint32_t	n;
 
-				rec->uid = r_u64(&r);
+				rec->uid = byte_get_u64(&r);
 				rec->key = (const char *) r_array(&r, &n, 1);
 				rec->key_len = n;
-				rec->count = (int64_t) r_u64(&r);
+				rec->count = (int64_t) byte_get_u64(&r);
 				if (rec->count < 0)
 					problem = "has a negative count";
 				break;
 			}
 		case VALUE_SETS_NULL_ROWS:
-			rec->uid = r_u64(&r);
-			rec->null_rows = (int64_t) r_u64(&r);
+			rec->uid = byte_get_u64(&r);
+			rec->null_rows = (int64_t) byte_get_u64(&r);
 			if (rec->null_rows < 0)
 				problem = "has a negative number of null rows";
 			break;
 		case VALUE_SETS_DROP:
-			rec->uid = r_u64(&r);
+			rec->uid = byte_get_u64(&r);
 			break;
 		default:
 			memset(rec, 0, sizeof(*rec));

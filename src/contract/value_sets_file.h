@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "byte_codec.h"
+
 /* Bumped whenever a record's layout changes. */
 #define VALUE_SETS_FILE_VERSION		1
 /* the most columns a set record may list (MaxHeapAttributeNumber) */
@@ -91,10 +93,7 @@ typedef struct ValueSetsRecord
 static inline uint32_t
 value_sets_word(const unsigned char *words, uint32_t i)
 {
-	const unsigned char *p = words + (size_t) i * 4;
-
-	return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 |
-		(uint32_t) p[3] << 24;
+	return byte_le32(words + (size_t) i * 4);
 }
 
 /*
@@ -102,13 +101,7 @@ value_sets_word(const unsigned char *words, uint32_t i)
  * out of memory, or a record longer than a reader takes (nothing more is
  * appended until reset).
  */
-typedef struct ValueSetsBuffer
-{
-	char	   *data;
-	size_t		len;
-	size_t		cap;
-	bool		failed;
-} ValueSetsBuffer;
+typedef ByteWriter ValueSetsBuffer;
 
 extern void value_sets_write_header(ValueSetsBuffer *buf, uint32_t generation);
 extern void value_sets_write_set(ValueSetsBuffer *buf, const ValueSetsSetInfo *set);

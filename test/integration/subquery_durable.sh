@@ -2,17 +2,19 @@
 #
 # Shapes with subqueries across restarts (test/integrity/subquery_durable.mjs does the
 # clients' side): their value sets are kept on disk with their logs, so that after a fast
-# restart, an immediate stop and a SIGKILL of the worker each shape is restored with its
-# handle, its clients go on at their (handle, offset) with 200, and the moves committed
-# before, around and after the stop reach them exactly once: every client's rows equal the
-# SELECT of its where clause (one-level IN and NOT IN sharing a set, a nested select with
-# kept rows, an OR with a plain condition, a plain shape beside them). A shape whose move-in
-# is in flight is left out of the manifest, and its client alone gets 409 after a stop; a
-# value sets file that is missing drops the shapes with subqueries only, and says so.
+# restart, an immediate stop, a SIGKILL of the worker and an immediate stop that leaves bytes
+# past the value sets file's durable length, each shape is restored with its handle, its
+# clients go on at their (handle, offset) with 200, and the moves committed before, around and
+# after the stop reach them exactly once: every client's rows equal the SELECT of its where
+# clause (one-level IN and NOT IN sharing a set, a nested select with kept rows, an OR with a
+# plain condition, a set with no value, a plain shape beside them), and the metrics count as
+# many sets, values and kept rows as before the stop. A shape whose move-in is in flight is
+# left out of the manifest, and its client alone gets 409 after a stop; a value sets file
+# that is missing drops the shapes with subqueries only, and says so.
 #
-# SUBQUERY_DURABLE_KEEP_LOG=PATH keeps the server log as PATH. The Node script calls this script back for what needs the cluster: `--restart MODE`
-# (fast, immediate, sigkill, drop-sets) and `--listed` (the manifest's durable_lsn and the handles it
-# lists, on one line).
+# The Node script calls this script back for what needs the cluster: `--restart MODE` (fast,
+# immediate, sigkill, junk-tail, drop-sets) and `--listed` (the manifest's durable_lsn and the
+# handles it lists, on one line). SUBQUERY_DURABLE_KEEP_LOG=PATH keeps the server log as PATH.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 
@@ -38,10 +40,16 @@ if [[ ${1:-} == --restart ]]; then
 	lines=$(wc -l <"$SHAPE_SYNC_LOG")
 	case $2 in
 	fast) cluster_restart ;;
-	immediate | drop-sets)
+	immediate | drop-sets | junk-tail)
 		pg_ctl_as_pg -m immediate -w -t 60 stop
 		if [[ $2 == drop-sets ]]; then
 			_cluster_as_pg bash -c 'rm -f "$1"/sets.*' _ "$(store)"
+		elif [[ $2 == junk-tail ]]; then
+			# bytes past the length the manifest names, as a round whose manifest never came
+			# leaves them: not read
+			gen=$(_cluster_as_pg cat "$(store)/manifest" |
+				"$py" "$here/shape_client.py" manifest - 'm["header"]["sets_generation"]')
+			_cluster_as_pg bash -c 'head -c 300 /dev/urandom >>"$1/sets.$2"' _ "$(store)" "$gen"
 		fi
 		pg_ctl_as_pg -l "$SHAPE_SYNC_LOG" -w -t 60 start
 		;;

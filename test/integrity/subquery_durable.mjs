@@ -15,7 +15,8 @@
 //   plain     prio <= 2
 //   member4   a set with no value (user 4 has none), made just after a WAL switch
 // Each cycle: the clients stop reading; transactions move rows in and out at every level; the
-// instance stops (fast, immediate, SIGKILL of the worker) at once after them, so that some
+// instance stops (fast, immediate, SIGKILL of the worker, immediate with random bytes appended
+// to the value sets file past the length the manifest names) at once after them, so that some
 // commits come after the last round and are decoded again after the start, against sets
 // restored as of that round; then more moves, among them ones that undo those of before the
 // stop (a value counted twice would not leave). Every client must go on with 200 (no 409) and
@@ -259,7 +260,7 @@ async function main() {
   else notOk('the manifest lists every shape, those with subqueries too', `listed: ${inManifest}; handles: ${JSON.stringify(handles)}`)
 
   let round = 0
-  for (const mode of ['fast', 'immediate', 'sigkill']) {
+  for (const mode of ['fast', 'immediate', 'sigkill', 'junk-tail']) {
     round++
     const label = `${mode} stop`
     await moves(round)

@@ -72,12 +72,12 @@ static ValueSetsBuffer ssd_pending;	/* records since the last round's */
 static bool ssd_whole_next = true;	/* the next round writes a new generation */
 static uint64 ssd_next_uid = 1;
 static uint32 ssd_last_generation;	/* the newest ever made */
-static uint32 ssd_generation;	/* the file the manifest on disk names */
+static uint32 ssd_generation;	/* the file the last written manifest names */
 static uint64 ssd_length;		/* ... and its length there */
 static uint64 ssd_whole_length; /* its length when written whole */
 static bool ssd_unwritable;		/* this round could not encode the sets */
-static List *ssd_unsettled;		/* int list: sets without children, not yet
-								 * kept on disk */
+static List *ssd_unsettled;		/* int list: top sets (no parent) not yet kept
+								 * on disk, their children with them */
 
 static List *ssd_obsolete;		/* int list: generations no manifest names */
 static List *ssd_unsure;		/* int list: generations of rounds that failed
@@ -254,6 +254,11 @@ ssd_write_tree(ValueSetsBuffer *buf, SsValueSet *set, uint64 parent_uid, uint32 
 			ssd_write_tree(buf, ss_sets[ss_nested_child(set, d)], set->uid, (uint32) d);
 }
 
+/*
+ * `decoded` is the round's position, which is the restored durable_lsn
+ * while decoding skips up to it after a start (decoder.c): a set read in
+ * this life was read past that position, so it does not settle early.
+ */
 void
 shape_stream_sets_settle(XLogRecPtr decoded)
 {
