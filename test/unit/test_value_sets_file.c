@@ -15,71 +15,13 @@
 #include "unit.h"
 
 #include "fnv_hash.h"
+#include "hand_bytes.h"
 #include "value_sets_file.h"
 
 #define ERROR_LEN		160
 #define MAX_PAYLOAD		((uint32_t) 1 << 30)
 
 /* ------------------------------------------------- building bytes by hand */
-
-typedef struct Buf
-{
-	unsigned char *d;
-	size_t		len;
-	size_t		cap;
-} Buf;
-
-static void
-put(Buf *b, const void *p, size_t n)
-{
-	if (b->len + n > b->cap)
-	{
-		size_t		cap = b->cap ? b->cap : 64;
-
-		while (cap < b->len + n)
-			cap *= 2;
-		b->d = realloc(b->d, cap);
-		if (b->d == NULL)
-			abort();
-		b->cap = cap;
-	}
-	if (n > 0)
-		memcpy(b->d + b->len, p, n);
-	b->len += n;
-}
-
-static void
-put_u8(Buf *b, unsigned char v)
-{
-	put(b, &v, 1);
-}
-
-static void
-put_u32(Buf *b, uint32_t v)
-{
-	unsigned char x[4];
-
-	for (int i = 0; i < 4; i++)
-		x[i] = (unsigned char) (v >> (8 * i));
-	put(b, x, 4);
-}
-
-static void
-put_u64(Buf *b, uint64_t v)
-{
-	unsigned char x[8];
-
-	for (int i = 0; i < 8; i++)
-		x[i] = (unsigned char) (v >> (8 * i));
-	put(b, x, 8);
-}
-
-static void
-buf_free(Buf *b)
-{
-	free(b->d);
-	memset(b, 0, sizeof(*b));
-}
 
 static uint32_t
 get_u32(const unsigned char *p)
