@@ -98,19 +98,6 @@ frame(const char *magic, uint32_t version, const void *payload, size_t n, size_t
 	return (char *) f;
 }
 
-/* An exact-size copy of n bytes (malloc(0) avoided: ASan sees any read). */
-static char *
-copy_of(const void *p, size_t n)
-{
-	char	   *c = malloc(n ? n : 1);
-
-	if (c == NULL)
-		abort();
-	if (n > 0)
-		memcpy(c, p, n);
-	return c;
-}
-
 /* ------------------------------------------------------------- samples */
 
 static void

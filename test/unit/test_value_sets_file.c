@@ -128,19 +128,6 @@ put_set_payload(Buf *p, const RawSet *s)
 	put_u64(p, (uint64_t) s->null_rows);
 }
 
-/* An exact-size copy of n bytes (malloc(0) avoided: ASan sees any read). */
-static char *
-copy_of(const void *p, size_t n)
-{
-	char	   *c = malloc(n ? n : 1);
-
-	if (c == NULL)
-		abort();
-	if (n > 0)
-		memcpy(c, p, n);
-	return c;
-}
-
 /* ------------------------------------------------------------- reading */
 
 /* A record all zero, as the reader leaves one it refuses or the end. */

@@ -312,13 +312,6 @@ lf_remove_sets_file(uint32 generation)
 				 errmsg("could not remove file \"%s\": %m", path)));
 }
 
-/* What a round was to write of the value sets file waits for the next round. */
-static void
-lf_sets_not_written(ShapeStreamSetsRound *sets)
-{
-	shape_stream_sets_round_cancel(sets);
-}
-
 /*
  * Builds the next round: the files written since the last one (of shapes
  * that are complete, or already listed), and a manifest of every complete
@@ -470,7 +463,7 @@ lf_build_round(XLogRecPtr decoded)
 	if (out_of_memory)
 	{
 		/* no round this time: its shapes wait for the next */
-		lf_sets_not_written(&sets);
+		shape_stream_sets_round_cancel(&sets);	/* its records wait too */
 		log_flush_round_free(round);
 		lf_requeue_round();
 		return NULL;
@@ -554,7 +547,7 @@ lf_build_round(XLogRecPtr decoded)
 		round->sets_create = sets.create;
 	}
 	else
-		lf_sets_not_written(&sets);
+		shape_stream_sets_round_cancel(&sets);	/* no manifest: they wait for one */
 	if (round == NULL)
 		lf_requeue_round();
 	return round;

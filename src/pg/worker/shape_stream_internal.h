@@ -401,8 +401,7 @@ extern void ss_disk_kept_row(SsValueSet *set, const char *key, uint32 len, int64
 extern void ss_disk_drop(SsValueSet *set);
 extern void ss_disk_unsettled(SsValueSet *set, bool add);
 extern bool ss_disk_restoring(void);
-extern SsValueSet *ss_disk_restore_set(const SubqueryDependency *dep, int parent, int level,
-									   uint64 uid);
+extern SsValueSet *ss_disk_restore_set(const SubqueryDependency *dep);
 extern bool ss_subquery_kept_on_disk(const ShapeStream *s);
 
 /* Whether the stream keeps its transactions for a move-in in flight. */

@@ -871,17 +871,16 @@ ssd_build(const SubqueryDependency *dep, int parent, int level, SsdStoredSet *st
 }
 
 /*
- * The set of a restored shape's subquery (a top set: `parent` -1), as the
- * value sets file has it at durable_lsn; an error when it has none.
+ * The set of a restored shape's subquery (a top set), as the value sets
+ * file has it at durable_lsn; an error when it has none.
  */
 SsValueSet *
-ss_disk_restore_set(const SubqueryDependency *dep, int parent, int level, uint64 uid)
+ss_disk_restore_set(const SubqueryDependency *dep)
 {
 	List	   *candidates;
 	SsdStoredSet *best = NULL;
 	ListCell   *lc;
 
-	Assert(parent < 0 && uid == 0);
 	candidates = ssd_found(0, 0, ssd_identity_hash(GetUserId(), dep->relid, dep->identity,
 												   (uint32) strlen(dep->identity)));
 	foreach(lc, candidates)
@@ -895,7 +894,7 @@ ss_disk_restore_set(const SubqueryDependency *dep, int parent, int level, uint64
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the values of its subquery were not kept on disk")));
-	return ssd_build(dep, parent, level, best);
+	return ssd_build(dep, -1, 0, best);
 }
 
 const char *

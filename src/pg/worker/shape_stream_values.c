@@ -778,7 +778,7 @@ ss_set_acquire(const SubqueryDependency *dep, uint32 slot)
 	if (set == NULL)
 	{
 		/* a restored shape's set is read back from disk, as of its log's end */
-		set = ss_disk_restoring() ? ss_disk_restore_set(dep, -1, 0, 0) :
+		set = ss_disk_restoring() ? ss_disk_restore_set(dep) :
 			ss_set_create(dep, -1, 0);
 		ss_set_findable(set, true);
 		ss_disk_unsettled(set, true);
