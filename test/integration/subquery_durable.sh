@@ -10,7 +10,9 @@
 # plain condition, a set with no value, a plain shape beside them), and the metrics count as
 # many sets, values and kept rows as before the stop. A shape whose move-in is in flight is
 # left out of the manifest, and its client alone gets 409 after a stop; a value sets file
-# that is missing drops the shapes with subqueries only, and says so.
+# that is missing drops the shapes with subqueries only, and says so; a domain CHECK of an
+# untrusted owner added to a nested select's table while its shape is kept keeps the shape from
+# being restored, and never runs as the worker's role.
 #
 # The Node script calls this script back for what needs the cluster: `--restart MODE` (fast,
 # immediate, sigkill, junk-tail, drop-sets) and `--listed` (the manifest's durable_lsn and the

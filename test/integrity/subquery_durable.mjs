@@ -23,8 +23,9 @@
 // end equal to the SELECT of its where clause, after the stop and again after the moves that
 // follow it, and the sets, values and kept rows the metrics count must be as many as before
 // the stop. Then a move-in held in flight by a lock at the stop (its shape leaves the
-// manifest: its client alone gets 409), and a missing value sets file (the shapes with
-// subqueries get 409, the plain one goes on).
+// manifest: its client alone gets 409), a missing value sets file (the shapes with
+// subqueries get 409, the plain one goes on), and an owner's domain CHECK added to a nested
+// select's table while its shape is kept (not restored; the owner's code never runs).
 //
 // Prints `ok - ...` / `not ok - ...` per check; exits non-zero when one failed.
 
@@ -33,7 +34,7 @@ import { execFileSync } from 'node:child_process'
 
 import pg from 'pg'
 
-import { closePool } from '../lib/helpers.mjs'
+import { closePool, fetchShape } from '../lib/helpers.mjs'
 import { Follower, byIdNum, clientRows } from '../lib/subquery_client.mjs'
 
 const callback = process.env.SUBQUERY_DURABLE_CALLBACK
@@ -228,7 +229,9 @@ async function gauges() {
 
 async function main() {
   await sql(`CREATE EXTENSION IF NOT EXISTS shape_sync`)
-  await sql(`DROP TABLE IF EXISTS sd_issues, sd_members, sd_projects`)
+  await sql(`DROP TABLE IF EXISTS sd_issues, sd_members, sd_projects, sd_teams`)
+  await sql(`DROP FUNCTION IF EXISTS sd_lock()`)
+  await sql(`DROP DOMAIN IF EXISTS sd_name`)
   await sql(`CREATE TABLE sd_projects (id int PRIMARY KEY, archived bool NOT NULL DEFAULT false, name text)`)
   await sql(`CREATE TABLE sd_members (id serial PRIMARY KEY, user_id int NOT NULL, project_id int)`)
   await sql(`CREATE TABLE sd_issues (id serial PRIMARY KEY, project_id int, prio int, title text)`)
@@ -331,6 +334,50 @@ async function main() {
     await moves(40)
     await converge(followers, label)
     expectRefetches(followers, label, { member1: 2, notin1: 1, nested: 1, orprio: 1, member4: 1, plain: 0 })
+  }
+
+  // A table owner's code added while the shape is kept: restoring the rows its nested select
+  // keeps reads their texts in again, which for a domain column would run the domain's CHECK.
+  // The restore validates the definition as a request does, the code of every table it reads
+  // included (table_code.c): the shape is not restored, its client gets the refusal a new
+  // request gets (403), and the owner's function never runs as the worker's role (it would
+  // take a session advisory lock in the worker, which keeps it).
+  {
+    const label = "an owner's domain check added while a shape is kept"
+    const key = 743000 + Math.floor(Math.random() * 1000)
+    const asOwner = (text) => sql(`SET ROLE sd_owner; ${text}; RESET ROLE`)
+    await sql(`DROP ROLE IF EXISTS sd_owner`)
+    await sql(`CREATE ROLE sd_owner NOLOGIN`)
+    await sql(`GRANT CREATE ON SCHEMA public TO sd_owner`)
+    await asOwner(`CREATE FUNCTION sd_lock() RETURNS bool LANGUAGE plpgsql IMMUTABLE AS $$
+      BEGIN
+        IF current_user <> 'sd_owner' THEN PERFORM pg_advisory_lock(${key}); END IF;
+        RETURN true;
+      END $$`)
+    await asOwner(`CREATE DOMAIN sd_name AS text`)
+    await asOwner(`CREATE TABLE sd_teams (id int PRIMARY KEY, name sd_name)`)
+    await asOwner(`ALTER TABLE sd_teams REPLICA IDENTITY FULL`)
+    await asOwner(`INSERT INTO sd_teams SELECT g, 'team ' || g FROM generate_series(1, 12) g`)
+    await asOwner(`GRANT SELECT ON sd_teams TO PUBLIC`)
+    const where =
+      "project_id IN (SELECT id FROM sd_teams WHERE name <> 'none' AND id IN (SELECT project_id FROM sd_members WHERE user_id = 2))"
+    const teams = await new Follower({ table: 'sd_issues', where }).sync()
+    const until = Date.now() + 60000
+    while (Date.now() < until && !listed().includes(teams.handle)) await new Promise((resolve) => setTimeout(resolve, 250))
+    if (listed().includes(teams.handle)) ok(`${label}: the shape is kept on disk`)
+    else notOk(`${label}: the shape is kept on disk`, listed().join(' '))
+    await asOwner(`ALTER DOMAIN sd_name ADD CONSTRAINT sd_name_check CHECK (sd_lock())`)
+    const out = await restart('fast', label)
+    const locks = Number((await sql(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = ${key}`)).rows[0].n)
+    if (locks === 0) ok(`${label}: the owner's function did not run as the worker's role`)
+    else notOk(`${label}: the owner's function did not run as the worker's role`, `${locks} advisory locks held`)
+    if (new RegExp(`shape ${teams.handle} on .* is not restored`).test(out)) ok(`${label}: the shape is not restored`)
+    else notOk(`${label}: the shape is not restored`, out)
+    await converge({ nested: followers.nested }, `${label}, another nested shape`)
+    const again = await fetchShape({ table: 'sd_issues', where, handle: teams.handle, offset: teams.offset })
+    if (again.status === 403) ok(`${label}: its client is refused as a new request is (403)`)
+    else notOk(`${label}: its client is refused as a new request is (403)`, `${again.status} ${again.text.slice(0, 300)}`)
   }
 }
 
