@@ -307,6 +307,12 @@ elif cluster_needed http; then
 			tail -n 8 "$log")
 	else
 		record http "$p" "$f" "$note"
+		if ((f)); then
+			# CI shows only the end of the output: name each failed test and the lines under it
+			FAILURE_LINES+=("http: $f failed; each failed test and what node said about it:")
+			mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
+				grep -nE -A14 '^ *not ok ' "$log" | head -n 60)
+		fi
 	fi
 fi
 
