@@ -71,7 +71,7 @@
  *   next and start over.)
  * - `last_read_us` is stored (relaxed) by the main thread when it resolves
  *   a request, and by HTTP threads that serve one on a resolution they
- *   kept (at most once a second), and read by SQL and eviction; it is only
+ *   kept (at most every SHAPE_READ_NOTE_US), and read by SQL and eviction; it is only
  *   ever a hint for eviction.
  * - `catalog_epoch` is moved (fetch_add) by the main thread whenever
  *   something a resolution depends on may have changed: an invalidation of
@@ -279,9 +279,12 @@ shape_table_unix_us(void)
 
 /*
  * A request read the shape without the main thread (resolved_shapes.c):
- * last_read_us, which eviction consults, moves on.  Stored only when a
- * second has passed, so that a hot shape's readers mostly only read the
- * line.
+ * last_read_us, which eviction consults, moves on.  Stored only when
+ * SHAPE_READ_NOTE_US has passed, so that a hot shape's readers mostly only
+ * read the line (a store at most every 10 ms per shape), while eviction
+ * still orders reads that far apart: with a second, a shape made and read
+ * again within it counted as read when made, and was evicted before shapes
+ * read less recently.
  */
 void
 shape_table_note_read(ShapeTable *table, uint32_t slot)
@@ -291,7 +294,8 @@ shape_table_note_read(ShapeTable *table, uint32_t slot)
 
 	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
 	now = (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-	if (now - atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) >= 1000000)
+	if (now - atomic_load_explicit(&table->slots[slot].last_read_us, memory_order_relaxed) >=
+		SHAPE_READ_NOTE_US)
 		atomic_store_explicit(&table->slots[slot].last_read_us, now, memory_order_relaxed);
 }
 

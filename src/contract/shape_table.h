@@ -122,6 +122,8 @@ extern void shape_table_retire(ShapeTable *table, uint32_t slot);
 /* Anyone: hold a slot's log while reading it. */
 extern bool shape_table_pin(ShapeTable *table, uint32_t slot, uint32_t generation);
 extern void shape_table_unpin(ShapeTable *table, uint32_t slot);
+/* How far apart two reads must be for shape_table_note_read to tell them apart. */
+#define SHAPE_READ_NOTE_US	10000
 extern void shape_table_note_read(ShapeTable *table, uint32_t slot);
 
 /* The clock of created_at_us and last_read_us: Unix epoch, microseconds. */

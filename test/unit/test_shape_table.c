@@ -655,6 +655,30 @@ TEST(note_lsn_only_moves_forward)
 	fixture_free(&f);
 }
 
+/*
+ * Reads on the HTTP threads move last_read_us on once SHAPE_READ_NOTE_US has
+ * passed, so that eviction tells apart a shape read again 50 ms after it was
+ * made from one made just before it (the store once waited a whole second).
+ */
+TEST(note_read_moves_on_after_the_note_interval)
+{
+	Fixture		f;
+	int64_t		made;
+
+	REQUIRE(fixture_init(&f, 2, 1));
+	made = shape_table_unix_us();
+	atomic_store(&f.table->slots[0].last_read_us, made);
+	atomic_store(&f.table->slots[1].last_read_us, made + 1);
+	usleep(50 * 1000);	/* a read 50 ms after the last */
+	shape_table_note_read(f.table, 0);
+	CHECK(atomic_load(&f.table->slots[0].last_read_us) > atomic_load(&f.table->slots[1].last_read_us));
+	/* within the interval, the line is only read */
+	atomic_store(&f.table->slots[1].last_read_us, shape_table_unix_us() + 60 * 1000000);
+	shape_table_note_read(f.table, 1);
+	CHECK(atomic_load(&f.table->slots[1].last_read_us) > shape_table_unix_us());
+	fixture_free(&f);
+}
+
 /* ------------------------------------------------------------- stress */
 
 /*
