@@ -76,7 +76,8 @@ expect_eq "no shape was evicted or rotated" "0" \
 # its file, cut to nothing by hand, cannot be read (also through the descriptors the HTTP
 # threads keep open): a 503 with retry-after (never a wrong or cut body, never a wait), and one
 # warning that names the file; its bytes back in place, all is well
-data=$(_cluster_as_pg ls "$SHAPE_SYNC_PGDATA/pg_shape_sync" | grep '\.log$')
+# (the file the manifest names: a generation that a compaction replaced may linger a moment)
+data="$handle.$(manifest 'm["shapes"][0]["generation"]').log"
 _cluster_as_pg cp "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data" "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data.aside"
 _cluster_as_pg truncate -s 0 "$SHAPE_SYNC_PGDATA/pg_shape_sync/$data"
 url="$SHAPE_SYNC_URL/v1/shape?table=t&offset=-1"
