@@ -11,9 +11,13 @@
 #        regress      make installcheck (pg_regress)       against a throwaway cluster
 #        tap          pg_prove test/tap/*.sql              in a fresh database tap_tests
 #        http         node --test test/http/               with the cluster's env exported
-#        integration  every test/integration/*.sh, one test each (one not executable fails)
+#        integration  every test/integration/*.sh, one test each (one not executable fails), in
+#                     lanes side by side (SHAPE_SYNC_INTEGRATION_LANES, default 2)
 #        fuzz         test/fuzz/run.sh: a seeded, bounded HTTP fuzz (test/fuzz/http_fuzz.mjs) of a
 #                     cluster of its own; its seed is printed (SHAPE_SYNC_FUZZ_SEED repeats it)
+#        package      test/package/deb.sh: the Debian package built (dpkg-buildpackage), installed,
+#                     tested against (installcheck, the upgrade from 0.1.0) and removed; last,
+#                     since it replaces the installed extension
 #   4. stop the cluster, then stage crash-check: the server log of every cluster any stage
 #      started (this script's, each integration script's, the fuzz's, standbys too) must show no
 #      process killed by a signal and no restart that no test asked for (cluster_expect_crash);
@@ -99,7 +103,8 @@ on_signal() {
 	trap - INT TERM
 	printf '\n!! interrupted\n' >&2
 	if [[ -n $STAGE_PID ]]; then
-		kill -TERM "$STAGE_PID" 2>/dev/null || true
+		# shellcheck disable=SC2086  # one pid, or the integration lanes' pids
+		kill -TERM $STAGE_PID 2>/dev/null || true
 	fi
 	exit "$1"
 }
@@ -318,6 +323,68 @@ fi
 
 # --- f. integration scripts -----------------------------------------------------------------
 
+# Each script starts clusters of its own, so they run side by side in lanes (2 by default: the
+# machines have 2 cores; SHAPE_SYNC_INTEGRATION_LANES=1 runs them one after another). A lane takes
+# the next script from the queue file; the ports each lane may pick are its own (see
+# cluster_free_port in scripts/lib/cluster.sh).
+INTEGRATION_LANES=${SHAPE_SYNC_INTEGRATION_LANES:-2}
+if ! [[ $INTEGRATION_LANES =~ ^[1-9][0-9]*$ ]]; then
+	echo "SHAPE_SYNC_INTEGRATION_LANES must be a positive number, not '$INTEGRATION_LANES'" >&2
+	exit 2
+fi
+INTEGRATION_FIRST=(test/integration/integrity.sh test/integration/durable_big_shape.sh
+	test/integration/durable_burst.sh test/integration/integrity_subquery.sh
+	test/integration/integrity_standby.sh test/integration/durable_journal.sh
+	test/integration/subquery_durable.sh)
+
+# queue_take QUEUE: prints and removes the first line of QUEUE; fails when it is empty.
+queue_take() {
+	local queue=$1 first
+	{
+		flock 9
+		first=$(head -n 1 "$queue")
+		[[ -n $first ]] || return 1
+		sed -i 1d "$queue"
+		printf '%s\n' "$first"
+	} 9>"$queue.lock"
+}
+
+# integration_lane LANE QUEUE RESULTS: runs scripts from QUEUE until it is empty, each with its
+# output in log/integration-NAME.log, shown whole (under a lock) once it ends; appends
+# "STATUS SCRIPT" to RESULTS for each.
+integration_lane() {
+	local lane=$1 queue=$2 results=$3 script name log rc pid=
+	trap '[[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null; exit 143' TERM INT
+	export SHAPE_SYNC_PORT_LANES=$INTEGRATION_LANES SHAPE_SYNC_PORT_LANE=$lane
+	while script=$(queue_take "$queue"); do
+		name=$(basename "$script" .sh)
+		log=$LOG_DIR/integration-$name.log
+		rc=0
+		if [[ ! -x $script ]]; then
+			# a test that is never run cannot fail: that is a failure
+			echo "FAILED: $script is not executable (chmod +x), so it was not run" >"$log"
+			rc=126
+		else
+			# timeout puts the script in its own process group and kills that whole group
+			timeout -k 15 900 "$script" </dev/null >"$log" 2>&1 &
+			pid=$!
+			wait "$pid" || rc=$?
+			pid=
+			if ((rc == 124)); then
+				echo "!! timed out after 900s: $script" >>"$log"
+			fi
+		fi
+		{
+			flock 9
+			echo "--- $script (lane $lane)"
+			cat "$log"
+			[[ -s $log && -n $(tail -c 1 "$log") ]] && echo  # output that did not end with a newline
+			if ((rc == 0)); then echo "ok: $script"; else echo "FAILED ($rc): $script"; fi
+			echo "$rc $script" >>"$results"
+		} 9>"$results.lock"
+	done
+}
+
 say "stage integration: test/integration/*.sh"
 shopt -s nullglob
 integration=(test/integration/*.sh)
@@ -326,34 +393,39 @@ if ((${#integration[@]} == 0)); then
 	skip integration "no test/integration/*.sh"
 elif cluster_needed integration; then
 	p=0 f=0
-	for script in "${integration[@]}"; do
-		if [[ ! -x $script ]]; then
-			# a test that is never run cannot fail: that is a failure
-			echo "FAILED: $script is not executable (chmod +x), so it was not run"
-			f=$((f + 1))
+	queue=$LOG_DIR/integration.queue results=$LOG_DIR/integration.results
+	: >"$results"
+	# The longest first, so that the lanes end together; then the rest in name order.
+	for script in "${INTEGRATION_FIRST[@]}" "${integration[@]}"; do
+		[[ -e $script ]] && printf '%s\n' "$script"
+	done | awk '!seen[$0]++' >"$queue"
+	echo "$INTEGRATION_LANES lanes (SHAPE_SYNC_INTEGRATION_LANES); each script's output follows when it ends"
+	lane_pids=()
+	for ((lane = 0; lane < INTEGRATION_LANES; lane++)); do
+		integration_lane "$lane" "$queue" "$results" &
+		lane_pids+=($!)
+	done
+	STAGE_PID=${lane_pids[*]}
+	wait "${lane_pids[@]}" || true
+	STAGE_PID=
+	while read -r rc script; do
+		if ((rc == 0)); then
+			p=$((p + 1))
 			continue
 		fi
+		f=$((f + 1))
 		name=$(basename "$script" .sh)
-		echo "--- $script"
-		rc=0
-		run_logged "$LOG_DIR/integration-$name.log" 900 "$script" || rc=$?
-		if [[ -s $LOG_DIR/integration-$name.log && -n $(tail -c 1 "$LOG_DIR/integration-$name.log") ]]; then
-			echo  # the script's output did not end with a newline
-		fi
-		if ((rc == 0)); then
-			echo "ok: $script"
-			p=$((p + 1))
-		else
-			echo "FAILED ($rc): $script"
-			f=$((f + 1))
-			# CI shows only the end of the output: name the script and what it said last
-			FAILURE_LINES+=("integration: $script exited $rc; the lines that name a failure, then its last lines:")
-			mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
-				grep -nE 'FAIL|not ok|ERROR|FATAL|PANIC|Assert|timed out|mismatch|differ' \
-					"$LOG_DIR/integration-$name.log" | head -n 12
-				tail -n 15 "$LOG_DIR/integration-$name.log")
-		fi
-	done
+		# CI shows only the end of the output: name the script and what it said last
+		FAILURE_LINES+=("integration: $script exited $rc; the lines that name a failure, then its last lines:")
+		mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
+			grep -nE 'FAIL|not ok|ERROR|FATAL|PANIC|Assert|timed out|mismatch|differ' \
+				"$LOG_DIR/integration-$name.log" | head -n 12
+			tail -n 15 "$LOG_DIR/integration-$name.log")
+	done <"$results"
+	if (($(wc -l <"$results") + $(grep -c . "$queue" || true) != ${#integration[@]})); then
+		f=$((f + 1))
+		FAILURE_LINES+=("integration: not every script ran (see log/integration.results)")
+	fi
 	record integration "$p" "$f"
 fi
 
@@ -393,6 +465,30 @@ if [[ -n ${SHAPE_SYNC_LOG:-} && -f $SHAPE_SYNC_LOG ]]; then
 	fi
 fi
 cluster_stop
+
+# --- package: the Debian package, built, installed, tested and removed -------------------------
+# Last of the stages that use a server: it replaces the installed extension with the package's,
+# then removes it and puts this build back (test/package/deb.sh).
+
+say "stage package: test/package/deb.sh"
+if ((!BUILD_OK)); then
+	skip package "the build failed"
+else
+	rc=0
+	run_logged "$LOG_DIR/package.log" 900 test/package/deb.sh || rc=$?
+	p=$(grep -cE '^ok [0-9]+ ' "$LOG_DIR/package.log" || true)
+	f=$(grep -cE '^not ok [0-9]+ ' "$LOG_DIR/package.log" || true)
+	if ((rc != 0 && f == 0)); then
+		f=1
+	fi
+	record package "$p" "$f"
+	if ((f)); then
+		FAILURE_LINES+=("package: test/package/deb.sh exited $rc; its failed checks, then its last lines:")
+		mapfile -t -O "${#FAILURE_LINES[@]}" FAILURE_LINES < <(
+			grep -nE '^not ok ' "$LOG_DIR/package.log" | head -n 12
+			tail -n 15 "$LOG_DIR/package.log")
+	fi
+fi
 
 # --- h. the crash check of every server log -------------------------------------------------
 

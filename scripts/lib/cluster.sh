@@ -107,11 +107,14 @@ cluster_port_in_use() {
 	fi
 }
 
-# Prints the first port from $1 upward on which nothing listens.
+# Prints the first port from $1 upward on which nothing listens. Where scripts run side by side
+# (SHAPE_SYNC_PORT_LANES=N, SHAPE_SYNC_PORT_LANE=0..N-1, see scripts/test.sh), each takes only the
+# ports whose remainder by N is its lane: two of them never pick the same free port before
+# either listens on it.
 cluster_free_port() {
-	local port=$1 last=$(($1 + 1000))
+	local port=$1 last=$(($1 + 1000)) lanes=${SHAPE_SYNC_PORT_LANES:-1} lane=${SHAPE_SYNC_PORT_LANE:-0}
 	while ((port < last)); do
-		if ! cluster_port_in_use "$port"; then
+		if ((port % lanes == lane)) && ! cluster_port_in_use "$port"; then
 			printf '%s\n' "$port"
 			return 0
 		fi
