@@ -12,7 +12,9 @@
 # through net/http_server.h, the server's interface.
 
 EXTENSION    = shape_sync
-EXTVERSION   = 0.1.0
+# The version is stated once, in shape_sync.control; the HTTP threads name it
+# in the electric-server header.
+EXTVERSION  := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(dir $(lastword $(MAKEFILE_LIST)))shape_sync.control)
 MODULE_big   = shape_sync
 PGFILEDESC   = "shape_sync - ElectricSQL-compatible shape sync over HTTP"
 
@@ -47,7 +49,8 @@ PGXS        := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # Thread-side objects: plain C11 and pthreads; net/ adds libmicrohttpd.
-THREAD_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden $(WARN_FLAGS)
+THREAD_CFLAGS = -std=gnu11 -O2 -g -fPIC -fvisibility=hidden $(WARN_FLAGS) \
+                -DSHAPE_SYNC_VERSION='"$(EXTVERSION)"'
 
 src/net/%.o: src/net/%.c
 	$(CC) $(THREAD_CFLAGS) -I$(srcdir)/src/contract -I$(srcdir)/src/net $(MHD_CFLAGS) -c -o $@ $<

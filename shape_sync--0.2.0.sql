@@ -1,4 +1,4 @@
-/* shape_sync--0.1.0.sql */
+/* shape_sync--0.2.0.sql */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION shape_sync" to load this file. \quit

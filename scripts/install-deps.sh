@@ -24,6 +24,7 @@ fi
 say() { printf '[install-deps] %s\n' "$*"; }
 
 # prometheus: for promtool, which checks GET /metrics (its service is not started in CI).
+# dpkg-dev, debhelper, postgresql-server-dev-all: build the Debian package (pg_buildext, test/package/).
 packages=(
 	build-essential pkg-config
 	postgresql-15 postgresql-server-dev-15
@@ -32,6 +33,7 @@ packages=(
 	clang libclang-rt-14-dev
 	curl
 	prometheus
+	dpkg-dev debhelper postgresql-server-dev-all
 )
 if [[ ${SHAPE_SYNC_BENCH:-0} == 1 ]]; then
 	packages+=(nginx-light wrk)

@@ -48,7 +48,11 @@
 
 #define HTTP_MAX_DAEMONS	8
 #define HTTP_MAX_QUERY_ARGS 1024	/* query arguments a request may carry */
-#define SERVER_NAME			"shape_sync/0.1.0"
+/* the build passes the version of shape_sync.control */
+#ifndef SHAPE_SYNC_VERSION
+#error "SHAPE_SYNC_VERSION is not defined: build with the Makefile"
+#endif
+#define SERVER_NAME			"shape_sync/" SHAPE_SYNC_VERSION
 
 typedef struct HttpServer HttpServer;
 typedef struct ShapeConn ShapeConn;
