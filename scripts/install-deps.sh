@@ -25,6 +25,7 @@ say() { printf '[install-deps] %s\n' "$*"; }
 
 # prometheus: for promtool, which checks GET /metrics (its service is not started in CI).
 # dpkg-dev, debhelper, postgresql-server-dev-all: build the Debian package (pg_buildext, test/package/).
+# chromium (and a font to draw text with): the browser tests (test/lib/browser.mjs).
 packages=(
 	build-essential pkg-config
 	postgresql-15 postgresql-server-dev-15
@@ -34,6 +35,7 @@ packages=(
 	curl
 	prometheus
 	dpkg-dev debhelper postgresql-server-dev-all
+	chromium fonts-dejavu-core
 )
 if [[ ${SHAPE_SYNC_BENCH:-0} == 1 ]]; then
 	packages+=(nginx-light wrk)

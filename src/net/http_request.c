@@ -78,6 +78,7 @@
 #include "http_respond.h"
 #include "server_metrics.h"
 #include "shape_serve.h"
+#include "status_page.h"
 #include "subset_serve.h"
 #include "thread_log.h"
 
@@ -718,15 +719,15 @@ http_begin_request(HttpServer *server, struct MHD_Connection *connection,
 								 "{\"message\":\"Invalid request\",\"errors\":{\"query\":"
 								 "[\"The request has too many query parameters\"]}}", false);
 	rules = access_policy_rules(&server->access);
-	if (route != ROUTE_METRICS && route != ROUTE_SHAPE)
+	if (route != ROUTE_METRICS && route != ROUTE_ROOT && route != ROUTE_SHAPE)
 	{
 		*con_cls = &http_plain_request;
 		return MHD_YES;
 	}
 	http_identify_client(connection, rules, &client);
-	if (route == ROUTE_METRICS)
+	if (route == ROUTE_METRICS || route == ROUTE_ROOT)
 	{
-		/* the same rules as shapes: the secret when one is set */
+		/* the same rules as shapes: the secret when one is set (/ shows what /metrics does) */
 		verdict = http_check_access(server, connection, rules, &client, true);
 		if (verdict != ACCESS_ALLOWED)
 			return http_respond_refused(server, connection, rules, verdict);
@@ -839,7 +840,7 @@ http_access(void *cls, struct MHD_Connection *connection, const char *url,
 		return http_respond_metrics(connection);
 	if (route == ROUTE_ROOT &&
 		(strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0))
-		return http_respond_text(connection, MHD_HTTP_OK, "");
+		return http_respond_status_page(connection);
 	return http_respond_text(connection, MHD_HTTP_NOT_FOUND, "Not found");
 }
 

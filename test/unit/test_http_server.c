@@ -587,7 +587,7 @@ TEST(health_root_and_unknown_paths)
 
 	REQUIRE_RESPONSE(GET("/", &r), &r);
 	CHECK_EQ(r.status, 200);
-	CHECK_EQ(r.body_len, 0);
+	CHECK(r.body_len > 0);		/* the status page: root_serves_the_status_page */
 	hc_response_free(&r);
 
 	REQUIRE_RESPONSE(GET("/v1/nope", &r), &r);
@@ -1327,8 +1327,49 @@ TEST(secret_guards_every_spelling_of_the_route)
 	/* what stays open */
 	CHECK_EQ(status_of("OPTIONS", "/v1/shape", NULL), 204);
 	CHECK_EQ(status_of("GET", "/v1/health", NULL), 200);
-	CHECK_EQ(status_of("GET", "/", NULL), 200);
+	/* the operator's page, as /metrics: the secret */
+	CHECK_EQ(status_of("GET", "/", NULL), 401);
+	CHECK_EQ(status_of("HEAD", "/", NULL), 401);
+	CHECK_EQ(status_of("GET", "/?secret=letmei", NULL), 401);
+	CHECK_EQ(status_of("GET", "/metrics", NULL), 401);
+	CHECK_EQ(status_of("GET", "/?secret=letmein", NULL), 200);
+	CHECK_EQ(status_of("GET", "/?api_secret=letmein", NULL), 200);
 	use_access(NULL, false, "*");
+}
+
+/*
+ * GET /: the operator's page, whole, with a policy that lets it run its
+ * inline script and read this origin only, and nothing that names an
+ * outside address.
+ */
+TEST(root_serves_the_status_page)
+{
+	HcResponse	r;
+
+	REQUIRE(server != NULL);
+	use_access(NULL, false, "*");
+	REQUIRE_RESPONSE(GET("/", &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "content-type", "text/html; charset=utf-8");
+	CHECK_HEADER(&r, "cache-control", "no-store");
+	CHECK_HEADER(&r, "referrer-policy", "no-referrer");
+	CHECK_HEADER(&r, "x-content-type-options", "nosniff");
+	CHECK(hc_header(&r, "content-security-policy") != NULL &&
+		  strstr(hc_header(&r, "content-security-policy"), "default-src 'none'") != NULL &&
+		  strstr(hc_header(&r, "content-security-policy"), "connect-src 'self'") != NULL &&
+		  strstr(hc_header(&r, "content-security-policy"), "frame-ancestors 'none'") != NULL);
+	CHECK(strncmp(r.body, "<!doctype html>", 15) == 0);
+	CHECK(strstr(r.body, "</html>\n") != NULL);
+	CHECK(strstr(r.body, "fetch(source") != NULL);
+	CHECK(strstr(r.body, "http://") == NULL && strstr(r.body, "https://") == NULL &&
+		  strstr(r.body, "//cdn") == NULL);
+	hc_response_free(&r);
+	REQUIRE_RESPONSE(request("HEAD", "/", NULL, &r), &r);
+	CHECK_EQ(r.status, 200);
+	CHECK_HEADER(&r, "content-type", "text/html; charset=utf-8");
+	CHECK_EQ(r.body_len, 0);
+	hc_response_free(&r);
+	CHECK_EQ(status_of("POST", "/", "Content-Length: 0\r\n"), 404);
 }
 
 TEST(loopback_only_refuses_foreign_hosts_and_origins)
