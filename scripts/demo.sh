@@ -4,9 +4,20 @@
 # serves the Shape API on http://localhost:3000 with sample data (scripts/sample-data.sql), and
 # keep it running until Ctrl-C (or SIGTERM); then everything is torn down.
 #
+#   ./scripts/demo.sh [--example]
+#
+#   --example              also build the example web app (examples/web) and serve it on
+#                          http://localhost:$EXAMPLE_PORT (default 5173), another origin
 #   SHAPE_SYNC_DEMO_PORT   HTTP port (default 3000)
 #   SHAPE_SYNC_SKIP_APT=1  do not touch apt (see scripts/install-deps.sh)
 set -euo pipefail
+
+EXAMPLE=0
+case "${1:-}" in
+	--example) EXAMPLE=1 ;;
+	"") ;;
+	*) echo "usage: $0 [--example]" >&2; exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -21,12 +32,16 @@ if [[ $(id -u) -ne 0 ]]; then
 	SUDO=(sudo)
 fi
 SLEEP_PID=
+EXAMPLE_PID=
 
 cleanup() {
 	local rc=$?
 	trap - INT TERM
 	if [[ -n $SLEEP_PID ]]; then
 		kill "$SLEEP_PID" 2>/dev/null || true
+	fi
+	if [[ -n $EXAMPLE_PID ]]; then
+		kill "$EXAMPLE_PID" 2>/dev/null || true
 	fi
 	if [[ -n ${SHAPE_SYNC_PGDATA:-} ]]; then
 		echo
@@ -90,9 +105,20 @@ shape_sync is serving $SHAPE_SYNC_URL (tables: items, 300 rows; users, 200 rows)
   $PSQL -c 'SELECT * FROM shape_sync.shapes'
   curl -s '$SHAPE_SYNC_URL/v1/health'
 
+  # the operator's status page, in a browser on this machine
+  $SHAPE_SYNC_URL/
+
 server log: $SHAPE_SYNC_LOG
-Press Ctrl-C to stop and remove everything.
 MSG
+
+if ((EXAMPLE)); then
+	echo "==> building the example web app (examples/web)"
+	(cd "$ROOT/examples/web" && node build.mjs)
+	SHAPE_SYNC_URL=$SHAPE_SYNC_URL node "$ROOT/examples/web/serve.mjs" &
+	EXAMPLE_PID=$!
+	sleep 1
+fi
+echo "Press Ctrl-C to stop and remove everything."
 
 # From here on, Ctrl-C is the normal way to stop: exit 0.
 trap 'exit 0' INT TERM

@@ -73,4 +73,9 @@ elif [[ -f test/package.json ]]; then
 	say "warning: test/package.json has no package-lock.json; not installing its dependencies"
 fi
 
+if [[ -f examples/web/package-lock.json ]]; then
+	say "npm ci in examples/web"
+	(cd examples/web && npm ci --no-audit --no-fund)
+fi
+
 say "done"
