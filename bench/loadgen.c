@@ -14,7 +14,8 @@
  * with --rst), so that the server's handling of a disconnect storm shows.
  *
  * How.  Each client runs the Shape protocol: an initial request (offset=-1),
- * catch-up requests until electric-up-to-date, then live requests forever; a
+ * catch-up requests until electric-up-to-date, then live requests forever (with
+ * the last electric-cursor, as Electric's clients send it); a
  * 409 restarts it, other statuses are retried after a pause, a lost
  * connection is reopened.  Marks count only once the client has been up to
  * date (rows already in the table carry old marks).  Clients are sharded over
@@ -77,6 +78,7 @@
 #define LINE_CAP			160		/* longer header lines are cut; ours are short */
 #define HANDLE_CAP			80
 #define OFFSET_CAP			40
+#define CURSOR_CAP			24
 #define MAX_EVENTS			512
 #define MAX_CONNECT_ATTEMPTS 6		/* then the client gives up: connect_failed */
 #define CONNECT_RETRY_NS	(50 * NS_PER_MS)	/* doubled at each attempt */
@@ -147,6 +149,7 @@ typedef struct Client
 	bool		up_to_date;
 	bool		resp_has_handle;
 	bool		resp_has_offset;
+	bool		resp_has_cursor;
 	uint16_t	status;
 	uint16_t	line_len;
 	uint32_t	retry_after_s;
@@ -159,6 +162,8 @@ typedef struct Client
 	char		offset[OFFSET_CAP];
 	char		resp_handle[HANDLE_CAP];
 	char		resp_offset[OFFSET_CAP];
+	char		cursor[CURSOR_CAP];	/* electric-cursor of the last answer, or "" */
+	char		resp_cursor[CURSOR_CAP];
 } Client;
 
 typedef struct Sample
@@ -372,7 +377,7 @@ reset_response(Client *c)
 	c->line_cut = false;
 	c->status = 0;
 	c->chunked = c->close_after = c->keep_alive = c->http10 = false;
-	c->up_to_date = c->resp_has_handle = c->resp_has_offset = false;
+	c->up_to_date = c->resp_has_handle = c->resp_has_offset = c->resp_has_cursor = false;
 	c->retry_after_s = 0;
 	c->content_length = -1;
 	c->body_left = 0;
@@ -555,6 +560,13 @@ build_request(Worker *w, const Client *c)
 	p = append(p, c->offset, strlen(c->offset));
 	if (c->live)
 		p = append(p, "&live=true", 10);
+	if (c->live && c->cursor[0] != '\0')
+	{
+		/* as Electric's clients: a live request names the last cursor, so that a cache in
+		 * front never answers it with the previous live answer */
+		p = append(p, "&cursor=", 8);
+		p = append(p, c->cursor, strlen(c->cursor));
+	}
 	p = append(p, " HTTP/1.1\r\n", 11);
 	p = append(p, host_header, strlen(host_header));
 	p = append(p, "Connection: keep-alive\r\n\r\n", 26);
@@ -748,6 +760,8 @@ complete_response(Worker *w, Client *c)
 		}
 		if (c->resp_has_offset)
 			memcpy(c->offset, c->resp_offset, OFFSET_CAP);
+		if (c->resp_has_cursor)
+			memcpy(c->cursor, c->resp_cursor, CURSOR_CAP);
 		record_mark(c, c->body_max_mark, now);
 		c->live = c->up_to_date;
 		if (c->up_to_date)
@@ -885,6 +899,15 @@ header_line(Worker *w, Client *c, const char *line, size_t len, bool cut)
 			return;
 		}
 		c->resp_has_offset = true;
+	}
+	else if (name_is(line, nlen, "electric-cursor"))
+	{
+		if (!keep_value(c->resp_cursor, CURSOR_CAP, v, vlen, cut))
+		{
+			protocol_error(w, c);
+			return;
+		}
+		c->resp_has_cursor = true;
 	}
 	else if (name_is(line, nlen, "electric-up-to-date"))
 		c->up_to_date = true;
@@ -1461,7 +1484,8 @@ checked_calloc(size_t n, size_t size)
 static void
 start_workers(void)
 {
-	size_t		request_cap = strlen(opt.path) * 4 + HANDLE_CAP + OFFSET_CAP + strlen(host_header) + 128;
+	size_t		request_cap = strlen(opt.path) * 4 + HANDLE_CAP + OFFSET_CAP + CURSOR_CAP +
+		strlen(host_header) + 128;
 
 	workers = checked_calloc(opt.threads, sizeof *workers);
 	for (uint32_t t = 0; t < opt.threads; t++)

@@ -7,7 +7,7 @@
 #
 #   SHAPE_SYNC_SKIP_APT=1    skip apt entirely (only the npm step runs)
 #   SHAPE_SYNC_FORCE_APT=1   run apt-get update/install even when nothing is missing
-#   SHAPE_SYNC_BENCH=1       also what bench/ compares against: nginx (light) and wrk
+#   SHAPE_SYNC_BENCH=1       also wrk, which bench/ compares against (nginx is always installed)
 #
 # Node.js and npm come from apt only when `node` or `npm` is missing: the machine image ships
 # newer ones outside apt (Node 20, npm 11), which must never be replaced by Debian's.
@@ -26,6 +26,8 @@ say() { printf '[install-deps] %s\n' "$*"; }
 # prometheus: for promtool, which checks GET /metrics (its service is not started in CI).
 # dpkg-dev, debhelper, postgresql-server-dev-all: build the Debian package (pg_buildext, test/package/).
 # chromium (and a font to draw text with): the browser tests (test/lib/browser.mjs).
+# nginx: the proxy in front (examples/nginx, test/integration/nginx_proxy.sh); its service is
+# not started.
 packages=(
 	build-essential pkg-config
 	postgresql-15 postgresql-server-dev-15
@@ -36,9 +38,10 @@ packages=(
 	prometheus
 	dpkg-dev debhelper postgresql-server-dev-all
 	chromium fonts-dejavu-core
+	nginx
 )
 if [[ ${SHAPE_SYNC_BENCH:-0} == 1 ]]; then
-	packages+=(nginx-light wrk)
+	packages+=(wrk)
 fi
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	packages+=(nodejs npm)

@@ -45,6 +45,9 @@ SELECT extversion FROM pg_extension WHERE extname = 'shape_sync';
 SELECT count(*) AS shapes_columns
 FROM pg_attribute
 WHERE attrelid = 'shape_sync.shapes'::regclass AND attnum > 0;
+-- Until the update, the new library refuses to fill the old view's 12 columns
+-- with its 19 (writing them would crash the session and restart the server).
+SELECT count(*) >= 0 FROM shape_sync.shapes;
 
 -- The update path the packages ship, and the update.
 SELECT source, target, path

@@ -7,15 +7,20 @@
 //   SHAPE_SYNC_URL      shape_sync's address (default http://localhost:3000)
 //   SHAPE_SYNC_SECRET   when set, GET /v1/shape here is passed on to SHAPE_SYNC_URL with
 //                       secret= added (any secret the browser sent is dropped)
-//   EXAMPLE_TOKEN       when set with the secret, the proxy passes on only requests that carry
+//   EXAMPLE_TOKEN       when set, the proxy passes on only requests that carry
 //                       "Authorization: Bearer EXAMPLE_TOKEN" (a stand-in for the application's
 //                       own sessions); others get 401
+//
+// GET /authorise answers 204 for a request with that header (or any, without EXAMPLE_TOKEN)
+// and 401 otherwise: what nginx's auth_request asks (examples/nginx/shape_sync.conf), when
+// nginx is the proxy that adds the secret.
 //
 // The proxy streams the answer through, long polls and SSE alike, and drops the upstream
 // request when the browser goes away.
 
 import { createReadStream, existsSync, statSync } from 'node:fs'
 import http from 'node:http'
+import { pipeline } from 'node:stream'
 import { dirname, extname, join, normalize } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -36,7 +41,7 @@ function serveStatic(dist, req, res) {
     return sendJson(res, 404, { message: 'not found' })
   }
   res.writeHead(200, { 'content-type': TYPES[extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-cache' })
-  createReadStream(file).pipe(res)
+  pipeline(createReadStream(file), res, () => {})
 }
 
 function proxyShape({ upstream, secret, token }, req, res) {
@@ -44,7 +49,10 @@ function proxyShape({ upstream, secret, token }, req, res) {
   if (token && req.headers.authorization !== `Bearer ${token}`) {
     return sendJson(res, 401, { message: 'sign in first' })
   }
-  const target = new URL(req.url, upstream)
+  // only ever shape_sync's /v1/shape, whatever the request's target says (an absolute or
+  // //host target must not send the secret elsewhere); only its query string is passed on
+  const target = new URL('/v1/shape', upstream)
+  target.search = new URL(req.url, 'http://x').search
   target.searchParams.delete('secret')
   target.searchParams.delete('api_secret')
   target.searchParams.set('secret', secret)
@@ -58,7 +66,8 @@ function proxyShape({ upstream, secret, token }, req, res) {
       if (!HOP.has(name)) passed[name] = value
     }
     res.writeHead(answer.statusCode, passed)
-    answer.pipe(res)
+    // shape_sync going away mid-answer ends the browser's answer too, so that it retries
+    pipeline(answer, res, (e) => e && res.destroy())
   })
   out.on('error', () => {
     if (!res.headersSent) sendJson(res, 502, { message: 'shape_sync did not answer' })
@@ -78,7 +87,14 @@ export function startExample({
 } = {}) {
   if (!existsSync(join(dist, 'app.js'))) throw new Error(`${dist} has no app.js: run node build.mjs first`)
   const server = http.createServer((req, res) => {
+    // origin-form targets only ("/path?query"): not "http://host/..." nor "//host/..."
+    if (!req.url.startsWith('/') || req.url.startsWith('//')) return sendJson(res, 400, { message: 'bad request target' })
     const path = new URL(req.url, 'http://x').pathname
+    if (path === '/authorise') {
+      const ok = !token || req.headers.authorization === `Bearer ${token}`
+      res.writeHead(ok ? 204 : 401, { 'cache-control': 'no-store' })
+      return res.end()
+    }
     if (path === '/v1/shape') {
       if (!secret) return sendJson(res, 404, { message: 'no proxy here: SHAPE_SYNC_SECRET is not set' })
       return proxyShape({ upstream, secret, token }, req, res)

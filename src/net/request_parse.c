@@ -364,6 +364,35 @@ value_acceptable(RequestErrors *errs, const char *field, const char *value, size
 	return true;
 }
 
+/* the parameters that may be given once (ShapeQuery.given) */
+enum
+{
+	QUERY_GIVEN_TABLE = 1 << 0,
+	QUERY_GIVEN_OFFSET = 1 << 1,
+	QUERY_GIVEN_HANDLE = 1 << 2,
+	QUERY_GIVEN_WHERE = 1 << 3,
+	QUERY_GIVEN_COLUMNS = 1 << 4,
+	QUERY_GIVEN_REPLICA = 1 << 5,
+	QUERY_GIVEN_LOG = 1 << 6,
+	QUERY_GIVEN_QUERYABLE = 1 << 7,
+};
+
+/*
+ * Notes that the parameter `name` (bit `bit`) was given; false, with an
+ * error for it, when it was given before.
+ */
+static bool
+given_once(ShapeQuery *q, RequestErrors *errs, uint32_t bit, const char *name)
+{
+	if (q->given & bit)
+	{
+		request_errors_add(errs, name, "is given more than once");
+		return false;
+	}
+	q->given |= bit;
+	return true;
+}
+
 void
 shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_len,
 				const char *value, size_t value_len)
@@ -381,6 +410,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 
 	if (key_is(key, key_len, "table"))
 	{
+		if (!given_once(q, errs, QUERY_GIVEN_TABLE, "table"))
+			return;
 		free(q->def.schema);
 		free(q->def.table);
 		q->def.schema = q->def.table = NULL;
@@ -391,6 +422,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_is(key, key_len, "offset"))
 	{
+		if (!given_once(q, errs, QUERY_GIVEN_OFFSET, "offset"))
+			return;
 		q->has_offset = true;
 		q->offset_now = key_is(value, value_len, "now");
 		q->bad_offset = !q->offset_now &&
@@ -400,7 +433,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_is(key, key_len, "handle"))
 	{
-		if (value_acceptable(errs, "handle", value, value_len))
+		if (given_once(q, errs, QUERY_GIVEN_HANDLE, "handle") &&
+			value_acceptable(errs, "handle", value, value_len))
 			replace_string(&q->handle, value);
 	}
 	else if (key_is(key, key_len, "live"))
@@ -414,11 +448,14 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_is(key, key_len, "where"))
 	{
-		if (value_acceptable(errs, "where", value, value_len))
+		if (given_once(q, errs, QUERY_GIVEN_WHERE, "where") &&
+			value_acceptable(errs, "where", value, value_len))
 			replace_string(&q->def.where, value);
 	}
 	else if (key_is(key, key_len, "columns"))
 	{
+		if (!given_once(q, errs, QUERY_GIVEN_COLUMNS, "columns"))
+			return;
 		for (int i = 0; i < q->def.ncolumns; i++)
 			free(q->def.columns[i]);
 		free(q->def.columns);
@@ -430,6 +467,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_is(key, key_len, "replica"))
 	{
+		if (!given_once(q, errs, QUERY_GIVEN_REPLICA, "replica"))
+			return;
 		if (key_is(value, value_len, "full"))
 			q->def.replica_full = true;
 		else if (key_is(value, value_len, "default"))
@@ -439,6 +478,8 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 	}
 	else if (key_is(key, key_len, "log"))
 	{
+		if (!given_once(q, errs, QUERY_GIVEN_LOG, "log"))
+			return;
 		if (key_is(value, value_len, "changes_only"))
 			q->def.changes_only = true;
 		else if (key_is(value, value_len, "full"))
@@ -468,14 +509,16 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 			field = &in->offset;
 		else if (key_is(key, key_len, "subset__order_by"))
 			field = &in->order_by;
-		if (field != NULL && value_acceptable(errs, "subset", value, value_len))
+		if (field != NULL && *field != NULL)
+			request_errors_add(errs, "subset", "%.*s is given more than once", (int) key_len, key);
+		else if (field != NULL && value_acceptable(errs, "subset", value, value_len))
 			replace_string(field, value);
 	}
 	else if (key_is(key, key_len, "queryable_columns"))
 	{
 		SubsetRequest *in = subset_inputs(q);
 
-		if (in == NULL)
+		if (in == NULL || !given_once(q, errs, QUERY_GIVEN_QUERYABLE, "queryable_columns"))
 			return;
 		for (int i = 0; i < in->nqueryable; i++)
 			free(in->queryable[i]);
@@ -506,6 +549,11 @@ shape_query_add(ShapeQuery *q, RequestErrors *errs, const char *key, size_t key_
 				grown[i] = NULL;
 			q->def.params = grown;
 			q->def.nparams = pidx;
+		}
+		if (q->def.params[pidx - 1] != NULL)
+		{
+			request_errors_add(errs, "params", "params[%d] is given more than once", pidx);
+			return;
 		}
 		replace_string(&q->def.params[pidx - 1], value);
 	}

@@ -47,6 +47,7 @@ typedef struct ShapeQuery
 	bool		live;
 	bool		live_sse;
 	char	   *cursor;
+	uint32_t	given;			/* QUERY_GIVEN_* bits: the parameters seen, to refuse a repeat */
 	bool		subset;			/* some subset__* parameter was given */
 	SubsetRequest *subset_in;	/* the subset__* and queryable_columns values
 								 * given; NULL when none */
@@ -54,7 +55,11 @@ typedef struct ShapeQuery
 
 /*
  * Feeds one decoded key/value pair, with their lengths (a decoded %00 is a
- * NUL inside them); value may be NULL.  Unknown keys are ignored.
+ * NUL inside them); value may be NULL.  Unknown keys are ignored.  A
+ * parameter that says what is served (the definition, the handle, the
+ * offset, a subset's fields) given twice is refused: a proxy that
+ * authorises requests might read the first where shape_sync would read the
+ * last.
  */
 extern void shape_query_add(ShapeQuery *q, RequestErrors *errs,
 							const char *key, size_t key_len,

@@ -301,6 +301,8 @@ sse_respond(ShapeConn *sc, const SlogPublished *pub, const SlogRange *range, boo
 		return MHD_NO;
 	MHD_add_response_header(response, "content-type", "text/event-stream");
 	MHD_add_response_header(response, "cache-control", "public, max-age=59");
+	/* a proxy in front passes each event on at once (nginx honours it) */
+	MHD_add_response_header(response, "x-accel-buffering", "no");
 	MHD_add_response_header(response, "electric-server", SERVER_NAME);
 	MHD_add_response_header(response, "electric-handle", sc->request.result.handle);
 	MHD_add_response_header(response, "electric-offset", offset_text);

@@ -191,7 +191,7 @@ static const char status_page_html[] =
 	"async function refresh() {\n"
 	"  const state = document.getElementById('state');\n"
 	"  try {\n"
-	"    const res = await fetch(source, { cache: 'no-store' });\n"
+	"    const res = await fetch(source, { cache: 'no-store', signal: AbortSignal.timeout(10000) });\n"
 	"    if (!res.ok) throw new Error('/metrics answered ' + res.status);\n"
 	"    const now = { all: parse(await res.text()), at: Date.now() };\n"
 	"    render(now);\n"

@@ -8,6 +8,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
+import net from 'node:net'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -24,6 +25,19 @@ const TOKEN = `session-${sfx}`
 
 let browser
 let app // the example served alone: the page talks to shape_sync directly
+
+// The status of a request with this exact target (fetch would normalise it).
+function rawStatus(base, target, header) {
+  const { hostname, port } = new URL(base)
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(port), hostname, () =>
+      socket.write(`GET ${target} HTTP/1.1\r\nHost: ${hostname}\r\n${header}\r\nConnection: close\r\n\r\n`))
+    let text = ''
+    socket.on('data', (d) => (text += d))
+    socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d+)/.exec(text)?.[1])))
+    socket.on('error', reject)
+  })
+}
 
 // The ids the page's table shows, in order.
 const shownIds = (page) =>
@@ -118,6 +132,11 @@ describe('through the authorising proxy, with a secret set', () => {
       // without the application's token the proxy refuses, and the page says so
       const refused = await fetchRaw(`${proxy.url}/v1/shape?table=${T}&offset=-1`)
       assert.equal(refused.status, 401)
+      // a target that names another host never takes the secret there
+      for (const target of ['//evil.invalid/v1/shape?offset=-1', 'http://evil.invalid/v1/shape?offset=-1']) {
+        const status = await rawStatus(proxy.url, target, `Authorization: Bearer ${TOKEN}`)
+        assert.equal(status, 400, target)
+      }
       const page = await openPage(browser)
       await page.goto(`${proxy.url}/?server=${encodeURIComponent(proxy.url)}&table=${T}`)
       await page.getByTestId('error').waitFor({ timeout: 30000 })

@@ -489,10 +489,9 @@ TEST(query_offset_and_handle)
 	CHECK_UEQ(c.q.offset.op, LOG_OFFSET_OP_INF);
 	query_free(&c);
 
-	/* the last value of a repeated key wins */
+	/* a repeated key is refused (query_repeated_parameters_refused) */
 	QUERY(&c, "table", "items", "offset", "0_1", "handle", "a", "handle", "b");
-	CHECK(c.json == NULL);
-	CHECK_STR_EQ(c.q.handle, "b");
+	CHECK_STR_EQ(c.json, INVALID("\"handle\":[\"is given more than once\"]"));
 	query_free(&c);
 
 	QUERY(&c, "table", "items", "offset", "1_2_3", "handle", "h");
@@ -595,12 +594,12 @@ TEST(query_params)
 	CHECK_STR_EQ(c.q.def.params[2], "c");
 	query_free(&c);
 
+	/* one given twice: refused (a proxy might have authorised the other) */
 	QUERY(&c, "table", "items", "offset", "-1", "params[2]", "two", "params[1]", "one",
 		  "params[1]", "uno");
-	CHECK(c.json == NULL);
+	CHECK_STR_EQ(c.json, INVALID("\"params\":[\"params[1] is given more than once\"]"));
 	REQUIRE_EQ(c.q.def.nparams, 2);
-	CHECK_STR_EQ(c.q.def.params[0], "uno");
-	CHECK_STR_EQ(c.q.def.params[1], "two");
+	CHECK_STR_EQ(c.q.def.params[0], "one");
 	query_free(&c);
 
 	/* not params[N] with N >= 1: ignored */
@@ -636,6 +635,52 @@ TEST(query_params)
 	query_free(&c);
 }
 
+/*
+ * What says which rows are served may be given once: an authorising proxy in
+ * front that reads the first of two `table` parameters, while shape_sync read
+ * the last, would let a client read a table it was refused.
+ */
+TEST(query_repeated_parameters_refused)
+{
+	static const char *const once[][2] = {
+		{"table", "items"}, {"offset", "-1"}, {"handle", "1-2"}, {"where", "id = 1"},
+		{"columns", "id"}, {"replica", "full"}, {"log", "full"},
+	};
+	QueryCase	c;
+	char		want[160];
+
+	for (size_t i = 0; i < sizeof(once) / sizeof(once[0]); i++)
+	{
+		const char *kv[] = {"table", "items", "offset", "-1", once[i][0], once[i][1],
+		once[i][0], once[i][1]};
+		bool		required = strcmp(once[i][0], "table") == 0 || strcmp(once[i][0], "offset") == 0;
+
+		/* the same value twice too: a repeat is refused whatever it says (a required one
+		 * is given once more) */
+		run_query(&c, kv, required ? 3 : 4);
+		snprintf(want, sizeof(want), "\"%s\":[\"is given more than once\"]", once[i][0]);
+		CHECK(c.json != NULL && strstr(c.json, want) != NULL);
+		if (c.json == NULL || strstr(c.json, want) == NULL)
+			fprintf(stderr, "  %s twice: %s\n", once[i][0], c.json ? c.json : "accepted");
+		query_free(&c);
+	}
+
+	QUERY(&c, "table", "items", "offset", "-1", "table", "secrets");
+	CHECK(c.json != NULL && strstr(c.json, "\"table\":[\"is given more than once\"]") != NULL);
+	CHECK_STR_EQ(c.q.def.table, "items");
+	query_free(&c);
+
+	QUERY(&c, "table", "items", "offset", "0_0", "handle", "1-2", "subset__where", "id = 1",
+		  "subset__where", "true");
+	CHECK(c.json != NULL && strstr(c.json, "subset__where is given more than once") != NULL);
+	query_free(&c);
+
+	/* what says nothing of the rows may come twice, as before */
+	QUERY(&c, "table", "items", "offset", "-1", "cursor", "1", "cursor", "2", "x", "1", "x", "2");
+	CHECK(c.json == NULL);
+	query_free(&c);
+}
+
 TEST(query_replica_and_log)
 {
 	QueryCase	c;
@@ -646,11 +691,18 @@ TEST(query_replica_and_log)
 	CHECK(c.q.def.changes_only);
 	query_free(&c);
 
-	QUERY(&c, "table", "items", "offset", "-1", "replica", "full", "replica", "default",
-		  "log", "changes_only", "log", "full");
+	QUERY(&c, "table", "items", "offset", "-1", "replica", "default", "log", "full");
 	CHECK(c.json == NULL);
 	CHECK(!c.q.def.replica_full);
 	CHECK(!c.q.def.changes_only);
+	query_free(&c);
+
+	QUERY(&c, "table", "items", "offset", "-1", "replica", "full", "replica", "default",
+		  "log", "changes_only", "log", "full");
+	CHECK_STR_EQ(c.json, INVALID("\"replica\":[\"is given more than once\"],"
+								 "\"log\":[\"is given more than once\"]"));
+	CHECK(c.q.def.replica_full);
+	CHECK(c.q.def.changes_only);
 	query_free(&c);
 
 	QUERY(&c, "table", "items", "offset", "-1", "replica", "FULL");

@@ -75,6 +75,25 @@ sql_require_shared(void)
 				 errhint("Add shape_sync to \"shared_preload_libraries\" and restart the server.")));
 }
 
+/*
+ * The result columns that the catalog declares for the SQL function being
+ * called are the ones this library writes.  They are not after the library
+ * was upgraded and before ALTER EXTENSION shape_sync UPDATE ran: writing a
+ * row of the new width into the old one would read past it, and a crash
+ * restarts every session.
+ */
+static void
+sql_require_columns(TupleDesc desc, int natts, const char *function)
+{
+	if (desc == NULL || desc->natts != natts)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("shape_sync.%s() returns %d columns in this database, but the loaded library writes %d",
+						function, desc == NULL ? 0 : desc->natts, natts),
+				 errdetail("The extension's SQL objects in this database are of another version than the installed library."),
+				 errhint("Run ALTER EXTENSION shape_sync UPDATE.")));
+}
+
 static Datum
 sql_unix_us_timestamptz(int64 us)
 {
@@ -90,6 +109,7 @@ shape_sync_list_shapes(PG_FUNCTION_ARGS)
 	sql_require_shared();
 	table = shape_sync_shared->table;
 	InitMaterializedSRF(fcinfo, 0);
+	sql_require_columns(rsinfo->setDesc, 19, "list_shapes");
 	for (uint32 i = 0; i < table->nslots; i++)
 	{
 		ShapeSlot  *s = &table->slots[i];
@@ -161,6 +181,7 @@ shape_sync_log_memory_usage(PG_FUNCTION_ARGS)
 	arena = shape_sync_shared->table->arena;
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	sql_require_columns(desc, 3, "log_memory_usage");
 	values[0] = Int64GetDatum((int64) arena->nblocks * SLOG_BLOCK_SIZE);
 	values[1] = Int64GetDatum((int64) slog_arena_free_blocks(arena) * SLOG_BLOCK_SIZE);
 	values[2] = Int32GetDatum(SLOG_BLOCK_SIZE);
@@ -182,6 +203,7 @@ shape_sync_decoder_status(PG_FUNCTION_ARGS)
 	d = &shape_sync_shared->decoder;
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	sql_require_columns(desc, 6, "decoder_status");
 	wal_end = atomic_load_explicit(&d->wal_end_lsn, memory_order_relaxed);
 	decoded = atomic_load_explicit(&d->decoded_lsn, memory_order_relaxed);
 	commit_us = atomic_load_explicit(&d->last_commit_us, memory_order_relaxed);
@@ -212,6 +234,7 @@ shape_sync_admission_slots(PG_FUNCTION_ARGS)
 	sql_require_shared();
 	a = &shape_sync_shared->admission;
 	InitMaterializedSRF(fcinfo, 0);
+	sql_require_columns(rsinfo->setDesc, 4, "admission_slots");
 	for (int k = 0; k < ADMISSION_KINDS; k++)
 	{
 		Datum		values[4];
@@ -243,6 +266,7 @@ shape_sync_list_connections(PG_FUNCTION_ARGS)
 
 	sql_require_shared();
 	InitMaterializedSRF(fcinfo, 0);
+	sql_require_columns(rsinfo->setDesc, 7, "list_connections");
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	now_ms = (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 	for (uint32 i = 0; i < shape_sync_shared->nconnections; i++)
@@ -331,6 +355,7 @@ shape_sync_metric_values(PG_FUNCTION_ARGS)
 	sql_require_shared();
 	InitMaterializedSRF(fcinfo, 0);
 	rows.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	sql_require_columns(rows.rsinfo->setDesc, 3, "metric_values");
 	initStringInfo(&rows.labels);
 	server_metrics_visit(sql_metric_row, &rows);
 	return (Datum) 0;
