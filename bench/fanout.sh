@@ -65,16 +65,6 @@ done
 worker=$(bench_worker_pid)
 mark_sql='((extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)::text'
 
-# wait_ready FILE: until loadgen printed "ready"
-wait_ready() {
-	local i
-	for ((i = 0; i < 1200; i++)); do
-		grep -q '^ready' "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "the clients did not all park: $(tail -c 300 "$1")" >&2
-	return 1
-}
 
 # run_case SERVER CLIENTS SHAPES RUN: one measurement; prints the loadgen JSON with
 # "rss_kb_per_conn" added
@@ -105,7 +95,7 @@ run_case() {
 		--rounds "$COMMITS" --threads "$LOADGEN_THREADS" --timeout 300 >"$json.lg" 2>/dev/null &
 	lg=$!
 	bench_track "$lg"
-	wait_ready "$json.lg"
+	bench_wait_parked "$json.lg"
 	for ((i = 1; i <= COMMITS; i++)); do
 		if ((i == COMMITS)); then
 			sleep 1 # every client is parked again, after COMMITS - 1 deliveries

@@ -30,6 +30,7 @@
 #   bench_free_port                  a TCP port nothing listens on, above the cluster's HTTP port
 #   bench_rss_anon_kb PID            the private resident memory (RssAnon) of PID, in kB
 #   bench_cpu_ns PID                 CPU time of PID's main thread, in ns (schedstat)
+#   bench_wait_parked FILE           until bench/loadgen printed "ready" into FILE
 #   bench_header NAME                reads HTTP headers (curl -D -) on stdin, prints NAME's value
 #   elapsed A B                      B - A, seconds with 6 decimals
 #
@@ -123,6 +124,18 @@ bench_free_port() { cluster_free_port $((SHAPE_SYNC_HTTP_PORT + 1)); }
 bench_rss_anon_kb() { awk '/^RssAnon:/ { print $2 }' "/proc/$1/status"; }
 
 bench_cpu_ns() { cut -d' ' -f1 "/proc/$1/task/$1/schedstat"; }
+
+# bench_wait_parked FILE: until bench/loadgen printed "ready" into FILE (every client parked);
+# fails after 2 minutes
+bench_wait_parked() {
+	local i
+	for ((i = 0; i < 1200; i++)); do
+		grep -q '^ready' "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "the clients did not all park: $(tail -c 300 "$1")" >&2
+	return 1
+}
 
 bench_header() { tr -d '\r' | sed -n "s/^$1: //Ip"; }
 

@@ -8,8 +8,8 @@
 #
 #   nginx_start DIR SHAPE_SYNC_PORT APP_PORT SECRET TLS_PORT [PLAIN_PORT]
 #       writes DIR/nginx.conf (a self-signed certificate for localhost, the cache and temp
-#       files in DIR, 1 worker, as many connections as the open-file limit it starts with
-#       allows; PLAIN_PORT adds a plain HTTP/1.1 listener beside TLS, for load
+#       files in DIR, a worker per CPU, each with as many connections as the open-file limit
+#       it starts with allows; PLAIN_PORT adds a plain HTTP/1.1 listener beside TLS, for load
 #       generators that do not speak TLS) and starts nginx; fails with a message on stderr
 #   nginx_stop DIR
 #
@@ -59,7 +59,7 @@ nginx_start() {
 			chmod 644 "$dir/key.pem"
 		fi
 		cat <<CONF
-worker_processes 1;
+worker_processes auto;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
 events { worker_connections 16384; }

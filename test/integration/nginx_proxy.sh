@@ -8,7 +8,7 @@
 #
 # Here: HTTP/2 is spoken; a snapshot comes from the cache the second time (shape_sync sees one
 # request), but not for a request the application refuses; the secret shows nowhere; every kind
-# of answer (catch-up, 409, 400, an unknown table, a subset) is cached exactly when its
+# of answer (catch-up, 409, 400, an unknown table, a subset, a 503) is cached exactly when its
 # cache-control allows it. test/web/nginx_proxy.mjs does the rest: the example's page of
 # 12 live shapes stays live through nginx in Chromium, and is shown to stall without it (6
 # requests reach shape_sync, and a change for a shape whose request is queued in the browser
@@ -112,6 +112,19 @@ for case in \
 			test "$(cache_status second)" != HIT
 	fi
 done
+
+# a 503 (no admission slot for a new shape): not cached either, and its retry-after passes
+cluster_psql -q -c "ALTER SYSTEM SET shape_sync.max_concurrent_initial = 0" -c "SELECT pg_reload_conf()" >/dev/null
+busy_url="$proxy/v1/shape?table=px&offset=-1&where=id%20%3E%2040"
+busy() { get busy1 "$busy_url" && [[ $(cat "$work/busy1.code") == 503 ]]; }
+check "with no admission slot for new shapes, nginx passes shape_sync's 503 on" wait_for 30 busy
+get busy2 "$busy_url"
+expect_eq "a 503 (cache-control: $(header cache-control "$work/busy1.h")) is not cached" "503 MISS" \
+	"$(cat "$work/busy2.code") $(cache_status busy2)"
+check "with its retry-after" test -n "$(header retry-after "$work/busy2.h")"
+cluster_psql -q -c "ALTER SYSTEM RESET shape_sync.max_concurrent_initial" -c "SELECT pg_reload_conf()" >/dev/null
+served() { get busy3 "$busy_url" && [[ $(cat "$work/busy3.code") == 200 ]]; }
+check "once slots are back, the same request is served (no 503 was kept)" wait_for 30 served
 
 # the browser, the 1,000 clients and the rotation
 if [[ ! -d $root/test/node_modules/playwright-core || ! -d $root/examples/web/node_modules ]]; then

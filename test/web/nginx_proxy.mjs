@@ -59,7 +59,10 @@ async function groupTitles(page, k) {
 }
 async function allLoaded(page) {
   for (let k = 0; k < GROUPS; k++) {
-    await page.getByTestId(`group-${k}`).getByText('rows, live').waitFor({ timeout: 30000 })
+    const group = page.getByTestId(`group-${k}`)
+    await group.getByText('rows, live').waitFor({ timeout: 60000 }).catch(async (e) => {
+      throw new Error(`group ${k} did not load: ${await group.textContent().catch(() => '?')} (${e.message})`)
+    })
   }
 }
 
