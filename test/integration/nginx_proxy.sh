@@ -15,6 +15,8 @@
 # does not arrive); 1,000 live clients of one shape through nginx cause about one request to
 # shape_sync per change, and every one of them sees it; a rotation behind nginx ends with the
 # official client re-synced, not in a loop of 409s.
+#
+# NGINX_PROXY_KEEP_LOG=PATH keeps nginx's error log as PATH.
 set -euo pipefail
 source "$(dirname "$0")/../lib/lib.sh"
 source "$(dirname "$0")/../../scripts/lib/nginx.sh"
@@ -23,7 +25,7 @@ root=$(cd "$here/../.." && pwd)
 nginx_dir=$work/nginx
 mkdir -p "$nginx_dir"
 
-trap 'nginx_stop "$nginx_dir"; [[ -n ${KEEP_NGINX_LOG:-} ]] && cp "$nginx_dir/error.log" "$KEEP_NGINX_LOG"; cleanup_work' EXIT
+trap 'nginx_stop "$nginx_dir"; [[ -n ${NGINX_PROXY_KEEP_LOG:-} ]] && cp "$nginx_dir/error.log" "$NGINX_PROXY_KEEP_LOG"; cleanup_work' EXIT
 
 if ! command -v nginx >/dev/null; then
 	fail "nginx is not installed (scripts/install-deps.sh installs it)"
