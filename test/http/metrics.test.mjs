@@ -10,31 +10,14 @@ import {
   BASE_URL, closePool, createTable, dropTable, fetchRaw, fetchShape, query, uniqueTable,
 } from '../lib/helpers.mjs'
 import { waitFor } from '../lib/live_helpers.mjs'
-
-// A series' key: its name and its labels, sorted (jsonb orders keys its own way).
-function seriesKey(name, labels) {
-  const list = Object.keys(labels).sort().map((k) => `${k}="${labels[k]}"`).join(',')
-  return list ? `${name}{${list}}` : name
-}
-
-// series key -> value, from the Prometheus text
-function parseMetrics(text) {
-  const values = new Map()
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue
-    const m = /^([a-z_]+)(?:\{(.*)\})? (\S+)$/.exec(line)
-    assert.ok(m, `a line of the text format: ${line}`)
-    const labels = {}
-    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-z_]+)="([^"]*)"/g)) labels[k] = v
-    values.set(seriesKey(m[1], labels), Number(m[3]))
-  }
-  return values
-}
+import { metricTotal, parseMetrics, seriesKey } from '../lib/metrics.mjs'
 
 async function scrape() {
   const res = await fetchRaw('/metrics')
   assert.equal(res.status, 200)
-  return { text: res.text, values: parseMetrics(res.text), headers: res.headers }
+  let values
+  assert.doesNotThrow(() => { values = parseMetrics(res.text) }, 'every line is of the text format')
+  return { text: res.text, values, headers: res.headers }
 }
 
 // the same series from SQL: name{labels in the text format's order} -> value
@@ -47,9 +30,7 @@ const requests = (kind, status = '2xx', route = 'shape', method = 'GET') =>
   seriesKey('shape_sync_http_requests_total', { route, method, status, kind })
 const counter = (values, name) => values.get(name) ?? 0
 // every series of `name` whose labels include `labels`, summed
-const total = (values, name, labels) => [...values].filter(([k]) =>
-  k.startsWith(`${name}{`) && Object.entries(labels).every(([l, v]) => k.includes(`${l}="${v}"`)))
-  .reduce((sum, [, v]) => sum + v, 0)
+const total = metricTotal
 
 describe('metrics and monitoring views', { timeout: 120000 }, () => {
   const table = uniqueTable('metrics')

@@ -36,6 +36,7 @@ import pg from 'pg'
 
 import { closePool, fetchShape } from '../lib/helpers.mjs'
 import { Follower, byIdNum, clientRows } from '../lib/subquery_client.mjs'
+import { parseMetrics } from '../lib/metrics.mjs'
 
 const callback = process.env.SUBQUERY_DURABLE_CALLBACK
 let failures = 0
@@ -218,11 +219,10 @@ async function gauges() {
     if (Date.now() > deadline) throw new Error('decoding did not catch up within 60 s')
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
-  const text = await (await fetch(`${process.env.SHAPE_SYNC_URL}/metrics`)).text()
+  const values = parseMetrics(await (await fetch(`${process.env.SHAPE_SYNC_URL}/metrics`)).text())
   const out = {}
   for (const name of ['shape_sync_subquery_value_sets', 'shape_sync_subquery_values', 'shape_sync_subquery_kept_rows']) {
-    const line = text.split('\n').find((l) => l.startsWith(`${name} `))
-    out[name] = line ? Number(line.split(' ')[1]) : undefined
+    out[name] = values.get(name)
   }
   return out
 }

@@ -23,6 +23,7 @@ import { ShapeStream } from '@electric-sql/client'
 import { closePool, query, sleep } from '../lib/helpers.mjs'
 import { waitFor } from '../lib/live_helpers.mjs'
 import { launchBrowser } from '../lib/browser.mjs'
+import { metricTotal, parseMetrics } from '../lib/metrics.mjs'
 import { startExample } from '../../examples/web/serve.mjs'
 
 const SHAPE_SYNC_URL = process.env.SHAPE_SYNC_URL
@@ -41,18 +42,12 @@ function check(what, ok, detail = '') {
   }
 }
 
-async function metric(name, match = '') {
+async function metric(name, labels = {}) {
   const text = await (await fetch(`${SHAPE_SYNC_URL}/metrics?secret=${encodeURIComponent(SECRET)}`)).text()
-  let sum = 0
-  for (const line of text.split('\n')) {
-    if (line.startsWith(name) && (line[name.length] === ' ' || line[name.length] === '{') && line.includes(match)) {
-      sum += Number(line.slice(line.lastIndexOf(' ') + 1))
-    }
-  }
-  return sum
+  return metricTotal(parseMetrics(text), name, labels)
 }
 const liveWaiters = () => metric('shape_sync_live_waiters')
-const liveRequests = () => metric('shape_sync_http_requests_total', 'kind="live"')
+const liveRequests = () => metric('shape_sync_http_requests_total', { kind: 'live' })
 
 async function groupTitles(page, k) {
   return page.getByTestId(`titles-${k}`).textContent()
