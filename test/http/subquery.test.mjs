@@ -24,8 +24,8 @@ import {
 } from '../lib/helpers.mjs'
 import { resetGuc, setGuc, startClientShape, waitDecoded, waitFor, waitRowsEqual } from '../lib/live_helpers.mjs'
 import {
-  assertForbidden, assertWhereRefused, byIdNum, clientRows, Follower, issueKey, projectsOf, runTxid, selectRows,
-  tableTracker,
+  applyMessages, assertForbidden, assertWhereRefused, byIdNum, clientRows, Follower, issueKey, newClientState,
+  projectsOf, runTxid, selectRows, tableTracker,
 } from '../lib/subquery_client.mjs'
 
 const HEX32 = /^[0-9a-f]{32}$/
@@ -165,11 +165,20 @@ describe('subqueries: refused where clauses', () => {
     const params = { table: O, where: `p IN (SELECT p FROM ${V})` }
     await query(`INSERT INTO ${O} SELECT g, g % 3, g, 'b', g, '{}' FROM generate_series(2, 9) g`)
     await query(`INSERT INTO ${V} VALUES (2, 2, 2, 'b', 2, '{}')`)
-    const first = await walkShape(params)
+    // The shape exists since the first test of this block: its log takes the inserts (and the
+    // move-in of p = 2) once the worker has decoded them, so walk it until it holds them all.
+    const whole = (await query(`SELECT id::text FROM ${O} WHERE p IN (SELECT p FROM ${V}) ORDER BY id`)).rows.map((r) => r.id)
+    let first
+    await waitFor(async () => {
+      first = await walkShape(params)
+      const state = newClientState()
+      applyMessages(state, first.messages)
+      return JSON.stringify(clientRows(state).map((r) => r.id)) === JSON.stringify(whole)
+    }, { timeoutMs: 30000, what: `the shape's log to hold the rows ${whole}` })
     const tagsOf = new Map(first.messages.filter((m) => 'key' in m).map((m) => [m.value.id, m.headers.tags]))
     const handle = first.handle
     const offset = first.responses.at(-1).res.headers.get('electric-offset')
-    const expected = (await query(`SELECT id::text FROM ${O} WHERE p IN (SELECT p FROM ${V}) AND id > 3 ORDER BY id`)).rows.map((r) => r.id)
+    const expected = whole.filter((id) => Number(id) > 3)
     assert.ok(expected.length >= 3, `the subset has rows: ${expected}`)
     const get = await fetchShape({ ...params, handle, offset, subset__where: 'id > 3' })
     const post = await fetch(`${SHAPE_URL}?${shapeQuery({ ...params, handle, offset })}`, {
