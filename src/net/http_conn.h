@@ -183,6 +183,8 @@ struct ShapeConn
 	AdmissionKind admitted;		/* the admission slot held, released at the end */
 	AdmissionKind rejected_kind;	/* the kind that was full, for the 503 */
 	bool		pinned;			/* holds request.result.slot's log */
+	bool		finding_successor;	/* resolving again for a 409's handle */
+	char		gone_handle[SHAPE_HANDLE_LEN];	/* ... of the shape that went */
 	bool		log_pinned;		/* holds a version of that log ... */
 	uint32_t	log_version;	/* ... this one (shape_table_log_pin) */
 	Waiter		waiter;			/* while parked (CONN_WAITING) */

@@ -55,7 +55,11 @@
  * take to stop a reused resolution.  A resolution made during a replay,
  * under the replay's catalog, is not kept at all, nor is one of a request
  * the main thread answered otherwise than with its shape.  A request
- * without a handle, or a HEAD, always goes to the main thread.  The read
+ * without a handle, or a HEAD, always goes to the main thread.  A request
+ * whose shape went while it waited gets a 409 that names the entry of its
+ * definition, when one of the current epoch is there and pins: a thousand
+ * live requests parked on a rotated shape cost the main thread one
+ * resolution, not a thousand.  The read
  * is noted in the shape's slot (last_read_us) for eviction, as the main
  * thread notes it.
  *
@@ -339,6 +343,33 @@ resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
 	b = shared_bucket(shared, key, key_len);
 	pthread_mutex_lock(&b->lock);
 	hit = resolved_shape_matches(b->cached, key, key_len, handle, epoch);
+	if (hit)
+	{
+		*found = *b->cached;
+		found->key = NULL;
+	}
+	pthread_mutex_unlock(&b->lock);
+	return hit;
+}
+
+/*
+ * The definition's entry made under `epoch`, whatever its handle: the shape
+ * a 409 names when the client's shape of that definition went, if it still
+ * pins (shape_serve.c).  The main thread resolved the definition to it
+ * under the current catalog, and a definition has one shape at a time.
+ */
+bool
+resolved_shared_current(ResolvedShared *shared, const char *key, size_t key_len,
+						uint64_t epoch, ResolvedShape *found)
+{
+	SharedResolution *b;
+	bool		hit;
+
+	if (key == NULL || shared->buckets == NULL)
+		return false;
+	b = shared_bucket(shared, key, key_len);
+	pthread_mutex_lock(&b->lock);
+	hit = same_key(b->cached, key, key_len) && b->cached->catalog_epoch == epoch;
 	if (hit)
 	{
 		*found = *b->cached;

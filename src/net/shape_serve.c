@@ -531,6 +531,52 @@ shape_admission_follow(ShapeConn *sc, bool snapshot_wait)
 }
 
 static enum MHD_Result shape_respond_over_limit(ShapeConn *sc);
+static enum MHD_Result shape_send_to_main_thread(ShapeConn *sc);
+
+/*
+ * The shape the request resolved to went (rotated, evicted, deleted, or its
+ * snapshot met a change of its table): the answer is 409 must-refetch.  So
+ * that the 409 names the shape that replaces it, as Electric's does (the
+ * official client warns of a proxy that strips headers when one names
+ * none), the definition is resolved once more: from the entry another
+ * request of it left (resolved_shapes.c), or by the main thread, which
+ * makes the new shape if nobody has yet.  Whatever else the main thread
+ * says (the table is gone, the role lost a privilege, the server is full)
+ * the client still gets its 409 first, without a handle, and meets that
+ * answer on its next request: it is told to drop what it holds before
+ * anything else.
+ */
+static enum MHD_Result
+shape_find_successor(ShapeConn *sc)
+{
+	ShapeTable *shapes = sc->server->shapes;
+	ResolvedShape next;
+
+	if (sc->finding_successor || sc->request.subset != NULL || !sc->request.has_definition)
+		return shape_respond_must_refetch(sc, NULL);
+	memcpy(sc->gone_handle, sc->request.result.handle, sizeof(sc->gone_handle));
+	shape_conn_unpin_log(sc);	/* before the slot: see shape_table.c */
+	if (sc->pinned)
+		shape_table_unpin(shapes, sc->request.result.slot);
+	sc->pinned = false;
+	shape_resolution_free(&sc->request.result);
+	sc->finding_successor = true;
+	if (sc->def_key == NULL)
+		sc->def_key = resolved_shape_key(&sc->request.def, &sc->def_key_len);
+
+	/* another request of the definition found the new shape already */
+	if (resolved_shared_current(&sc->server->resolutions, sc->def_key, sc->def_key_len,
+								atomic_load(&shapes->catalog_epoch), &next) &&
+		strcmp(next.handle, sc->gone_handle) != 0 &&
+		shape_table_pin(shapes, next.slot, next.generation))
+	{
+		shape_table_unpin(shapes, next.slot);
+		return shape_respond_must_refetch(sc, next.handle);
+	}
+	sc->request.first_try_ms = 0;
+	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
+	return shape_send_to_main_thread(sc);
+}
 
 static enum MHD_Result
 shape_respond_or_wait(ShapeConn *sc)
@@ -581,8 +627,9 @@ shape_respond_or_wait(ShapeConn *sc)
 		/* the check under the list's lock saw something else: go on with it */
 	}
 
-	if (c.state == SHAPE_RETIRED)
-		return shape_respond_must_refetch(sc, NULL);	/* 409: rotated, see snapshot_worker.c */
+	if (c.state == SHAPE_RETIRED ||
+		(c.state == SHAPE_FAILED && slot->error_reason == REFUSAL_MUST_REFETCH))
+		return shape_find_successor(sc);	/* 409: rotated, see snapshot_worker.c */
 	if (c.state == SHAPE_FAILED)
 	{
 		/* the slot is pinned: its error fields stay as the failure left them */
@@ -800,6 +847,13 @@ shape_start(ShapeConn *sc)
 		if (shape_reuse_resolution(sc))
 			return shape_respond_or_wait(sc);
 	}
+	return shape_send_to_main_thread(sc);
+}
+
+/* Suspends the connection until the main thread has resolved its request. */
+static enum MHD_Result
+shape_send_to_main_thread(ShapeConn *sc)
+{
 	sc->request.done = shape_request_done;
 	sc->phase = CONN_RESOLVING;
 	conn_set_activity(&sc->server->conns, sc->conn_slot, CONN_ACTIVITY_RESOLVING);
@@ -820,6 +874,17 @@ shape_after_resolve(ShapeConn *sc)
 	/* the main thread says otherwise now: what the connection kept goes */
 	if (res->status != SHAPE_RESOLVE_OK && sc->conn_slot != CONN_NO_SLOT)
 		resolved_shape_free(&sc->server->conns.slots[sc->conn_slot].resolved);
+	if (sc->finding_successor)
+	{
+		bool		named = res->status == SHAPE_RESOLVE_OK &&
+			strcmp(res->handle, sc->gone_handle) != 0;
+
+		/* the other requests parked on the shape that went name it too */
+		if (named && res->reusable)
+			resolved_shared_put(&sc->server->resolutions, sc->def_key, sc->def_key_len, res,
+								atomic_load(&sc->server->shapes->catalog_epoch));
+		return shape_respond_must_refetch(sc, named ? res->handle : NULL);
+	}
 	switch (res->status)
 	{
 		case SHAPE_RESOLVE_REFUSED:

@@ -21,7 +21,7 @@
 #include "json_text.h"
 #include "thread_log.h"
 
-#define NSLOTS		16
+#define NSLOTS		20
 #define NBLOCKS		(8u * 1024 * 1024 / SLOG_BLOCK_SIZE)	/* 8 MB of log */
 #define LONG_POLL_MS 1000
 /*
@@ -39,17 +39,19 @@ static _Atomic uint64_t last_client_key;
 /* the "reused" shape: refused (403) now, or answered as during a replay */
 static _Atomic bool reused_forbidden;
 static _Atomic bool reused_in_replay;
+/* the "reborn" shape: resolved as itself (0), as "successor" (1), or refused (2) */
+static _Atomic int reborn_mode;
 
 /* the shapes the fake main thread knows */
 enum
 {
 	SH_ITEMS, SH_PARKED, SH_BIG, SH_FAILED, SH_STALE, SH_DOOMED, SH_STOPPER,
 	SH_GONE, SH_LIVE, SH_SLOWSNAP, SH_SNAPPING, SH_SWAPPED, SH_REUSED, SH_FANOUT, SH_WATCHED,
-	SH_COUNT
+	SH_REBORN, SH_SUCCESSOR, SH_COUNT
 };
 static const char *const shape_names[SH_COUNT] = {
 	"items", "parked", "big", "failed", "stale", "doomed", "stopper", "gone", "live",
-	"slowsnap", "snapping", "swapped", "reused", "fanout", "watched"
+	"slowsnap", "snapping", "swapped", "reused", "fanout", "watched", "reborn", "successor"
 };
 
 #include "server_fixture.h"
@@ -233,6 +235,14 @@ resolve(ShapeRequest *req)
 		refusal_set(&res->refusal, REFUSAL_FORBIDDEN, "table", "no");
 		return;
 	}
+	if (which == SH_REBORN && atomic_load(&reborn_mode) == 2)
+	{
+		res->status = SHAPE_RESOLVE_REFUSED;
+		refusal_set(&res->refusal, REFUSAL_FORBIDDEN, "table", "no");
+		return;
+	}
+	if (which == SH_REBORN && atomic_load(&reborn_mode) == 1)
+		which = SH_SUCCESSOR;
 	res->status = SHAPE_RESOLVE_OK;
 	res->reusable = !(which == SH_REUSED && atomic_load(&reused_in_replay));
 	res->catalog_epoch = atomic_load(&table->catalog_epoch);
@@ -2236,6 +2246,134 @@ TEST(retired_while_parked_is_409)
 	}
 	CHECK_EQ(shape_table_state(table, s), SHAPE_FREE);
 	CHECK_EQ(table->slots[s].logs[0].blocks_held, 0);
+}
+
+/*
+ * A live request whose shape is retired while it waits gets a 409 that names
+ * the shape made in its place: the HTTP thread asks the main thread to
+ * resolve the definition once more.  When that resolution is refused, or
+ * finds the shape that went, the 409 names none.  Either way it is a 409:
+ * the client drops what it holds first.
+ */
+TEST(retired_shape_409_names_its_successor)
+{
+	static const struct
+	{
+		int			mode;
+		bool		named;
+	}			cases[] = {{1, true}, {2, false}, {0, false}};
+	char		target[512];
+
+	REQUIRE(server != NULL);
+	new_live_shape(SH_SUCCESSOR, L0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+	{
+		Client		p[2];
+		HcResponse	r;
+		uint32_t	s = new_live_shape(SH_REBORN, L0);
+		int			before;
+
+		atomic_store(&reborn_mode, 0);
+		snprintf(target, sizeof(target),
+				 "/v1/shape?table=reborn&offset=0_inf&handle=%s&live=true&cursor=",
+				 handle_of(SH_REBORN));
+		for (int c = 0; c < 2; c++)
+		{
+			REQUIRE(client_get(&p[c], target));
+			if (!wait_pins(SH_REBORN, (uint64_t) c + 1, 10))
+				FAIL("case %zu: live request %d did not pin the shape", i, c);
+		}
+		CHECK(!hc_readable(&p[0].c, 200));
+		before = atomic_load(&resolutions);
+
+		atomic_store(&reborn_mode, cases[i].mode);
+		shape_table_retire(table, s);
+		http_server_wake_shape(server, s);
+		for (int c = 0; c < 2; c++)
+		{
+		if (hc_read_response(&p[c].c, false, &r))
+		{
+			CHECK_EQ(r.status, 409);
+			CHECK_STR_EQ(r.body, "[{\"headers\":{\"control\":\"must-refetch\"}}]");
+			if (cases[i].named)
+			{
+				CHECK_HEADER(&r, "electric-handle", handle_of(SH_SUCCESSOR));
+				CHECK_HEADER(&r, "cache-control", "public, max-age=60, must-revalidate");
+			}
+			else
+			{
+				CHECK(hc_header(&r, "electric-handle") == NULL);
+				CHECK_HEADER(&r, "cache-control", "public, max-age=1, must-revalidate");
+			}
+		}
+		else
+			FAIL("case %zu: %s", i, r.error);
+		hc_response_free(&r);
+		hc_close(&p[c].c);
+		}
+		/*
+		 * one more resolution for each at most (the 409 does not loop), and
+		 * fewer when one found what the other's left (resolved_shapes.c)
+		 */
+		CHECK(atomic_load(&resolutions) >= before + 1);
+		CHECK(atomic_load(&resolutions) <= before + 2);
+		if (cases[i].named)
+		{
+			/* the client's next request, for the shape named, needs no main thread */
+			/*
+			 * a request parked on the shape that went, after the first 409
+			 * named its successor, needs no main thread to name it too
+			 */
+			Client		late;
+			uint32_t	gone = new_live_shape(SH_REBORN, L0);
+			int			resolved;
+
+			atomic_store(&reborn_mode, 0);
+			snprintf(target, sizeof(target),
+					 "/v1/shape?table=reborn&offset=0_inf&handle=%s&live=true&cursor=",
+					 handle_of(SH_REBORN));
+			REQUIRE(client_get(&late, target));
+			if (!wait_pins(SH_REBORN, 1, 10))
+				FAIL("the late live request did not pin the shape");
+			/* the entry the main thread would leave for the successor */
+			{
+				ShapeResolution next = {.status = SHAPE_RESOLVE_OK, .reusable = true,
+					.slot = slot_of[SH_SUCCESSOR], .generation = gen_of[SH_SUCCESSOR],
+				.catalog_epoch = atomic_load(&table->catalog_epoch)};
+				char	   *key;
+				size_t		key_len;
+				ShapeDefinition def = {.table = "reborn"};
+
+				strcpy(next.handle, handle_of(SH_SUCCESSOR));
+				key = resolved_shape_key(&def, &key_len);
+				resolved_shared_put(&server->resolutions, key, key_len, &next,
+									atomic_load(&table->catalog_epoch));
+				free(key);
+			}
+			resolved = atomic_load(&resolutions);
+			shape_table_retire(table, gone);
+			http_server_wake_shape(server, gone);
+			if (hc_read_response(&late.c, false, &r))
+			{
+				CHECK_EQ(r.status, 409);
+				CHECK_HEADER(&r, "electric-handle", handle_of(SH_SUCCESSOR));
+			}
+			else
+				FAIL("late: %s", r.error);
+			hc_response_free(&r);
+			hc_close(&late.c);
+			CHECK_EQ(atomic_load(&resolutions), resolved);
+		}
+		CHECK_ADMITTED(0, 0);
+		{
+			double		until = unit_now() + 10;
+
+			while (shape_table_state(table, s) != SHAPE_FREE && unit_now() < until)
+				usleep(2000);
+		}
+		CHECK_EQ(shape_table_state(table, s), SHAPE_FREE);
+	}
+	atomic_store(&reborn_mode, 0);
 }
 
 /* thread_log lines that name an error, collected by drain */
