@@ -58,10 +58,12 @@ out=$(sc sync "$work/live.json" --url "$SHAPE_SYNC_URL" --query "table=t")
 handle=$(cut -d' ' -f3 <<<"$out")
 expect_match "a client reads the shape ($handle)" '^up-to-date 200 [0-9]+-[0-9]+ 0$' "$out"
 write 50
+check "the worker decodes them" wait_decoded
 expect_eq "the live client follows 20 MB of changes on its handle" "up-to-date 200 $handle 0" \
 	"$(sc sync "$work/live.json")"
 check "and holds the table's rows" same_rows live
 write 50
+check "the worker decodes them" wait_decoded
 expect_eq "and 20 MB more" "up-to-date 200 $handle 0" "$(sc sync "$work/live.json")"
 check "and holds the table's rows" same_rows live
 big() { (($(manifest 'm["shapes"][0]["length"]') > 5 * 8 * 1024 * 1024)); }
@@ -223,10 +225,12 @@ check "after a restart shape_sync serves again" wait_for 90 serving
 restored() { grep -q "shape_sync restored 6 of 6 shapes from disk" "$SHAPE_SYNC_LOG"; }
 check "the log says \"restored 6 of 6 shapes\"" wait_for 60 restored
 cluster_psql -q -c "UPDATE big SET v = 'after' WHERE id % 1000 = 0" >/dev/null
+check "the worker decodes the update" wait_decoded
 expect_eq "the big shape's client goes on at its (handle, offset)" "up-to-date 200 $big_handle 0" \
 	"$(sc sync "$work/big.json")"
 check "and holds the table's rows" same_big
 write 10
+check "the worker decodes them" wait_decoded
 for c in live new; do
 	expect_eq "client $c goes on at its (handle, offset)" "up-to-date 200 $handle 0" "$(sc sync "$work/$c.json")"
 	check "and holds the table's rows" same_rows "$c"

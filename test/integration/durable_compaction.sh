@@ -135,6 +135,7 @@ check "after a restart shape_sync serves again" wait_for 90 serving
 restored() { grep -q "shape_sync restored 1 of 1 shapes from disk" "$SHAPE_SYNC_LOG"; }
 check "the log says \"restored 1 of 1 shapes\"" wait_for 60 restored
 cluster_psql -q -c "UPDATE t SET v = 'after the restart' WHERE id % 100 = 0" >/dev/null
+check "the worker decodes the update" wait_decoded
 for c in early middle new; do
 	check "client $c goes on at its (handle, offset) after the restart" wait_for 30 synced "$c"
 	check "and holds the table's rows" same_rows "$c"

@@ -98,6 +98,7 @@ check "after the start shape_sync serves again" wait_for 90 serving
 restored() { grep -q "shape_sync restored $shapes of $shapes shapes from disk" "$SHAPE_SYNC_LOG"; }
 check "every shape is restored, the two cut back too" wait_for 60 restored
 cluster_psql -q -c "UPDATE t SET v = v || '.after' WHERE id <= 2 * $shapes"
+check "the worker decodes the update" wait_decoded
 bad=0
 sync_all
 for ((k = 0; k < shapes; k++)); do

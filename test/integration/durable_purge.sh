@@ -252,6 +252,7 @@ for name in t w x p; do
 done
 check "7 and 8: the log says 1 of 5 shapes are restored" wait_for 60 logged "$m" \
 	'LOG:  shape_sync restored 1 of 5 shapes from disk in [0-9]+ ms'
+check "7: the worker decodes what was written while it was away" wait_decoded
 check "7: shape u's old handle is served (200, same handle)" resumes u
 check "7: with the table's rows, the update made while away included" same_rows u
 purged 7 t w x

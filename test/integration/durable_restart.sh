@@ -121,6 +121,7 @@ cycle() {
 	check "$name: the server goes away and comes back" "$how"
 	check "$name: shape_sync serves again" wait_for 90 serving
 	check "$name: the log says \"restored 3 of 3 shapes\"" wait_for 60 more_restored "3 of 3" "$before"
+	check "$name: the worker decodes what was written before the stop" wait_decoded
 	for s in "${shapes[@]}"; do
 		expect_eq "$name: shape $s answers its old (handle, offset) with 200 and its handle" \
 			"up-to-date 200 ${handle[$s]} 0" "$(sc sync "$work/$s.json")"

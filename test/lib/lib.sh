@@ -70,6 +70,19 @@ wait_for() {
 	done
 }
 
+# wait_decoded [SECONDS]: waits until shape_sync's slots have decoded past what is committed
+# now.  A client that syncs an existing shape stops at its first up-to-date, which may come
+# before the worker has decoded a commit made just before: wait for it first.
+wait_decoded() {
+	local lsn
+	lsn=$(cluster_psql -At -c "SELECT pg_current_wal_insert_lsn()")
+	cluster_psql -q -c "SELECT txid_current()" >/dev/null	# a commit past it, to confirm
+	wait_for "${1:-60}" decoded_past "$lsn"
+}
+decoded_past() {
+	[[ $(cluster_psql -At -c "SELECT bool_and(confirmed_flush_lsn >= '$1') FROM pg_replication_slots WHERE plugin = 'shape_sync'") == t ]]
+}
+
 # ---------------------------------------------------------------- shared setup
 #
 # What the stalled_* and admission_* scripts have in common: a cluster started
