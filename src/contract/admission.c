@@ -115,6 +115,14 @@ admission_demote(Admission *a)
 	return true;
 }
 
+/* Whether `kind` has a slot free now; nothing is taken or counted. */
+bool
+admission_has_room(Admission *a, AdmissionKind kind)
+{
+	return atomic_load_explicit(&a->in_use[kind], memory_order_relaxed) <
+		atomic_load_explicit(&a->limit[kind], memory_order_relaxed);
+}
+
 /*
  * Whether a request of `kind` would be admitted now, without taking a slot
  * (the registry asks before it makes a shape whose snapshot the request
@@ -124,8 +132,7 @@ admission_demote(Admission *a)
 bool
 admission_would_admit(Admission *a, AdmissionKind kind)
 {
-	if (atomic_load_explicit(&a->in_use[kind], memory_order_relaxed) <
-		atomic_load_explicit(&a->limit[kind], memory_order_relaxed))
+	if (admission_has_room(a, kind))
 		return true;
 	sm_add(SM_ADMISSION_REJECTED, (uint32_t) kind, 1);
 	return false;

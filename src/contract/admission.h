@@ -38,6 +38,7 @@ extern bool admission_acquire(Admission *a, AdmissionKind kind);
 extern void admission_release(Admission *a, AdmissionKind kind);
 extern void admission_promote(Admission *a);
 extern bool admission_demote(Admission *a);
+extern bool admission_has_room(Admission *a, AdmissionKind kind);
 extern bool admission_would_admit(Admission *a, AdmissionKind kind);
 
 extern const char *admission_kind_name(AdmissionKind kind);

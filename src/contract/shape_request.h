@@ -103,6 +103,9 @@ struct ShapeRequest
 								 * behind a trusted proxy (client_address.c);
 								 * 0 when unknown */
 	bool		holds_initial;	/* admitted as initial (shape_serve.c) */
+	bool		successor_only; /* asked again only for the handle a 409
+								 * names (shape_serve.c): answered at once,
+								 * during a replay too, or not at all */
 	int64_t		first_try_ms;	/* main thread: when it first tried; 0 before */
 	ShapeResolution result;		/* written by the main thread before done() */
 	void		(*done) (ShapeRequest *req);	/* called once, by the resolver */

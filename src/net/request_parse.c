@@ -572,8 +572,9 @@ shape_query_finish(ShapeQuery *q, RequestErrors *errs, int max_where_length)
 		request_errors_add(errs, "offset", "can't be blank");
 	if (q->has_offset && initial)
 	{
-		/* a handle sent with -1 or now is dropped, not checked */
-		free(q->handle);
+		/* a handle sent with -1 or now is not checked (shape_serve.c may reuse it) */
+		free(q->reuse_handle);
+		q->reuse_handle = q->handle;
 		q->handle = NULL;
 	}
 	else if (q->has_offset && !q->bad_offset && (q->handle == NULL || q->handle[0] == '\0'))
@@ -605,6 +606,7 @@ shape_query_free(ShapeQuery *q)
 	q->subset_in = NULL;
 	shape_definition_free(&q->def);
 	free(q->handle);
+	free(q->reuse_handle);
 	free(q->cursor);
-	q->handle = q->cursor = NULL;
+	q->handle = q->reuse_handle = q->cursor = NULL;
 }

@@ -44,6 +44,9 @@ typedef struct ShapeQuery
 	bool		bad_offset;		/* given, but not an offset */
 	LogOffset	offset;
 	char	   *handle;			/* NULL when absent or ignored */
+	char	   *reuse_handle;	/* offset -1 or now: the handle sent (the one a
+								 * 409 named), which is not checked, only
+								 * looked for among kept resolutions */
 	bool		live;
 	bool		live_sse;
 	char	   *cursor;

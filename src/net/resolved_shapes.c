@@ -55,13 +55,20 @@
  * take to stop a reused resolution.  A resolution made during a replay,
  * under the replay's catalog, is not kept at all, nor is one of a request
  * the main thread answered otherwise than with its shape.  A request
- * without a handle, or a HEAD, always goes to the main thread.  A request
- * whose shape went while it waited gets a 409 that names the entry of its
- * definition, when one of the current epoch is there and pins: a thousand
- * live requests parked on a rotated shape cost the main thread one
- * resolution, not a thousand.  The read
- * is noted in the shape's slot (last_read_us) for eviction, as the main
- * thread notes it.
+ * without a handle, or a HEAD, always goes to the main thread (at offset
+ * -1 the handle a client sends, the one a 409 named, counts: it is not
+ * checked, only looked for).  The read is noted in the shape's slot
+ * (last_read_us) for eviction, as the main thread notes it.
+ *
+ * A request whose shape went while it waited gets a 409 that names the
+ * entry of its definition, when one of the current epoch is there and
+ * pins, or else the one the main thread then makes (shape_serve.c), and
+ * the client's next request, at offset -1 with that handle, is served from
+ * it.  The live requests parked on a rotated shape are woken together and
+ * each goes to the main thread until the first answer is in, so a
+ * rotation costs the main thread at most one resolution per parked
+ * request, as when each came back without a handle, and the requests
+ * that come back then cost it none.
  *
  * A non-live response carries the shape's electric-schema, which is the
  * same for every request of a shape slot's generation: one copy per slot

@@ -534,8 +534,8 @@ static enum MHD_Result shape_respond_over_limit(ShapeConn *sc);
 static enum MHD_Result shape_send_to_main_thread(ShapeConn *sc);
 
 /*
- * The shape the request resolved to went (rotated, evicted, deleted, or its
- * snapshot met a change of its table): the answer is 409 must-refetch.  So
+ * The shape the request resolved to went (rotated, evicted, deleted): the
+ * answer is 409 must-refetch.  So
  * that the 409 names the shape that replaces it, as Electric's does (the
  * official client warns of a proxy that strips headers when one names
  * none), the definition is resolved once more: from the entry another
@@ -575,6 +575,7 @@ shape_find_successor(ShapeConn *sc)
 	}
 	sc->request.first_try_ms = 0;
 	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
+	sc->request.successor_only = true;
 	return shape_send_to_main_thread(sc);
 }
 
@@ -627,8 +628,7 @@ shape_respond_or_wait(ShapeConn *sc)
 		/* the check under the list's lock saw something else: go on with it */
 	}
 
-	if (c.state == SHAPE_RETIRED ||
-		(c.state == SHAPE_FAILED && slot->error_reason == REFUSAL_MUST_REFETCH))
+	if (c.state == SHAPE_RETIRED)
 		return shape_find_successor(sc);	/* 409: rotated, see snapshot_worker.c */
 	if (c.state == SHAPE_FAILED)
 	{
@@ -737,7 +737,9 @@ shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
 /*
  * A request for the shape its connection's last request resolved to, or
  * that any connection's request last resolved its definition to, with that
- * shape's handle, is served on this thread (resolved_shapes.c): true when
+ * shape's handle (at offset -1 or now, the handle sent is not checked, but
+ * it is looked for: the one a 409 named), is served on this thread
+ * (resolved_shapes.c): true when
  * the shape is pinned and the request resolved.  False sends it to the
  * main thread: another definition or handle, a schema not at hand, or a
  * shape that is gone (its generation moved on).
@@ -752,17 +754,17 @@ shape_reuse_resolution(ShapeConn *sc)
 	bool		shared;
 	uint64_t	epoch;
 	char	   *schema = NULL;
+	const char *handle = sc->query.handle != NULL ? sc->query.handle : sc->query.reuse_handle;
 
-	if (sc->conn_slot == CONN_NO_SLOT || sc->query.handle == NULL || sc->head_only)
+	if (sc->conn_slot == CONN_NO_SLOT || handle == NULL || sc->head_only)
 		return false;
 	cached = &server->conns.slots[sc->conn_slot].resolved;
 	epoch = atomic_load(&server->shapes->catalog_epoch);
-	shared = !resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, sc->query.handle,
-									 epoch);
+	shared = !resolved_shape_matches(*cached, sc->def_key, sc->def_key_len, handle, epoch);
 	if (!shared)
 		reuse = **cached;
 	else if (!resolved_shared_find(&server->resolutions, sc->def_key, sc->def_key_len,
-								   sc->query.handle, epoch, &reuse))
+								   handle, epoch, &reuse))
 		return false;
 	if (!sc->query.live)
 	{
@@ -879,10 +881,18 @@ shape_after_resolve(ShapeConn *sc)
 		bool		named = res->status == SHAPE_RESOLVE_OK &&
 			strcmp(res->handle, sc->gone_handle) != 0;
 
-		/* the other requests parked on the shape that went name it too */
+		/*
+		 * Kept, for the requests parked on the shape that went which were
+		 * not woken with this one, and for the clients that come back for
+		 * it (at offset -1, with the handle named: shape_reuse_resolution).
+		 */
 		if (named && res->reusable)
+		{
+			resolved_schemas_put(&sc->server->schemas, res->slot, res->generation,
+								 res->schema_json);
 			resolved_shared_put(&sc->server->resolutions, sc->def_key, sc->def_key_len, res,
 								atomic_load(&sc->server->shapes->catalog_epoch));
+		}
 		return shape_respond_must_refetch(sc, named ? res->handle : NULL);
 	}
 	switch (res->status)

@@ -139,6 +139,42 @@ expect_match "the replayed table's shape gets a later update" '"operation":"upda
 expect_eq "and nothing of the replayed transaction" 0 "$(grep -o '"operation":"insert"' <<<"$body" | wc -l)"
 check "no other warning in the log" bash -c '! grep -E "WARNING|ERROR" "$1" | grep -v -E "nosuch|guarded"' _ "$SHAPE_SYNC_LOG"
 
+# --- a rotation in a replayed transaction: the 409s name the new shape
+# Two live requests wait on a shape of table rot. One transaction truncates rot, then inserts a
+# 200,000 rows: the shape is rotated when the replay reaches the TRUNCATE, its requests are
+# woken once the replay is over (with the other shapes whose logs changed), and both get a 409
+# that names the same new shape: the first makes it, the second finds it made.
+cluster_psql >/dev/null <<'SQL'
+CREATE TABLE rot (id int PRIMARY KEY, v text);
+ALTER TABLE rot REPLICA IDENTITY FULL;
+INSERT INTO rot VALUES (1, 'a');
+GRANT SELECT ON rot TO reader;
+SQL
+rot_url="$SHAPE_SYNC_URL/v1/shape?table=rot"
+curl -s -m 60 -D "$work/rot.h" -o /dev/null "$rot_url&offset=-1"
+rot_handle=$(header electric-handle "$work/rot.h")
+rot_pids=()
+for n in 1 2; do
+	curl -s -m 60 -D "$work/rot$n.h" -o "$work/rot$n.json" \
+		"$rot_url&handle=$rot_handle&offset=$(header electric-offset "$work/rot.h")&live=true" &
+	rot_pids+=($!)
+	helpers+=($!)
+done
+rot_parked() { [[ $(cluster_psql -At -c "SELECT count(*) FROM shape_sync.connections WHERE handle = '$rot_handle' AND state = 'waiting'") == 2 ]]; }
+check "two live requests wait on rot's shape" wait_for 30 rot_parked
+cluster_psql -c "BEGIN; TRUNCATE rot; INSERT INTO big SELECT g, md5(g::text) FROM generate_series(3000001, 3200000) g; COMMIT" >/dev/null
+rot_answered() { ! kill -0 "${rot_pids[0]}" 2>/dev/null && ! kill -0 "${rot_pids[1]}" 2>/dev/null; }
+check "both are answered" wait_for 120 rot_answered
+for n in 1 2; do
+	expect_match "request $n: 409 must-refetch" '^HTTP/1.1 409' "$(head -n 1 "$work/rot$n.h")"
+	new_rot=$(header electric-handle "$work/rot$n.h")
+	check "request $n: the 409 names a new shape" test -n "$new_rot" -a "$new_rot" != "$rot_handle"
+done
+expect_eq "both name the same one" "$(header electric-handle "$work/rot1.h")" "$(header electric-handle "$work/rot2.h")"
+code=$(curl -s -m 60 -D "$work/rot3.h" -o "$work/rot3.json" -w '%{http_code}' "$rot_url&offset=-1&handle=$(header electric-handle "$work/rot1.h")")
+expect_eq "the shape named is served" "200 $(header electric-handle "$work/rot1.h")" "$code $(header electric-handle "$work/rot3.h")"
+expect_eq "empty, as the table is" 0 "$(grep -o '"operation":"insert"' "$work/rot3.json" | wc -l)"
+
 # --- SIGTERM during a replay
 
 cluster_psql -c "INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1000001, 2000000) g" >/dev/null

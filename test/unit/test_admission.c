@@ -108,6 +108,26 @@ TEST(limit_zero_rejects_all)
 	admission_release(&a, ADMISSION_EXISTING);
 }
 
+TEST(has_room_takes_and_counts_nothing)
+{
+	Admission	a;
+
+	fresh_admission(&a, 1, 0);
+	CHECK(admission_has_room(&a, ADMISSION_INITIAL));
+	CHECK(!admission_has_room(&a, ADMISSION_EXISTING));
+	CHECK_UEQ(IN_USE(&a, ADMISSION_INITIAL), 0);
+	CHECK(admission_acquire(&a, ADMISSION_INITIAL));
+	CHECK(!admission_has_room(&a, ADMISSION_INITIAL));
+	/* a no is not a refusal: nobody was refused */
+	CHECK_UEQ(REJECTED(&a, ADMISSION_INITIAL), 0);
+	CHECK_UEQ(REJECTED(&a, ADMISSION_EXISTING), 0);
+	/* admission_would_admit says the same, and counts its no */
+	CHECK(!admission_would_admit(&a, ADMISSION_INITIAL));
+	CHECK_UEQ(REJECTED(&a, ADMISSION_INITIAL), 1);
+	admission_release(&a, ADMISSION_INITIAL);
+	CHECK(admission_has_room(&a, ADMISSION_INITIAL));
+}
+
 TEST(promote_moves_one_from_initial_to_existing)
 {
 	Admission	a;

@@ -2319,6 +2319,18 @@ TEST(retired_shape_409_names_its_successor)
 		CHECK(atomic_load(&resolutions) <= before + 2);
 		if (cases[i].named)
 		{
+			int			resolved = atomic_load(&resolutions);
+
+			/* the client comes back at -1 with the handle named: no main thread */
+			REQUIRE_RESPONSE(GET(shape_target("reborn", "-1", handle_of(SH_SUCCESSOR), NULL), &r), &r);
+			CHECK_EQ(r.status, 200);
+			CHECK_HEADER(&r, "electric-handle", handle_of(SH_SUCCESSOR));
+			CHECK_HEADER(&r, "electric-schema", SCHEMA_JSON);
+			hc_response_free(&r);
+			CHECK_EQ(atomic_load(&resolutions), resolved);
+		}
+		if (cases[i].named)
+		{
 			/* the client's next request, for the shape named, needs no main thread */
 			/*
 			 * a request parked on the shape that went, after the first 409

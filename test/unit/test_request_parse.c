@@ -462,16 +462,23 @@ TEST(query_offset_and_handle)
 {
 	QueryCase	c;
 
-	/* a handle sent with -1 or now is dropped, not checked */
+	/* a handle sent with -1 or now is not checked, only kept to look for */
 	QUERY(&c, "table", "items", "offset", "-1", "handle", "old-1");
 	CHECK(c.json == NULL);
 	CHECK(c.q.handle == NULL);
+	CHECK_STR_EQ(c.q.reuse_handle, "old-1");
 	query_free(&c);
 
 	QUERY(&c, "handle", "old-1", "table", "items", "offset", "now");
 	CHECK(c.json == NULL);
 	CHECK(c.q.offset_now);
 	CHECK(c.q.handle == NULL);
+	CHECK_STR_EQ(c.q.reuse_handle, "old-1");
+	query_free(&c);
+
+	QUERY(&c, "table", "items", "offset", "0_0", "handle", "h-1");
+	CHECK_STR_EQ(c.q.handle, "h-1");
+	CHECK(c.q.reuse_handle == NULL);
 	query_free(&c);
 
 	QUERY(&c, "table", "items", "offset", "0_0");

@@ -496,12 +496,14 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			return;
 		}
 	}
-	if (slot >= 0 && reg_in_replay)
+	if (slot >= 0 && reg_in_replay && !req->successor_only)
 	{
 		/*
 		 * Names were resolved under the replay's catalog: the current one
 		 * may say this definition is another shape, or not the role's to
-		 * read.  A shape that exists has no snapshot to start early.
+		 * read.  A shape that exists has no snapshot to start early.  (A
+		 * 409 may name it all the same: the client's next request, at
+		 * offset -1, is resolved anew.)
 		 */
 		reg_wait_for_replay = true;
 		return;
@@ -530,10 +532,15 @@ reg_resolve_valid(ShapeRequest *req, const ShapeSpec *spec)
 			r->retry_after_s = retry_s;
 			return;
 		}
-		if (!req->holds_initial &&
-			!admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL))
+		if (req->successor_only ?
+			!admission_has_room(&shape_sync_shared->admission, ADMISSION_INITIAL) :
+			(!req->holds_initial &&
+			 !admission_would_admit(&shape_sync_shared->admission, ADMISSION_INITIAL)))
 		{
-			/* its request would wait for the snapshot, over the initial limit */
+			/*
+			 * its request (a 409's: its clients) would wait for the
+			 * snapshot, over the initial limit
+			 */
 			reg_refuse(req, REFUSAL_CONCURRENT_LIMIT, NULL, NULL);
 			return;
 		}
@@ -886,8 +893,10 @@ registry_resolve(ShapeRequest *req)
 		else
 		{
 			reg_reject(req, edata);
-			if (req->result.refusal.reason == REFUSAL_INVALID ||
-				req->result.refusal.reason == REFUSAL_FORBIDDEN)
+			/* a 409's handle asked for: its client is told nothing of it */
+			if (!req->successor_only &&
+				(req->result.refusal.reason == REFUSAL_INVALID ||
+				 req->result.refusal.reason == REFUSAL_FORBIDDEN))
 				client_refused(req);
 		}
 		FreeErrorData(edata);
@@ -914,6 +923,12 @@ registry_resolve_during_replay(ShapeRequest *req)
 		return true;
 	shape_resolution_free(&req->result);
 	memset(&req->result, 0, sizeof(req->result));
+	if (req->successor_only)
+	{
+		/* its 409 goes now, naming no handle, rather than after the replay */
+		req->result.status = SHAPE_RESOLVE_UNAVAILABLE;
+		return true;
+	}
 	return false;
 }
 
