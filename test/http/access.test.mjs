@@ -373,22 +373,23 @@ describe('access: where clauses cannot hurt the server', () => {
   })
 
   it('fails a shape whose where clause takes longer than shape_sync.where_evaluation_timeout on a change', async () => {
+    // (a regular expression over the 10 MB value below: it converts the value to wide
+    // characters, 40 MB, before matching)
+    const where = `body ~* 'z(e|f)bra'`
+    // The shape is made, and every earlier write of the table decoded, before the 1 ms
+    // limit: its snapshot (the snapshot workers apply the limit too) and those writes are
+    // evaluated without it (a first evaluation, which compiles the expression, may take
+    // more than 1 ms on a busy machine). Only the change below meets the limit.
+    const shape = await new RawShape({ table, where }).sync()
+    await waitDecoded()
     // applied by the worker in one reload with a lower max_where_length, which shows when
     await query(`ALTER SYSTEM SET shape_sync.max_where_length = 100`)
     await setGuc('shape_sync.where_evaluation_timeout', '1ms')
     try {
-      // (a regular expression over the 10 MB value below: it converts the value to wide
-      // characters, 40 MB, before matching)
-      const where = `body ~* 'z(e|f)bra'`
       await waitFor(async () => {
         const r = await fetchShape({ table, offset: '-1', where: `id > 0 AND ${'id > 0 AND '.repeat(10)}true` })
         return r.status === 400 && /max_where_length/.test(r.text)
       }, { timeoutMs: 30000, what: 'the worker to apply the reload' })
-      // no earlier write of the table may still be on its way to the decoder: the new shape
-      // would meet it while its snapshot runs, and its where clause time out on it (even
-      // the first evaluation alone may take more than 1 ms), before the change below
-      await waitDecoded()
-      const shape = await new RawShape({ table, where }).sync()
       const { response: live } = await holdLive(shape, 300, LIVE)
       await query(`INSERT INTO public.${table} VALUES (2, repeat('word ', 2000000))`)
       const res = await live

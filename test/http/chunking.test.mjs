@@ -8,26 +8,49 @@ import {
   createTable,
   dropTable,
   electricKey,
+  fetchShape,
   query,
   queryAsServerText,
-  sleep,
   syncShape,
   uniqueTable,
   walkShape,
 } from '../lib/helpers.mjs'
+import { waitFor } from '../lib/live_helpers.mjs'
 
 const GUC = 'shape_sync.chunk_bytes_threshold'
 
+// A table of 40 kB (400 rows of about 100 bytes): a new shape of it shows the threshold the
+// server applies, its first response cut short at 10 kB, or whole at the default (10 MB).
+const PROBE = uniqueTable('chunk_probe')
+const PROBE_ROWS = 400
+let probes = 0
+
+before(async () => {
+  await createTable([
+    `CREATE TABLE public.${PROBE} (id int4 PRIMARY KEY, payload text NOT NULL)`,
+    `INSERT INTO public.${PROBE} SELECT g, repeat('p', 100) FROM generate_series(1, ${PROBE_ROWS}) g`,
+  ])
+})
+
+// Sets the threshold and waits until new snapshots follow it: the worker takes the reload at
+// its next turn, and snapshots queued after that read it too.
 async function setThreshold(value) {
   if (value === null) await query(`ALTER SYSTEM RESET ${GUC}`)
   else await query(`ALTER SYSTEM SET ${GUC} = '${value}'`)
   await query('SELECT pg_reload_conf()')
-  await sleep(300)
+  const chunked = value !== null
+  await waitFor(async () => {
+    // a new shape each time: its snapshot is cut under the current setting
+    const res = await fetchShape({ table: PROBE, offset: '-1', where: `id > ${-1 - probes++}` })
+    const rows = Array.isArray(res.body) ? res.body.filter((m) => 'key' in m).length : -1
+    return res.status === 200 && (chunked ? rows > 0 && rows < PROBE_ROWS : rows === PROBE_ROWS)
+  }, { timeoutMs: 30000, what: `${GUC} = ${value ?? 'its default'} to apply` })
 }
 
 after(async () => {
   // Whatever happened above, leave the server at its default threshold.
   await setThreshold(null).catch((e) => console.error(`resetting ${GUC}:`, e.message))
+  await dropTable(PROBE).catch(() => {})
   await closePool()
 })
 

@@ -76,11 +76,18 @@ describe('evaluation bounds in the snapshot workers', () => {
     await setting('shape_sync.where_evaluation_timeout', '60s')
     await setting('shape_sync.subset_statement_timeout', '30ms')
     const handle = await handleOf(T)
-    const res = await fetchShape({ table: T, offset: '-1', handle, subset__where: SLOW })
+    // until the snapshot workers have both settings (a refusal by the row deadline is quick)
+    const res = await waitFor(async () => {
+      const r = await fetchShape({ table: T, offset: '-1', handle, subset__where: SLOW })
+      return /where_evaluation_timeout/.test(r.text) ? null : r
+    }, { timeoutMs: 30000, what: 'where_evaluation_timeout = 60s to apply' })
     assert.equal(res.status, 400, JSON.stringify(res.body))
     assert.match(res.body.message, /took longer than the 30 ms that shape_sync\.subset_statement_timeout allows/)
     await setting('shape_sync.subset_statement_timeout', undefined)
-    const again = await fetchShape({ table: T, offset: '-1', handle, subset__where: SLOW })
+    const again = await waitFor(async () => {
+      const r = await fetchShape({ table: T, offset: '-1', handle, subset__where: SLOW })
+      return /took longer than the 30 ms/.test(r.text) ? null : r
+    }, { timeoutMs: 30000, what: 'subset_statement_timeout to be reset' })
     assert.equal(again.status, 200, JSON.stringify(again.body))
   })
 

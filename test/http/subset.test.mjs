@@ -741,7 +741,13 @@ describe('official client: a commit while the subset query runs', () => {
           const request = client.stream.requestSnapshot({
             where: `md5(v) <> 'x' AND (id = $1 OR id = $2)`, params: { 1: String(id), 2: String(added) },
           })
-          await sleep(5 + 10 * round)
+          // commit once a snapshot worker has started the subset's query (it reports its
+          // activity just before it takes the snapshot; the md5 of every row takes longer)
+          await waitFor(async () => {
+            const { rows } = await query(`SELECT count(*)::int AS n FROM pg_stat_activity
+              WHERE backend_type = 'shape_sync snapshot' AND query = 'taking a subset snapshot'`)
+            return rows[0].n > 0
+          }, { timeoutMs: 15000, intervalMs: 2, what: `${label}: the subset query to start` })
           await pgc.query('COMMIT')
           const { metadata, data } = await request
           const invisible = metadata.xip_list.includes(xid) || BigInt(xid) >= BigInt(metadata.xmax)

@@ -45,8 +45,9 @@ wait "$gate_pid" || true
 check "decoding catches up" wait_for 60 caught_up_to "$behind"
 expect_eq "one warning for the 200 late commits" 1 \
 	"$(grep -c "WARNING:  shape_sync's decoding is [0-9.]* s behind the commits" "$SHAPE_SYNC_LOG" || true)"
+# at least the 2.5 s the gate was held; more on a busy machine (the 200 commits, psql's start)
 expect_match "it says how far behind, and how much WAL is left" \
-	"decoding is (2|3)\.[0-9] s behind the commits" "$(grep "behind the commits" "$SHAPE_SYNC_LOG")"
+	"decoding is ([2-9]|[1-9][0-9]+)\.[0-9] s behind the commits" "$(grep "behind the commits" "$SHAPE_SYNC_LOG")"
 expect_eq "with the detail and the setting's name" 1 \
 	"$(grep -A2 "behind the commits" "$SHAPE_SYNC_LOG" | grep -c 'HINT:.*shape_sync.decoder_lag_warning')"
 expect_eq "the view shows the last commit's lag" t "$(decoder "commit_lag > interval '2 s'")"

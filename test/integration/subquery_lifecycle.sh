@@ -122,12 +122,14 @@ data_bytes() { _cluster_as_pg stat -c %s "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.1.
 has_shape_file() { _cluster_as_pg test -f "$SHAPE_SYNC_PGDATA/pg_shape_sync/$1.shape"; }
 has_sets_file() { _cluster_as_pg bash -c 'ls "$1"/sets.* >/dev/null 2>&1' _ "$SHAPE_SYNC_PGDATA/pg_shape_sync"; }
 sq_bytes=$(data_bytes "$h1") plain_bytes=$(data_bytes "$hp")
-cluster_psql -c "INSERT INTO issues SELECT 1000 + g, 1, 'r' || g FROM generate_series(1, 20) g" -c "SELECT pg_sleep(1.5)" >/dev/null
-check "the plain shape is kept on disk: its shape file" has_shape_file "$hp"
-check "and its data file took the changes" test "$(data_bytes "$hp")" -gt "$plain_bytes"
-check "the subquery shape is too: its shape file" has_shape_file "$h1"
-check "and its data file took the changes" test "$(data_bytes "$h1")" -gt "$sq_bytes"
-check "its value set is in the value sets file" has_sets_file
+cluster_psql -c "INSERT INTO issues SELECT 1000 + g, 1, 'r' || g FROM generate_series(1, 20) g" >/dev/null
+# the files are written by the rounds that follow (one a second)
+grew() { (($(data_bytes "$1") > $2)); }
+check "the plain shape is kept on disk: its shape file" wait_for 30 has_shape_file "$hp"
+check "and its data file took the changes" wait_for 30 grew "$hp" "$plain_bytes"
+check "the subquery shape is too: its shape file" wait_for 30 has_shape_file "$h1"
+check "and its data file took the changes" wait_for 30 grew "$h1" "$sq_bytes"
+check "its value set is in the value sets file" wait_for 30 has_sets_file
 cluster_restart
 up() { [[ $(http_status "$SHAPE_SYNC_URL/v1/health") == 200 ]]; }
 check "the server is back" wait_for 60 up
