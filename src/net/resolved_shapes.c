@@ -336,7 +336,10 @@ shared_bucket(ResolvedShared *shared, const char *key, size_t key_len)
 /*
  * The last resolution of this definition, with this handle and made under
  * this catalog epoch, copied into *found (its key left NULL): true when
- * there is one.
+ * there is one.  With `handle` NULL, whatever its handle: the shape a 409
+ * names when the client's shape of that definition went, if it still pins
+ * (shape_serve.c), since the main thread resolved the definition to it
+ * under the current catalog and a definition has one shape at a time.
  */
 bool
 resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
@@ -349,34 +352,8 @@ resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
 		return false;
 	b = shared_bucket(shared, key, key_len);
 	pthread_mutex_lock(&b->lock);
-	hit = resolved_shape_matches(b->cached, key, key_len, handle, epoch);
-	if (hit)
-	{
-		*found = *b->cached;
-		found->key = NULL;
-	}
-	pthread_mutex_unlock(&b->lock);
-	return hit;
-}
-
-/*
- * The definition's entry made under `epoch`, whatever its handle: the shape
- * a 409 names when the client's shape of that definition went, if it still
- * pins (shape_serve.c).  The main thread resolved the definition to it
- * under the current catalog, and a definition has one shape at a time.
- */
-bool
-resolved_shared_current(ResolvedShared *shared, const char *key, size_t key_len,
-						uint64_t epoch, ResolvedShape *found)
-{
-	SharedResolution *b;
-	bool		hit;
-
-	if (key == NULL || shared->buckets == NULL)
-		return false;
-	b = shared_bucket(shared, key, key_len);
-	pthread_mutex_lock(&b->lock);
-	hit = same_key(b->cached, key, key_len) && b->cached->catalog_epoch == epoch;
+	hit = handle != NULL ? resolved_shape_matches(b->cached, key, key_len, handle, epoch) :
+		same_key(b->cached, key, key_len) && b->cached->catalog_epoch == epoch;
 	if (hit)
 	{
 		*found = *b->cached;

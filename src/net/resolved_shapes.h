@@ -69,8 +69,6 @@ extern int	resolved_shared_init(ResolvedShared *shared, uint32_t nbuckets);
 extern void resolved_shared_destroy(ResolvedShared *shared);
 extern bool resolved_shared_find(ResolvedShared *shared, const char *key, size_t key_len,
 								 const char *handle, uint64_t epoch, ResolvedShape *found);
-extern bool resolved_shared_current(ResolvedShared *shared, const char *key, size_t key_len,
-									uint64_t epoch, ResolvedShape *found);
 extern void resolved_shared_put(ResolvedShared *shared, const char *key, size_t key_len,
 								const ShapeResolution *res, uint64_t epoch);
 extern void resolved_shared_forget(ResolvedShared *shared, const char *key, size_t key_len,

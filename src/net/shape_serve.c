@@ -565,8 +565,8 @@ shape_find_successor(ShapeConn *sc)
 		sc->def_key = resolved_shape_key(&sc->request.def, &sc->def_key_len);
 
 	/* another request of the definition found the new shape already */
-	if (resolved_shared_current(&sc->server->resolutions, sc->def_key, sc->def_key_len,
-								atomic_load(&shapes->catalog_epoch), &next) &&
+	if (resolved_shared_find(&sc->server->resolutions, sc->def_key, sc->def_key_len, NULL,
+							 atomic_load(&shapes->catalog_epoch), &next) &&
 		strcmp(next.handle, sc->gone_handle) != 0 &&
 		shape_table_pin(shapes, next.slot, next.generation))
 	{

@@ -2248,6 +2248,28 @@ TEST(retired_while_parked_is_409)
 	CHECK_EQ(table->slots[s].logs[0].blocks_held, 0);
 }
 
+/* A new "reborn" shape, resolved as itself, and `n` live requests parked on it. */
+static uint32_t
+park_on_new_reborn(Client *clients, int n)
+{
+	uint32_t	s = new_live_shape(SH_REBORN, L0);
+	char		target[512];
+
+	atomic_store(&reborn_mode, 0);
+	snprintf(target, sizeof(target),
+			 "/v1/shape?table=reborn&offset=0_inf&handle=%s&live=true&cursor=",
+			 handle_of(SH_REBORN));
+	for (int c = 0; c < n; c++)
+	{
+		if (!client_get(&clients[c], target) || !wait_pins(SH_REBORN, (uint64_t) c + 1, 10))
+		{
+			FAIL("live request %d did not park on the shape", c);
+			return SHAPE_NO_SLOT;
+		}
+	}
+	return s;
+}
+
 /*
  * A live request whose shape is retired while it waits gets a 409 that names
  * the shape made in its place: the HTTP thread asks the main thread to
@@ -2262,7 +2284,6 @@ TEST(retired_shape_409_names_its_successor)
 		int			mode;
 		bool		named;
 	}			cases[] = {{1, true}, {2, false}, {0, false}};
-	char		target[512];
 
 	REQUIRE(server != NULL);
 	new_live_shape(SH_SUCCESSOR, L0);
@@ -2270,19 +2291,10 @@ TEST(retired_shape_409_names_its_successor)
 	{
 		Client		p[2];
 		HcResponse	r;
-		uint32_t	s = new_live_shape(SH_REBORN, L0);
+		uint32_t	s = park_on_new_reborn(p, 2);
 		int			before;
 
-		atomic_store(&reborn_mode, 0);
-		snprintf(target, sizeof(target),
-				 "/v1/shape?table=reborn&offset=0_inf&handle=%s&live=true&cursor=",
-				 handle_of(SH_REBORN));
-		for (int c = 0; c < 2; c++)
-		{
-			REQUIRE(client_get(&p[c], target));
-			if (!wait_pins(SH_REBORN, (uint64_t) c + 1, 10))
-				FAIL("case %zu: live request %d did not pin the shape", i, c);
-		}
+		REQUIRE(s != SHAPE_NO_SLOT);
 		CHECK(!hc_readable(&p[0].c, 200));
 		before = atomic_load(&resolutions);
 
@@ -2331,22 +2343,15 @@ TEST(retired_shape_409_names_its_successor)
 		}
 		if (cases[i].named)
 		{
-			/* the client's next request, for the shape named, needs no main thread */
 			/*
 			 * a request parked on the shape that went, after the first 409
 			 * named its successor, needs no main thread to name it too
 			 */
 			Client		late;
-			uint32_t	gone = new_live_shape(SH_REBORN, L0);
+			uint32_t	gone = park_on_new_reborn(&late, 1);
 			int			resolved;
 
-			atomic_store(&reborn_mode, 0);
-			snprintf(target, sizeof(target),
-					 "/v1/shape?table=reborn&offset=0_inf&handle=%s&live=true&cursor=",
-					 handle_of(SH_REBORN));
-			REQUIRE(client_get(&late, target));
-			if (!wait_pins(SH_REBORN, 1, 10))
-				FAIL("the late live request did not pin the shape");
+			REQUIRE(gone != SHAPE_NO_SLOT);
 			/* the entry the main thread would leave for the successor */
 			{
 				ShapeResolution next = {.status = SHAPE_RESOLVE_OK, .reusable = true,
