@@ -535,16 +535,16 @@ static enum MHD_Result shape_send_to_main_thread(ShapeConn *sc);
 
 /*
  * The shape the request resolved to went (rotated, evicted, deleted): the
- * answer is 409 must-refetch.  So
- * that the 409 names the shape that replaces it, as Electric's does (the
- * official client warns of a proxy that strips headers when one names
- * none), the definition is resolved once more: from the entry another
- * request of it left (resolved_shapes.c), or by the main thread, which
- * makes the new shape if nobody has yet.  Whatever else the main thread
- * says (the table is gone, the role lost a privilege, the server is full)
- * the client still gets its 409 first, without a handle, and meets that
- * answer on its next request: it is told to drop what it holds before
- * anything else.
+ * answer is 409 must-refetch.  So that the 409 names the shape that
+ * replaces it, as Electric's does (the official client warns of a proxy
+ * that strips headers when one names none), the definition is resolved
+ * once more: from the entry another request of it left (resolved_shapes.c),
+ * or by the main thread, which makes the new shape if nobody has yet and
+ * never waits for the end of a replay to answer (successor_only).  Whatever
+ * else the main thread says (the table is gone, the role lost a privilege,
+ * the server is full) the client still gets its 409 first, without a
+ * handle, and meets that answer on its next request: it is told to drop
+ * what it holds before anything else.
  */
 static enum MHD_Result
 shape_find_successor(ShapeConn *sc)
@@ -574,7 +574,6 @@ shape_find_successor(ShapeConn *sc)
 		return shape_respond_must_refetch(sc, next.handle);
 	}
 	sc->request.first_try_ms = 0;
-	sc->request.holds_initial = sc->admitted == ADMISSION_INITIAL;
 	sc->request.successor_only = true;
 	return shape_send_to_main_thread(sc);
 }
@@ -739,10 +738,10 @@ shape_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t ke
  * that any connection's request last resolved its definition to, with that
  * shape's handle (at offset -1 or now, the handle sent is not checked, but
  * it is looked for: the one a 409 named), is served on this thread
- * (resolved_shapes.c): true when
- * the shape is pinned and the request resolved.  False sends it to the
- * main thread: another definition or handle, a schema not at hand, or a
- * shape that is gone (its generation moved on).
+ * (resolved_shapes.c): true when the shape is pinned and the request
+ * resolved.  False sends it to the main thread: another definition or
+ * handle, a schema not at hand, or a shape that is gone (its generation
+ * moved on).
  */
 static bool
 shape_reuse_resolution(ShapeConn *sc)
