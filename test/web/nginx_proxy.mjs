@@ -128,6 +128,7 @@ async function main() {
     // 3. 1,000 live clients of one shape through nginx
     {
       const agent = new https.Agent({ keepAlive: true, maxSockets: Infinity, rejectUnauthorized: false })
+      let sent = 0 // requests written whole to their (TLS) connection
       const get = (url) =>
         new Promise((resolve, reject) => {
           const req = https.get(url, { agent, headers: AUTH }, (res) => {
@@ -137,6 +138,7 @@ async function main() {
             res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }))
           })
           req.on('error', reject)
+          req.on('finish', () => sent++)
           req.setTimeout(120000, () => req.destroy(new Error('timed out')))
         })
       const shapeUrl = `${PROXY_URL}/v1/shape?table=web_items&where=${encodeURIComponent('id <= 3')}`
@@ -149,8 +151,13 @@ async function main() {
       }
       const liveUrl = `${shapeUrl}&handle=${handle}&offset=${offset}&live=true&cursor=${res.headers['electric-cursor'] ?? 0}`
       const before = await liveRequests()
+      sent = 0
       const clients = Array.from({ length: 1000 }, () => get(liveUrl))
-      await sleep(2000)
+      // every request sent before the change (1,000 TLS handshakes take a while on a busy
+      // machine: one sent after the answer would be a request of its own upstream, unless
+      // it comes while the answer is cached), then a moment for nginx to read them
+      await waitFor(async () => sent === 1000, { timeoutMs: 60000, what: '1,000 requests sent' })
+      await sleep(500)
       await query("UPDATE web_items SET title = 'for the thousand' WHERE id = 2")
       const answers = await Promise.allSettled(clients)
       const got = answers.filter((a) => a.status === 'fulfilled' && a.value.status === 200 && a.value.body.includes('for the thousand'))
